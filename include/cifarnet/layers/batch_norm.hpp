@@ -1,0 +1,103 @@
+// cifarnet/layers/batch_norm.hpp — batch normalization with TF semantics.
+//
+// BatchNorm2d<C>: per-channel scale `gamma` (init 1) and offset `beta` (init
+// 0), trainable; `moving_mean` (0) and `moving_variance` (1) are
+// non-trainable state. Training normalizes with the batch mean and biased
+// variance (over n·h·w) and updates moving = decay·moving + (1−decay)·batch,
+// feeding the moving variance the Bessel-corrected batch variance (× m/(m−1))
+// as TF's fused batch norm does. Inference uses the moving statistics.
+// Decay and epsilon come from NetOptions (0.997 and 1e-5 by default).
+#pragma once
+
+#include <vector>
+
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+
+template <int C = 0>
+struct BatchNorm2d : LayerBase {
+  static_assert(C >= 0, "cifarnet: BatchNorm2d<C>: C must be >= 0 (0 = inferred from the input).");
+  static constexpr const char* kind = "bn";
+  static constexpr int in_channels = C == 0 ? -1 : C;
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      if (C != 0 && in.c != std::size_t(C))
+        throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + std::to_string(C) +
+                         " channels but the input shape is " + in.str());
+      in_ = in;
+      decay_ = ctx.options ? ctx.options->bn_decay : 0.997;
+      eps_ = ctx.options ? ctx.options->bn_epsilon : 1e-5;
+      gamma_ = ctx.add_param(scope, "gamma", {in.c}, Initializer::ones());
+      beta_ = ctx.add_param(scope, "beta", {in.c}, Initializer::zeros());
+      mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false, false);
+      mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false, false);
+      mean_.assign(in.c, T(0));
+      var_.assign(in.c, T(0));
+      return in;
+    }
+
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      geom_ = ChannelGeom::make(fmt_, s);
+      ensure_shape(y_, s, fmt_);
+      auto& P = *rc.params;
+      if (rc.training()) {
+        x_ = &x;
+        op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+                          mean_.data(), var_.data());
+        const double m = double(s.n * s.h * s.w);
+        const double bessel = m > 1 ? m / (m - 1) : 1.0;
+        T* mm = P.value(mmean_);
+        T* mv = P.value(mvar_);
+        for (std::size_t c = 0; c < s.c; ++c) {
+          mm[c] = T(decay_ * double(mm[c]) + (1 - decay_) * double(mean_[c]));
+          mv[c] = T(decay_ * double(mv[c]) + (1 - decay_) * double(var_[c]) * bessel);
+        }
+      } else {
+        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), P.value(mmean_),
+                          P.value(mvar_), y_.data());
+      }
+      return y_;
+    }
+
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      auto& P = *rc.params;
+      ensure_shape(dx_, geom_.shape(), fmt_);
+      // The op computes dx together with dgamma/dbeta; frozen weights write
+      // their gradients into scratch.
+      T* dg = P.grad(gamma_);
+      T* db = P.grad(beta_);
+      if (!rc.param_grads) {
+        scratch_.resize(2 * in_.c);
+        dg = scratch_.data();
+        db = scratch_.data() + in_.c;
+      }
+      op_.backward(*rc.device, geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(), var_.data(),
+                   dx_.data(), dg, db);
+      return dx_;
+    }
+
+   private:
+    ops::BatchNorm<B, T> op_;
+    ChannelGeom geom_;
+    Shape in_;
+    double decay_ = 0.997, eps_ = 1e-5;
+    std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
+    std::vector<T> mean_, var_, scratch_;
+    const Tensor<T>* x_ = nullptr;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+}  // namespace cifarnet

@@ -1,0 +1,78 @@
+// cifarnet/layers/conv2d.hpp — 2-D convolution.
+//
+// Conv2d<In, Out, K, S, P, Bias>: K×K kernel, stride S, padding P (TF SAME,
+// VALID, or Explicit = ResNet's fixed padding for strided convs), optional
+// bias. In = 0 infers the input channels at build time. Parameters:
+// `weights` (K, K, In, Out) HWIO, TF's default Glorot-uniform initializer, and
+// `biases` (Out) initialized to zero.
+#pragma once
+
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+
+template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Bias = false>
+struct Conv2d : LayerBase {
+  static_assert(In >= 0, "cifarnet: Conv2d<In, ...>: In must be >= 0 (0 = inferred from the input).");
+  static_assert(Out > 0, "cifarnet: Conv2d<In, Out, ...>: Out (output channels) must be positive.");
+  static_assert(K > 0, "cifarnet: Conv2d<In, Out, K>: kernel size K must be positive.");
+  static_assert(S > 0, "cifarnet: Conv2d<In, Out, K, S>: stride S must be positive.");
+  static constexpr const char* kind = "conv";
+  static constexpr int in_channels = In == 0 ? -1 : In;
+  static constexpr int out_channels(int) { return Out; }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      if (In != 0 && in.c != std::size_t(In))
+        throw ShapeError("layer '" + name_ + "' (Conv2d) expects " + std::to_string(In) +
+                         " input channels but the input shape is " + in.str());
+      in_ = in;
+      geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
+      w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
+                         Initializer::glorot_uniform());
+      if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
+      return {in.n, std::size_t(Out), geom_.oh, geom_.ow};
+    }
+
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      geom_.n = s.n;
+      ensure_shape(y_, geom_.out_shape(), fmt_);
+      x_ = &x;
+      op_.forward(*rc.device, geom_, x.data(), rc.params->value(w_), Bias ? rc.params->value(b_) : nullptr,
+                  y_.data());
+      return y_;
+    }
+
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if (rc.param_grads)
+        op_.backward_weights(*rc.device, geom_, x_->data(), dy.data(), rc.params->grad(w_),
+                             Bias ? rc.params->grad(b_) : nullptr);
+      if (!down_) return dx_;
+      ensure_shape(dx_, geom_.in_shape(), fmt_);
+      op_.backward_data(*rc.device, geom_, dy.data(), rc.params->value(w_), dx_.data());
+      return dx_;
+    }
+
+    const ConvGeom& geometry() const { return geom_; }
+
+   private:
+    ops::Conv2d<B, T> op_;
+    ConvGeom geom_;
+    Shape in_;
+    std::size_t w_ = 0, b_ = 0;
+    const Tensor<T>* x_ = nullptr;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+}  // namespace cifarnet

@@ -1,0 +1,112 @@
+// cifarnet/layers/dense.hpp — fully connected layer and Flatten.
+//
+// Dense<In, Out, Bias>: y = x·W + b on flat inputs (n, In, 1, 1) — put
+// Flatten or GlobalAvgPool before it. In = 0 infers the input size.
+// Parameters: `weights` (In, Out), Glorot-uniform (TF's default), `biases`
+// (Out), zeros. Flatten reshapes (n, c, h, w) to (n, c·h·w, 1, 1) in memory
+// order: c·h·w for NCHW, h·w·c for NHWC (TF's order).
+#pragma once
+
+#include <algorithm>
+
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+
+template <int In, int Out, bool Bias = true>
+struct Dense : LayerBase {
+  static_assert(In >= 0, "cifarnet: Dense<In, Out>: In must be >= 0 (0 = inferred from the input).");
+  static_assert(Out > 0, "cifarnet: Dense<In, Out>: Out must be positive.");
+  static constexpr const char* kind = "dense";
+  static constexpr int in_channels = In == 0 ? -1 : In;
+  static constexpr int out_channels(int) { return Out; }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      if (in.h != 1 || in.w != 1)
+        throw ShapeError("layer '" + name_ + "' (Dense) expects a flat input [n, features, 1, 1] but got " +
+                         in.str() + "; put Flatten or GlobalAvgPool before it");
+      if (In != 0 && in.c != std::size_t(In))
+        throw ShapeError("layer '" + name_ + "' (Dense) expects " + std::to_string(In) +
+                         " input features but the input shape is " + in.str());
+      in_ = in;
+      w_ = ctx.add_param(scope, "weights", {in.c, std::size_t(Out)}, Initializer::glorot_uniform());
+      if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
+      return {in.n, std::size_t(Out), 1, 1};
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      n_ = s.n;
+      ensure_shape(y_, {s.n, std::size_t(Out), 1, 1}, fmt_);
+      x_ = &x;
+      op_.forward(*rc.device, n_, in_.c, Out, x.data(), rc.params->value(w_),
+                  Bias ? rc.params->value(b_) : nullptr, y_.data());
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if (rc.param_grads)
+        op_.backward_weights(*rc.device, n_, in_.c, Out, x_->data(), dy.data(), rc.params->grad(w_),
+                             Bias ? rc.params->grad(b_) : nullptr);
+      if (!down_) return dx_;
+      ensure_shape(dx_, {n_, in_.c, 1, 1}, fmt_);
+      op_.backward_data(*rc.device, n_, in_.c, Out, dy.data(), rc.params->value(w_), dx_.data());
+      return dx_;
+    }
+
+   private:
+    ops::Dense<B, T> op_;
+    Shape in_;
+    std::size_t n_ = 0, w_ = 0, b_ = 0;
+    const Tensor<T>* x_ = nullptr;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+struct Flatten : LayerBase {
+  static constexpr const char* kind = "flatten";
+  static constexpr int out_channels(int) { return -1; }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      in_ = in;
+      return {in.n, in.per_example(), 1, 1};
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      n_ = s.n;
+      ensure_shape(y_, {s.n, s.per_example(), 1, 1}, fmt_);
+      std::copy(x.data(), x.data() + x.size(), y_.data());
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+      if (!down_) return dx_;
+      ensure_shape(dx_, {n_, in_.c, in_.h, in_.w}, fmt_);
+      std::copy(dy.data(), dy.data() + dy.size(), dx_.data());
+      return dx_;
+    }
+
+   private:
+    Shape in_;
+    std::size_t n_ = 0;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+}  // namespace cifarnet

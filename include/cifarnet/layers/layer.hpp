@@ -1,0 +1,85 @@
+// cifarnet/layers/layer.hpp — what every layer type provides, and helpers.
+//
+// A layer is a type (its compile-time hyper-parameters) with a nested
+// `template <class Backend, class T> class Node` (its run-time state: output
+// and gradient buffers, parameter ids, backend op objects). Node interface:
+//
+//   Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx);
+//       registers parameters under `scope`, returns the output shape
+//       (n is ignored: batch size may change at run time).
+//   const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc);
+//       returns the layer's own output buffer (valid until its next forward).
+//       In Train mode the layer may keep a pointer to x for backward, so x
+//       must stay alive and unchanged until backward.
+//   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc);
+//       writes parameter gradients (overwrites; every parameter belongs to one
+//       layer) and returns dx, unless the layer was built with
+//       propagate_down = false (then the returned tensor is empty).
+//
+// Compile-time traits (from LayerBase, overridden by layers):
+//   kind          automatic name base ("conv" -> conv1, conv2 in a scope)
+//   first_index   where automatic numbering starts (1; blocks use 0)
+//   transparent   containers that add no scope level (Sequential, Repeat)
+//   in_channels   required input channels, or -1 when any / inferred
+//   out_channels(c)  output channels for c input channels (-1: unknown)
+#pragma once
+
+#include <string>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/nn/context.hpp"
+
+namespace cifarnet {
+
+struct LayerBase {
+  static constexpr const char* kind = "layer";
+  static constexpr int first_index = 1;
+  static constexpr bool transparent = false;
+  static constexpr int in_channels = -1;
+  static constexpr int out_channels(int in) { return in; }
+};
+
+/// The run-time node of layer type L on backend B with scalar T.
+template <class L, class B, class T>
+using node_t = typename L::template Node<B, T>;
+
+namespace detail {
+/// Checks x against the built per-example shape (c, h, w); returns its shape.
+template <class T>
+Shape check_input(const std::string& layer, const Shape& built, const Tensor<T>& x, DataFormat fmt) {
+  if (x.dimension() != 4) throw ShapeError("layer '" + layer + "' expects a 4-D tensor");
+  const Shape s = shape_of(x, fmt);
+  if (s.c != built.c || s.h != built.h || s.w != built.w) {
+    Shape e = built;
+    e.n = s.n;
+    throw ShapeError("layer '" + layer + "' expects input " + e.str() + " but got " + s.str());
+  }
+  return s;
+}
+
+/// Trait: does L define a fixed name (Named<Tag, ...>)?
+template <class L, class = void>
+struct has_fixed_name : std::false_type {};
+template <class L>
+struct has_fixed_name<L, std::void_t<decltype(L::fixed_name)>> : std::true_type {};
+
+/// Builds child `node` of type L inside `parent`: containers that are
+/// transparent share the parent scope; others get a named child scope.
+template <class L, class N, class T>
+Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx) {
+  if constexpr (L::transparent) {
+    return node.build(in, parent, ctx);
+  } else {
+    std::string leaf;
+    if constexpr (has_fixed_name<L>::value)
+      leaf = L::fixed_name;
+    else
+      leaf = parent.next(L::kind, L::first_index);
+    Scope s = parent.child(leaf);
+    return node.build(in, s, ctx);
+  }
+}
+}  // namespace detail
+
+}  // namespace cifarnet

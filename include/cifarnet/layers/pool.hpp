@@ -1,0 +1,135 @@
+// cifarnet/layers/pool.hpp — max and average pooling with TF semantics.
+//
+// MaxPool2d<K, S, P> and AvgPool2d<K, S, P>: K×K window, stride S, padding P
+// (SAME by default). With SAME, padded positions never win a max and are
+// excluded from the average (TF's avg_pool). GlobalAvgPool averages each
+// channel over h·w and returns (n, c, 1, 1).
+#pragma once
+
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+
+template <PoolKind Kind, int K, int S, Padding P = Padding::Same>
+struct Pool2d : LayerBase {
+  static_assert(K > 0 && S > 0, "cifarnet: Pool2d<K, S>: window K and stride S must be positive.");
+  static_assert(P != Padding::Explicit, "cifarnet: Pool2d supports Padding::Same and Padding::Valid.");
+  static constexpr const char* kind = Kind == PoolKind::Max ? "max_pool" : "avg_pool";
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      in_ = in;
+      geom_ = ConvGeom::make(fmt_, in, in.c, K, S, P);
+      return {in.n, in.c, geom_.oh, geom_.ow};
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      geom_.n = s.n;
+      ensure_shape(y_, {s.n, s.c, geom_.oh, geom_.ow}, fmt_);
+      x_ = &x;
+      op_.forward(*rc.device, geom_, Kind, rc.training(), x.data(), y_.data());
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if (!down_) return dx_;
+      ensure_shape(dx_, geom_.in_shape(), fmt_);
+      op_.backward(*rc.device, geom_, Kind, x_->data(), y_.data(), dy.data(), dx_.data());
+      return dx_;
+    }
+
+   private:
+    ops::Pool2d<B, T> op_;
+    ConvGeom geom_;
+    Shape in_;
+    const Tensor<T>* x_ = nullptr;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+template <int K, int S, Padding P = Padding::Same>
+using MaxPool2d = Pool2d<PoolKind::Max, K, S, P>;
+template <int K, int S, Padding P = Padding::Same>
+using AvgPool2d = Pool2d<PoolKind::Avg, K, S, P>;
+
+/// Mean over h·w per channel: (n, c, h, w) -> (n, c, 1, 1).
+struct GlobalAvgPool : LayerBase {
+  static constexpr const char* kind = "global_pool";
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      down_ = ctx.propagate_down;
+      in_ = in;
+      return {in.n, in.c, 1, 1};
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      n_ = s.n;
+      ensure_shape(y_, {s.n, s.c, 1, 1}, fmt_);
+      const std::size_t hw = s.h * s.w, C = s.c;
+      const T inv = T(1) / T(hw);
+      const T* px = x.data();
+      T* py = y_.data();
+      for (std::size_t n = 0; n < s.n; ++n) {
+        T* out = py + n * C;
+        for (std::size_t c = 0; c < C; ++c) out[c] = 0;
+        const T* in = px + n * C * hw;
+        if (fmt_ == DataFormat::NCHW) {
+          for (std::size_t c = 0; c < C; ++c) {
+            T acc = 0;
+            for (std::size_t i = 0; i < hw; ++i) acc += in[c * hw + i];
+            out[c] = acc * inv;
+          }
+        } else {
+          for (std::size_t i = 0; i < hw; ++i)
+            for (std::size_t c = 0; c < C; ++c) out[c] += in[i * C + c];
+          for (std::size_t c = 0; c < C; ++c) out[c] *= inv;
+        }
+      }
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+      if (!down_) return dx_;
+      const Shape s{n_, in_.c, in_.h, in_.w};
+      ensure_shape(dx_, s, fmt_);
+      const std::size_t hw = s.h * s.w, C = s.c;
+      const T inv = T(1) / T(hw);
+      const T* pdy = dy.data();
+      T* pdx = dx_.data();
+      for (std::size_t n = 0; n < s.n; ++n) {
+        const T* g = pdy + n * C;
+        T* out = pdx + n * C * hw;
+        if (fmt_ == DataFormat::NCHW) {
+          for (std::size_t c = 0; c < C; ++c)
+            for (std::size_t i = 0; i < hw; ++i) out[c * hw + i] = g[c] * inv;
+        } else {
+          for (std::size_t i = 0; i < hw; ++i)
+            for (std::size_t c = 0; c < C; ++c) out[i * C + c] = g[c] * inv;
+        }
+      }
+      return dx_;
+    }
+
+   private:
+    Shape in_;
+    std::size_t n_ = 0;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool down_ = true;
+  };
+};
+
+}  // namespace cifarnet

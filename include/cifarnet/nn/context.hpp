@@ -1,0 +1,124 @@
+// cifarnet/nn/context.hpp — what a layer sees while a model is built and while
+// it runs.
+//
+// BuildContext: the parameter arena to register into, the current name scope,
+// the data format, the network options (run-time repeat counts, initializer
+// and weight-decay overrides by name pattern) and whether the layer must
+// compute the gradient of its input (false for the first layer).
+// RunContext: train or inference mode, the arena, and the backend's device.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/names.hpp"
+#include "cifarnet/core/params.hpp"
+#include "cifarnet/core/tensor.hpp"
+
+namespace cifarnet {
+
+/// Train: BN uses batch statistics and updates its moving averages, layers
+/// keep what backward needs. Infer: BN uses the moving statistics.
+enum class Mode { Train, Infer };
+
+/// Run-time options of a network, given to the Model.
+struct NetOptions {
+  /// Base count of every Repeat<Block, Offset> (which runs repeat + Offset times).
+  int repeat = 1;
+  /// Initializer overrides: the first pattern (glob on the full parameter name)
+  /// that matches replaces the layer's default initializer.
+  std::vector<std::pair<std::string, Initializer>> initializers;
+  /// If not empty, only parameters whose name matches one of these globs get
+  /// weight decay (default: every trainable parameter, as the ResNet seed).
+  std::vector<std::string> weight_decay_only;
+  /// Batch norm moving-average decay and epsilon (TF ResNet: 0.997, 1e-5).
+  double bn_decay = 0.997, bn_epsilon = 1e-5;
+
+  NetOptions& with_repeat(int n) {
+    repeat = n;
+    return *this;
+  }
+  NetOptions& init(std::string pattern, Initializer i) {
+    initializers.emplace_back(std::move(pattern), i);
+    return *this;
+  }
+  NetOptions& decay_only(std::vector<std::string> patterns) {
+    weight_decay_only = std::move(patterns);
+    return *this;
+  }
+};
+
+/// Hierarchical names ("stage1/block0/conv1") with per-scope counters.
+class Scope {
+ public:
+  Scope() = default;
+  explicit Scope(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  /// Full name of `leaf` in this scope.
+  std::string name(const std::string& leaf) const { return prefix_.empty() ? leaf : prefix_ + "/" + leaf; }
+  const std::string& prefix() const { return prefix_; }
+
+  /// Next automatic child name for `base`: base + k, k counting from `first`.
+  std::string next(const std::string& base, int first) {
+    return base + std::to_string(first + counters_[base]++);
+  }
+
+  /// A child scope.
+  Scope child(const std::string& leaf) const { return Scope(name(leaf)); }
+
+ private:
+  std::string prefix_;
+  std::map<std::string, int> counters_;
+};
+
+template <class T>
+struct BuildContext {
+  Parameters<T>* params = nullptr;
+  DataFormat fmt = DataFormat::NCHW;
+  const NetOptions* options = nullptr;
+  bool propagate_down = true;  ///< does this layer need to produce dx?
+
+  /// Registers a parameter under `scope`, applying the option overrides.
+  std::size_t add_param(const Scope& scope, const std::string& leaf, std::vector<std::size_t> shape,
+                        Initializer init, bool trainable = true, bool weight_decay = true) {
+    ParamSpec s;
+    s.name = scope.name(leaf);
+    s.shape = std::move(shape);
+    s.trainable = trainable;
+    s.init = init;
+    s.weight_decay = trainable && weight_decay;
+    if (options) {
+      for (const auto& [pattern, i] : options->initializers)
+        if (glob_match(pattern, s.name)) {
+          s.init = i;
+          break;
+        }
+      if (s.trainable && !options->weight_decay_only.empty())
+        s.weight_decay = glob_match_any(options->weight_decay_only, s.name);
+    }
+    return params->add(std::move(s));
+  }
+};
+
+template <class B, class T>
+struct RunContext {
+  Mode mode = Mode::Train;
+  Parameters<T>* params = nullptr;
+  Device<B>* device = nullptr;
+  /// False when the weights are frozen (style transfer): backward then
+  /// computes activation gradients only, no weight gradients.
+  bool param_grads = true;
+  bool training() const { return mode == Mode::Train; }
+};
+
+/// Throws ShapeError naming the layer and both shapes.
+inline void expect_shape(const std::string& layer, const Shape& expected, const Shape& got) {
+  if (expected != got)
+    throw ShapeError("layer '" + layer + "' expects input " + expected.str() + " but got " + got.str());
+}
+
+}  // namespace cifarnet

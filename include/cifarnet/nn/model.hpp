@@ -1,0 +1,139 @@
+// cifarnet/nn/model.hpp — a network type bound to a backend and a scalar.
+//
+// Model<Net, Backend, T> builds Net's nodes once for a per-example input
+// shape (c, h, w): shapes are inferred layer by layer, every parameter gets
+// its hierarchical name in one arena, and the arena is initialized from the
+// seed. The batch size may change from call to call (the last partial batch,
+// eval batches); each layer resizes its buffers and its backend caches per
+// geometry, so steady-state steps allocate nothing.
+//
+//   Model<ResNetCifar, backend::OneDnn> net({3, 32, 32}, DataFormat::NCHW,
+//                                          NetOptions().with_repeat(n), seed);
+//   const auto& logits = net.forward(images, Mode::Train);
+//   float loss = softmax_cross_entropy(logits, labels, &dlogits);
+//   net.backward(dlogits);             // writes every trainable gradient
+//   net.parameters() ...               // optimizers, checkpoints, EMA
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/params.hpp"
+#include "cifarnet/core/rng.hpp"
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/nn/context.hpp"
+
+namespace cifarnet {
+
+/// Per-example input shape: channels, height, width.
+struct InputShape {
+  std::size_t c = 0, h = 0, w = 0;
+};
+
+template <class Net, class B = backend::Reference, class T = float>
+class Model {
+ public:
+  using Backend = B;
+  using Scalar = T;
+  using NodeType = node_t<Net, B, T>;
+
+  /// Builds and initializes the network. `input_gradient` makes backward()
+  /// also return d(loss)/d(input) (style transfer); otherwise the first layer
+  /// skips it.
+  explicit Model(InputShape input, DataFormat fmt = DataFormat::NCHW, NetOptions options = {},
+                 std::uint64_t seed = 0, bool input_gradient = false)
+      : fmt_(fmt), options_(std::move(options)), input_{1, input.c, input.h, input.w} {
+    if (input.c == 0 || input.h == 0 || input.w == 0)
+      throw ShapeError("model input shape " + input_.str() + " has a zero dimension");
+    device_ = std::make_unique<Device<B>>();
+    node_ = std::make_unique<NodeType>();
+    BuildContext<T> ctx;
+    ctx.params = &params_;
+    ctx.fmt = fmt_;
+    ctx.options = &options_;
+    ctx.propagate_down = input_gradient;
+    Scope root;
+    output_ = detail::build_child<Net>(*node_, input_, root, ctx);
+    params_.allocate();
+    reset(seed);
+  }
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  Model(Model&&) noexcept = default;
+  Model& operator=(Model&&) noexcept = default;
+
+  /// Re-initializes every parameter (and BN statistics) from `seed`.
+  void reset(std::uint64_t seed) {
+    Rng rng(seed);
+    params_.initialize(rng);
+    params_.zero_grad();
+  }
+
+  /// Runs the network on x (shape (n, c, h, w) in the model's format).
+  /// The result is owned by the model and valid until the next forward.
+  const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train) {
+    if (x.dimension() != 4 || x.size() == 0)
+      throw ShapeError("model input must be a non-empty 4-D tensor in " + std::string(to_string(fmt_)) +
+                       " order");
+    const Shape s = shape_of(x, fmt_);
+    if (s.c != input_.c || s.h != input_.h || s.w != input_.w) {
+      Shape e = input_;
+      e.n = s.n;
+      throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
+    }
+    RunContext<B, T> rc = run_context(mode);
+    last_mode_ = mode;
+    forwarded_ = true;
+    return node_->forward(x, rc);
+  }
+
+  /// Backpropagates d(loss)/d(output) through the last Train-mode forward;
+  /// writes every trainable gradient (overwriting) and returns d(loss)/d(x)
+  /// when the model was built with input_gradient (else an empty tensor).
+  const Tensor<T>& backward(const Tensor<T>& dy) {
+    if (!forwarded_ || last_mode_ != Mode::Train)
+      throw Error("Model::backward needs a preceding forward in Mode::Train");
+    RunContext<B, T> rc = run_context(Mode::Train);
+    rc.param_grads = param_grads_;
+    return node_->backward(dy, rc);
+  }
+
+  /// Freezes (false) or unfreezes the weights: frozen, backward computes
+  /// only activation gradients (cheaper; style transfer).
+  void set_weight_gradients(bool on) { param_grads_ = on; }
+
+  Parameters<T>& parameters() { return params_; }
+  const Parameters<T>& parameters() const { return params_; }
+  DataFormat format() const { return fmt_; }
+  /// Output shape for a batch of n.
+  Shape output_shape(std::size_t n = 1) const { return {n, output_.c, output_.h, output_.w}; }
+  Shape input_shape(std::size_t n = 1) const { return {n, input_.c, input_.h, input_.w}; }
+  const NetOptions& options() const { return options_; }
+  Device<B>& device() { return *device_; }
+  NodeType& root() { return *node_; }
+
+ private:
+  RunContext<B, T> run_context(Mode mode) {
+    RunContext<B, T> rc;
+    rc.mode = mode;
+    rc.params = &params_;
+    rc.device = device_.get();
+    return rc;
+  }
+
+  DataFormat fmt_;
+  NetOptions options_;
+  Shape input_, output_;
+  Parameters<T> params_;
+  std::unique_ptr<Device<B>> device_;
+  std::unique_ptr<NodeType> node_;
+  Mode last_mode_ = Mode::Train;
+  bool forwarded_ = false;
+  bool param_grads_ = true;
+};
+
+}  // namespace cifarnet

@@ -1,0 +1,244 @@
+// cifarnet/nn/sequential.hpp — the containers networks are composed of.
+//
+//   Sequential<A, B, C...>   children in order (a flat std::tuple, folded)
+//   Residual<Body, Shortcut> out = body(x) + shortcut(x)  (a "block")
+//   Repeat<Block, Offset>    Block repeated NetOptions::repeat + Offset times
+//                            (run-time count: ResNet depth is a flag)
+//   Named<Tag, L>            L under the fixed scope name Tag::name
+//   Identity                 passes x through
+//
+// Sequential and Repeat are transparent: their children are named in the
+// enclosing scope. Channel counts known at compile time are checked with
+// static_assert; everything else is checked once when the model is built
+// (ShapeError naming the layer and both shapes).
+#pragma once
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/layers/layer.hpp"
+
+namespace cifarnet {
+
+/// Defines a scope-name tag: CIFARNET_NAME(stage1) -> struct stage1 {...}.
+#define CIFARNET_NAME(ident)                    \
+  struct ident {                                \
+    static constexpr const char* name = #ident; \
+  }
+
+namespace detail {
+template <class... Ls>
+struct ChannelChain {
+  /// True when every layer's required input channels match the previous
+  /// layer's output (unknown counts, -1, always match).
+  static constexpr bool ok(int in) {
+    int c = in;
+    bool good = true;
+    ((good = good && (Ls::in_channels < 0 || c < 0 || Ls::in_channels == c),
+      c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c)))),
+     ...);
+    return good;
+  }
+  static constexpr int out(int in) {
+    int c = in;
+    ((c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c)))),
+     ...);
+    return c;
+  }
+};
+template <class L, class... Ls>
+struct First {
+  using type = L;
+};
+}  // namespace detail
+
+/// Passes its input through unchanged (no copy).
+struct Identity : LayerBase {
+  static constexpr const char* kind = "identity";
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope&, BuildContext<T>&) { return in; }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) { return x; }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) { return dy; }
+  };
+};
+
+/// Children applied in order.
+template <class... Ls>
+struct Sequential : LayerBase {
+  static_assert(sizeof...(Ls) > 0, "cifarnet: Sequential<> needs at least one layer.");
+  static_assert(detail::ChannelChain<Ls...>::ok(-1),
+                "cifarnet: Sequential: a layer's input channel count differs from the previous layer's "
+                "output channel count (check the In/Out template arguments of consecutive layers).");
+  static constexpr const char* kind = "sequential";
+  static constexpr bool transparent = true;
+  static constexpr int in_channels = detail::First<Ls...>::type::in_channels;
+  static constexpr int out_channels(int in) { return detail::ChannelChain<Ls...>::out(in); }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      Shape s = in;
+      const bool down = ctx.propagate_down;
+      build_each(s, scope, ctx, down, std::index_sequence_for<Ls...>{});
+      ctx.propagate_down = down;
+      return s;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>* cur = &x;
+      std::apply([&](auto&... n) { ((cur = &n.forward(*cur, rc)), ...); }, nodes_);
+      return *cur;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      return backward_from<sizeof...(Ls) - 1>(dy, rc);
+    }
+    /// The children (for inspection and taps).
+    std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
+
+   private:
+    template <std::size_t... I>
+    void build_each(Shape& s, Scope& scope, BuildContext<T>& ctx, bool down, std::index_sequence<I...>) {
+      ((ctx.propagate_down = (I == 0 ? down : true),
+        s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx)),
+       ...);
+    }
+    template <std::size_t I>
+    const Tensor<T>& backward_from(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& dx = std::get<I>(nodes_).backward(dy, rc);
+      if constexpr (I == 0)
+        return dx;
+      else
+        return backward_from<I - 1>(dx, rc);
+    }
+    std::tuple<node_t<Ls, B, T>...> nodes_;
+  };
+};
+
+/// A residual block: out = body(x) + shortcut(x). Follow it with ReLU for
+/// ResNet v1 (Sequential<Residual<...>, ReLU>).
+template <class Body, class Shortcut = Identity>
+struct Residual : LayerBase {
+  static_assert(Body::in_channels < 0 || Shortcut::out_channels(Body::in_channels) < 0 ||
+                    Body::out_channels(Body::in_channels) == Shortcut::out_channels(Body::in_channels),
+                "cifarnet: Residual<Body, Shortcut>: body and shortcut produce different channel counts, "
+                "so they cannot be added (use a shortcut that maps In to Out channels).");
+  static constexpr const char* kind = "block";
+  static constexpr int first_index = 0;
+  static constexpr int in_channels = Body::in_channels;
+  static constexpr int out_channels(int in) { return Body::out_channels(in); }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      name_ = scope.prefix();
+      fmt_ = ctx.fmt;
+      const bool down = ctx.propagate_down;
+      ctx.propagate_down = down;
+      const Shape a = detail::build_child<Body>(body_, in, scope, ctx);
+      ctx.propagate_down = down;
+      const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx);
+      ctx.propagate_down = down;
+      propagate_down_ = down;
+      if (a != b)
+        throw ShapeError("block '" + name_ + "': body output " + a.str() + " and shortcut output " + b.str() +
+                         " differ, so they cannot be added");
+      return a;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>& a = body_.forward(x, rc);
+      const Tensor<T>& b = shortcut_.forward(x, rc);
+      add(a, b, y_);
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& da = body_.backward(dy, rc);
+      const Tensor<T>& db = shortcut_.backward(dy, rc);
+      if (!propagate_down_) return da;
+      add(da, db, dx_);
+      return dx_;
+    }
+
+   private:
+    static void add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& out) {
+      if (out.shape() != a.shape()) out.resize(a.shape());
+      const T* pa = a.data();
+      const T* pb = b.data();
+      T* po = out.data();
+      const long n = long(a.size());
+#pragma omp parallel for simd schedule(static)
+      for (long i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+    }
+    node_t<Body, B, T> body_;
+    node_t<Shortcut, B, T> shortcut_;
+    Tensor<T> y_, dx_;
+    std::string name_;
+    DataFormat fmt_ = DataFormat::NCHW;
+    bool propagate_down_ = true;
+  };
+};
+
+/// Block repeated NetOptions::repeat + Offset times (zero times is allowed).
+template <class Block, int Offset = 0>
+struct Repeat : LayerBase {
+  static_assert(Block::in_channels < 0 || Block::out_channels(Block::in_channels) == Block::in_channels,
+                "cifarnet: Repeat<Block>: a repeated block must keep its channel count (In == Out).");
+  static constexpr const char* kind = "repeat";
+  static constexpr bool transparent = true;
+  static constexpr int in_channels = Block::in_channels;
+  static constexpr int out_channels(int in) { return in; }
+
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      const int count = (ctx.options ? ctx.options->repeat : 1) + Offset;
+      if (count < 0)
+        throw ConfigError("Repeat in scope '" + scope.prefix() + "': repeat count " + std::to_string(count) +
+                          " is negative (NetOptions::repeat too small)");
+      blocks_.resize(std::size_t(count));
+      Shape s = in;
+      const bool down = ctx.propagate_down;
+      for (std::size_t i = 0; i < blocks_.size(); ++i) {
+        ctx.propagate_down = i == 0 ? down : true;
+        const Shape o = detail::build_child<Block>(blocks_[i], s, scope, ctx);
+        if (o != s)
+          throw ShapeError("repeated block in scope '" + scope.prefix() + "' changes its input shape " +
+                           s.str() + " to " + o.str() + "; a repeated block must keep its shape");
+      }
+      ctx.propagate_down = down;
+      return s;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>* cur = &x;
+      for (auto& b : blocks_) cur = &b.forward(*cur, rc);
+      return *cur;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>* cur = &dy;
+      for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) cur = &it->backward(*cur, rc);
+      return *cur;
+    }
+    std::size_t size() const { return blocks_.size(); }
+
+   private:
+    std::vector<node_t<Block, B, T>> blocks_;
+  };
+};
+
+/// L under the fixed scope name Tag::name (see CIFARNET_NAME).
+template <class Tag, class L>
+struct Named : LayerBase {
+  static constexpr const char* kind = L::kind;
+  static constexpr const char* fixed_name = Tag::name;
+  static constexpr int in_channels = L::in_channels;
+  static constexpr int out_channels(int in) { return L::out_channels(in); }
+  template <class B, class T>
+  class Node : public node_t<L, B, T> {};
+};
+
+}  // namespace cifarnet

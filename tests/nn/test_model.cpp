@@ -1,0 +1,215 @@
+// Model behaviour: names, shape errors, train/infer modes, BN statistics,
+// and a small ResNet that fits 128 random examples.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/resnet.hpp>
+
+#include <set>
+
+using namespace cifarnet;
+
+TEST_CASE("ResNet-20 parameters have stable hierarchical names", "[nn][names]") {
+  Model<ResNetCifar<>, backend::Reference> net({3, 32, 32}, DataFormat::NCHW, resnet_options(20));
+  auto& P = net.parameters();
+  std::set<std::string> names;
+  for (const auto& p : P.infos()) names.insert(p.name);
+  CHECK(names.count("stem/conv1/weights"));
+  CHECK(names.count("stem/bn1/gamma"));
+  CHECK(names.count("stage1/block0/conv1/weights"));
+  CHECK(names.count("stage1/block2/bn2/moving_variance"));
+  CHECK(names.count("stage3/block2/conv2/weights"));
+  CHECK(names.count("head/dense1/weights"));
+  CHECK(names.count("head/dense1/biases"));
+  CHECK_FALSE(names.count("stage1/block3/conv1/weights"));
+  // 1 stem conv + 2 per block * 9 blocks = 19 convs + 1 dense = ResNet-20.
+  std::size_t convs = 0, bns = 0;
+  for (const auto& n : names) {
+    convs += n.size() > 8 && n.substr(n.size() - 8) == "/weights" && n.find("conv") != std::string::npos;
+    bns += n.size() > 6 && n.substr(n.size() - 6) == "/gamma";
+  }
+  CHECK(convs == 19);
+  CHECK(bns == 19);
+  const auto& w = P.info(P.id("stage2/block0/conv1/weights"));
+  CHECK(w.shape == std::vector<std::size_t>{3, 3, 16, 32});
+  CHECK(P.info(P.id("head/dense1/weights")).shape == std::vector<std::size_t>{64, 11});
+  CHECK_FALSE(P.info(P.id("stage1/block0/bn1/moving_mean")).trainable);
+  CHECK(P.info(P.id("stage1/block0/bn1/gamma")).weight_decay);  // the seed decays every trainable variable
+  CHECK(net.output_shape(7) == Shape{7, 11, 1, 1});
+}
+
+TEST_CASE("A wrong input shape is an error naming the layer and both shapes", "[nn][errors]") {
+  using Net = Sequential<Conv2d<3, 4, 3>, ReLU, Flatten, Dense<0, 2>>;
+  Model<Net, backend::Reference> net({3, 8, 8});
+  Tensor<float> bad = make_tensor<float>({2, 4, 8, 8}, DataFormat::NCHW);
+  try {
+    net.forward(bad);
+    FAIL("no exception");
+  } catch (const ShapeError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("[n=2, c=3, h=8, w=8]"));
+    CHECK_THAT(msg, Catch::Contains("[n=2, c=4, h=8, w=8]"));
+  }
+  // A layer that cannot take its input is reported when the model is built.
+  using NoFlatten = Sequential<Conv2d<3, 4, 3>, Dense<0, 2>>;
+  try {
+    Model<NoFlatten, backend::Reference> m({3, 8, 8});
+    FAIL("no exception");
+  } catch (const ShapeError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("dense1") && Catch::Contains("Flatten"));
+  }
+  using WrongIn = Sequential<Conv2d<3, 4, 3>>;
+  CHECK_THROWS_WITH((Model<WrongIn, backend::Reference>({5, 8, 8})),
+                    Catch::Contains("conv1") && Catch::Contains("expects 3 input channels"));
+}
+
+TEST_CASE("TF padding rules give the seed's output sizes", "[nn][padding]") {
+  auto s = axis_padding(32, 3, 2, Padding::Same);
+  CHECK(s.out == 16);
+  CHECK(s.before == 0);
+  CHECK(s.after == 1);  // TF puts the extra pad after
+  auto e = axis_padding(32, 3, 2, Padding::Explicit);
+  CHECK(e.out == 16);
+  CHECK(e.before == 1);
+  CHECK(e.after == 1);
+  auto v = axis_padding(7, 3, 2, Padding::Valid);
+  CHECK(v.out == 3);
+  auto p = axis_padding(24, 3, 2, Padding::Same);  // the tutorial's pools: 24 -> 12 -> 6
+  CHECK(p.out == 12);
+  CHECK(axis_padding(12, 3, 2, Padding::Same).out == 6);
+}
+
+TEST_CASE("Batch norm updates moving statistics with TF's decay and Bessel correction", "[nn][bn]") {
+  using Net = Sequential<BatchNorm2d<2>>;
+  NetOptions o;
+  o.bn_decay = 0.9;
+  Model<Net, backend::Reference, double> net({2, 1, 2}, DataFormat::NCHW, o);
+  Tensor<double> x = make_tensor<double>({2, 2, 1, 2}, DataFormat::NCHW);
+  // channel 0: 1, 2, 3, 4 (mean 2.5, biased var 1.25); channel 1: 0, 0, 4, 4 (mean 2, var 4)
+  const double v[] = {1, 2, 0, 0, 3, 4, 4, 4};
+  std::copy(v, v + 8, x.data());
+  const auto& y = net.forward(x, Mode::Train);
+  auto& P = net.parameters();
+  const double* mm = P.value(P.id("bn1/moving_mean"));
+  const double* mv = P.value(P.id("bn1/moving_variance"));
+  CHECK(mm[0] == Approx(0.1 * 2.5));
+  CHECK(mm[1] == Approx(0.1 * 2.0));
+  CHECK(mv[0] == Approx(0.9 + 0.1 * 1.25 * 4.0 / 3.0));
+  CHECK(mv[1] == Approx(0.9 + 0.1 * 4.0 * 4.0 / 3.0));
+  CHECK(y.data()[0] == Approx((1 - 2.5) / std::sqrt(1.25 + 1e-5)));
+  // Inference uses the moving statistics.
+  const auto& z = net.forward(x, Mode::Infer);
+  CHECK(z.data()[0] == Approx((1 - mm[0]) / std::sqrt(mv[0] + 1e-5)));
+  CHECK_THROWS_AS(net.backward(z), Error);  // backward needs a Train forward
+}
+
+TEST_CASE("Initialization is reproducible from the seed and follows TF's initializers", "[nn][init]") {
+  using Net = Sequential<Conv2d<3, 8, 3>, Flatten, Dense<0, 10>>;
+  Model<Net, backend::Reference> a({3, 4, 4}, DataFormat::NCHW, {}, 42),
+      b({3, 4, 4}, DataFormat::NCHW, {}, 42), c({3, 4, 4}, DataFormat::NCHW, {}, 43);
+  CHECK((a.parameters().values() == b.parameters().values()).all());
+  CHECK_FALSE((a.parameters().values() == c.parameters().values()).all());
+  auto& P = a.parameters();
+  const auto& w = P.info(P.id("conv1/weights"));
+  const double limit = std::sqrt(6.0 / (27.0 + 72.0));  // Glorot: fan_in 3*3*3, fan_out 3*3*8
+  double mx = 0;
+  for (std::size_t i = 0; i < w.size; ++i)
+    mx = std::max(mx, double(std::fabs(P.value(P.id("conv1/weights"))[i])));
+  CHECK(mx <= limit);
+  CHECK(mx > 0.8 * limit);
+  // Overrides by name pattern, as the tutorial's truncated normals.
+  NetOptions o;
+  o.init("conv1/weights", Initializer::truncated_normal(5e-2)).init("*/biases", Initializer::constant(0.1));
+  Model<Net, backend::Reference> t({3, 4, 4}, DataFormat::NCHW, o, 1);
+  auto& Q = t.parameters();
+  const float* tw = Q.value(Q.id("conv1/weights"));
+  double sum2 = 0;
+  for (std::size_t i = 0; i < 216; ++i) {
+    CHECK(std::fabs(tw[i]) <= 2 * 5e-2);
+    sum2 += double(tw[i]) * tw[i];
+  }
+  CHECK(std::sqrt(sum2 / 216) == Approx(0.88 * 5e-2).epsilon(0.2));  // truncation shrinks the stddev to ~0.88
+  CHECK(Q.value(Q.id("dense1/biases"))[3] == Approx(0.1f));
+}
+
+TEST_CASE("Softmax cross-entropy is stable and its gradient is softmax minus one-hot", "[nn][loss]") {
+  Tensor<double> logits = make_tensor<double>({2, 3, 1, 1}, DataFormat::NCHW);
+  const double z[] = {1000.0, 0.0, -1000.0, 1.0, 2.0, 3.0};
+  std::copy(z, z + 6, logits.data());
+  Tensor<double> d;
+  const double loss = softmax_cross_entropy(logits, {0, 1}, &d);
+  const double l2 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 2.0;
+  CHECK(loss == Approx((0.0 + l2) / 2));
+  CHECK(std::isfinite(loss));
+  CHECK(d.data()[0] == Approx(0.0).margin(1e-12));
+  const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  CHECK(d.data()[4] == Approx((std::exp(2.0) / s - 1) / 2));
+  CHECK(argmax(logits) == std::vector<std::int32_t>{0, 2});
+  CHECK(count_correct(logits, {0, 1}) == 1);
+  CHECK_THROWS_AS(softmax_cross_entropy(logits, {0, 3}), DataError);
+  CHECK_THROWS_AS(softmax_cross_entropy(logits, {0}), ShapeError);
+  // ties count as hits in TF's in_top_k
+  Tensor<double> tie = make_tensor<double>({1, 2, 1, 1}, DataFormat::NCHW);
+  tie.data()[0] = tie.data()[1] = 0.5;
+  CHECK(in_top_1(tie, {1})[0]);
+}
+
+TEST_CASE("Weight decay is wd * sum(v^2)/2 with gradient wd * v", "[nn][loss]") {
+  using Net = Sequential<Conv2d<1, 1, 1, 1, Padding::Same, true>, BatchNorm2d<1>>;
+  Model<Net, backend::Reference, double> net({1, 1, 1});
+  auto& P = net.parameters();
+  P.value(P.id("conv1/weights"))[0] = 2.0;
+  P.value(P.id("conv1/biases"))[0] = -1.0;
+  P.value(P.id("bn1/gamma"))[0] = 3.0;
+  P.value(P.id("bn1/beta"))[0] = 0.5;
+  P.zero_grad();
+  const double l = weight_decay(P, 0.1);
+  CHECK(l == Approx(0.1 * (4 + 1 + 9 + 0.25) / 2));
+  CHECK(P.grad(P.id("bn1/gamma"))[0] == Approx(0.3));
+  CHECK(P.grad(P.id("conv1/biases"))[0] == Approx(-0.1));
+  // Restrict decay by name, as the tutorial does for local3/local4.
+  NetOptions o;
+  o.decay_only({"*/weights"});
+  Model<Net, backend::Reference, double> m({1, 1, 1}, DataFormat::NCHW, o);
+  auto& Q = m.parameters();
+  Q.value(Q.id("conv1/weights"))[0] = 2.0;
+  CHECK(weight_decay(Q, 0.1, false) == Approx(0.1 * 4 / 2));
+}
+
+namespace {
+// A small ResNet-style network: stem, one stage of two blocks, a strided
+// block with the pool-pad shortcut, head.
+using TinyResNet =
+    Sequential<resnet::ConvBN<3, 8>, ReLU, resnet::BlockV1<8, 8, 1>, Repeat<resnet::BlockV1<8, 8, 1>>,
+               resnet::BlockV1<8, 16, 2>, GlobalAvgPool, Dense<16, 10>>;
+}  // namespace
+
+TEST_CASE("A small ResNet learns 128 random examples to 100% training accuracy", "[nn][learn]") {
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Model<TinyResNet, backend::Reference> net({3, 8, 8}, fmt, NetOptions().with_repeat(1), 7);
+    Rng rng(11);
+    const std::size_t n = 128;
+    Tensor<float> x = make_tensor<float>({n, 3, 8, 8}, fmt);
+    for (auto& v : x) v = float(rng.normal());
+    std::vector<std::int32_t> y(n);
+    for (auto& l : y) l = std::int32_t(rng.uniform_int(10));
+    auto& P = net.parameters();
+    Eigen::ArrayXf accum = Eigen::ArrayXf::Zero(P.values().size());
+    Tensor<float> d;
+    std::size_t correct = 0;
+    int step = 0;
+    for (; step < 400 && correct < n; ++step) {
+      const auto& logits = net.forward(x, Mode::Train);
+      correct = count_correct(logits, y);
+      softmax_cross_entropy(logits, y, &d);
+      net.backward(d);
+      accum = 0.9f * accum + P.grads();  // TF momentum
+      P.values() -= 0.1f * accum;
+    }
+    INFO("steps " << step);
+    CHECK(correct == n);
+    // In inference mode (moving statistics) the fit holds too once the statistics settle.
+    CHECK(step < 400);
+  }
+}
