@@ -14,3 +14,21 @@ TEST_CASE("ResNet parameter counts are what the architecture implies", "[nn][res
     CHECK(m == Approx(millions).epsilon(0.03));
   }
 }
+
+#include <cifarnet/models/cifar10_cnn.hpp>
+
+TEST_CASE("The tutorial CNN has the tutorial's shapes, names and weight-decay set", "[nn][cnn]") {
+  Model<Cifar10Cnn, backend::Reference> net({3, 24, 24}, DataFormat::NHWC, cifar10_cnn_options());
+  auto& P = net.parameters();
+  CHECK(P.info(P.id("conv1/weights")).shape == std::vector<std::size_t>{5, 5, 3, 64});
+  CHECK(P.info(P.id("local3/weights")).shape == std::vector<std::size_t>{6 * 6 * 64, 384});
+  CHECK(P.info(P.id("softmax_linear/weights")).shape == std::vector<std::size_t>{192, 10});
+  CHECK(P.info(P.id("local3/weights")).weight_decay);
+  CHECK(P.info(P.id("local4/weights")).weight_decay);
+  CHECK_FALSE(P.info(P.id("conv1/weights")).weight_decay);
+  CHECK_FALSE(P.info(P.id("local3/biases")).weight_decay);
+  CHECK(P.value(P.id("conv2/biases"))[5] == Approx(0.1f));
+  CHECK(net.output_shape(2) == Shape{2, 10, 1, 1});
+  // 1,068,298 parameters in the TF tutorial model.
+  CHECK(P.num_trainable() == 1068298);
+}

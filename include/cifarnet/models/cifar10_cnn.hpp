@@ -1,0 +1,53 @@
+// cifarnet/models/cifar10_cnn.hpp — the classic TensorFlow CIFAR-10 tutorial
+// CNN (tensorflow/models tutorials/image/cifar10/cifar10.py), SPEC §4.
+//
+// Input 24×24×3 (per-image standardized crops). conv1 5×5/64 + bias + ReLU,
+// max-pool 3×3/2 SAME, LRN(4, 1.0, 0.001/9, 0.75); conv2 5×5/64 + bias +
+// ReLU, LRN, max-pool; flatten; local3 dense 384 + ReLU; local4 dense 192 +
+// ReLU; softmax_linear dense 10. Parameter names follow the tutorial
+// (conv1/weights, local3/biases, softmax_linear/weights, …).
+//
+// cifar10_cnn_options() sets the tutorial's initializers (truncated normal
+// 5e-2 for the convs, 0.04 for local3/local4, 1/192 for softmax_linear;
+// biases 0.0 / 0.1) and restricts weight decay to local3 and local4 weights
+// (the loss adds 0.004 · l2 over exactly those).
+#pragma once
+
+#include "cifarnet/layers.hpp"
+#include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/sequential.hpp"
+
+namespace cifarnet {
+namespace cnn {
+CIFARNET_NAME(conv1);
+CIFARNET_NAME(conv2);
+CIFARNET_NAME(local3);
+CIFARNET_NAME(local4);
+CIFARNET_NAME(softmax_linear);
+}  // namespace cnn
+
+/// The tutorial CNN (logits for 10 classes).
+using Cifar10Cnn =
+    Sequential<Named<cnn::conv1, Conv2d<3, 64, 5, 1, Padding::Same, true>>, ReLU, MaxPool2d<3, 2>,
+               TutorialLrn, Named<cnn::conv2, Conv2d<64, 64, 5, 1, Padding::Same, true>>, ReLU, TutorialLrn,
+               MaxPool2d<3, 2>, Flatten, Named<cnn::local3, Dense<0, 384>>, ReLU,
+               Named<cnn::local4, Dense<384, 192>>, ReLU, Named<cnn::softmax_linear, Dense<192, 10>>>;
+
+/// The tutorial's initializers and weight-decay selection.
+inline NetOptions cifar10_cnn_options() {
+  NetOptions o;
+  o.init("conv1/weights", Initializer::truncated_normal(5e-2))
+      .init("conv1/biases", Initializer::constant(0.0))
+      .init("conv2/weights", Initializer::truncated_normal(5e-2))
+      .init("conv2/biases", Initializer::constant(0.1))
+      .init("local3/weights", Initializer::truncated_normal(0.04))
+      .init("local3/biases", Initializer::constant(0.1))
+      .init("local4/weights", Initializer::truncated_normal(0.04))
+      .init("local4/biases", Initializer::constant(0.1))
+      .init("softmax_linear/weights", Initializer::truncated_normal(1.0 / 192.0))
+      .init("softmax_linear/biases", Initializer::constant(0.0));
+  o.decay_only({"local3/weights", "local4/weights"});
+  return o;
+}
+
+}  // namespace cifarnet
