@@ -524,3 +524,64 @@ TEST_CASE("assign_from_values sets parameters from in-memory xarrays and vectors
           "cifarnet: assign_from_values: no parameter named 'nope'");
   }
 }
+
+namespace {
+/// Stands in for an optimizer: two slots and a scalar, exposed through visit_state like optim/state.hpp.
+struct FakeOptimizer {
+  using Scalar = float;
+  std::vector<float> m = {1, 2, 3, 4}, v = {5, 6};
+  float power = 0.9f;
+  template <class F>
+  void visit_state(F&& f) {
+    f("conv1/weights/Adam", m.data(), {2, 2});
+    f("conv1/biases/Adam_1", v.data(), {2});
+    f("beta1_power", &power, {});
+  }
+};
+}  // namespace
+
+TEST_CASE("optimizer state round-trips through a checkpoint by TF slot name", "[io][checkpoint]") {
+  iotest::TempDir dir;
+  FakeOptimizer a;
+  StateDict d;
+  add_state(d, a);
+  CHECK(d.at("conv1/weights/Adam").shape == std::vector<std::size_t>{2, 2});
+  CHECK(d.at("beta1_power").shape.empty());
+  write_safetensors(dir / "o.safetensors", d);
+  const auto r = read_safetensors(dir / "o.safetensors");
+  FakeOptimizer b;
+  b.m.assign(4, 0.0f);
+  b.v.assign(2, 0.0f);
+  b.power = 0;
+  load_state(b, r);
+  CHECK(b.m == a.m);
+  CHECK(b.v == a.v);
+  CHECK(b.power == a.power);
+
+  SECTION("a missing slot changes nothing") {
+    StateDict partial = r;
+    partial.erase("beta1_power");
+    FakeOptimizer c;
+    c.m.assign(4, 0.0f);
+    CHECK(iotest::message_of<DataError>([&] { load_state(c, partial); }) ==
+          "cifarnet: '" + dir / "o.safetensors" + "' has no state tensor 'beta1_power' []");
+    CHECK(c.m == std::vector<float>(4, 0.0f));
+  }
+  SECTION("a misshapen slot names both shapes") {
+    StateDict bad = r;
+    bad.set<float>("conv1/biases/Adam_1", {3}, {1, 2, 3});
+    FakeOptimizer c;
+    CHECK(iotest::message_of<ShapeError>([&] { load_state(c, bad); }) ==
+          "cifarnet: state 'conv1/biases/Adam_1' has shape [2] but tensor 'conv1/biases/Adam_1' in '" +
+              dir / "o.safetensors" + "' has shape [3]");
+  }
+  SECTION("a prefix") {
+    StateDict p;
+    add_state(p, a, "opt/");
+    CHECK(p.contains("opt/beta1_power"));
+    FakeOptimizer c;
+    c.power = 0;
+    load_state(c, p, "opt/");
+    CHECK(c.power == 0.9f);
+  }
+}

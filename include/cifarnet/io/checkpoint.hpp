@@ -27,6 +27,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -427,6 +428,53 @@ LoadReport load_parameters(Parameters<T>& params, const StateDict& dict, const L
     }
   }
   return r;
+}
+
+/// Adds every state tensor of `obj` (an optimizer, a gradient transform, an
+/// EMA: anything with visit_state(f) calling f(name, T* data, shape), see
+/// optim/state.hpp) under prefix + its name, e.g. "conv1/weights/Momentum".
+template <class S>
+void add_state(StateDict& dict, S& obj, const std::string& prefix = "") {
+  obj.visit_state([&](const std::string& name, auto* data, const std::vector<std::size_t>& shape) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(data)>>;
+    dict.set(prefix + name, TensorData::from<T>(shape, data));
+  });
+}
+
+/// Restores what add_state saved: every state tensor of `obj` must be in
+/// `dict` with its shape (DataError / ShapeError naming it otherwise);
+/// floating dtypes convert. Everything is checked before anything is written.
+template <class S>
+void load_state(S& obj, const StateDict& dict, const std::string& prefix = "") {
+  for (int pass = 0; pass < 2; ++pass) {
+    obj.visit_state([&](const std::string& name, auto* data, const std::vector<std::size_t>& shape) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(data)>>;
+      const TensorData* t = dict.find(prefix + name);
+      if (!t)
+        throw DataError(cifarnet::detail::concat(detail::source_of(dict), " has no state tensor '",
+                                                 prefix + name, "' ", detail::shape_str(shape)));
+      if (t->shape != shape)
+        throw ShapeError(cifarnet::detail::concat(
+            "state '", name, "' has shape ", detail::shape_str(shape), " but tensor '", prefix + name,
+            "' in ", detail::source_of(dict), " has shape ", detail::shape_str(t->shape)));
+      std::vector<T> v;
+      if constexpr (std::is_floating_point_v<T>) {
+        if (t->dtype != Dtype::F16 && t->dtype != Dtype::BF16 && t->dtype != Dtype::F32 &&
+            t->dtype != Dtype::F64)
+          throw DataError(cifarnet::detail::concat("state '", name, "': tensor '", prefix + name, "' in ",
+                                                   detail::source_of(dict), " has dtype ",
+                                                   dtype_name(t->dtype), ", expected a floating type"));
+        v = t->to_floating<T>();
+      } else {
+        if (t->dtype != dtype_of<T>())
+          throw DataError(cifarnet::detail::concat(
+              "state '", name, "': tensor '", prefix + name, "' in ", detail::source_of(dict), " has dtype ",
+              dtype_name(t->dtype), ", expected ", dtype_name(dtype_of<T>())));
+        v = t->values<T>();
+      }
+      if (pass == 1) std::copy(v.begin(), v.end(), data);
+    });
+  }
 }
 
 /// A name pattern: a glob ('*', '?', see core/names.hpp) or an ECMAScript
