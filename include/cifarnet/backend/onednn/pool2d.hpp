@@ -1,0 +1,87 @@
+// cifarnet/backend/onednn/pool2d.hpp — max and average pooling on oneDNN
+// (float) with TF SAME semantics: padded positions never win a max
+// (pooling_max) and are excluded from the average's divisor
+// (pooling_avg_exclude_padding); padding_l = {pt, pl}, padding_r = {pb, pr}.
+// The output has the input's channels (g.ic; g.oc is not used).
+//
+// Max pooling backward needs the workspace (the argmax positions) of a
+// training-mode forward. The op keeps the workspace of the last
+// forward(training = true) per geometry together with the input pointer it
+// came from; backward with the same x uses it, and otherwise (no training
+// forward yet, or another x buffer) first recomputes the forward on x to
+// rebuild it. So backward is correct for the x it is given as long as the
+// contents of x did not change since the training forward that read the same
+// buffer. dx is overwritten.
+#pragma once
+
+#include <tuple>
+
+#include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+namespace ops {
+
+/// Pooling with oneDNN primitives cached per (ConvGeom, PoolKind) (float).
+template <>
+struct Pool2d<backend::OneDnn, float> {
+  using Dev = Device<backend::OneDnn>;
+
+  /// y = pool(x). In training, max pooling also records its workspace.
+  void forward(Dev& dev, const ConvGeom& g, PoolKind kind, bool training, const float* x, float* y) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d forward";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {y, "y"}});
+    on::guarded(op, [&] {
+      state(dev, g, kind).forward(cache_, dev, training, x, y);
+      dev.stream.wait();
+    });
+  }
+
+  /// dx from dy (max: routed to the argmax of each window; avg: spread over
+  /// the window's non-padded positions). y is not needed by oneDNN.
+  void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x, const float* /*y*/,
+                const float* dy, float* dx) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d backward";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
+    on::guarded(op, [&] {
+      state(dev, g, kind).backward(cache_, dev, x, dy, dx);
+      dev.stream.wait();
+    });
+  }
+
+  /// Geometries whose primitives are cached now.
+  std::size_t cached_geometries() const { return cache_.size(); }
+  /// Primitives built so far.
+  std::size_t primitive_builds() const { return cache_.builds(); }
+
+ private:
+  using State = backend::onednn::WorkspaceOp<dnnl::pooling_forward, dnnl::pooling_backward>;
+  using Key = std::tuple<decltype(ConvGeom{}.key()), int>;
+
+  static State make_state(const ConvGeom& g, PoolKind kind, const dnnl::engine& eng) {
+    namespace on = backend::onednn;
+    const auto alg =
+        kind == PoolKind::Max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+    const auto src = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw),
+               dst = on::act_desc(g.fmt, g.n, g.ic, g.oh, g.ow);
+    const on::dims strides{on::dim(g.sh), on::dim(g.sw)}, kernel{on::dim(g.kh), on::dim(g.kw)},
+        pad_l{on::dim(g.pt), on::dim(g.pl)}, pad_r{on::dim(g.pb), on::dim(g.pr)};
+    using pf = dnnl::pooling_forward;
+    return State(pf::desc(dnnl::prop_kind::forward_training, alg, src, dst, strides, kernel, pad_l, pad_r),
+                 pf::desc(dnnl::prop_kind::forward_inference, alg, src, dst, strides, kernel, pad_l, pad_r),
+                 dnnl::pooling_backward::desc(alg, src, dst, strides, kernel, pad_l, pad_r), src, dst, eng);
+  }
+
+  State& state(Dev& dev, const ConvGeom& g, PoolKind kind) {
+    return cache_.get(dev.engine, Key{g.key(), int(kind)}, [&] { return make_state(g, kind, dev.engine); });
+  }
+
+  backend::onednn::PrimitiveCache<Key, State> cache_;
+};
+
+}  // namespace ops
+}  // namespace cifarnet
