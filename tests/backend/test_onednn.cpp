@@ -1,0 +1,331 @@
+// oneDNN backend specifics: primitives are built once per geometry and
+// reused (repeated calls build nothing, a second batch size adds one cache
+// entry, the cache stays bounded), max pooling's backward finds or rebuilds
+// its workspace, the workarounds for oneDNN 2.6 bugs hold on the geometries
+// that crash it, and errors come out as cifarnet exceptions naming the op.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/reference/conv2d.hpp>
+#include <cifarnet/backend/reference/lrn.hpp>
+
+#include "agreement.hpp"
+
+using namespace cifarnet;
+using namespace cifarnet::test;
+using B = backend::OneDnn;
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("Conv2d builds its primitives once per geometry and keeps full and partial batches side by side",
+          "[backend][onednn][cache]") {
+  Device<B> dev;
+  ops::Conv2d<B, float> op;
+  Rng rng = Rng::stream(7, 1);
+  const ConvGeom full = ConvGeom::make(DataFormat::NCHW, {8, 3, 9, 9}, 16, 3, 1, Padding::Same);
+  ConvGeom part = full;
+  part.n = 3;  // the last partial batch
+  auto run_all = [&](const ConvGeom& g) {
+    const auto x = random_vec(rng, g.in_shape().size()), w = random_vec(rng, 9 * g.ic * g.oc),
+               b = random_vec(rng, g.oc), dy = random_cotangent(rng, g.out_shape().size());
+    auto y = poisoned(g.out_shape().size()), dx = poisoned(x.size()), dw = poisoned(w.size()),
+         db = poisoned(g.oc);
+    op.forward(dev, g, x.data(), w.data(), b.data(), y.data());
+    op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+    op.backward_weights(dev, g, x.data(), dy.data(), dw.data(), db.data());
+  };
+  REQUIRE(op.cached_geometries() == 0);
+  REQUIRE(op.primitive_builds() == 0);
+  run_all(full);
+  const std::size_t per_geometry = op.primitive_builds();
+  CHECK(per_geometry >= 3);  // forward, backward_data, backward_weights (+ weight reorders)
+  CHECK(op.cached_geometries() == 1);
+
+  run_all(full);
+  CHECK(op.primitive_builds() == per_geometry);  // nothing rebuilt
+  CHECK(op.cached_geometries() == 1);
+
+  run_all(part);
+  CHECK(op.cached_geometries() == 2);
+  CHECK(op.primitive_builds() == 2 * per_geometry);
+
+  run_all(full);
+  run_all(part);
+  CHECK(op.cached_geometries() == 2);
+  CHECK(op.primitive_builds() == 2 * per_geometry);
+}
+
+TEST_CASE("A repeated forward with cached primitives gives bit-identical results",
+          "[backend][onednn][cache]") {
+  Device<B> dev;
+  ops::Conv2d<B, float> op;
+  Rng rng = Rng::stream(7, 2);
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {3, 4, 8, 7}, 6, 3, 2, Padding::Same);
+  const auto x = random_vec(rng, g.in_shape().size()), w = random_vec(rng, 9 * g.ic * g.oc);
+  auto y1 = poisoned(g.out_shape().size()), y2 = poisoned(g.out_shape().size());
+  op.forward(dev, g, x.data(), w.data(), nullptr, y1.data());
+  const std::size_t builds = op.primitive_builds();
+  op.forward(dev, g, x.data(), w.data(), nullptr, y2.data());
+  CHECK(op.primitive_builds() == builds);
+  CHECK(same_bits(y1, y2));
+}
+
+TEST_CASE("BatchNorm, Pool2d, Lrn and Relu reuse their primitives across calls and batch sizes",
+          "[backend][onednn][cache]") {
+  Device<B> dev;
+  Rng rng = Rng::stream(7, 3);
+  const ChannelGeom cg{DataFormat::NHWC, 4, 5, 6, 6};
+  ChannelGeom cg_part = cg;
+  cg_part.n = 1;
+
+  SECTION("BatchNorm") {
+    ops::BatchNorm<B, float> op;
+    auto run = [&](const ChannelGeom& g) {
+      const auto x = random_vec(rng, g.size()), gamma = random_vec(rng, g.c), beta = random_vec(rng, g.c),
+                 dy = random_cotangent(rng, g.size());
+      auto y = poisoned(g.size()), mean = poisoned(g.c), var = poisoned(g.c), dx = poisoned(g.size()),
+           dg = poisoned(g.c), db = poisoned(g.c);
+      op.forward_train(dev, g, 1e-3, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data());
+      op.forward_infer(dev, g, 1e-3, x.data(), gamma.data(), beta.data(), mean.data(), var.data(), y.data());
+      op.backward(dev, g, 1e-3, x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(),
+                  dg.data(), db.data());
+    };
+    run(cg);
+    const std::size_t builds = op.primitive_builds();
+    CHECK(builds == 3);
+    run(cg);
+    CHECK(op.primitive_builds() == builds);
+    run(cg_part);
+    run(cg);
+    CHECK(op.cached_geometries() == 2);
+    CHECK(op.primitive_builds() == 2 * builds);
+  }
+  SECTION("Pool2d") {
+    ops::Pool2d<B, float> op;
+    auto run = [&](std::size_t n) {
+      const ConvGeom g = ConvGeom::make(DataFormat::NCHW, {n, 5, 9, 9}, 5, 3, 2, Padding::Same);
+      const auto x = distinct_vec(rng, g.in_shape().size()),
+                 dy = random_cotangent(rng, g.n * g.ic * g.oh * g.ow);
+      auto y = poisoned(dy.size()), dx = poisoned(x.size());
+      op.forward(dev, g, PoolKind::Max, false, x.data(), y.data());
+      op.forward(dev, g, PoolKind::Max, true, x.data(), y.data());
+      op.backward(dev, g, PoolKind::Max, x.data(), y.data(), dy.data(), dx.data());
+    };
+    run(4);
+    const std::size_t builds = op.primitive_builds();
+    CHECK(builds == 3);  // training forward, inference forward, backward
+    run(4);
+    CHECK(op.primitive_builds() == builds);
+    run(1);
+    run(4);
+    CHECK(op.cached_geometries() == 2);
+    CHECK(op.primitive_builds() == 2 * builds);
+  }
+  SECTION("Lrn") {
+    ops::Lrn<B, float> op;
+    const LrnParams p{2, 1.0, 0.1, 0.75};
+    auto run = [&](const ChannelGeom& g) {
+      const auto x = random_vec(rng, g.size()), dy = random_cotangent(rng, g.size());
+      auto y = poisoned(g.size()), dx = poisoned(g.size());
+      op.forward(dev, g, p, true, x.data(), y.data());
+      op.backward(dev, g, p, x.data(), y.data(), dy.data(), dx.data());
+    };
+    run(cg);
+    const std::size_t builds = op.primitive_builds();
+    CHECK(builds == 2);
+    run(cg);
+    CHECK(op.primitive_builds() == builds);
+    run(cg_part);
+    CHECK(op.cached_geometries() == 2);
+    CHECK(op.primitive_builds() == 2 * builds);
+  }
+  SECTION("Relu") {
+    ops::Relu<B, float> op;
+    auto run = [&](std::size_t n) {
+      auto x = random_vec(rng, n), dy = random_cotangent(rng, n);
+      op.forward(dev, n, x.data(), x.data());
+      op.backward(dev, n, x.data(), dy.data(), dy.data());
+    };
+    run(100);
+    CHECK(op.primitive_builds() == 2);
+    run(100);
+    CHECK(op.primitive_builds() == 2);
+    run(30);
+    CHECK(op.cached_geometries() == 2);
+    CHECK(op.primitive_builds() == 4);
+  }
+}
+
+TEST_CASE("The primitive cache stays bounded and evicted geometries still compute correctly",
+          "[backend][onednn][cache]") {
+  Device<B> dev;
+  ops::Relu<B, float> op;
+  Rng rng = Rng::stream(7, 4);
+  for (int round = 0; round < 2; ++round)
+    for (std::size_t n = 1; n <= 12; ++n) {
+      const auto x = random_vec(rng, n);
+      auto y = poisoned(n);
+      op.forward(dev, n, x.data(), y.data());
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == (x[i] > 0 ? x[i] : 0.f));
+    }
+  CHECK(op.cached_geometries() == 8);  // the default capacity
+}
+
+TEST_CASE("A second device drops the primitives built for the first and still computes correctly",
+          "[backend][onednn][cache]") {
+  Device<B> dev1, dev2;
+  ops::Relu<B, float> op;
+  const std::vector<float> x{-1.f, 2.f, -3.f, 4.f};
+  auto y = poisoned(4);
+  op.forward(dev1, 4, x.data(), y.data());
+  op.forward(dev2, 4, x.data(), y.data());
+  CHECK(op.cached_geometries() == 1);
+  CHECK(op.primitive_builds() == 2);
+  CHECK(y == std::vector<float>{0.f, 2.f, 0.f, 4.f});
+}
+
+TEST_CASE("Max pooling backward rebuilds its workspace when no training forward saw this x",
+          "[backend][onednn][pool]") {
+  Device<B> dev;
+  Rng rng = Rng::stream(7, 5);
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {2, 3, 7, 7}, 3, 3, 2, Padding::Same);
+  const std::size_t ny = g.n * g.ic * g.oh * g.ow;
+  const auto x1 = distinct_vec(rng, g.in_shape().size()), x2 = distinct_vec(rng, g.in_shape().size());
+  const auto dy = random_cotangent(rng, ny);
+  auto y1 = poisoned(ny), y2 = poisoned(ny);
+
+  // The expected gradients: a training forward then backward on each input.
+  ops::Pool2d<B, float> fresh;
+  auto dx1 = poisoned(x1.size()), dx2 = poisoned(x2.size());
+  fresh.forward(dev, g, PoolKind::Max, true, x1.data(), y1.data());
+  fresh.backward(dev, g, PoolKind::Max, x1.data(), y1.data(), dy.data(), dx1.data());
+  fresh.forward(dev, g, PoolKind::Max, true, x2.data(), y2.data());
+  fresh.backward(dev, g, PoolKind::Max, x2.data(), y2.data(), dy.data(), dx2.data());
+  REQUIRE_FALSE(same_bits(dx1, dx2));
+
+  SECTION("backward without any forward") {
+    ops::Pool2d<B, float> op;
+    auto dx = poisoned(x1.size());
+    op.backward(dev, g, PoolKind::Max, x1.data(), y1.data(), dy.data(), dx.data());
+    CHECK(same_bits(dx, dx1));
+  }
+  SECTION("backward on another x than the last training forward") {
+    ops::Pool2d<B, float> op;
+    auto y = poisoned(ny), dx = poisoned(x1.size());
+    op.forward(dev, g, PoolKind::Max, true, x2.data(), y.data());
+    op.backward(dev, g, PoolKind::Max, x1.data(), y1.data(), dy.data(), dx.data());
+    CHECK(same_bits(dx, dx1));
+    op.backward(dev, g, PoolKind::Max, x2.data(), y2.data(), dy.data(), dx.data());
+    CHECK(same_bits(dx, dx2));
+  }
+  SECTION("an inference forward in between leaves the training workspace alone") {
+    ops::Pool2d<B, float> op;
+    auto y = poisoned(ny), dx = poisoned(x1.size());
+    op.forward(dev, g, PoolKind::Max, true, x1.data(), y.data());
+    op.forward(dev, g, PoolKind::Max, false, x2.data(), y.data());
+    const std::size_t builds = op.primitive_builds();
+    op.backward(dev, g, PoolKind::Max, x1.data(), y1.data(), dy.data(), dx.data());
+    CHECK(same_bits(dx, dx1));
+    CHECK(op.primitive_builds() == builds + 1);  // only the backward primitive, no recomputation needed
+  }
+}
+
+TEST_CASE(
+    "1x1 strided NHWC convolutions with few input channels train correctly (oneDNN issue 6035 geometry)",
+    "[backend][onednn][conv]") {
+  // oneDNN 2.6's jit_1x1 backward_weights overruns its buffer here (SIGSEGV
+  // or heap corruption); conv2d.hpp steers around that implementation.
+  Device<B> dev;
+  Device<backend::Reference> rdev;
+  ops::Conv2d<B, float> op;
+  ops::Conv2d<backend::Reference, double> ref;
+  Rng rng = Rng::stream(7, 6);
+  for (std::size_t ic : {3, 4}) {
+    const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {4, ic, 64, 64}, 8, 1, 2, Padding::Same);
+    INFO(str(g));
+    const auto x = random_vec(rng, g.in_shape().size()), dy = random_cotangent(rng, g.out_shape().size());
+    std::vector<double> dwr(ic * 8), dbr(8);
+    ref.backward_weights(rdev, g, widen(x).data(), widen(dy).data(), dwr.data(), dbr.data());
+    for (int step = 0; step < 3; ++step) {
+      auto dw = poisoned(ic * 8), db = poisoned(8);
+      op.backward_weights(dev, g, x.data(), dy.data(), dw.data(), db.data());
+      CHECK(rel_err(dw, dwr) < kTolerance);
+      CHECK(rel_err(db, dbr) < kTolerance);
+    }
+  }
+}
+
+TEST_CASE("LRN with depth_radius 0 runs in NHWC (oneDNN 2.6 crashes on local_size 1 there)",
+          "[backend][onednn][lrn]") {
+  Device<B> dev;
+  Device<backend::Reference> rdev;
+  ops::Lrn<B, float> op;
+  ops::Lrn<backend::Reference, double> ref;
+  Rng rng = Rng::stream(7, 7);
+  const ChannelGeom g{DataFormat::NHWC, 2, 16, 5, 5};
+  const LrnParams p{0, 1.5, 0.7, 0.8};
+  const auto x = random_vec(rng, g.size(), -2.0, 2.0), dy = random_cotangent(rng, g.size());
+  std::vector<double> yr(g.size()), dxr(g.size());
+  ref.forward(rdev, g, p, true, widen(x).data(), yr.data());
+  ref.backward(rdev, g, p, widen(x).data(), yr.data(), widen(dy).data(), dxr.data());
+  auto y = poisoned(g.size()), dx = poisoned(g.size());
+  op.forward(dev, g, p, true, x.data(), y.data());
+  op.backward(dev, g, p, x.data(), y.data(), dy.data(), dx.data());
+  CHECK(rel_err(y, yr) < kTolerance);
+  CHECK(rel_err(dx, dxr) < kTolerance);
+}
+
+TEST_CASE("oneDNN ops reject bad geometries and missing buffers with cifarnet errors",
+          "[backend][onednn][errors]") {
+  Device<B> dev;
+  std::vector<float> buf(4096, 1.f);
+  float* p = buf.data();
+
+  SECTION("a convolution whose output size does not follow from its padding") {
+    ops::Conv2d<B, float> op;
+    ConvGeom g = ConvGeom::make(DataFormat::NCHW, {1, 2, 8, 8}, 3, 3, 1, Padding::Same);
+    g.oh = 7;
+    CHECK_THROWS_AS(op.forward(dev, g, p, p, nullptr, p), ShapeError);
+    CHECK_THROWS_WITH(op.forward(dev, g, p, p, nullptr, p), Catch::Contains("Conv2d forward"));
+  }
+  SECTION("an empty batch") {
+    ops::BatchNorm<B, float> op;
+    CHECK_THROWS_AS(op.forward_train(dev, {DataFormat::NCHW, 0, 3, 4, 4}, 1e-3, p, p, p, p, p, p),
+                    ShapeError);
+    ops::Relu<B, float> relu;
+    CHECK_THROWS_AS(relu.forward(dev, 0, p, p), ShapeError);
+    ops::Dense<B, float> dense;
+    CHECK_THROWS_AS(dense.forward(dev, 0, 3, 4, p, p, nullptr, p), ShapeError);
+  }
+  SECTION("a pooling window lying wholly in the padding") {
+    ops::Pool2d<B, float> op;
+    const ConvGeom g = padded_geom(DataFormat::NHWC, {1, 2, 4, 4}, 2, 2, 1, 2, 0, 0, 0);
+    CHECK_THROWS_WITH(op.forward(dev, g, PoolKind::Avg, true, p, p), Catch::Contains("pads < kernel"));
+  }
+  SECTION("a null buffer") {
+    ops::Conv2d<B, float> op;
+    const ConvGeom g = ConvGeom::make(DataFormat::NCHW, {1, 2, 4, 4}, 3, 3, 1, Padding::Same);
+    CHECK_THROWS_AS(op.backward_weights(dev, g, p, nullptr, p, nullptr), ConfigError);
+    CHECK_THROWS_WITH(op.backward_weights(dev, g, p, nullptr, p, nullptr), Catch::Contains("'dy'"));
+  }
+  SECTION("LRN parameters oneDNN cannot take") {
+    ops::Lrn<B, float> op;
+    CHECK_THROWS_AS(op.forward(dev, {DataFormat::NCHW, 1, 3, 2, 2}, {2, 0.0, 1.0, 0.75}, true, p, p),
+                    ConfigError);
+  }
+  SECTION("a oneDNN failure becomes a BackendError naming the op and the status") {
+    auto fail = [] { throw dnnl::error(dnnl_unimplemented, "could not create a primitive"); };
+    CHECK_THROWS_AS(backend::onednn::guarded("Conv2d forward", fail), BackendError);
+    CHECK_THROWS_WITH(backend::onednn::guarded("Conv2d forward", fail),
+                      Catch::Contains("Conv2d forward") && Catch::Contains("unimplemented"));
+  }
+}
