@@ -36,7 +36,7 @@ class BasicChain {
   static_assert(Last::is_optimizer,
                 "cifarnet: the last stage of a Chain must be an optimizer (GradientDescent, Momentum, Adam)");
   static_assert(
-      (int(Stages<T>::is_optimizer) + ...) == 1,
+      (int(Stages<T>::is_optimizer) + ...) <= 1,
       "cifarnet: only the last stage of a Chain may be an optimizer; gradient transforms go before it");
 
  public:
