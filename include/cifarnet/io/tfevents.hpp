@@ -27,7 +27,8 @@
 // Flush policy: events are buffered and written when max_queue are pending,
 // when flush_secs have passed since the last flush (checked as events
 // arrive; there is no background thread), on flush(), close() and
-// destruction.
+// destruction. An EventWriter is not thread-safe: use one per thread or
+// guard it.
 #pragma once
 
 #include <unistd.h>
