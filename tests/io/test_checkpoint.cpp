@@ -312,7 +312,7 @@ TEST_CASE("global step and RNG state round-trip through a checkpoint", "[io][che
         "cifarnet: '" + dir / "s.safetensors" + "': global_step is F32 of shape [], expected an I64 scalar");
 }
 
-TEST_CASE("parameters save and restore bit for bit; strict loads name what is missing or misshapen",
+TEST_CASE("parameters save and restore bit for bit, and strict loads name what is missing or misshapen",
           "[io][checkpoint][params]") {
   iotest::TempDir dir;
   auto a = make_params(1);
