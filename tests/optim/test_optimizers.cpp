@@ -227,6 +227,12 @@ TEST_CASE("An optimizer refuses an arena with another layout or one not allocate
   auto other = tiny<float>(40);
   Momentum<float> m(p);
   CHECK_THROWS_AS(m.step(other, 0.1), ShapeError);
+  // same counts and sizes, other names: still refused, naming the parameter
+  Parameters<float> renamed;
+  renamed.add({"v", {3}});
+  renamed.add({"s", {2}, false});
+  renamed.allocate();
+  CHECK_THROWS_WITH(m.step(renamed, 0.1), Catch::Contains("is 'w' (3 elements), but step got 'v'"));
   Parameters<float> unallocated;
   unallocated.add({"w", {3}});
   CHECK_THROWS_AS(Adam<float>(unallocated), Error);

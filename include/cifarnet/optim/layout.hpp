@@ -161,7 +161,9 @@ class Layout {
     return nullptr;
   }
 
-  /// Throws unless `p` has the layout this object was built for.
+  /// Throws ShapeError unless `p` has the layout this object was built for
+  /// (same parameter count and buffer length; every selected parameter with
+  /// the same name, offset and size).
   template <class T>
   void check(const Parameters<T>& p, const std::string& who) const {
     const std::size_t size = std::size_t(buffer_ == Buffer::Trainable ? p.values().size() : p.state().size());
@@ -169,6 +171,13 @@ class Layout {
       throw ShapeError(who + " was built for a parameter arena of " + std::to_string(count_) +
                        " parameters / " + std::to_string(buffer_size_) + " elements, but step got one of " +
                        std::to_string(p.count()) + " parameters / " + std::to_string(size) + " elements");
+    for (const auto& e : entries_) {
+      const auto& info = p.info(e.id);
+      if (info.name != e.name || info.offset != e.offset || info.size != e.size)
+        throw ShapeError(who + " was built for a parameter arena whose parameter " + std::to_string(e.id) +
+                         " is '" + e.name + "' (" + std::to_string(e.size) + " elements), but step got '" +
+                         info.name + "' (" + std::to_string(info.size) + " elements)");
+    }
   }
 
   /// f(begin, end) over every chunk of the selected elements, in parallel.
