@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/optim/layout.hpp"
@@ -65,12 +64,6 @@ class GradientDescent {
   void visit_state(F&&) {}
 
   const Options& options() const { return opts_; }
-  /// Names of the parameters this optimizer updates.
-  std::vector<std::string> trained() const {
-    std::vector<std::string> out;
-    for (const auto& e : layout_.entries()) out.push_back(e.name);
-    return out;
-  }
 
  private:
   CIFARNET_NO_FP_CONTRACT static void kernel(T* var, const T* g, Eigen::Index n, T a) {
