@@ -2,6 +2,7 @@
 // and a small ResNet that fits 128 random examples.
 #include <catch2/catch.hpp>
 
+#include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 
@@ -184,10 +185,11 @@ using TinyResNet =
                resnet::BlockV1<8, 16, 2>, GlobalAvgPool, Dense<16, 10>>;
 }  // namespace
 
-TEST_CASE("A small ResNet learns 128 random examples to 100% training accuracy", "[nn][learn]") {
+TEMPLATE_TEST_CASE("A small ResNet learns 128 random examples to 100% training accuracy", "[nn][learn]",
+                   backend::Reference, backend::OneDnn) {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
-    INFO("format " << to_string(fmt));
-    Model<TinyResNet, backend::Reference> net({3, 8, 8}, fmt, NetOptions().with_repeat(1), 7);
+    INFO("backend " << TestType::name << ", format " << to_string(fmt));
+    Model<TinyResNet, TestType> net({3, 8, 8}, fmt, NetOptions().with_repeat(1), 7);
     Rng rng(11);
     const std::size_t n = 128;
     Tensor<float> x = make_tensor<float>({n, 3, 8, 8}, fmt);

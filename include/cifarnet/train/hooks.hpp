@@ -1,0 +1,253 @@
+// cifarnet/train/hooks.hpp — the standard training hooks, after TensorFlow's:
+//
+//   LoggingHook(every_n)            "step = 100, loss = 2.2, learning_rate = 0.1 (4.1 sec)"
+//                                   (LoggingTensorHook of the ResNet seed)
+//   ExamplesPerSecondHook(every_n)  "Average examples/sec: 601.2 (612.9), step = 20"
+//                                   (the seed's ExamplesPerSecondHook: average since
+//                                   the first logged step, and the current window)
+//   StepLogHook(every_n)            the tutorial's "step 10, loss = 4.67 (350.1 examples/sec;
+//                                   0.366 sec/batch)"
+//   CheckpointHook(manager, steps, secs)  saves every N steps and/or seconds, and at the end
+//   SummaryHook(writer, every_n)    scalars (loss, total_loss, learning_rate, global_step/sec,
+//                                   examples/sec) and, every hist_every steps, histograms of
+//                                   every trainable parameter and its gradient
+//   ProgressBarHook()               a progress bar with ETA when stderr is a terminal
+//   LambdaHook(f)                   f(trainer, result) after each step
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cifarnet/io/checkpoint.hpp"
+#include "cifarnet/io/tfevents.hpp"
+#include "cifarnet/train/trainer.hpp"
+
+namespace cifarnet::train {
+
+namespace detail {
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace detail
+
+/// Logs step, loss and learning rate every N steps (and on the first step).
+class LoggingHook : public Hook {
+ public:
+  explicit LoggingHook(std::int64_t every_n = 100, std::ostream& out = std::cout) : n_(every_n), out_(&out) {}
+  void begin(TrainerBase&) override { last_ = detail::Clock::now(); }
+  void after_step(TrainerBase&, const StepResult& r) override {
+    if (r.step % n_ != 0 && !first_) return;
+    first_ = false;
+    std::ostringstream os;
+    os << "step = " << r.step << ", loss = " << std::setprecision(6) << r.total_loss
+       << ", learning_rate = " << r.learning_rate << " (" << std::fixed << std::setprecision(3)
+       << detail::seconds_since(last_) << " sec)\n";
+    *out_ << os.str() << std::flush;
+    last_ = detail::Clock::now();
+  }
+
+ private:
+  std::int64_t n_;
+  std::ostream* out_;
+  bool first_ = true;
+  detail::Clock::time_point last_;
+};
+
+/// The ResNet seed's ExamplesPerSecondHook: every N steps prints the average
+/// examples/sec since the first window and the current window's rate.
+class ExamplesPerSecondHook : public Hook {
+ public:
+  explicit ExamplesPerSecondHook(std::int64_t every_n = 10, std::ostream& out = std::cout)
+      : n_(every_n), out_(&out) {}
+  void begin(TrainerBase&) override { window_start_ = detail::Clock::now(); }
+  void after_step(TrainerBase&, const StepResult& r) override {
+    window_examples_ += double(r.batch_size);
+    ++window_steps_;
+    if (r.step % n_ != 0) return;
+    const double dt = detail::seconds_since(window_start_);
+    const double current = dt > 0 ? window_examples_ / dt : 0.0;
+    total_time_ += dt;
+    total_examples_ += window_examples_;
+    const double average = total_time_ > 0 ? total_examples_ / total_time_ : 0.0;
+    last_average_ = average;
+    last_current_ = current;
+    std::ostringstream os;
+    os << "Average examples/sec: " << std::setprecision(6) << average << " (" << current
+       << "), step = " << r.step << "\n";
+    *out_ << os.str() << std::flush;
+    window_examples_ = 0;
+    window_steps_ = 0;
+    window_start_ = detail::Clock::now();
+  }
+  double average() const { return last_average_; }
+  double current() const { return last_current_; }
+
+ private:
+  std::int64_t n_;
+  std::ostream* out_;
+  detail::Clock::time_point window_start_;
+  double window_examples_ = 0, total_examples_ = 0, total_time_ = 0, last_average_ = 0, last_current_ = 0;
+  std::int64_t window_steps_ = 0;
+};
+
+/// The tutorial's log line every N steps:
+/// "<time>: step 10, loss = 4.67 (350.1 examples/sec; 0.366 sec/batch)".
+class StepLogHook : public Hook {
+ public:
+  explicit StepLogHook(std::int64_t every_n = 10, std::ostream& out = std::cout) : n_(every_n), out_(&out) {}
+  void begin(TrainerBase&) override { start_ = detail::Clock::now(); }
+  void after_step(TrainerBase&, const StepResult& r) override {
+    ++steps_;
+    examples_ += double(r.batch_size);
+    if (r.step % n_ != 0) return;
+    const double dt = detail::seconds_since(start_);
+    char line[160];
+    std::snprintf(line, sizeof line, "step %lld, loss = %.2f (%.1f examples/sec; %.3f sec/batch)\n",
+                  static_cast<long long>(r.step), r.total_loss, dt > 0 ? examples_ / dt : 0.0,
+                  steps_ ? dt / double(steps_) : 0.0);
+    *out_ << line << std::flush;
+    steps_ = 0;
+    examples_ = 0;
+    start_ = detail::Clock::now();
+  }
+
+ private:
+  std::int64_t n_;
+  std::ostream* out_;
+  detail::Clock::time_point start_;
+  std::int64_t steps_ = 0;
+  double examples_ = 0;
+};
+
+/// Saves a checkpoint every `every_steps` steps and/or `every_secs` seconds
+/// (0 disables either) and when training ends.
+class CheckpointHook : public Hook {
+ public:
+  CheckpointHook(io::CheckpointManager& mgr, std::int64_t every_steps, double every_secs = 0,
+                 std::ostream* log = &std::cout)
+      : mgr_(&mgr), steps_(every_steps), secs_(every_secs), log_(log) {}
+  void begin(TrainerBase& t) override {
+    last_time_ = detail::Clock::now();
+    last_saved_ = t.global_step();
+  }
+  void after_step(TrainerBase& t, const StepResult& r) override {
+    const bool by_steps = steps_ > 0 && r.step % steps_ == 0;
+    const bool by_time = secs_ > 0 && detail::seconds_since(last_time_) >= secs_;
+    if (by_steps || by_time) save(t);
+  }
+  void end(TrainerBase& t) override {
+    if (t.global_step() != last_saved_ || !mgr_->latest()) save(t);
+  }
+  const std::string& last_path() const { return last_path_; }
+
+ private:
+  void save(TrainerBase& t) {
+    last_path_ = mgr_->save(t.global_step(), t.state_dict());
+    last_saved_ = t.global_step();
+    last_time_ = detail::Clock::now();
+    if (log_) *log_ << "Saved checkpoint " << last_path_ << "\n" << std::flush;
+  }
+  io::CheckpointManager* mgr_;
+  std::int64_t steps_;
+  double secs_;
+  std::ostream* log_;
+  std::int64_t last_saved_ = -1;
+  detail::Clock::time_point last_time_;
+  std::string last_path_;
+};
+
+/// TensorBoard scalars every N steps, histograms every hist_every steps.
+class SummaryHook : public Hook {
+ public:
+  SummaryHook(io::EventWriter& writer, std::int64_t every_n = 100, std::int64_t hist_every = 0)
+      : w_(&writer), n_(every_n), hist_(hist_every) {}
+  void begin(TrainerBase&) override { start_ = detail::Clock::now(); }
+  void after_step(TrainerBase& t, const StepResult& r) override {
+    ++steps_;
+    examples_ += double(r.batch_size);
+    loss_avg_ = have_avg_ ? 0.9 * loss_avg_ + 0.1 * r.loss : r.loss;
+    total_avg_ = have_avg_ ? 0.9 * total_avg_ + 0.1 * r.total_loss : r.total_loss;
+    have_avg_ = true;
+    if (r.step % n_ == 0) {
+      const double dt = detail::seconds_since(start_);
+      w_->add_scalar("loss", r.loss, r.step);
+      w_->add_scalar("total_loss", r.total_loss, r.step);
+      w_->add_scalar("loss/avg", loss_avg_, r.step);
+      w_->add_scalar("total_loss/avg", total_avg_, r.step);
+      w_->add_scalar("learning_rate", r.learning_rate, r.step);
+      if (dt > 0) {
+        w_->add_scalar("global_step/sec", double(steps_) / dt, r.step);
+        w_->add_scalar("examples/sec", examples_ / dt, r.step);
+      }
+      steps_ = 0;
+      examples_ = 0;
+      start_ = detail::Clock::now();
+    }
+    if (hist_ > 0 && r.step % hist_ == 0) {
+      t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
+        w_->add_histogram(p.name, v, p.size, r.step);
+        if (g) w_->add_histogram(p.name + "/gradients", g, p.size, r.step);
+      });
+    }
+  }
+  void end(TrainerBase&) override { w_->flush(); }
+
+ private:
+  io::EventWriter* w_;
+  std::int64_t n_, hist_;
+  detail::Clock::time_point start_;
+  std::int64_t steps_ = 0;
+  double examples_ = 0, loss_avg_ = 0, total_avg_ = 0;
+  bool have_avg_ = false;
+};
+
+/// A one-line progress bar with ETA on stderr, only when stderr is a terminal.
+class ProgressBarHook : public Hook {
+ public:
+  ProgressBarHook() : tty_(::isatty(2) != 0) {}
+  void begin(TrainerBase& t) override {
+    start_ = detail::Clock::now();
+    first_ = t.global_step();
+  }
+  void after_step(TrainerBase& t, const StepResult& r) override {
+    if (!tty_) return;
+    const double done = double(r.step - first_), left = double(t.max_steps() - r.step);
+    const double el = detail::seconds_since(start_);
+    const double eta = done > 0 ? el / done * left : 0.0;
+    const int width = 30;
+    const int fill = t.max_steps() > 0 ? int(width * double(r.step) / double(t.max_steps())) : 0;
+    std::fprintf(stderr, "\r[%-*s] %lld/%lld loss %.3f ETA %02d:%02d:%02d ", width,
+                 std::string(std::size_t(std::max(0, std::min(width, fill))), '=').c_str(),
+                 static_cast<long long>(r.step), static_cast<long long>(t.max_steps()), r.total_loss,
+                 int(eta / 3600), int(eta / 60) % 60, int(eta) % 60);
+  }
+  void end(TrainerBase&) override {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool tty_;
+  detail::Clock::time_point start_;
+  std::int64_t first_ = 0;
+};
+
+/// Calls f(trainer, result) after every step.
+class LambdaHook : public Hook {
+ public:
+  explicit LambdaHook(std::function<void(TrainerBase&, const StepResult&)> f) : f_(std::move(f)) {}
+  void after_step(TrainerBase& t, const StepResult& r) override { f_(t, r); }
+
+ private:
+  std::function<void(TrainerBase&, const StepResult&)> f_;
+};
+
+}  // namespace cifarnet::train

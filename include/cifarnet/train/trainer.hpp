@@ -1,0 +1,246 @@
+// cifarnet/train/trainer.hpp — the training loop.
+//
+// One step: take a batch, forward in Mode::Train, mean softmax cross-entropy
+// (+ weight decay over the decayed parameters), backward, check the loss is
+// finite (else NumericsError "Model diverged with loss = NaN" before any
+// update, so parameters and the last checkpoint stay good), apply the
+// gradient transforms and the optimizer with lr = schedule(step), run the
+// update ops (EMA...), increment the global step, then the hooks in the
+// order they were added. Hooks (train/hooks.hpp) log, write summaries,
+// checkpoint and stop, in the spirit of TensorFlow's SessionRunHooks.
+//
+//   Trainer<decltype(net)> trainer(net, {.max_steps = 1000, .weight_decay = 2e-4});
+//   trainer.set_optimizer(opt, [&](std::int64_t s) { return schedule(s); });
+//   trainer.add_hook(std::make_shared<LoggingHook>(100));
+//   trainer.restore_or_init(manager);   // resume from the latest checkpoint
+//   trainer.run([&]() -> const Batch& { return pipeline.next(); });
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/loss/losses.hpp"
+#include "cifarnet/nn/context.hpp"
+#include "cifarnet/train/state.hpp"
+
+namespace cifarnet::train {
+
+/// A batch of images (in the model's format) and labels.
+struct Batch {
+  Tensor<float> images;
+  std::vector<std::int32_t> labels;
+};
+
+/// What one step produced.
+struct StepResult {
+  std::int64_t step = 0;      ///< global step after the update
+  double loss = 0;            ///< mean cross-entropy
+  double regularization = 0;  ///< weight-decay term
+  double total_loss = 0;      ///< loss + regularization
+  double learning_rate = 0;
+  std::size_t batch_size = 0;
+  double seconds = 0;  ///< wall time of this step
+};
+
+class TrainerBase;
+
+/// A training hook (TF SessionRunHook): begin before the first step,
+/// after_step after every step, end when training finishes normally.
+class Hook {
+ public:
+  virtual ~Hook() = default;
+  virtual void begin(TrainerBase&) {}
+  virtual void after_step(TrainerBase&, const StepResult&) {}
+  virtual void end(TrainerBase&) {}
+};
+
+/// The model-independent part of a trainer, seen by hooks.
+class TrainerBase {
+ public:
+  virtual ~TrainerBase() = default;
+  std::int64_t global_step() const { return step_; }
+  std::int64_t max_steps() const { return max_steps_; }
+  /// Asks the loop to stop after the current step.
+  void request_stop() { stop_ = true; }
+  bool stop_requested() const { return stop_; }
+  /// Everything a checkpoint holds, at the current step.
+  virtual io::StateDict state_dict() = 0;
+  /// Trainable parameters and their gradients, for summaries.
+  virtual void visit_parameters(
+      const std::function<void(const ParamInfo&, const float*, const float*)>& f) = 0;
+
+ protected:
+  std::int64_t step_ = 0, max_steps_ = 0;
+  bool stop_ = false;
+};
+
+template <class ModelT>
+class Trainer : public TrainerBase {
+ public:
+  using T = typename ModelT::Scalar;
+  static_assert(std::is_same_v<T, float>, "cifarnet: Trainer trains float models");
+
+  struct Options {
+    std::int64_t max_steps = 1000;  ///< stop when the global step reaches this
+    double weight_decay = 0.0;      ///< wd of wd · Σ v²/2 over the decayed parameters
+    bool check_numerics = true;     ///< NaN/Inf loss stops training (NumericsError)
+    double max_seconds = 0;         ///< > 0: also stop after this much wall time
+  };
+
+  Trainer(ModelT& model, Options opts) : model_(&model), opts_(opts), state_(model.parameters()) {
+    max_steps_ = opts.max_steps;
+  }
+
+  /// Sets the optimizer (or Chain of transforms + optimizer) and the
+  /// learning-rate schedule; the optimizer's slots join the checkpoint.
+  template <class Opt, class Schedule>
+  void set_optimizer(Opt& opt, Schedule schedule) {
+    apply_ = [&opt](Parameters<T>& p, double lr) { opt.step(p, lr); };
+    schedule_ = std::move(schedule);
+    state_.add_slots(opt);
+  }
+
+  /// Runs after every optimizer step with the new global step (TF's update
+  /// ops), e.g. [&](auto& p, auto step) { ema.apply(p, step); }.
+  void add_update(std::function<void(Parameters<T>&, std::int64_t)> op) { updates_.push_back(std::move(op)); }
+  /// An object whose visit_state slots join the checkpoint (EMA...).
+  template <class S>
+  void add_state_slots(S& obj) {
+    state_.add_slots(obj);
+  }
+  void add_state(std::shared_ptr<Saveable> s) { state_.add(std::move(s)); }
+  void add_rng(const std::string& name, Rng& rng) { state_.add_rng(name, rng); }
+  void add_hook(std::shared_ptr<Hook> h) { hooks_.push_back(std::move(h)); }
+
+  io::StateDict state_dict() override { return state_.save(step_); }
+  /// Restores everything from a checkpoint; returns the global step.
+  std::int64_t load_state_dict(const io::StateDict& d) {
+    step_ = state_.restore(d);
+    return step_;
+  }
+  /// Resumes from the newest readable checkpoint of `mgr` (warnings about
+  /// skipped corrupt ones go to `log`); returns true when one was loaded.
+  bool restore_latest(io::CheckpointManager& mgr, std::ostream* log = nullptr) {
+    auto r = mgr.restore_latest();
+    if (!r) return false;
+    if (log)
+      for (const auto& w : r->warnings) *log << "WARNING: " << w << "\n";
+    load_state_dict(r->dict);
+    if (log) *log << "Restored " << r->checkpoint.path << " (global step " << step_ << ")\n";
+    return true;
+  }
+
+  void visit_parameters(const std::function<void(const ParamInfo&, const float*, const float*)>& f) override {
+    model_->parameters().for_each([&](const ParamInfo& p, float* v, float* g) { f(p, v, g); });
+  }
+
+  /// One training step on `b`; returns what it did.
+  StepResult step(const Batch& b) {
+    if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto& P = model_->parameters();
+    StepResult r;
+    r.learning_rate = schedule_(step_);
+    r.batch_size = b.labels.size();
+    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    r.loss = softmax_cross_entropy(logits, b.labels, &dlogits_);
+    model_->backward(dlogits_);
+    r.regularization = opts_.weight_decay > 0 ? double(weight_decay(P, opts_.weight_decay)) : 0.0;
+    r.total_loss = r.loss + r.regularization;
+    if (opts_.check_numerics) check_numerics(r);
+    apply_(P, r.learning_rate);
+    ++step_;
+    for (auto& u : updates_) u(P, step_);
+    r.step = step_;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+  /// Trains until max_steps (or a hook's request_stop, or max_seconds),
+  /// pulling batches from `next`. Returns the final global step.
+  std::int64_t run(const std::function<const Batch&()>& next) {
+    stop_ = false;
+    const auto start = std::chrono::steady_clock::now();
+    for (auto& h : hooks_) h->begin(*this);
+    while (step_ < opts_.max_steps && !stop_) {
+      const Batch& b = next();
+      const StepResult r = step(b);
+      for (auto& h : hooks_) h->after_step(*this, r);
+      if (opts_.max_seconds > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >=
+              opts_.max_seconds)
+        stop_ = true;
+    }
+    for (auto& h : hooks_) h->end(*this);
+    return step_;
+  }
+
+  ModelT& model() { return *model_; }
+  TrainingState<T>& training_state() { return state_; }
+
+ private:
+  /// Throws before any update when the loss or a gradient is NaN or Inf.
+  void check_numerics(const StepResult& r) {
+    if (!std::isfinite(r.total_loss))
+      throw NumericsError("Model diverged with loss = NaN (step " + std::to_string(step_) +
+                          ", cross-entropy " + std::to_string(r.loss) + ")");
+    auto& P = model_->parameters();
+    if (P.grads().isFinite().all()) return;
+    std::string bad;
+    P.for_each([&](const ParamInfo& p, const T*, const T* g) {
+      if (!g || !bad.empty()) return;
+      for (std::size_t i = 0; i < p.size; ++i)
+        if (!std::isfinite(g[i])) {
+          bad = p.name;
+          return;
+        }
+    });
+    throw NumericsError("Model diverged with loss = NaN: the gradient of '" + bad + "' is not finite (step " +
+                        std::to_string(step_) + ")");
+  }
+
+  ModelT* model_;
+  Options opts_;
+  TrainingState<T> state_;
+  std::function<void(Parameters<T>&, double)> apply_;
+  std::function<double(std::int64_t)> schedule_;
+  std::vector<std::function<void(Parameters<T>&, std::int64_t)>> updates_;
+  std::vector<std::shared_ptr<Hook>> hooks_;
+  Tensor<T> dlogits_;
+};
+
+/// Precision@1 of a model over batches (Mode::Infer), TF's in_top_k.
+struct EvalResult {
+  std::size_t correct = 0, total = 0;
+  double loss = 0;  ///< mean cross-entropy
+  double precision() const { return total ? double(correct) / double(total) : 0.0; }
+};
+
+/// Evaluates `num_batches` batches from `next` (0: until `next` returns an
+/// empty batch).
+template <class ModelT>
+EvalResult evaluate(ModelT& model, const std::function<const Batch&()>& next, std::size_t num_batches = 0) {
+  EvalResult r;
+  double loss_sum = 0;
+  for (std::size_t i = 0; num_batches == 0 || i < num_batches; ++i) {
+    const Batch& b = next();
+    if (b.labels.empty()) break;
+    const auto& logits = model.forward(b.images, Mode::Infer);
+    loss_sum += double(softmax_cross_entropy(logits, b.labels)) * double(b.labels.size());
+    r.correct += count_correct(logits, b.labels);
+    r.total += b.labels.size();
+  }
+  r.loss = r.total ? loss_sum / double(r.total) : 0.0;
+  return r;
+}
+
+}  // namespace cifarnet::train

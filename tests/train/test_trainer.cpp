@@ -1,0 +1,184 @@
+// The training loop: exact resume through a checkpoint, NaN abort keeping
+// the last good checkpoint, hooks (logging, checkpoints, summaries), eval.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/optim/optim.hpp>
+#include <cifarnet/train/hooks.hpp>
+#include <cifarnet/train/trainer.hpp>
+
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+using namespace cifarnet;
+namespace fs = std::filesystem;
+
+namespace {
+using Net = Sequential<resnet::ConvBN<3, 4>, ReLU, resnet::BlockV1<4, 8, 2>, GlobalAvgPool, Dense<8, 5>>;
+using M = Model<Net, backend::Reference>;
+using Opt = optim::Chain<optim::ClipByGlobalNorm, optim::Momentum>;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("cifarnet_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+/// Synthetic batches drawn from an Rng whose state is checkpointed.
+struct Source {
+  Rng rng{5};
+  train::Batch batch;
+  int calls = 0, poison_at = -1;  ///< a NaN pixel in batch `poison_at` (corrupt data)
+  const train::Batch& next() {
+    batch.images = make_tensor<float>({8, 3, 6, 6}, DataFormat::NHWC);
+    for (auto& v : batch.images) v = float(rng.uniform(0, 255));
+    if (calls++ == poison_at) batch.images(3, 2, 2, 1) = std::numeric_limits<float>::quiet_NaN();
+    batch.labels.resize(8);
+    for (auto& l : batch.labels) l = std::int32_t(rng.uniform_int(5));
+    return batch;
+  }
+};
+
+/// One complete run: model, optimizer (clip + momentum), piecewise LR, EMA.
+struct Run {
+  M net{{3, 6, 6}, DataFormat::NHWC, {}, 3};
+  Opt opt{net.parameters(), optim::ClipByGlobalNormOptions(5.0), optim::MomentumOptions().momentum(0.9)};
+  optim::ExponentialMovingAverage<float> ema{net.parameters(), optim::ExponentialMovingAverageOptions(0.99)};
+  Source src;
+  train::Trainer<M> trainer;
+  explicit Run(std::int64_t max_steps, double lr0 = 0.05) : trainer(net, {max_steps, 1e-3, true, 0}) {
+    trainer.set_optimizer(opt, optim::piecewise_constant({6, 14}, {lr0, lr0 / 10, lr0 / 100}));
+    trainer.add_update([this](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
+    trainer.add_state_slots(ema);
+    trainer.add_rng("data", src.rng);
+  }
+  std::int64_t go() {
+    return trainer.run([this]() -> const train::Batch& { return src.next(); });
+  }
+};
+}  // namespace
+
+TEST_CASE("Training N steps equals N/2 steps, a checkpoint, a fresh process and N/2 more, bit for bit",
+          "[train][resume]") {
+  TempDir dir("resume");
+  Run straight(20);
+  straight.go();
+
+  {
+    Run first(10);
+    io::CheckpointManager mgr(dir.path.string(), 5);
+    first.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 0, 0, nullptr));
+    CHECK(first.go() == 10);
+  }
+  Run second(20);  // a new object graph, as a new process would build
+  io::CheckpointManager mgr(dir.path.string(), 5);
+  REQUIRE(second.trainer.restore_latest(mgr));
+  CHECK(second.trainer.global_step() == 10);
+  CHECK(second.go() == 20);
+
+  auto& a = straight.net.parameters();
+  auto& b = second.net.parameters();
+  CHECK((a.values() == b.values()).all());
+  CHECK((a.state() == b.state()).all());  // BN moving statistics
+  // optimizer slots and EMA shadows too
+  auto sa = straight.trainer.state_dict(), sb = second.trainer.state_dict();
+  for (const auto& [name, t] : sa.tensors()) {
+    INFO(name);
+    REQUIRE(sb.find(name));
+    CHECK(sb.at(name).bytes == t.bytes);
+  }
+}
+
+TEST_CASE("A diverging run stops with 'Model diverged with loss = NaN' and keeps its last good checkpoint",
+          "[train][nan]") {
+  TempDir dir("nan");
+  Run run(1000);
+  run.src.poison_at = 12;
+  io::CheckpointManager mgr(dir.path.string(), 5);
+  run.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 1, 0, nullptr));
+  try {
+    run.go();
+    FAIL("training did not diverge");
+  } catch (const NumericsError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("Model diverged with loss = NaN"));
+  }
+  const std::int64_t stopped = run.trainer.global_step();
+  CHECK(stopped == 12);
+  // every parameter is still finite (no update with a NaN gradient was applied)
+  CHECK(run.net.parameters().values().isFinite().all());
+  io::CheckpointManager again(dir.path.string(), 5);
+  auto r = again.restore_latest();
+  REQUIRE(r);
+  CHECK(r->warnings.empty());
+  CHECK(*io::global_step(r->dict) == stopped);
+}
+
+TEST_CASE("Hooks log like the seeds, checkpoint every N steps keeping K, and write TensorBoard summaries",
+          "[train][hooks]") {
+  TempDir dir("hooks");
+  Run run(30);
+  std::ostringstream log, eps, steps;
+  io::CheckpointOptions co;
+  co.max_to_keep = 2;
+  io::CheckpointManager mgr(dir.path.string(), co);
+  io::EventWriter events((dir.path / "events").string());
+  run.trainer.add_hook(std::make_shared<train::LoggingHook>(10, log));
+  auto eps_hook = std::make_shared<train::ExamplesPerSecondHook>(10, eps);
+  run.trainer.add_hook(eps_hook);
+  run.trainer.add_hook(std::make_shared<train::StepLogHook>(10, steps));
+  run.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 7, 0, nullptr));
+  run.trainer.add_hook(std::make_shared<train::SummaryHook>(events, 10, 15));
+  run.go();
+  CHECK_THAT(log.str(), Catch::StartsWith("step = 1, loss = "));
+  CHECK_THAT(log.str(), Catch::Contains("step = 30, loss = ") && Catch::Contains("learning_rate = 0.0005"));
+  CHECK_THAT(eps.str(), Catch::Contains("Average examples/sec: ") && Catch::Contains("), step = 30"));
+  CHECK(eps_hook->average() > 0);
+  CHECK_THAT(steps.str(), Catch::Contains("step 20, loss = ") && Catch::Contains("sec/batch)"));
+  // saved at 7, 14, 21, 28 and 30 (the end); the newest two are kept
+  REQUIRE(mgr.checkpoints().size() == 2);
+  CHECK(mgr.checkpoints()[0].step == 28);
+  CHECK(mgr.checkpoints()[1].step == 30);
+  CHECK_FALSE(fs::exists(dir.path / "model.ckpt-21.safetensors"));
+  events.flush();
+  auto evs = io::read_events(events.path());
+  std::size_t scalars = 0, histos = 0;
+  for (const auto& e : evs)
+    if (e.summary)
+      for (const auto& v : *e.summary) {
+        scalars += v.is_scalar();
+        histos += v.is_histogram();
+      }
+  CHECK(scalars >= 3 * 5);
+  CHECK(histos > 0);
+}
+
+TEST_CASE("evaluate computes precision@1 in inference mode, with EMA weights swapped in and back",
+          "[train][eval]") {
+  Run run(15);
+  run.go();
+  Source eval_src;
+  std::size_t calls = 0;
+  auto next = [&]() -> const train::Batch& {
+    ++calls;
+    return eval_src.next();
+  };
+  const std::vector<float> before(
+      run.net.parameters().values().data(),
+      run.net.parameters().values().data() + run.net.parameters().values().size());
+  train::EvalResult r;
+  {
+    auto guard = run.ema.swap_in(run.net.parameters());
+    r = train::evaluate(run.net, next, 4);
+  }
+  CHECK(calls == 4);
+  CHECK(r.total == 32);
+  CHECK(r.correct <= r.total);
+  CHECK(std::isfinite(r.loss));
+  CHECK(std::equal(before.begin(), before.end(), run.net.parameters().values().data()));
+}
