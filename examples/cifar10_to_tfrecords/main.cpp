@@ -1,0 +1,68 @@
+// cifar10_to_tfrecords — converts the CIFAR-10 binary set into the three
+// TFRecord files the ResNet seed trains from (its generate_cifar10_tfrecords.py):
+//
+//   train.tfrecords       data_batch_1..4   (40,000 examples)
+//   validation.tfrecords  data_batch_5      (10,000)
+//   eval.tfrecords        test_batch        (10,000)
+//
+// Each record is a tf.train.Example with 'image' = the 3,072 raw bytes (CHW,
+// as in the binary files) and 'label' = int64, exactly what TensorFlow
+// writes (see docs/DATA.md). Usage:
+//
+//   cifar10_to_tfrecords --data-dir ../shared/data/cifar-10-batches-bin --output-dir /tmp/cifar10
+//   cifar10_to_tfrecords --data-dir ... --output-dir ... --splits train_all --verify
+#include <cifarnet/data/cifar.hpp>
+#include <cifarnet/data/tfrecord.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace data = cifarnet::data;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Convert the CIFAR-10 binary set into train/validation/eval .tfrecords files"};
+  std::string data_dir, output_dir;
+  std::vector<std::string> splits = {"train", "validation", "eval"};
+  bool verify = false;
+  app.add_option("--data-dir", data_dir, "the cifar-10-batches-bin directory")->required();
+  app.add_option("--output-dir", output_dir, "where to write <split>.tfrecords")->required();
+  app.add_option("--splits", splits, "splits to write: train, validation, eval, train_all")->delimiter(',');
+  app.add_flag("--verify", verify, "read every file back and compare it with the binary set");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::filesystem::create_directories(output_dir);
+    for (const auto& name : splits) {
+      const data::Split split = data::parse_split(name);
+      const auto t0 = std::chrono::steady_clock::now();
+      // 1. Read the split's binary batch files (sizes counted from the files).
+      const data::ImageSet set = data::read_cifar10(data_dir, split);
+      // 2. Write one Example per image, in file order, as the seed does.
+      const std::string out = (std::filesystem::path(output_dir) / (name + ".tfrecords")).string();
+      std::printf("Generating %s (%zu examples)\n", out.c_str(), set.size());
+      data::write_cifar_tfrecords(set, out);
+      // 3. Optionally read it back through the checked reader.
+      if (verify) {
+        const data::ImageSet back = data::read_cifar_tfrecords({out});
+        if (back.labels != set.labels || back.pixels != set.pixels) {
+          std::fprintf(stderr, "verification failed: %s differs from the binary set\n", out.c_str());
+          return 1;
+        }
+        std::printf("  verified %zu examples\n", back.size());
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("  %.2f s, %llu bytes\n", s,
+                  static_cast<unsigned long long>(std::filesystem::file_size(out)));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  std::printf("Done!\n");
+  return 0;
+}
