@@ -381,6 +381,11 @@ TEST_CASE("bad pipeline options are ConfigErrors naming the option", "[data][pip
   require_throws_with<ConfigError>(
       [&] { Pipeline<IndexSource, RandomCrop<24, 24>>(tiny, opts(4, ShuffleMode::none, 0)); },
       {"RandomCrop<24, 24>"});
+  ImageSet bad = synthetic_set(3);
+  bad.labels[2] = 10;
+  require_throws_with<DataError>([&] { ImageSetSource{bad}; }, {"label 10 of image 2 out of range"});
+  bad.labels.pop_back();
+  require_throws_with<DataError>([&] { ImageSetSource{bad}; }, {"pixel bytes for 2 labels"});
 }
 
 TEST_CASE("the recipes produce the seeds' image sizes and value ranges", "[data][pipeline][recipes]") {

@@ -84,6 +84,13 @@ TEST_CASE("TFRecord framing is length, masked CRC of the length, data, masked CR
   CHECK(b[13] == (dcrc & 0xFF));
   CHECK(b[16] == (dcrc >> 24));
   CHECK(read_tfrecord_file(path) == std::vector<std::string>{"a", ""});
+  TfRecordReader r(path);
+  std::string rec;
+  REQUIRE(r.next(rec));
+  REQUIRE(r.next(rec));
+  CHECK(r.record_offset() == 17);
+  CHECK(r.offset() == b.size());
+  CHECK_FALSE(r.next(rec));
   const auto spans = index_tfrecords(b, path);
   REQUIRE(spans.size() == 2);
   CHECK(spans[1].offset == 17);

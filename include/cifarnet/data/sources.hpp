@@ -34,6 +34,11 @@ class ImageSetSource {
       throw DataError(cifarnet::detail::concat("ImageSet holds ", set_.pixels.size(), " pixel bytes for ",
                                                set_.labels.size(), " labels of geometry ",
                                                set_.geometry.str()));
+    for (std::size_t i = 0; i < set_.labels.size(); ++i)
+      if (set_.labels[i] < 0 ||
+          (set_.num_classes && static_cast<std::size_t>(set_.labels[i]) >= set_.num_classes))
+        throw DataError(cifarnet::detail::concat("ImageSet label ", set_.labels[i], " of image ", i,
+                                                 " out of range [0, ", set_.num_classes, ")"));
   }
   std::size_t size() const { return set_.size(); }
   ImageGeometry geometry() const { return set_.geometry; }
