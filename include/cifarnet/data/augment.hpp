@@ -200,7 +200,8 @@ inline void adjust_contrast(Image& img, float factor) {
   if (n == 0) return;
   float* p = img.data.data();
   for (std::size_t k = 0; k < c; ++k) {
-    const float mean = static_cast<float>(detail::strided_sum<false>(p + k, n, c, 0.0) / static_cast<double>(n));
+    const float mean =
+        static_cast<float>(detail::strided_sum<false>(p + k, n, c, 0.0) / static_cast<double>(n));
     for (std::size_t i = 0; i < n; ++i) p[i * c + k] = (p[i * c + k] - mean) * factor + mean;
   }
 }
