@@ -8,3 +8,4 @@
 #include "cifarnet/layers/lrn.hpp"
 #include "cifarnet/layers/pool.hpp"
 #include "cifarnet/layers/shape_ops.hpp"
+#include "cifarnet/layers/tap.hpp"

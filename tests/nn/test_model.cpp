@@ -215,3 +215,44 @@ TEMPLATE_TEST_CASE("A small ResNet learns 128 random examples to 100% training a
     CHECK(step < 400);
   }
 }
+
+namespace {
+CIFARNET_NAME(mid);
+}
+
+TEST_CASE("Taps expose activations and inject gradients (checked by finite differences)", "[nn][tap]") {
+  using Net = Sequential<Conv2d<2, 3, 3>, ReLU, Tap<mid>, Conv2d<3, 2, 3, 2>>;
+  Model<Net, backend::Reference, double> net({2, 5, 5}, DataFormat::NHWC, {}, 4, /*input_gradient=*/true);
+  net.set_weight_gradients(false);  // frozen weights, as style transfer
+  Rng rng(9);
+  Tensor<double> x = make_tensor<double>(net.input_shape(2), DataFormat::NHWC);
+  for (auto& v : x) v = rng.uniform(-1, 1);
+  const auto& y = net.forward(x);
+  Tensor<double> g(y.shape()), h;
+  for (auto& v : g) v = rng.uniform(-1, 1);
+  h = net.activation("mid");
+  for (auto& v : h) v = rng.uniform(-1, 1);
+  net.tap_gradient("mid") = h;
+  const Tensor<double> dx = net.backward(g);
+  auto f = [&]() {
+    const auto& out = net.forward(x);
+    double s = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) s += out.data()[i] * g.data()[i];
+    const auto& a = net.activation("mid");
+    for (std::size_t i = 0; i < a.size(); ++i) s += a.data()[i] * h.data()[i];
+    return s;
+  };
+  for (std::size_t i = 0; i < x.size(); i += 7) {
+    const double keep = x.data()[i];
+    x.data()[i] = keep + 1e-6;
+    const double fp = f();
+    x.data()[i] = keep - 1e-6;
+    const double fm = f();
+    x.data()[i] = keep;
+    CHECK(dx.data()[i] == Approx((fp - fm) / 2e-6).epsilon(1e-5).margin(1e-8));
+  }
+  CHECK(net.tap_names() == std::vector<std::string>{"mid"});
+  CHECK_THROWS_WITH(net.activation("nope"), Catch::Contains("no tap named 'nope'"));
+  // Frozen weights: backward wrote no weight gradient.
+  CHECK((net.parameters().grads() == 0).all());
+}

@@ -75,12 +75,22 @@ class Scope {
   std::map<std::string, int> counters_;
 };
 
+/// An activation exposed by a Tap layer, and the gradient injected there.
+template <class T>
+struct TapSlot {
+  Shape shape;                            ///< per-example shape (n = 1)
+  const Tensor<T>* activation = nullptr;  ///< set by the last forward
+  Tensor<T> grad;                         ///< added to the backward gradient when has_grad
+  bool has_grad = false;
+};
+
 template <class T>
 struct BuildContext {
   Parameters<T>* params = nullptr;
   DataFormat fmt = DataFormat::NCHW;
   const NetOptions* options = nullptr;
-  bool propagate_down = true;  ///< does this layer need to produce dx?
+  bool propagate_down = true;                         ///< does this layer need to produce dx?
+  std::map<std::string, TapSlot<T>>* taps = nullptr;  ///< the model's taps (layers/tap.hpp)
 
   /// Registers a parameter under `scope`, applying the option overrides.
   std::size_t add_param(const Scope& scope, const std::string& leaf, std::vector<std::size_t> shape,

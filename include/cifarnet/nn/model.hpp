@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "cifarnet/backend/tags.hpp"
@@ -55,6 +57,7 @@ class Model {
     ctx.fmt = fmt_;
     ctx.options = &options_;
     ctx.propagate_down = input_gradient;
+    ctx.taps = &taps_;
     Scope root;
     output_ = detail::build_child<Net>(*node_, input_, root, ctx);
     params_.allocate();
@@ -106,6 +109,31 @@ class Model {
   /// only activation gradients (cheaper; style transfer).
   void set_weight_gradients(bool on) { param_grads_ = on; }
 
+  /// The activation a Tap<Tag> saw in the last forward (Tag::name).
+  const Tensor<T>& activation(const std::string& tap) const {
+    const auto& s = slot(tap);
+    if (!s.activation) throw Error("tap '" + tap + "' has no activation yet: run forward first");
+    return *s.activation;
+  }
+  /// The gradient to inject at a tap in the next backward(s), sized like the
+  /// tap's last activation; fill it after a forward.
+  Tensor<T>& tap_gradient(const std::string& tap) {
+    auto& s = slot(tap);
+    if (!s.activation) throw Error("tap '" + tap + "' has no activation yet: run forward first");
+    if (s.grad.shape() != s.activation->shape()) s.grad.resize(s.activation->shape());
+    s.has_grad = true;
+    return s.grad;
+  }
+  /// Stops injecting gradients at every tap.
+  void clear_tap_gradients() {
+    for (auto& [name, s] : taps_) s.has_grad = false;
+  }
+  std::vector<std::string> tap_names() const {
+    std::vector<std::string> v;
+    for (const auto& [name, s] : taps_) v.push_back(name);
+    return v;
+  }
+
   Parameters<T>& parameters() { return params_; }
   const Parameters<T>& parameters() const { return params_; }
   DataFormat format() const { return fmt_; }
@@ -131,6 +159,18 @@ class Model {
   Parameters<T> params_;
   std::unique_ptr<Device<B>> device_;
   std::unique_ptr<NodeType> node_;
+  TapSlot<T>& slot(const std::string& tap) {
+    auto it = taps_.find(tap);
+    if (it == taps_.end()) throw Error("the model has no tap named '" + tap + "'");
+    return it->second;
+  }
+  const TapSlot<T>& slot(const std::string& tap) const {
+    auto it = taps_.find(tap);
+    if (it == taps_.end()) throw Error("the model has no tap named '" + tap + "'");
+    return it->second;
+  }
+
+  std::map<std::string, TapSlot<T>> taps_;
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
