@@ -1,0 +1,178 @@
+// bench/cifarnet_bench.cpp — images/s of cifarnet's training and inference
+// steps, with the same protocol as ../shared/bench/peer_torch.py: warm-up
+// steps untimed, then R repetitions of S consecutive steps each; the
+// per-step time of a repetition is its block time / S; median, min and max
+// over repetitions. Inputs are random pixels in [0, 255) (the CNN: randn, as
+// after per-image standardization) and random labels.
+//
+//   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
+//       [--reps 5] [--steps 4] [--warmup 3] [--json out.json]
+//
+// Benchmarks: resnet20, resnet44, resnet56 (training, batch 128: forward,
+// cross-entropy, backward, weight decay 2e-4, momentum 0.9), tfcnn (the tutorial
+// CNN, 24x24, plain SGD), infer20, infer56 (Mode::Infer, batch 100).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/cifar10_cnn.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/optim/optim.hpp>
+
+using namespace cifarnet;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Result {
+  std::string name, format;
+  std::size_t batch = 0;
+  double median = 0, min = 0, max = 0;  // seconds per step
+};
+
+struct Protocol {
+  int warmup = 3, reps = 5, steps = 4, infer_steps = 10;
+};
+
+Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, int steps, const Protocol& p,
+                  const std::function<void()>& step) {
+  for (int i = 0; i < p.warmup; ++i) step();
+  std::vector<double> per;
+  for (int r = 0; r < p.reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) step();
+    per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / steps);
+  }
+  std::sort(per.begin(), per.end());
+  Result res;
+  res.name = name;
+  res.format = fmt == DataFormat::NHWC ? "nhwc" : "nchw";
+  res.batch = batch;
+  res.median = per[per.size() / 2];
+  res.min = per.front();
+  res.max = per.back();
+  std::printf("%-10s %-5s batch %3zu  %8.1f img/s  [%.1f - %.1f]  (%.2f ms/step)\n", name.c_str(),
+              res.format.c_str(), batch, double(batch) / res.median, double(batch) / res.max,
+              double(batch) / res.min, res.median * 1e3);
+  std::fflush(stdout);
+  return res;
+}
+
+template <class Net>
+Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOptions opts, std::size_t batch,
+                   bool momentum_wd, bool randn, const Protocol& p) {
+  Model<Net, backend::OneDnn> net(in, fmt, opts, 1);
+  Rng rng(2);
+  Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
+  for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
+  std::vector<std::int32_t> y(batch);
+  for (auto& l : y) l = std::int32_t(rng.uniform_int(10));
+  optim::Momentum<float> mom(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  optim::GradientDescent<float> sgd(net.parameters());
+  Tensor<float> d;
+  return time_steps(name, fmt, batch, p.steps, p, [&] {
+    softmax_cross_entropy(net.forward(x, Mode::Train), y, &d);
+    net.backward(d);
+    if (momentum_wd) {
+      weight_decay(net.parameters(), 2e-4);
+      mom.step(net.parameters(), 0.1);
+    } else {
+      sgd.step(net.parameters(), 0.1);
+    }
+  });
+}
+
+template <class Net>
+Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std::size_t batch,
+                   const Protocol& p) {
+  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt, opts, 1);
+  Rng rng(3);
+  Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
+  for (auto& v : x) v = float(rng.uniform(0, 255));
+  return time_steps(name, fmt, batch, p.infer_steps, p, [&] { net.forward(x, Mode::Infer); });
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only = "resnet20,resnet56,tfcnn,infer20,infer56", formats = "nhwc,nchw", json;
+  Protocol p;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--only")
+      only = v;
+    else if (k == "--formats")
+      formats = v;
+    else if (k == "--reps")
+      p.reps = std::atoi(v.c_str());
+    else if (k == "--steps")
+      p.steps = std::atoi(v.c_str());
+    else if (k == "--warmup")
+      p.warmup = std::atoi(v.c_str());
+    else if (k == "--json")
+      json = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  std::printf("cifarnet_bench: %d OpenMP threads, oneDNN %d.%d.%d, %d reps x %d steps after %d warm-up\n",
+              omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
+              p.reps, p.steps, p.warmup);
+  std::vector<Result> results;
+  for (const auto& f : split(formats)) {
+    const DataFormat fmt = parse_data_format(f);
+    for (const auto& b : split(only)) {
+      if (b == "resnet20")
+        results.push_back(
+            train_bench<ResNetCifar<>>(b, fmt, {3, 32, 32}, resnet_options(20), 128, true, false, p));
+      else if (b == "resnet44")
+        results.push_back(
+            train_bench<ResNetCifar<>>(b, fmt, {3, 32, 32}, resnet_options(44), 128, true, false, p));
+      else if (b == "resnet56")
+        results.push_back(
+            train_bench<ResNetCifar<>>(b, fmt, {3, 32, 32}, resnet_options(56), 128, true, false, p));
+      else if (b == "tfcnn")
+        results.push_back(
+            train_bench<Cifar10Cnn>(b, fmt, {3, 24, 24}, cifar10_cnn_options(), 128, false, true, p));
+      else if (b == "infer20")
+        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(20), 100, p));
+      else if (b == "infer56")
+        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(56), 100, p));
+      else {
+        std::fprintf(stderr, "unknown benchmark %s\n", b.c_str());
+        return 2;
+      }
+    }
+  }
+  if (!json.empty()) {
+    std::ofstream o(json);
+    o << "[\n";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      o << "  {\"name\": \"" << r.name << "\", \"format\": \"" << r.format << "\", \"batch\": " << r.batch
+        << ", \"median_s\": " << r.median << ", \"min_s\": " << r.min << ", \"max_s\": " << r.max << "}"
+        << (i + 1 < results.size() ? ",\n" : "\n");
+    }
+    o << "]\n";
+  }
+  return 0;
+}
