@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/names.hpp"
 #include "cifarnet/core/params.hpp"
