@@ -5,8 +5,8 @@
 //   ExamplesPerSecondHook(every_n)  "Average examples/sec: 601.2 (612.9), step = 20"
 //                                   (the seed's ExamplesPerSecondHook: average since
 //                                   the first logged step, and the current window)
-//   StepLogHook(every_n)            the tutorial's "step 10, loss = 4.67 (350.1 examples/sec;
-//                                   0.366 sec/batch)"
+//   StepLogHook(every_n)            the tutorial's "2017-08-04 10:32:05.123456: step 10,
+//                                   loss = 4.67 (350.1 examples/sec; 0.366 sec/batch)"
 //   CheckpointHook(manager, steps, secs)  saves every N steps and/or seconds, and at the end
 //   SummaryHook(writer, every_n)    scalars (loss, total_loss, learning_rate, global_step/sec,
 //                                   examples/sec) and, every hist_every steps, histograms of
@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -38,6 +39,21 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 }  // namespace detail
+
+/// Python's str(datetime.now()), local time: "2017-08-04 10:32:05.123456"
+/// (the time stamp of the tutorial's log lines).
+inline std::string datetime_now() {
+  const auto t = std::chrono::system_clock::now();
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char buf[64];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%06lld", static_cast<long long>(us));
+  return buf;
+}
 
 /// Logs step, loss and learning rate every N steps (and on the first step).
 class LoggingHook : public Hook {
@@ -110,10 +126,10 @@ class StepLogHook : public Hook {
     examples_ += double(r.batch_size);
     if (r.step % n_ != 0) return;
     const double dt = detail::seconds_since(start_);
-    char line[160];
-    std::snprintf(line, sizeof line, "step %lld, loss = %.2f (%.1f examples/sec; %.3f sec/batch)\n",
-                  static_cast<long long>(r.step), r.total_loss, dt > 0 ? examples_ / dt : 0.0,
-                  steps_ ? dt / double(steps_) : 0.0);
+    char line[200];
+    std::snprintf(line, sizeof line, "%s: step %lld, loss = %.2f (%.1f examples/sec; %.3f sec/batch)\n",
+                  datetime_now().c_str(), static_cast<long long>(r.step), r.total_loss,
+                  dt > 0 ? examples_ / dt : 0.0, steps_ ? dt / double(steps_) : 0.0);
     *out_ << line << std::flush;
     steps_ = 0;
     examples_ = 0;
