@@ -1,5 +1,9 @@
-// cifarnet/io/file.hpp — whole-file reads and crash-safe (atomic) writes.
+// cifarnet/io/file.hpp — whole-file reads and crash-safe (atomic) writes,
+// for every reader and writer of the library (io/ and data/).
 //
+// Read errors are IoErrors naming the file and the system's reason
+// ("cannot open 'x': No such file or directory"), and for a failed read the
+// byte offset it stopped at.
 // AtomicFileWriter writes to a temporary file in the target's directory,
 // fsyncs it, renames it over the target and fsyncs the directory, so at any
 // instant the target is either the complete old file or the complete new one.
@@ -58,30 +62,56 @@ inline void fsync_directory(const std::string& dir, const std::string& for_file)
     throw IoError(cifarnet::detail::concat("cannot sync directory '", dir, "' after writing '", for_file,
                                            "': ", errno_text(err)));
 }
+
+/// Opens `path` read-only; IoError "cannot open '<path>': <reason>".
+inline int open_readonly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw IoError(cifarnet::detail::concat("cannot open '", path, "': ", errno_text(err)));
+  }
+  return fd;
+}
+/// Reads up to `n` bytes from `fd` at its position, retrying short reads
+/// and EINTR, until `n` or the end of the file; returns how many it read.
+/// `offset` (the file position) only serves the message of the IoError.
+inline std::size_t read_upto(int fd, void* dst, std::size_t n, const std::string& path,
+                             std::uint64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, p + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      throw IoError(cifarnet::detail::concat("cannot read '", path, "' at byte offset ", offset + got, ": ",
+                                             errno_text(err)));
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+/// Closes `fd` when it goes out of scope.
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
 }  // namespace detail
 
 /// Reads a whole file; IoError naming it when it cannot be opened or read.
 inline std::vector<std::uint8_t> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw IoError(cifarnet::detail::concat("cannot open '", path, "': ", detail::errno_text(err)));
-  }
+  const detail::FdCloser fd{detail::open_readonly(path)};
   std::vector<std::uint8_t> out;
+  struct stat st;
+  if (::fstat(fd.fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+    out.reserve(static_cast<std::size_t>(st.st_size));
   std::uint8_t buf[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw IoError(cifarnet::detail::concat("cannot read '", path, "' at byte offset ", out.size(), ": ",
-                                             detail::errno_text(err)));
-    }
-    if (n == 0) break;
+    const std::size_t n = detail::read_upto(fd.fd, buf, sizeof buf, path, out.size());
     out.insert(out.end(), buf, buf + n);
+    if (n < sizeof buf) break;
   }
-  ::close(fd);
   return out;
 }
 

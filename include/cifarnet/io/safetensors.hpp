@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "cifarnet/core/crc32c.hpp"
+#include "cifarnet/core/endian.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/io/file.hpp"
 
@@ -489,10 +490,6 @@ inline std::string build_header(const StateDict& dict, const WriteOptions& opt,
   return h;
 }
 
-inline void put_u64le(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-
 /// Random-access bytes: a file (pread) or memory.
 class ByteSource {
  public:
@@ -515,11 +512,7 @@ class MemorySource : public ByteSource {
 class FileSource : public ByteSource {
  public:
   explicit FileSource(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      const int err = errno;
-      throw IoError(cifarnet::detail::concat("cannot open '", path, "': ", errno_text(err)));
-    }
+    fd_ = open_readonly(path);
     struct stat st;
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd_);
@@ -592,8 +585,7 @@ inline StateDict parse_safetensors(const ByteSource& src, const std::string& fil
   if (fsize < 8) throw fail(0, concat("file is ", fsize, " bytes, too short for the 8-byte header length"));
   std::uint8_t lenbuf[8];
   src.read(0, lenbuf, 8);
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | lenbuf[i];
+  const std::uint64_t n = cifarnet::detail::get_le64(lenbuf);
   if (n > fsize - 8)
     throw fail(0, concat("header length ", n, " exceeds the file size (", fsize, " bytes, so at most ",
                          fsize - 8, "); the file is truncated or not safetensors"));
@@ -754,7 +746,7 @@ inline std::vector<std::uint8_t> serialize_safetensors(const StateDict& dict, co
   std::size_t total = 8 + header.size();
   for (const auto& it : order) total += it->second.bytes.size();
   std::vector<std::uint8_t> out(total);
-  detail::put_u64le(out.data(), header.size());
+  cifarnet::detail::put_le64(out.data(), header.size());
   std::memcpy(out.data() + 8, header.data(), header.size());
   std::size_t pos = 8 + header.size();
   for (const auto& it : order) {
@@ -773,7 +765,7 @@ inline void write_safetensors(const std::string& path, const StateDict& dict, co
   const std::string header = detail::build_header(dict, opt, order);
   AtomicFileWriter w(path, opt.durable);
   std::uint8_t len[8];
-  detail::put_u64le(len, header.size());
+  cifarnet::detail::put_le64(len, header.size());
   w.write(len, 8);
   w.write(header);
   for (const auto& it : order) w.write(it->second.bytes.data(), it->second.bytes.size());
