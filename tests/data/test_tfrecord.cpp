@@ -170,11 +170,11 @@ TEST_CASE("general tf.train.Examples from TensorFlow parse to the right values a
 
 TEST_CASE("Example encoding: varints, negative int64 in ten bytes, packed lists", "[data][example]") {
   std::string s;
-  proto::put_varint(s, 300);
+  io::pb::put_varint(s, 300);
   CHECK(s == std::string("\xac\x02", 2));
-  CHECK(proto::varint_size(127) == 1);
-  CHECK(proto::varint_size(128) == 2);
-  CHECK(proto::varint_size(~0ull) == 10);
+  CHECK(io::pb::varint_size(127) == 1);
+  CHECK(io::pb::varint_size(128) == 2);
+  CHECK(io::pb::varint_size(~0ull) == 10);
   Example ex;
   ex.set("label", Feature::of_int64(-2));
   const std::string enc = serialize(ex);
@@ -223,13 +223,13 @@ TEST_CASE("the Example parser accepts unpacked lists, unknown fields and repeate
 TEST_CASE("malformed Examples are DataErrors naming the file and the offset", "[data][example][errors]") {
   // truncated varint inside the outer length
   require_throws_with<DataError>([] { parse_example(std::string("\x0a\x80", 2), "f.rec", 100); },
-                                 {"f.rec", "byte offset 102", "truncated varint"});
+                                 {"f.rec", "byte offset 101", "truncated varint"});
   // a length running past the end
   require_throws_with<DataError>([] { parse_example(std::string("\x0a\x05\x0a", 3), "f.rec", 0); },
-                                 {"f.rec", "byte offset 2", "runs past the end"});
+                                 {"f.rec", "byte offset 1", "runs past the end"});
   // wire type 3 (groups) is not supported
   require_throws_with<DataError>([] { parse_example(std::string("\x13", 1), "f.rec", 0); },
-                                 {"f.rec", "byte offset 1", "unsupported wire type 3"});
+                                 {"f.rec", "byte offset 0", "unsupported wire type 3"});
   // field number 0
   require_throws_with<DataError>([] { parse_example(std::string("\x02\x00", 2), "f.rec", 0); },
                                  {"invalid field number 0"});

@@ -9,9 +9,8 @@
 //   BytesList { repeated bytes value = 1; }
 //   FloatList { repeated float value = 1 [packed = true]; }
 //   Int64List { repeated int64 value = 1 [packed = true]; }
-// Wire format: tag = (field << 3) | wire type; varint (0), 64-bit (1),
-// length-delimited (2), 32-bit (5); lengths and int64 values are base-128
-// varints, negative int64s take 10 bytes (two's complement).
+// The wire format (tags, varints, length-delimited fields, the Reader) is
+// io/protobuf.hpp's; negative int64s take 10 bytes (two's complement).
 //
 // serialize() writes map entries in the order the Example holds them, with
 // both key and value, packed lists, and empty lists omitted — byte for byte
@@ -19,17 +18,19 @@
 // tests/data/golden/). The parser accepts any valid encoding: fields in any
 // order, unknown fields skipped, unpacked repeated scalars, repeated
 // messages merged, the last value of a duplicated map key winning. Malformed
-// input is a DataError naming the file and the byte offset.
+// input is a DataError naming the file and the byte offset where the bad
+// element starts.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/io/protobuf.hpp"
 
 namespace cifarnet {
 namespace data {
@@ -85,308 +86,178 @@ struct Example {
   }
 };
 
-namespace proto {
+namespace detail {
+namespace pb = io::pb;
 
-enum WireType : std::uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-inline std::size_t varint_size(std::uint64_t v) {
-  std::size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
+inline std::size_t packed_varints_size(const std::vector<std::int64_t>& v) {
+  std::size_t n = 0;
+  for (auto x : v) n += pb::varint_size(static_cast<std::uint64_t>(x));
   return n;
 }
-inline void put_varint(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-inline void put_tag(std::string& out, std::uint32_t field, WireType wt) {
-  put_varint(out, (static_cast<std::uint64_t>(field) << 3) | wt);
-}
-/// Length-delimited field header: tag + length.
-inline void put_len(std::string& out, std::uint32_t field, std::size_t len) {
-  put_tag(out, field, kLengthDelimited);
-  put_varint(out, len);
-}
-inline std::size_t len_field_size(std::uint32_t field, std::size_t len) {
-  return varint_size((static_cast<std::uint64_t>(field) << 3) | kLengthDelimited) + varint_size(len) + len;
-}
-
-/// A bounds-checked cursor over an encoded message. Every error names the
-/// file and the absolute byte offset (base + position).
-class Cursor {
- public:
-  Cursor(const std::uint8_t* begin, const std::uint8_t* end, const std::string& file, std::uint64_t base)
-      : start_(begin), p_(begin), end_(end), file_(&file), base_(base) {}
-
-  bool done() const { return p_ >= end_; }
-  std::uint64_t offset() const { return base_ + static_cast<std::uint64_t>(p_ - start_); }
-  const std::uint8_t* pos() const { return p_; }
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw DataError(cifarnet::detail::at_file(*file_, offset(), "tf.train.Example: " + what));
-  }
-
-  std::uint64_t varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-      if (p_ >= end_) fail("truncated varint");
-      const std::uint8_t b = *p_++;
-      if (shift == 63 && b > 1) fail("varint overflows 64 bits");
-      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
-      if (!(b & 0x80)) return v;
-    }
-    fail("varint longer than 10 bytes");
-  }
-  /// Reads a tag; returns field number and wire type.
-  std::pair<std::uint32_t, std::uint32_t> tag() {
-    const std::uint64_t t = varint();
-    const std::uint64_t field = t >> 3;
-    if (field == 0 || field > 0x1FFFFFFFu) fail(cifarnet::detail::concat("invalid field number ", field));
-    return {static_cast<std::uint32_t>(field), static_cast<std::uint32_t>(t & 7)};
-  }
-  /// Reads a length prefix and returns a cursor over that many bytes.
-  Cursor sub() {
-    const std::uint64_t n = varint();
-    if (n > static_cast<std::uint64_t>(end_ - p_))
-      fail(cifarnet::detail::concat("length ", n, " runs past the end of the message (", end_ - p_,
-                                    " bytes left)"));
-    Cursor c(p_, p_ + n, *file_, offset());
-    p_ += n;
-    return c;
-  }
-  std::uint32_t fixed32() {
-    if (end_ - p_ < 4) fail("truncated fixed32");
-    std::uint32_t v = std::uint32_t(p_[0]) | std::uint32_t(p_[1]) << 8 | std::uint32_t(p_[2]) << 16 |
-                      std::uint32_t(p_[3]) << 24;
-    p_ += 4;
-    return v;
-  }
-  void skip(std::uint32_t wire_type) {
-    switch (wire_type) {
-      case kVarint:
-        varint();
-        return;
-      case kFixed64:
-        if (end_ - p_ < 8) fail("truncated fixed64");
-        p_ += 8;
-        return;
-      case kLengthDelimited:
-        sub();
-        return;
-      case kFixed32:
-        fixed32();
-        return;
-      default:
-        fail(cifarnet::detail::concat("unsupported wire type ", wire_type));
-    }
-  }
-  void expect(std::uint32_t got, std::uint32_t want, const char* what) const {
-    if (got != want) fail(cifarnet::detail::concat(what, ": wire type ", got, ", expected ", want));
-  }
-  std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
-  const std::string& file() const { return *file_; }
-
- private:
-  const std::uint8_t* start_;
-  const std::uint8_t* p_;
-  const std::uint8_t* end_;
-  const std::string* file_;
-  std::uint64_t base_;
-};
-
-inline std::size_t feature_body_size(const Feature& f) {
-  std::size_t list = 0;
+/// Bytes of the BytesList / FloatList / Int64List message inside a Feature.
+inline std::size_t list_size(const Feature& f) {
   switch (f.kind) {
     case Feature::Kind::none:
       return 0;
-    case Feature::Kind::bytes_list:
-      for (const auto& b : f.bytes) list += len_field_size(1, b.size());
-      return len_field_size(1, list);
-    case Feature::Kind::float_list:
-      if (!f.floats.empty()) list = len_field_size(1, 4 * f.floats.size());
-      return len_field_size(2, list);
-    case Feature::Kind::int64_list: {
-      std::size_t packed = 0;
-      for (auto v : f.int64s) packed += varint_size(static_cast<std::uint64_t>(v));
-      if (!f.int64s.empty()) list = len_field_size(1, packed);
-      return len_field_size(3, list);
+    case Feature::Kind::bytes_list: {
+      std::size_t n = 0;
+      for (const auto& b : f.bytes) n += pb::len_field_size(1, b.size());
+      return n;
     }
+    case Feature::Kind::float_list:
+      return f.floats.empty() ? 0 : pb::len_field_size(1, 4 * f.floats.size());
+    case Feature::Kind::int64_list:
+      return f.int64s.empty() ? 0 : pb::len_field_size(1, packed_varints_size(f.int64s));
   }
   return 0;
 }
+/// Bytes of an encoded Feature: its one list field (the Kind is the field
+/// number), nothing for Kind::none.
+inline std::size_t feature_body_size(const Feature& f) {
+  return f.kind == Feature::Kind::none ? 0 : pb::len_field_size(static_cast<int>(f.kind), list_size(f));
+}
 
 inline void put_feature_body(std::string& out, const Feature& f) {
+  if (f.kind == Feature::Kind::none) return;
+  pb::put_len(out, static_cast<int>(f.kind), list_size(f));
   switch (f.kind) {
     case Feature::Kind::none:
       return;
-    case Feature::Kind::bytes_list: {
-      std::size_t list = 0;
-      for (const auto& b : f.bytes) list += len_field_size(1, b.size());
-      put_len(out, 1, list);
-      for (const auto& b : f.bytes) {
-        put_len(out, 1, b.size());
-        out.append(b);
-      }
+    case Feature::Kind::bytes_list:
+      for (const auto& b : f.bytes) pb::put_bytes(out, 1, b, /*always: repeated*/ true);
       return;
-    }
-    case Feature::Kind::float_list: {
-      put_len(out, 2, f.floats.empty() ? 0 : len_field_size(1, 4 * f.floats.size()));
+    case Feature::Kind::float_list:
       if (f.floats.empty()) return;
-      put_len(out, 1, 4 * f.floats.size());
-      for (float v : f.floats) {
-        std::uint32_t u;
-        std::memcpy(&u, &v, 4);
-        for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((u >> (8 * k)) & 0xFF));
-      }
+      pb::put_len(out, 1, 4 * f.floats.size());
+      for (float v : f.floats) pb::put_fixed32(out, pb::bits_of(v));
       return;
-    }
-    case Feature::Kind::int64_list: {
-      std::size_t packed = 0;
-      for (auto v : f.int64s) packed += varint_size(static_cast<std::uint64_t>(v));
-      put_len(out, 3, f.int64s.empty() ? 0 : len_field_size(1, packed));
+    case Feature::Kind::int64_list:
       if (f.int64s.empty()) return;
-      put_len(out, 1, packed);
-      for (auto v : f.int64s) put_varint(out, static_cast<std::uint64_t>(v));
+      pb::put_len(out, 1, packed_varints_size(f.int64s));
+      for (auto v : f.int64s) pb::put_varint(out, static_cast<std::uint64_t>(v));
       return;
-    }
   }
 }
 
 inline std::size_t entry_size(const std::string& key, const Feature& f) {
-  return len_field_size(1, key.size()) + len_field_size(2, feature_body_size(f));
+  return pb::len_field_size(1, key.size()) + pb::len_field_size(2, feature_body_size(f));
 }
 
-}  // namespace proto
+}  // namespace detail
 
 /// Serializes an Example (entries in the order held).
 inline std::string serialize(const Example& ex) {
+  namespace pb = io::pb;
   std::size_t features = 0;
   for (const auto& kv : ex.features)
-    features += proto::len_field_size(1, proto::entry_size(kv.first, kv.second));
+    features += pb::len_field_size(1, detail::entry_size(kv.first, kv.second));
   std::string out;
-  out.reserve(proto::len_field_size(1, features));
-  proto::put_len(out, 1, features);
+  out.reserve(pb::len_field_size(1, features));
+  pb::put_len(out, 1, features);
   for (const auto& kv : ex.features) {
-    proto::put_len(out, 1, proto::entry_size(kv.first, kv.second));
-    proto::put_len(out, 1, kv.first.size());
-    out.append(kv.first);
-    proto::put_len(out, 2, proto::feature_body_size(kv.second));
-    proto::put_feature_body(out, kv.second);
+    pb::put_len(out, 1, detail::entry_size(kv.first, kv.second));
+    pb::put_bytes(out, 1, kv.first, /*always: a map entry keeps its key*/ true);
+    pb::put_len(out, 2, detail::feature_body_size(kv.second));
+    detail::put_feature_body(out, kv.second);
   }
   return out;
 }
 
-namespace proto {
+namespace detail {
 
-inline void parse_bytes_list(Cursor c, std::vector<std::string>& out) {
-  while (!c.done()) {
-    const auto [field, wt] = c.tag();
+/// A Reader over an encoded Example; errors start with "tf.train.Example".
+inline pb::Reader example_reader(const void* data, std::size_t size, const std::string& file,
+                                 std::uint64_t base) {
+  return pb::Reader(std::string_view(static_cast<const char*>(data), size), file, base, "tf.train.Example");
+}
+
+inline void parse_bytes_list(pb::Reader r, std::vector<std::string>& out) {
+  int field, wire;
+  while (!r.done()) {
+    r.next(field, wire);
     if (field == 1) {
-      c.expect(wt, kLengthDelimited, "BytesList.value");
-      Cursor v = c.sub();
-      out.emplace_back(reinterpret_cast<const char*>(v.pos()), v.remaining());
+      r.expect(wire, pb::kLengthDelimited, "BytesList.value");
+      out.emplace_back(r.bytes());
     } else {
-      c.skip(wt);
+      r.skip(wire);
     }
   }
 }
 
-inline void parse_float_list(Cursor c, std::vector<float>& out) {
-  const auto push = [&](std::uint32_t u) {
-    float v;
-    std::memcpy(&v, &u, 4);
-    out.push_back(v);
-  };
-  while (!c.done()) {
-    const auto [field, wt] = c.tag();
-    if (field == 1 && wt == kLengthDelimited) {
-      Cursor packed = c.sub();
-      if (packed.remaining() % 4 != 0) packed.fail("packed FloatList length is not a multiple of 4");
-      while (!packed.done()) push(packed.fixed32());
-    } else if (field == 1 && wt == kFixed32) {
-      push(c.fixed32());
-    } else if (field == 1) {
-      c.fail(cifarnet::detail::concat("FloatList.value: unexpected wire type ", wt));
-    } else {
-      c.skip(wt);
-    }
+inline void parse_float_list(pb::Reader r, std::vector<float>& out) {
+  int field, wire;
+  while (!r.done()) {
+    r.next(field, wire);
+    if (field == 1)
+      r.for_each_fixed<float>(wire, "FloatList.value", [&](float v) { out.push_back(v); });
+    else
+      r.skip(wire);
   }
 }
 
-inline void parse_int64_list(Cursor c, std::vector<std::int64_t>& out) {
-  while (!c.done()) {
-    const auto [field, wt] = c.tag();
-    if (field == 1 && wt == kLengthDelimited) {
-      Cursor packed = c.sub();
-      while (!packed.done()) out.push_back(static_cast<std::int64_t>(packed.varint()));
-    } else if (field == 1 && wt == kVarint) {
-      out.push_back(static_cast<std::int64_t>(c.varint()));
-    } else if (field == 1) {
-      c.fail(cifarnet::detail::concat("Int64List.value: unexpected wire type ", wt));
-    } else {
-      c.skip(wt);
-    }
+inline void parse_int64_list(pb::Reader r, std::vector<std::int64_t>& out) {
+  int field, wire;
+  while (!r.done()) {
+    r.next(field, wire);
+    if (field == 1)
+      r.for_each_varint(wire, "Int64List.value",
+                        [&](std::uint64_t v) { out.push_back(static_cast<std::int64_t>(v)); });
+    else
+      r.skip(wire);
   }
 }
 
 /// Merges an encoded Feature into f (protobuf merge semantics for a oneof).
-inline void parse_feature(Cursor c, Feature& f) {
-  while (!c.done()) {
-    const auto [field, wt] = c.tag();
+inline void parse_feature(pb::Reader r, Feature& f) {
+  int field, wire;
+  while (!r.done()) {
+    r.next(field, wire);
     if (field >= 1 && field <= 3) {
-      c.expect(wt, kLengthDelimited, "Feature.kind");
+      pb::Reader list = r.message(wire, "Feature.kind");
       const auto kind = static_cast<Feature::Kind>(field);
       if (f.kind != kind) f = Feature{};
       f.kind = kind;
-      if (field == 1) parse_bytes_list(c.sub(), f.bytes);
-      if (field == 2) parse_float_list(c.sub(), f.floats);
-      if (field == 3) parse_int64_list(c.sub(), f.int64s);
+      if (field == 1) parse_bytes_list(list, f.bytes);
+      if (field == 2) parse_float_list(list, f.floats);
+      if (field == 3) parse_int64_list(list, f.int64s);
     } else {
-      c.skip(wt);
+      r.skip(wire);
     }
   }
 }
 
-/// Calls fn(key_cursor, value_cursor_or_null) for every map entry of an
-/// encoded Example, in file order. Shared by the full and the fast parser.
+/// Calls fn(key, value_reader_or_null) for every map entry of an encoded
+/// Example, in file order. Shared by the full and the fast parser.
 template <class Fn>
-void for_each_entry(Cursor c, Fn&& fn) {
-  while (!c.done()) {
-    const auto [field, wt] = c.tag();
+void for_each_entry(pb::Reader r, Fn&& fn) {
+  int field, wire;
+  while (!r.done()) {
+    r.next(field, wire);
     if (field != 1) {
-      c.skip(wt);
+      r.skip(wire);
       continue;
     }
-    c.expect(wt, kLengthDelimited, "Example.features");
-    Cursor features = c.sub();
+    pb::Reader features = r.message(wire, "Example.features");
     while (!features.done()) {
-      const auto [ff, fwt] = features.tag();
-      if (ff != 1) {
-        features.skip(fwt);
+      features.next(field, wire);
+      if (field != 1) {
+        features.skip(wire);
         continue;
       }
-      features.expect(fwt, kLengthDelimited, "Features.feature");
-      Cursor entry = features.sub();
-      std::string key;
+      pb::Reader entry = features.message(wire, "Features.feature");
+      std::string_view key;
       bool has_value = false;
-      Cursor value = entry;
+      pb::Reader value = entry;
       while (!entry.done()) {
-        const auto [ef, ewt] = entry.tag();
-        if (ef == 1) {
-          entry.expect(ewt, kLengthDelimited, "map key");
-          Cursor k = entry.sub();
-          key.assign(reinterpret_cast<const char*>(k.pos()), k.remaining());
-        } else if (ef == 2) {
-          entry.expect(ewt, kLengthDelimited, "map value");
-          value = entry.sub();
+        entry.next(field, wire);
+        if (field == 1) {
+          entry.expect(wire, pb::kLengthDelimited, "map key");
+          key = entry.bytes();
+        } else if (field == 2) {
+          value = entry.message(wire, "map value");
           has_value = true;
         } else {
-          entry.skip(ewt);
+          entry.skip(wire);
         }
       }
       fn(key, has_value ? &value : nullptr);
@@ -394,20 +265,19 @@ void for_each_entry(Cursor c, Fn&& fn) {
   }
 }
 
-}  // namespace proto
+}  // namespace detail
 
 /// Parses an encoded Example. `file` and `base_offset` only serve error
 /// messages (the offset of the first byte of `data` in that file).
 inline Example parse_example(const void* data, std::size_t size, const std::string& file = "<memory>",
                              std::uint64_t base_offset = 0) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
   Example ex;
-  proto::for_each_entry(proto::Cursor(p, p + size, file, base_offset),
-                        [&](const std::string& key, proto::Cursor* value) {
-                          Feature f;
-                          if (value) proto::parse_feature(*value, f);
-                          ex.set(key, std::move(f));
-                        });
+  detail::for_each_entry(detail::example_reader(data, size, file, base_offset),
+                         [&](std::string_view key, io::pb::Reader* value) {
+                           Feature f;
+                           if (value) detail::parse_feature(*value, f);
+                           ex.set(std::string(key), std::move(f));
+                         });
   return ex;
 }
 
@@ -438,48 +308,46 @@ inline std::string encode_cifar_example(const std::uint8_t* image, std::size_t n
 /// does not hold exactly one value.
 inline CifarExampleView decode_cifar_example(const void* data, std::size_t size, const std::string& file,
                                              std::uint64_t base_offset) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
+  namespace pb = io::pb;
   CifarExampleView v;
   int images = -1, labels = -1;  // -1: feature absent; else number of values
-  proto::for_each_entry(
-      proto::Cursor(p, p + size, file, base_offset), [&](const std::string& key, proto::Cursor* value) {
+  detail::for_each_entry(
+      detail::example_reader(data, size, file, base_offset), [&](std::string_view key, pb::Reader* value) {
         if (key != "image" && key != "label") return;
         const bool is_image = key == "image";
         int& count = is_image ? images : labels;
         count = 0;  // a later entry with the same key replaces an earlier one
         if (!value) return;
-        proto::Cursor c = *value;
+        pb::Reader c = *value;
+        int field, wire;
         while (!c.done()) {
-          const auto [field, wt] = c.tag();
-          if (field == (is_image ? 1u : 3u) && wt == proto::kLengthDelimited) {
-            proto::Cursor list = c.sub();
+          c.next(field, wire);
+          if (field == (is_image ? 1 : 3) && wire == pb::kLengthDelimited) {
+            pb::Reader list = c.message(wire, "Feature.kind");
+            int lf, lw;
             while (!list.done()) {
-              const auto [lf, lwt] = list.tag();
+              list.next(lf, lw);
               if (lf != 1) {
-                list.skip(lwt);
+                list.skip(lw);
               } else if (is_image) {
-                list.expect(lwt, proto::kLengthDelimited, "BytesList.value");
-                proto::Cursor b = list.sub();
-                v.image = b.pos();
-                v.image_size = b.remaining();
+                list.expect(lw, pb::kLengthDelimited, "BytesList.value");
+                const std::string_view b = list.bytes();
+                v.image = reinterpret_cast<const std::uint8_t*>(b.data());
+                v.image_size = b.size();
                 ++count;
-              } else if (lwt == proto::kLengthDelimited) {
-                proto::Cursor packed = list.sub();
-                while (!packed.done()) {
-                  v.label = static_cast<std::int64_t>(packed.varint());
-                  ++count;
-                }
               } else {
-                list.expect(lwt, proto::kVarint, "Int64List.value");
-                v.label = static_cast<std::int64_t>(list.varint());
-                ++count;
+                list.for_each_varint(lw, "Int64List.value", [&](std::uint64_t x) {
+                  v.label = static_cast<std::int64_t>(x);
+                  ++count;
+                });
               }
             }
           } else if (field >= 1 && field <= 3) {
-            c.fail(cifarnet::detail::concat("feature '", key, "' has the wrong type (expected ",
-                                            is_image ? "bytes_list" : "int64_list", ")"));
+            throw c.error(c.key_offset(),
+                          cifarnet::detail::concat("feature '", key, "' has the wrong type (expected ",
+                                                   is_image ? "bytes_list" : "int64_list", ")"));
           } else {
-            c.skip(wt);
+            c.skip(wire);
           }
         }
       });

@@ -206,12 +206,8 @@ inline ImageSummary decode_image(pb::Reader r) {
   }
   return im;
 }
-inline pb::Reader sub(pb::Reader& r, int wire, const char* what) {
-  r.expect(wire, pb::kLengthDelimited, what);
-  std::uint64_t start = 0;
-  const auto b = r.bytes(&start);
-  return pb::Reader(b, r.file(), start, what);
-}
+/// The embedded message `what`; errors inside it start with its name.
+inline pb::Reader sub(pb::Reader& r, int wire, const char* what) { return r.message(wire, what, what); }
 inline SummaryValue decode_value(pb::Reader r) {
   SummaryValue v;
   int f, w;
