@@ -73,7 +73,7 @@ TEST_CASE("a missing CIFAR file is an IoError naming the file", "[data][cifar][e
   cifarnet_test::write_cifar10_dir(dir, 1);
   std::filesystem::remove(dir.file("data_batch_3.bin"));
   require_throws_with<IoError>([&] { read_cifar10(dir.str(), Split::train); },
-                               {"data_batch_3.bin", "byte offset 0", "cannot open"});
+                               {"data_batch_3.bin", "cannot open"});
   CHECK_NOTHROW(read_cifar10(dir.str(), Split::validation));
 }
 

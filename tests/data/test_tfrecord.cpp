@@ -291,8 +291,8 @@ TEST_CASE("truncated TFRecord files and CRC mismatches name the file and the off
   }
   SECTION("a huge length with a valid CRC does not allocate, it is truncation") {
     auto b = good;
-    data::detail::put_le64(b.data() + 116, 1ull << 60);
-    data::detail::put_le32(b.data() + 124, masked_crc32c(b.data() + 116, 8));
+    cifarnet::detail::put_le64(b.data() + 116, 1ull << 60);
+    cifarnet::detail::put_le32(b.data() + 124, masked_crc32c(b.data() + 116, 8));
     both(b, {"byte offset 116", "truncated record: payload of 1152921504606846976 bytes"});
   }
   SECTION("payload corrupted") {

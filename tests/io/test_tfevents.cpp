@@ -284,22 +284,22 @@ TEST_CASE("corrupt event files are DataErrors naming the file and the record's o
   SECTION("truncated inside a record's data") {
     auto b = good;
     b.resize(rec1 + 20);
-    CHECK_THAT(err(b), Contains(at + std::to_string(rec1) + ": truncated record: length "));
+    CHECK_THAT(err(b), Contains(at + std::to_string(rec1) + ": truncated record: payload of "));
   }
   SECTION("truncated inside a record header") {
     auto b = good;
     b.resize(rec1 + 5);
-    CHECK(err(b) == at + std::to_string(rec1) + ": truncated record: 5 bytes left, a record header needs 12");
+    CHECK(err(b) == at + std::to_string(rec1) + ": truncated record header (5 of 12 bytes)");
   }
   SECTION("a corrupt length") {
     auto b = good;
     b[rec1 + 1] ^= 1;
-    CHECK_THAT(err(b), Contains(at + std::to_string(rec1) + ": record length CRC mismatch"));
+    CHECK_THAT(err(b), Contains(at + std::to_string(rec1) + ": corrupt record length (CRC mismatch)"));
   }
   SECTION("a corrupt payload") {
     auto b = good;
     b[rec1 + 14] ^= 0x80;
-    CHECK_THAT(err(b), Contains(at + std::to_string(rec1) + ": record data CRC mismatch"));
+    CHECK_THAT(err(b), Contains(at + std::to_string(rec1 + 12) + ": corrupt record payload of "));
   }
   SECTION("a well-framed record that is not an Event") {
     std::string bytes;

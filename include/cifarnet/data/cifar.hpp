@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/data/file.hpp"
+#include "cifarnet/io/file.hpp"
 #include "cifarnet/data/image.hpp"
 
 namespace cifarnet {
@@ -146,7 +146,8 @@ inline ImageSet read_records(const std::string& path, std::size_t label_bytes, s
                              std::size_t num_coarse) {
   ImageSet set;
   set.num_classes = num_classes;
-  parse_label_image_records(read_file(path), path, label_bytes, kCifarGeometry, num_classes, num_coarse, set);
+  parse_label_image_records(io::read_file(path), path, label_bytes, kCifarGeometry, num_classes, num_coarse,
+                            set);
   return set;
 }
 }  // namespace detail
@@ -154,7 +155,7 @@ inline ImageSet read_records(const std::string& path, std::size_t label_bytes, s
 /// Reads a class-name file (one name per line; trailing blank lines and
 /// '\r' are ignored). IoError when missing.
 inline std::vector<std::string> read_class_names(const std::string& path) {
-  const auto bytes = detail::read_file(path);
+  const auto bytes = io::read_file(path);
   std::vector<std::string> names;
   std::string cur;
   for (std::uint8_t b : bytes) {

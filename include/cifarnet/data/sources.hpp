@@ -88,7 +88,7 @@ class TfRecordSource {
                           const ImageGeometry& geometry = kCifarGeometry)
       : geometry_(geometry), num_classes_(num_classes) {
     for (const auto& p : paths) {
-      files_.push_back({p, detail::read_file(p)});
+      files_.push_back({p, io::read_file(p)});
       for (const auto& s : index_tfrecords(files_.back().bytes, p))
         records_.push_back({files_.size() - 1, s});
     }
