@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# tests/examples/expect.sh — runs an example program and checks how it ended:
+#   expect.sh <exit status> <extended regex> <program> [args...]
+# Passes when the program exits with exactly that status and its output
+# (stdout and stderr together, newlines read as spaces so a pattern may span
+# lines) matches the regex (grep -E); otherwise says which of the two failed. The output is echoed so ctest -V shows it.
+set -u
+if [ $# -lt 3 ]; then
+  echo "usage: expect.sh <exit status> <extended regex> <program> [args...]" >&2
+  exit 2
+fi
+want_status=$1
+pattern=$2
+shift 2
+out=$("$@" 2>&1)
+status=$?
+printf '%s\n' "$out"
+ok=1
+if [ "$status" -ne "$want_status" ]; then
+  echo "FAIL: exit status $status, expected $want_status"
+  ok=0
+fi
+if ! printf '%s\n' "$out" | tr '\n' ' ' | grep -Eq -- "$pattern"; then
+  echo "FAIL: the output does not match /$pattern/"
+  ok=0
+fi
+[ $ok -eq 1 ] && echo "PASS: exit status $status and output matching /$pattern/"
+[ $ok -eq 1 ]
