@@ -25,14 +25,13 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/core/names.hpp"
+#include "cifarnet/core/name_pattern.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/io/file.hpp"
@@ -477,42 +476,10 @@ void load_state(S& obj, const StateDict& dict, const std::string& prefix = "") {
   }
 }
 
-/// A name pattern: a glob ('*', '?', see core/names.hpp) or an ECMAScript
-/// regular expression matched against the whole name.
-class NamePattern {
- public:
-  NamePattern(const char* glob) : NamePattern(glob_of(glob)) {}         // NOLINT: implicit on purpose
-  NamePattern(const std::string& glob) : NamePattern(glob_of(glob)) {}  // NOLINT
-  static NamePattern glob(std::string pattern) { return glob_of(std::move(pattern)); }
-  /// A regex; an invalid one is a ConfigError naming it.
-  static NamePattern regex(std::string pattern) {
-    NamePattern p;
-    p.text_ = std::move(pattern);
-    try {
-      p.re_ = std::regex(p.text_, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw ConfigError("invalid name regex '" + p.text_ + "': " + e.what());
-    }
-    p.is_regex_ = true;
-    return p;
-  }
-  bool matches(const std::string& name) const {
-    return is_regex_ ? std::regex_match(name, re_) : glob_match(text_, name);
-  }
-  const std::string& text() const { return text_; }
-  bool is_regex() const { return is_regex_; }
-
- private:
-  NamePattern() = default;
-  static NamePattern glob_of(std::string pattern) {
-    NamePattern p;
-    p.text_ = std::move(pattern);
-    return p;
-  }
-  std::string text_;
-  std::regex re_;
-  bool is_regex_ = false;
-};
+/// A name pattern: a glob ('*', '?', see core/names.hpp), an exact name or
+/// an ECMAScript regular expression matched against the whole name
+/// (core/name_pattern.hpp, shared with the optimizers' optim::Pattern).
+using NamePattern = cifarnet::NamePattern;
 
 /// Options of assign_from_checkpoint (TF-Slim's warm start).
 struct WarmStartOptions {

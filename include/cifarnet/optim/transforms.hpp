@@ -290,10 +290,7 @@ class GradientMultipliers : public detail::TransformBase<T, GradientMultipliersO
                                const Selection& train = {})
       : Base(params, std::move(opts), train) {
     for (const auto& [p, m] : opts_.rules()) {
-      bool hit = false;
-      for (std::size_t i = 0; i < params.count() && !hit; ++i)
-        hit = params.info(i).trainable && p.matches(params.info(i).name);
-      if (!hit)
+      if (!matches_trainable(p, params))
         throw ConfigError("GradientMultipliersOptions: pattern '" + p.str() +
                           "' matches no trainable parameter");
     }
