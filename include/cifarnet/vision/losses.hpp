@@ -1,0 +1,198 @@
+// cifarnet/vision/losses.hpp — the Gatys et al. losses of the style transfer
+// seed, exactly as SPEC §6 states them, with their gradients:
+//
+//   content  L = Σ(F − P)² / (4·size(P))              dL/dF = (F − P) / (2·size(P))
+//   Gram     G = FᵀF, F reshaped to (M = H·W, N = channels)
+//   style    E = Σ(G − A)² / (2·N·M)²                  dE/dF = 4·F(G − A) / (2·N·M)²
+//   TV       Σ|x[y+1,x] − x[y,x]| + Σ|x[y,x+1] − x[y,x]| (tf.image.total_variation)
+//
+// F and P are one example's activations (batch 1) in the network's data
+// format; A is the style image's Gram matrix. Losses are summed in double;
+// gradients are ADDED, scaled, into a caller's buffer (several losses share
+// a tap's gradient). Matrix products go through Gemm<Backend, T>: the
+// reference backend uses xtensor-blas (xt::linalg::dot, any BLAS scalar), the
+// oneDNN backend dnnl_sgemm (row-major, float).
+#pragma once
+
+#include <dnnl.h>
+#include <xtensor-blas/xlinalg.hpp>
+#include <xtensor/xadapt.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/tensor.hpp"
+
+namespace cifarnet::vision {
+
+/// Row-major C (m x n) = alpha·op(A)·op(B) + beta·C, with op(A) (m x k) and
+/// op(B) (k x n); A is stored k x m when ta, B n x k when tb. Reference path:
+/// xtensor-blas.
+template <class B, class T>
+struct Gemm {
+  static void run(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                  const T* b, T beta, T* c) {
+    const auto A = adapt(a, ta ? k : m, ta ? m : k);
+    const auto Bm = adapt(b, tb ? n : k, tb ? k : n);
+    xt::xtensor<T, 2> prod;
+    if (ta && tb)
+      prod = xt::linalg::dot(xt::transpose(A), xt::transpose(Bm));
+    else if (ta)
+      prod = xt::linalg::dot(xt::transpose(A), Bm);
+    else if (tb)
+      prod = xt::linalg::dot(A, xt::transpose(Bm));
+    else
+      prod = xt::linalg::dot(A, Bm);
+    const T* p = prod.data();
+    for (std::size_t i = 0; i < m * n; ++i) c[i] = alpha * p[i] + (beta == T(0) ? T(0) : beta * c[i]);
+  }
+
+ private:
+  static auto adapt(const T* p, std::size_t r, std::size_t cols) {
+    return xt::adapt(p, r * cols, xt::no_ownership(), std::array<std::size_t, 2>{r, cols});
+  }
+};
+
+/// The oneDNN path: dnnl_sgemm (row-major, multi-threaded, float).
+template <>
+struct Gemm<backend::OneDnn, float> {
+  static void run(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                  const float* b, float beta, float* c) {
+    using dim = dnnl_dim_t;
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', dim(m), dim(n), dim(k), alpha, a,
+                                        dim(ta ? m : k), b, dim(tb ? k : n), beta, c, dim(n));
+    if (st != dnnl_success)
+      throw BackendError(cifarnet::detail::concat("oneDNN dnnl_sgemm failed in the Gram matrix (status ",
+                                                  int(st), ", ", m, "x", n, "x", k, ")"));
+  }
+};
+
+/// (M, N) of one example's activation: M = H·W positions, N = channels.
+inline std::array<std::size_t, 2> gram_dims(const Shape& s) { return {s.h * s.w, s.c}; }
+
+namespace detail {
+template <class T>
+Shape single_example(const Tensor<T>& f, DataFormat fmt, const char* what) {
+  if (f.dimension() != 4 || f.size() == 0)
+    throw ShapeError(cifarnet::detail::concat(what, ": empty activation"));
+  const Shape s = shape_of(f, fmt);
+  if (s.n != 1)
+    throw ShapeError(cifarnet::detail::concat(what, ": expects one example (batch 1), got ", s.str()));
+  return s;
+}
+}  // namespace detail
+
+/// G = FᵀF (N x N, row-major) of one example's activation in format `fmt`.
+template <class B, class T>
+void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g) {
+  const Shape s = detail::single_example(f, fmt, "gram_matrix");
+  const auto [M, N] = gram_dims(s);
+  g.resize(N * N);
+  // NHWC stores F as (M, N): G = FᵀF. NCHW stores Fᵀ as (N, M): G = Fᵀ(Fᵀ)ᵀ.
+  if (fmt == DataFormat::NHWC)
+    Gemm<B, T>::run(true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+  else
+    Gemm<B, T>::run(false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+}
+
+/// A style target: the style image's Gram matrix at one layer, with the
+/// layer's M and N.
+template <class T>
+struct GramTarget {
+  std::size_t m = 0, n = 0;
+  std::vector<T> a;  ///< N x N
+};
+
+template <class B, class T>
+GramTarget<T> make_gram_target(const Tensor<T>& f, DataFormat fmt) {
+  GramTarget<T> t;
+  gram_matrix<B>(f, fmt, t.a);
+  const auto d = gram_dims(shape_of(f, fmt));
+  t.m = d[0];
+  t.n = d[1];
+  return t;
+}
+
+/// Content loss Σ(F − P)² / (4·size(P)). With `df`, adds scale·dL/dF =
+/// scale·(F − P) / (2·size(P)) into it (same shape as F).
+template <class T>
+double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, double scale = 1.0) {
+  if (f.shape() != p.shape())
+    throw ShapeError("content_loss: the activation and the content target differ in shape");
+  const std::size_t size = p.size();
+  if (size == 0) throw ShapeError("content_loss: empty activation");
+  const T* pf = f.data();
+  const T* pp = p.data();
+  double sum = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    const double d = double(pf[i]) - double(pp[i]);
+    sum += d * d;
+  }
+  if (df) {
+    const T k = T(scale / (2.0 * double(size)));
+    for (std::size_t i = 0; i < size; ++i) df[i] += k * (pf[i] - pp[i]);
+  }
+  return sum / (4.0 * double(size));
+}
+
+/// One layer's style loss E = Σ(G − A)² / (2·N·M)² with G = FᵀF. With `df`,
+/// adds scale·dE/dF = scale·4·F(G − A) / (2·N·M)² into it. `work` is scratch
+/// space (N x N), kept by the caller so steady-state steps do not allocate.
+template <class B, class T>
+double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>& target, std::vector<T>& work,
+                        T* df = nullptr, double scale = 1.0) {
+  const Shape s = detail::single_example(f, fmt, "style_layer_loss");
+  const auto [M, N] = gram_dims(s);
+  if (M != target.m || N != target.n || target.a.size() != N * N)
+    throw ShapeError(cifarnet::detail::concat("style_layer_loss: the activation has M = ", M, ", N = ", N,
+                                              " but the style target has M = ", target.m,
+                                              ", N = ", target.n));
+  gram_matrix<B>(f, fmt, work);
+  const double denom = 2.0 * double(N) * double(M);
+  double sum = 0;
+  for (std::size_t i = 0; i < N * N; ++i) {
+    work[i] -= target.a[i];  // work = G − A (symmetric)
+    sum += double(work[i]) * double(work[i]);
+  }
+  if (df) {
+    const T alpha = T(scale * 4.0 / (denom * denom));
+    if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
+      Gemm<B, T>::run(false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
+    else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
+      Gemm<B, T>::run(false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
+  }
+  return sum / (denom * denom);
+}
+
+/// tf.image.total_variation of one HWC image (h, w, c): the sum of absolute
+/// differences between vertical and horizontal neighbours. With `dx`, adds
+/// scale·dTV/dx (a subgradient: sign of each difference, 0 where it is 0).
+template <class T>
+double total_variation(const T* x, std::size_t h, std::size_t w, std::size_t c, T* dx = nullptr,
+                       double scale = 1.0) {
+  double sum = 0;
+  const T k = T(scale);
+  auto pair = [&](std::size_t a, std::size_t b) {  // d = x[b] − x[a]
+    const T d = x[b] - x[a];
+    sum += std::fabs(double(d));
+    if (dx && d != T(0)) {
+      const T g = d > T(0) ? k : -k;
+      dx[b] += g;
+      dx[a] -= g;
+    }
+  };
+  for (std::size_t y = 0; y < h; ++y)
+    for (std::size_t xx = 0; xx < w; ++xx)
+      for (std::size_t ch = 0; ch < c; ++ch) {
+        const std::size_t i = (y * w + xx) * c + ch;
+        if (y + 1 < h) pair(i, i + w * c);
+        if (xx + 1 < w) pair(i, i + c);
+      }
+  return sum;
+}
+
+}  // namespace cifarnet::vision

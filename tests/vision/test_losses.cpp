@@ -1,0 +1,200 @@
+// vision/losses.hpp and GatysLoss: Gram, content, style and total-variation
+// values against hand computations on tiny tensors (every Gemm path and both
+// data formats), then the gradient of the total loss with respect to the
+// image against central differences through a small random VGG-shaped net
+// (double, reference backend), and oneDNN against the reference.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/vgg19.hpp>
+#include <cifarnet/vision/style_transfer.hpp>
+#include <cifarnet/vision/test_images.hpp>
+
+#include <cmath>
+
+using namespace cifarnet;
+using namespace cifarnet::vision;
+
+namespace {
+/// F with M = 2 positions (h = 1, w = 2) and N = 2 channels: rows (1, 2) and (3, 4).
+template <class T>
+Tensor<T> tiny(DataFormat fmt) {
+  Tensor<T> f = make_tensor<T>({1, 2, 1, 2}, fmt);
+  const Shape s{1, 2, 1, 2};
+  const T v[2][2] = {{1, 2}, {3, 4}};  // [position][channel]
+  for (std::size_t p = 0; p < 2; ++p)
+    for (std::size_t c = 0; c < 2; ++c) f.data()[offset(s, fmt, 0, c, 0, p)] = v[p][c];
+  return f;
+}
+
+template <class B, class T>
+void check_hand_values(DataFormat fmt) {
+  const Tensor<T> f = tiny<T>(fmt);
+  std::vector<T> g;
+  gram_matrix<B>(f, fmt, g);
+  CHECK(g == std::vector<T>{10, 14, 14, 20});
+
+  // Style: A = I, G − A = [[9, 14], [14, 19]], Σ² = 834, (2·N·M)² = 64.
+  GramTarget<T> a;
+  a.m = a.n = 2;
+  a.a = {1, 0, 0, 1};
+  std::vector<T> work;
+  Tensor<T> df(f.shape());
+  std::fill(df.begin(), df.end(), T(1));  // gradients are added: start from 1
+  CHECK(style_layer_loss<B>(f, fmt, a, work, df.data(), 2.0) == Approx(834.0 / 64.0));
+  // dE/dF = 4·F(G − A)/64 = [[37, 52], [83, 118]] / 16, times scale 2, plus the 1 already there.
+  const Shape s{1, 2, 1, 2};
+  const double want[2][2] = {{37, 52}, {83, 118}};
+  for (std::size_t p = 0; p < 2; ++p)
+    for (std::size_t c = 0; c < 2; ++c)
+      CHECK(double(df.data()[offset(s, fmt, 0, c, 0, p)]) == Approx(1.0 + 2.0 * want[p][c] / 16.0));
+}
+}  // namespace
+
+TEST_CASE("Gram matrix and style loss match hand computations on every Gemm path and format",
+          "[vision][loss]") {
+  for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    INFO("format " << to_string(fmt));
+    check_hand_values<backend::Reference, double>(fmt);
+    check_hand_values<backend::Reference, float>(fmt);
+    check_hand_values<backend::OneDnn, float>(fmt);
+  }
+  Tensor<double> two = make_tensor<double>({2, 2, 1, 2}, DataFormat::NHWC);
+  std::vector<double> g;
+  CHECK_THROWS_AS(gram_matrix<backend::Reference>(two, DataFormat::NHWC, g), ShapeError);
+}
+
+TEST_CASE("Content loss is sum((F - P)^2) / (4 size(P)) with gradient (F - P) / (2 size(P))",
+          "[vision][loss]") {
+  Tensor<double> f = make_tensor<double>({1, 1, 2, 2}, DataFormat::NHWC), p = f;
+  f.data()[0] = 1, f.data()[1] = 2, f.data()[2] = 3, f.data()[3] = 4;
+  p.data()[0] = 0, p.data()[1] = 2, p.data()[2] = 5, p.data()[3] = 4;
+  std::vector<double> d(4, 0.0);
+  CHECK(content_loss(f, p, d.data(), 1.0) == Approx(5.0 / 16.0));
+  CHECK(d == std::vector<double>{0.125, 0.0, -0.25, 0.0});
+  Tensor<double> q = make_tensor<double>({1, 2, 2, 2}, DataFormat::NHWC);
+  CHECK_THROWS_AS(content_loss(f, q), ShapeError);
+}
+
+TEST_CASE("Total variation sums absolute neighbour differences like tf.image.total_variation",
+          "[vision][loss]") {
+  const double x[4] = {1, 3, 4, 8};  // 2 x 2 x 1: [[1, 3], [4, 8]]
+  double d[4] = {0, 0, 0, 0};
+  CHECK(total_variation(x, 2, 2, 1, d, 1.0) == 14.0);  // |4−1| + |8−3| + |3−1| + |8−4|
+  CHECK(d[0] == -2.0);
+  CHECK(d[1] == 0.0);
+  CHECK(d[2] == 0.0);
+  CHECK(d[3] == 2.0);
+}
+
+namespace {
+template <class M>
+void randomize(M& net, std::uint64_t seed) {
+  net.reset(seed);  // He-normal weights (vgg19_random_options), zero biases
+  Rng rng(seed + 1);
+  net.parameters().for_each([&](const ParamInfo& p, typename M::Scalar* v, typename M::Scalar*) {
+    if (p.name.find("biases") != std::string::npos)
+      for (std::size_t i = 0; i < p.size; ++i) v[i] = typename M::Scalar(rng.uniform(-0.5, 0.5));
+  });
+}
+StyleTransferOptions small_options(std::size_t h, std::size_t w) {
+  StyleTransferOptions o;
+  o.height = h;
+  o.width = w;
+  o.tv_weight = 0.05;  // exercise the optional term too
+  return o;
+}
+template <class T>
+std::vector<T> centred(const data::Image& img) {
+  std::vector<T> v(img.data.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(img.data[i] - kVgg19MeanPixel[i % 3]);
+  return v;
+}
+}  // namespace
+
+TEST_CASE(
+    "The gradient of the total loss w.r.t. the image matches finite differences through a VGG-shaped net",
+    "[vision][loss][gradcheck]") {
+  const std::size_t H = 18, W = 22;
+  for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    INFO("format " << to_string(fmt));
+    using M = Model<Vgg19Features<32>, backend::Reference, double>;
+    M net({3, H, W}, fmt, vgg19_random_options(), 3, /*input_gradient=*/true);
+    randomize(net, 3);
+    GatysLoss<M> loss(net, small_options(H, W));
+    loss.set_content(centred<double>(builtin_content_image(H, W)).data());
+    loss.set_style(centred<double>(builtin_style_image(H, W)).data());
+    Rng rng(5);
+    std::vector<double> x(H * W * 3), g(x.size());
+    for (auto& v : x) v = rng.uniform(-100, 100);
+    const LossParts p = loss.evaluate(x.data(), g.data());
+    CHECK(p.content > 0);
+    CHECK(p.style > 0);
+    CHECK(p.tv > 0);
+    CHECK(p.total == Approx(0.01 * p.content + p.style + 0.05 * p.tv));
+    CHECK((net.parameters().grads() == 0).all());  // frozen weights: no weight gradient computed
+    const double eps = 1e-4;
+    for (int k = 0; k < 40; ++k) {
+      const std::size_t i = std::size_t(rng.uniform_int(x.size()));
+      const double keep = x[i];
+      x[i] = keep + eps;
+      const double fp = loss.evaluate(x.data()).total;
+      x[i] = keep - eps;
+      const double fm = loss.evaluate(x.data()).total;
+      x[i] = keep;
+      const double numeric = (fp - fm) / (2 * eps);
+      INFO("pixel " << i << ": analytic " << g[i] << " numeric " << numeric);
+      CHECK(g[i] == Approx(numeric).epsilon(1e-5).margin(1e-7 * std::fabs(p.total)));
+    }
+  }
+}
+
+TEST_CASE("oneDNN (float) and the reference (double) agree on the Gatys losses and gradient",
+          "[vision][loss]") {
+  const std::size_t H = 20, W = 26;
+  using R = Model<Vgg19Features<16>, backend::Reference, double>;
+  using O = Model<Vgg19Features<16>, backend::OneDnn, float>;
+  R ref({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 8, true);
+  O dnn({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 8, true);
+  randomize(ref, 8);
+  auto& pr = ref.parameters();
+  auto& po = dnn.parameters();
+  for (std::size_t id = 0; id < pr.count(); ++id)
+    for (std::size_t i = 0; i < pr.info(id).size; ++i) po.value(id)[i] = float(pr.value(id)[i]);
+  StyleTransferOptions o = small_options(H, W);
+  GatysLoss<R> lr(ref, o);
+  GatysLoss<O> lo(dnn, o);
+  const data::Image c = builtin_content_image(H, W), s = builtin_style_image(H, W);
+  lr.set_content(centred<double>(c).data());
+  lr.set_style(centred<double>(s).data());
+  lo.set_content(centred<float>(c).data());
+  lo.set_style(centred<float>(s).data());
+  Rng rng(2);
+  std::vector<double> xd(H * W * 3), gd(xd.size());
+  std::vector<float> xf(xd.size()), gf(xd.size());
+  for (std::size_t i = 0; i < xd.size(); ++i) xf[i] = float(xd[i] = double(float(rng.uniform(-60, 60))));
+  const LossParts a = lr.evaluate(xd.data(), gd.data());
+  const LossParts b = lo.evaluate(xf.data(), gf.data());
+  CHECK(b.content == Approx(a.content).epsilon(1e-4));
+  CHECK(b.style == Approx(a.style).epsilon(1e-3));
+  CHECK(b.total == Approx(a.total).epsilon(1e-3));
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < gd.size(); ++i) {
+    num += (double(gf[i]) - gd[i]) * (double(gf[i]) - gd[i]);
+    den += gd[i] * gd[i];
+  }
+  CHECK(std::sqrt(num / den) < 1e-3);
+}
+
+TEST_CASE("GatysLoss refuses layers that are not taps and images of the wrong size", "[vision][loss]") {
+  using M = Model<Vgg19Features<32>, backend::Reference, double>;
+  M net({3, 16, 16}, DataFormat::NHWC, {}, 1, true);
+  StyleTransferOptions o = small_options(16, 16);
+  o.content_layer = "conv5_2";  // beyond Vgg19Features
+  CHECK_THROWS_WITH(GatysLoss<M>(net, o), Catch::Contains("'conv5_2' is not a tap"));
+  CHECK_THROWS_AS(GatysLoss<M>(net, small_options(16, 17)), ShapeError);
+  o = small_options(16, 16);
+  o.style_layer_weights.pop_back();
+  CHECK_THROWS_WITH(GatysLoss<M>(net, o), Catch::Contains("style_layer_weights"));
+}
