@@ -1,0 +1,152 @@
+// style_transfer_bench — seconds per style-transfer iteration (SPEC §6) at
+// 250x333 with VGG-19-shaped random weights on the oneDNN backend, and the
+// parts of one iteration: forward to conv5_1, the Gatys losses and their
+// tap gradients, backward with frozen weights (activation gradients only, what
+// style transfer needs) against a full backward (weight gradients too), and
+// the Adam update of the image.
+//
+//   OMP_NUM_THREADS=2 style_transfer_bench [--reps 7] [--warmup 2] [--format nhwc|nchw|both]
+//                                          [--height 250] [--width 333] [--divisor 1|16]
+//
+// Each figure is the median (min, max) over --reps timed repetitions of one
+// call after --warmup untimed ones. Compare with the PyTorch peer:
+//   /usr/bin/python3 ../shared/bench/peer_torch.py --only gatys
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/vgg19.hpp>
+#include <cifarnet/vision/style_transfer.hpp>
+#include <cifarnet/vision/test_images.hpp>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace cifarnet;
+using namespace cifarnet::vision;
+
+namespace {
+
+struct Args {
+  int reps = 7, warmup = 2, divisor = 1;
+  std::size_t height = 250, width = 333;
+  std::string format = "both";
+};
+
+struct Stat {
+  double median, min, max;
+};
+
+Stat time_it(int warmup, int reps, const std::function<void()>& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
+void report(const char* fmt, const char* what, const Stat& s) {
+  std::printf("  %-5s %-44s %8.4f s  [%.4f - %.4f]\n", fmt, what, s.median, s.min, s.max);
+  std::fflush(stdout);
+}
+
+template <int D>
+void bench(const Args& a, DataFormat fmt) {
+  using M = Model<Vgg19Features<D>, backend::OneDnn, float>;
+  const char* name = fmt == DataFormat::NHWC ? "nhwc" : "nchw";
+  M net({3, a.height, a.width}, fmt, vgg19_random_options(), 1, /*input_gradient=*/true);
+  StyleTransferOptions o;
+  o.height = a.height;
+  o.width = a.width;
+  StyleTransfer<M> st(net, o, builtin_content_image(a.height, a.width),
+                      builtin_style_image(a.height, a.width));
+
+  // One whole iteration as the example runs it: forward, losses, frozen backward, Adam.
+  report(name, "iteration (fwd + losses + frozen bwd + Adam)", time_it(a.warmup, a.reps, [&] { st.step(); }));
+
+  Parameters<float>& img = st.image_parameters();
+  GatysLoss<M>& loss = st.loss_function();
+  report(name, "losses forward only (fwd + Gram + losses)",
+         time_it(a.warmup, a.reps, [&] { loss.evaluate(img.value(0)); }));
+
+  // Backward alone, with the tap gradients of a real evaluation in place.
+  img.zero_grad();
+  loss.evaluate(img.value(0), img.grad(0));  // leaves a Train-mode forward and the tap gradients
+  Tensor<float> dy = make_tensor<float>(net.output_shape(1), fmt);
+  std::fill(dy.begin(), dy.end(), 0.0f);
+  net.set_weight_gradients(false);
+  const Stat frozen = time_it(a.warmup, a.reps, [&] { net.backward(dy); });
+  report(name, "backward, weights frozen (input grad only)", frozen);
+  net.set_weight_gradients(true);
+  const Stat full = time_it(a.warmup, a.reps, [&] { net.backward(dy); });
+  report(name, "backward, full (input + weight grads)", full);
+  net.set_weight_gradients(false);
+  std::printf("  %-5s frozen / full backward = %.2f\n", name, frozen.median / full.median);
+  const Tensor<float> x = make_tensor<float>(net.input_shape(1), fmt);
+  report(name, "forward to conv5_1 (Mode::Train)", time_it(a.warmup, a.reps, [&] { net.forward(x); }));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "style_transfer_bench: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--reps")
+      a.reps = std::max(1, std::atoi(next().c_str()));
+    else if (k == "--warmup")
+      a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (k == "--height")
+      a.height = std::size_t(std::atol(next().c_str()));
+    else if (k == "--width")
+      a.width = std::size_t(std::atol(next().c_str()));
+    else if (k == "--format")
+      a.format = next();
+    else if (k == "--divisor")
+      a.divisor = std::atoi(next().c_str());
+    else {
+      std::fprintf(
+          stderr,
+          "usage: style_transfer_bench [--reps N] [--warmup N] [--format nhwc|nchw|both] [--height H] "
+          "[--width W] [--divisor 1|16]\n");
+      return 2;
+    }
+  }
+  std::string load;
+  std::getline(std::ifstream("/proc/loadavg"), load);
+  std::printf(
+      "style_transfer_bench: VGG-19 (channels / %d) to conv5_1, random weights, %zux%zu, oneDNN f32, "
+      "%d OpenMP threads, %d reps after %d warm-up; loadavg %s\n",
+      a.divisor, a.height, a.width, omp_get_max_threads(), a.reps, a.warmup, load.c_str());
+  try {
+    for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+      if ((fmt == DataFormat::NHWC && a.format == "nchw") || (fmt == DataFormat::NCHW && a.format == "nhwc"))
+        continue;
+      if (a.divisor == 16)
+        bench<16>(a, fmt);
+      else
+        bench<1>(a, fmt);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "style_transfer_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
