@@ -153,8 +153,8 @@ TEST_CASE(
 TEST_CASE("oneDNN (float) and the reference (double) agree on the Gatys losses and gradient",
           "[vision][loss]") {
   const std::size_t H = 20, W = 26;
-  using R = Model<Vgg19Features<16>, backend::Reference, double>;
-  using O = Model<Vgg19Features<16>, backend::OneDnn, float>;
+  using R = Model<Vgg19Features<32>, backend::Reference, double>;
+  using O = Model<Vgg19Features<32>, backend::OneDnn, float>;
   R ref({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 8, true);
   O dnn({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 8, true);
   randomize(ref, 8);

@@ -63,7 +63,7 @@ TEST_CASE("The initial image mixes uniform(-20, 20) noise and the content image 
 }
 
 TEST_CASE("On a tiny VGG-shaped net (oneDNN) the total loss falls over 20 Adam steps", "[vision][style]") {
-  using M = Model<Vgg19Features<16>, backend::OneDnn, float>;
+  using M = Model<Vgg19Features<32>, backend::OneDnn, float>;
   const std::size_t H = 40, W = 52;
   M net({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 3, true);
   StyleTransfer<M> st(net, tiny_options(H, W), builtin_content_image(H, W), builtin_style_image(H, W));

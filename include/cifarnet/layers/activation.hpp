@@ -10,13 +10,13 @@ struct ReLU : LayerBase {
   static constexpr const char* kind = "relu";
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       return in;
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
@@ -34,11 +34,6 @@ struct ReLU : LayerBase {
 
    private:
     ops::Relu<B, T> op_;
-    Shape in_;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 

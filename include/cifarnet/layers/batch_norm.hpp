@@ -23,16 +23,16 @@ struct BatchNorm2d : LayerBase {
   static constexpr int in_channels = C == 0 ? -1 : C;
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
+      this->bind(in, scope, ctx);
       if (C != 0 && in.c != std::size_t(C))
         throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + std::to_string(C) +
                          " channels but the input shape is " + in.str());
-      in_ = in;
       decay_ = ctx.options ? ctx.options->bn_decay : 0.997;
       eps_ = ctx.options ? ctx.options->bn_epsilon : 1e-5;
       gamma_ = ctx.add_param(scope, "gamma", {in.c}, Initializer::ones());
@@ -88,15 +88,10 @@ struct BatchNorm2d : LayerBase {
    private:
     ops::BatchNorm<B, T> op_;
     ChannelGeom geom_;
-    Shape in_;
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
     std::vector<T> mean_, var_, scratch_;
     const Tensor<T>* x_ = nullptr;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 

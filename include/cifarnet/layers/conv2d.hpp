@@ -23,16 +23,16 @@ struct Conv2d : LayerBase {
   static constexpr int out_channels(int) { return Out; }
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
+      this->bind(in, scope, ctx);
       if (In != 0 && in.c != std::size_t(In))
         throw ShapeError("layer '" + name_ + "' (Conv2d) expects " + std::to_string(In) +
                          " input channels but the input shape is " + in.str());
-      in_ = in;
       geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
@@ -65,13 +65,8 @@ struct Conv2d : LayerBase {
    private:
     ops::Conv2d<B, T> op_;
     ConvGeom geom_;
-    Shape in_;
     std::size_t w_ = 0, b_ = 0;
     const Tensor<T>* x_ = nullptr;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 

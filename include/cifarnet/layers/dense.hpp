@@ -23,19 +23,19 @@ struct Dense : LayerBase {
   static constexpr int out_channels(int) { return Out; }
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
+      this->bind(in, scope, ctx);
       if (in.h != 1 || in.w != 1)
         throw ShapeError("layer '" + name_ + "' (Dense) expects a flat input [n, features, 1, 1] but got " +
                          in.str() + "; put Flatten or GlobalAvgPool before it");
       if (In != 0 && in.c != std::size_t(In))
         throw ShapeError("layer '" + name_ + "' (Dense) expects " + std::to_string(In) +
                          " input features but the input shape is " + in.str());
-      in_ = in;
       w_ = ctx.add_param(scope, "weights", {in.c, std::size_t(Out)}, Initializer::glorot_uniform());
       if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
       return {in.n, std::size_t(Out), 1, 1};
@@ -61,13 +61,8 @@ struct Dense : LayerBase {
 
    private:
     ops::Dense<B, T> op_;
-    Shape in_;
     std::size_t n_ = 0, w_ = 0, b_ = 0;
     const Tensor<T>* x_ = nullptr;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 
@@ -76,13 +71,13 @@ struct Flatten : LayerBase {
   static constexpr int out_channels(int) { return -1; }
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       return {in.n, in.per_example(), 1, 1};
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
@@ -100,12 +95,7 @@ struct Flatten : LayerBase {
     }
 
    private:
-    Shape in_;
     std::size_t n_ = 0;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 

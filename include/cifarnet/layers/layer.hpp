@@ -58,6 +58,26 @@ Shape check_input(const std::string& layer, const Shape& built, const Tensor<T>&
   return s;
 }
 
+/// What every layer node keeps: its scoped name (for error messages), the
+/// data format, whether it must produce dx, the built per-example input
+/// shape, and its output and input-gradient buffers (resized per batch size,
+/// reused otherwise). Layers derive from it and call bind() first in build().
+template <class T>
+class NodeBase {
+ protected:
+  void bind(const Shape& in, const Scope& scope, const BuildContext<T>& ctx) {
+    name_ = scope.prefix();
+    fmt_ = ctx.fmt;
+    down_ = ctx.propagate_down;
+    in_ = in;
+  }
+  std::string name_;
+  DataFormat fmt_ = DataFormat::NCHW;
+  bool down_ = true;
+  Shape in_;
+  Tensor<T> y_, dx_;
+};
+
 /// Trait: does L define a fixed name (Named<Tag, ...>)?
 template <class L, class = void>
 struct has_fixed_name : std::false_type {};

@@ -18,13 +18,13 @@ struct Pool2d : LayerBase {
   static constexpr const char* kind = Kind == PoolKind::Max ? "max_pool" : "avg_pool";
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       geom_ = ConvGeom::make(fmt_, in, in.c, K, S, P);
       return {in.n, in.c, geom_.oh, geom_.ow};
     }
@@ -46,12 +46,7 @@ struct Pool2d : LayerBase {
    private:
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;
-    Shape in_;
     const Tensor<T>* x_ = nullptr;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 
@@ -65,13 +60,13 @@ struct GlobalAvgPool : LayerBase {
   static constexpr const char* kind = "global_pool";
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       return {in.n, in.c, 1, 1};
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
@@ -123,12 +118,7 @@ struct GlobalAvgPool : LayerBase {
     }
 
    private:
-    Shape in_;
     std::size_t n_ = 0;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 

@@ -24,13 +24,13 @@ struct ChannelPad : LayerBase {
   static constexpr int out_channels(int in) { return in < 0 ? -1 : in + Before + After; }
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       return {in.n, in.c + Before + After, in.h, in.w};
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
@@ -68,12 +68,7 @@ struct ChannelPad : LayerBase {
     }
 
    private:
-    Shape in_;
     std::size_t n_ = 0;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 
@@ -84,13 +79,13 @@ struct Rescale : LayerBase {
   static constexpr const char* kind = "rescale";
 
   template <class B, class T>
-  class Node {
+  class Node : detail::NodeBase<T> {
+    using B_ = detail::NodeBase<T>;
+    using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      name_ = scope.prefix();
-      fmt_ = ctx.fmt;
-      down_ = ctx.propagate_down;
-      in_ = in;
+      this->bind(in, scope, ctx);
       return in;
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
@@ -117,11 +112,6 @@ struct Rescale : LayerBase {
     }
 
    private:
-    Shape in_;
-    Tensor<T> y_, dx_;
-    std::string name_;
-    DataFormat fmt_ = DataFormat::NCHW;
-    bool down_ = true;
   };
 };
 
