@@ -73,7 +73,7 @@ TEST_CASE("RGB kernels mix channels as the seed writes them", "[vision][filters]
   }
 }
 
-TEST_CASE("The seed's list: blur, sharpen, edge, top Sobel, emboss; top Sobel is ReLU-clipped",
+TEST_CASE("The seed's list: blur, sharpen, edge, top Sobel, emboss, with top Sobel ReLU-clipped",
           "[vision][filters]") {
   for (bool rgb : {false, true}) {
     const auto ks = seed_kernels(rgb);
@@ -102,7 +102,7 @@ TEST_CASE("SAME padding with stride 3 pads the bottom and right of a 5x5 image",
   CHECK(convolved_size(250, 333, 3) == std::array<std::size_t, 2>{84, 111});
 }
 
-TEST_CASE("Grayscale conversion uses TF's weights; channel mismatches are errors", "[vision][filters]") {
+TEST_CASE("Grayscale conversion uses TF's weights, and channel mismatches are errors", "[vision][filters]") {
   data::Image px(1, 1, 3);
   px.data = {100, 50, 200};
   CHECK(rgb_to_grayscale(px).data[0] == Approx(0.2989f * 100 + 0.5870f * 50 + 0.1140f * 200));

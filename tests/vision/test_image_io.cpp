@@ -111,7 +111,7 @@ TEST_CASE("Unreadable, empty, truncated and unsupported image files are errors n
   }
 }
 
-TEST_CASE("Area resize averages blocks exactly at integer ratios; bilinear keeps a ramp monotone",
+TEST_CASE("Area resize averages blocks exactly at integer ratios, and bilinear keeps a ramp monotone",
           "[vision][image]") {
   data::Image img(4, 4, 1);
   for (std::size_t i = 0; i < 16; ++i) img.data[i] = float(i);

@@ -104,8 +104,10 @@ TEST_CASE("load_vgg19_mat fills a width-divided VGG-19 model, and refuses filter
     const MatLayerSpec& s = specs[conv_position(name)];
     const double* w = P.value(P.id(std::string(name) + "/weights"));
     const double* b = P.value(P.id(std::string(name) + "/biases"));
-    CHECK(std::vector<double>(w, w + s.filters.size()) == std::vector<double>(s.filters.begin(), s.filters.end()));
-    CHECK(std::vector<double>(b, b + s.biases.size()) == std::vector<double>(s.biases.begin(), s.biases.end()));
+    CHECK(std::vector<double>(w, w + s.filters.size()) ==
+          std::vector<double>(s.filters.begin(), s.filters.end()));
+    CHECK(std::vector<double>(b, b + s.biases.size()) ==
+          std::vector<double>(s.biases.begin(), s.biases.end()));
   }
   // The scipy golden file has channel counts / 64: conv1_1 is 3x3x3x1, the network wants 3x3x3x2.
   Model<Vgg19Features<32>, backend::Reference, double> narrow({3, 24, 24}, DataFormat::NHWC);
