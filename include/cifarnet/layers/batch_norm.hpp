@@ -7,11 +7,14 @@
 // feeding the moving variance the Bessel-corrected batch variance (× m/(m−1))
 // as TF's fused batch norm does. Inference uses the moving statistics.
 // Decay and epsilon come from NetOptions (0.997 and 1e-5 by default).
+// With RunContext::cross_replica set, training uses the global batch's
+// statistics over all data-parallel replicas (layers/sync_batch_norm.hpp).
 #pragma once
 
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/layers/sync_batch_norm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -51,9 +54,15 @@ struct BatchNorm2d : LayerBase {
       auto& P = *rc.params;
       if (rc.training()) {
         x_ = &x;
-        op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
-                          mean_.data(), var_.data());
-        const double m = double(s.n * s.h * s.w);
+        double m = double(s.n * s.h * s.w);
+        if (rc.cross_replica) {  // synchronized BN: global statistics, then the inference op
+          m = detail::sync_bn_statistics(geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data(), sync_);
+          op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean_.data(),
+                            var_.data(), y_.data());
+        } else {
+          op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+                            mean_.data(), var_.data());
+        }
         const double bessel = m > 1 ? m / (m - 1) : 1.0;
         T* mm = P.value(mmean_);
         T* mv = P.value(mvar_);
@@ -80,8 +89,12 @@ struct BatchNorm2d : LayerBase {
         dg = scratch_.data();
         db = scratch_.data() + in_.c;
       }
-      op_.backward(*rc.device, geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(), var_.data(),
-                   dx_.data(), dg, db);
+      if (rc.cross_replica)  // synchronized BN (layers/sync_batch_norm.hpp)
+        detail::sync_bn_backward(geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(), var_.data(),
+                                 *rc.cross_replica, dx_.data(), dg, db, sync_);
+      else
+        op_.backward(*rc.device, geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(),
+                     var_.data(), dx_.data(), dg, db);
       return dx_;
     }
 
@@ -91,6 +104,7 @@ struct BatchNorm2d : LayerBase {
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
     std::vector<T> mean_, var_, scratch_;
+    std::vector<double> sync_;  // synchronized BN's per-channel sums
     const Tensor<T>* x_ = nullptr;
   };
 };

@@ -115,6 +115,18 @@ struct BuildContext {
   }
 };
 
+/// Sums values over the replicas of a data-parallel run, in place; every
+/// replica calls it at the same points with the same count. Synchronized batch
+/// norm (layers/sync_batch_norm.hpp) calls it when RunContext::cross_replica
+/// is set; distributed/data_parallel.hpp implements it over MPI. The rest of
+/// the library never depends on MPI.
+class CrossReplicaSum {
+ public:
+  virtual ~CrossReplicaSum() = default;
+  /// Replaces values[0, n) by their sums over all replicas (same order everywhere).
+  virtual void sum(double* values, std::size_t n) = 0;
+};
+
 template <class B, class T>
 struct RunContext {
   Mode mode = Mode::Train;
@@ -123,6 +135,9 @@ struct RunContext {
   /// False when the weights are frozen (style transfer): backward then
   /// computes activation gradients only, no weight gradients.
   bool param_grads = true;
+  /// Set: batch norm in Mode::Train normalizes with the statistics of the
+  /// global batch over all replicas (synchronized BN); null: local batch.
+  CrossReplicaSum* cross_replica = nullptr;
   bool training() const { return mode == Mode::Train; }
 };
 

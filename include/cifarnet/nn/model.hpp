@@ -108,6 +108,10 @@ class Model {
   /// Freezes (false) or unfreezes the weights: frozen, backward computes
   /// only activation gradients (cheaper; style transfer).
   void set_weight_gradients(bool on) { param_grads_ = on; }
+  /// Synchronized batch norm: with a reducer set, every BatchNorm2d in
+  /// Mode::Train uses the statistics of the global batch over all replicas
+  /// (distributed::SyncBatchNorm); null (the default) restores local ones.
+  void set_cross_replica(CrossReplicaSum* reducer) { cross_replica_ = reducer; }
 
   /// The activation a Tap<Tag> saw in the last forward (Tag::name).
   const Tensor<T>& activation(const std::string& tap) const {
@@ -150,6 +154,7 @@ class Model {
     rc.mode = mode;
     rc.params = &params_;
     rc.device = device_.get();
+    rc.cross_replica = cross_replica_;
     return rc;
   }
 
@@ -174,6 +179,7 @@ class Model {
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
+  CrossReplicaSum* cross_replica_ = nullptr;
 };
 
 }  // namespace cifarnet
