@@ -79,6 +79,52 @@ inline std::string extension_of(const std::string& path) {
   for (char& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return e;
 }
+
+/// Rejects what Debian's stb_image (v2.27, 2022-09 snapshot) mishandles in
+/// a JPEG: a DHT table whose 16 code counts add up to more than 256 makes
+/// stbi__build_huffman write past its 257-byte size table (fixed upstream in
+/// 2.28; found by tests/fuzz/fuzz_image.cpp). Walks the marker segments as
+/// stb does (entropy-coded data after SOS up to the next real marker) and
+/// reads each DHT's tables the way stb reads them; anything else is left to
+/// stb. DataError naming the image and the byte offset of the bad table.
+inline void check_jpeg_tables(const std::uint8_t* b, std::size_t n, const std::string& name) {
+  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return;  // not a JPEG
+  std::size_t p = 2;
+  while (p + 1 < n) {
+    if (b[p] != 0xFF) {  // stb skips junk between segments, byte by byte
+      ++p;
+      continue;
+    }
+    while (p + 1 < n && b[p + 1] == 0xFF) ++p;  // fill bytes
+    if (p + 1 >= n) return;
+    const std::uint8_t m = b[p + 1];
+    p += 2;
+    if (m == 0xD9) return;                                // EOI
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // no length
+    if (p + 2 > n) return;
+    const std::size_t len = std::size_t(b[p]) << 8 | b[p + 1];
+    if (m == 0xC4) {
+      long left = long(len) - 2;
+      std::size_t q = p + 2;
+      while (left > 0) {
+        if (q + 17 > n) break;  // stb hits the end of the data: its own error
+        std::size_t codes = 0;
+        for (int i = 1; i <= 16; ++i) codes += b[q + std::size_t(i)];
+        if (codes > 256)
+          throw DataError(cifarnet::detail::at_file(
+              name, q,
+              cifarnet::detail::concat("corrupt JPEG: a Huffman table (DHT) declares ", codes,
+                                       " codes, at most 256 are possible")));
+        left -= long(17 + codes);
+        q += 17 + codes;
+      }
+    }
+    p += len;
+    if (m == 0xDA) {  // entropy-coded data up to the next marker (not FF00 or RSTn)
+      while (p + 1 < n && !(b[p] == 0xFF && b[p + 1] != 0x00 && !(b[p + 1] >= 0xD0 && b[p + 1] <= 0xD7))) ++p;
+    }
+  }
+}
 }  // namespace detail
 
 /// Decodes JPEG, PNG or BMP bytes. `channels` = 0 keeps the stored channel
@@ -91,6 +137,7 @@ inline Image8 decode_image(const std::uint8_t* bytes, std::size_t n, const std::
   if (n > std::size_t(0x7fffffff))
     throw DataError(
         cifarnet::detail::concat("image file '", name, "' is ", n, " bytes; stb_image reads at most 2 GiB"));
+  detail::check_jpeg_tables(bytes, n, name);
   int w = 0, h = 0, stored = 0;
   std::unique_ptr<unsigned char, detail::StbFree> p(
       stbi_load_from_memory(bytes, static_cast<int>(n), &w, &h, &stored, channels));

@@ -606,6 +606,10 @@ inline StateDict parse_safetensors(const ByteSource& src, const std::string& fil
   } catch (const nlohmann::json::parse_error& e) {
     const std::uint64_t pos = e.byte > 0 ? e.byte - 1 : 0;
     throw fail(8 + pos, concat("header is not valid JSON: ", e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // e.g. out_of_range 406 for a number beyond double ("1e999"; found by
+    // tests/fuzz/fuzz_safetensors.cpp): nlohmann reports it outside parse_error.
+    throw fail(8, concat("header is not valid JSON: ", e.what()));
   }
   if (!header.is_object()) throw fail(8, "header is not a JSON object");
   if (!duplicate.empty()) throw fail(8, concat("header has the key '", duplicate, "' twice"));

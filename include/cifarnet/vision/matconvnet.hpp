@@ -148,9 +148,12 @@ inline std::vector<std::size_t> dims_of(const matvar_t* v) {
   for (int i = 0; i < v->rank; ++i) d.push_back(v->dims[i]);
   return d;
 }
+/// Element count from the dims (SIZE_MAX when their product overflows: a
+/// corrupt header, never backed by that much data).
 inline std::size_t numel(const matvar_t* v) {
   std::size_t n = 1;
-  for (int i = 0; i < v->rank; ++i) n *= v->dims[i];
+  for (int i = 0; i < v->rank; ++i)
+    if (__builtin_mul_overflow(n, v->dims[i], &n)) return SIZE_MAX;
   return v->rank > 0 ? n : 0;
 }
 inline std::string dims_str(const std::vector<std::size_t>& d) {
@@ -158,6 +161,97 @@ inline std::string dims_str(const std::vector<std::size_t>& d) {
   for (std::size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
   return s.empty() ? "[]" : s;
 }
+
+/// Checks the nesting of an uncompressed MATLAB v5 miMATRIX element before
+/// matio reads it: every sub-element lies within its parent, and the element
+/// counts matio allocates from the dimensions (pointers for cell and struct
+/// arrays, values for numeric and char arrays) are backed by the element's
+/// bytes. matio trusts the dimensions: a 1.5 kB file claiming a 1x2^29 cell
+/// made it allocate 4 GiB (found by tests/fuzz/fuzz_matconvnet.cpp).
+/// Compressed (miCOMPRESSED) variables are inflated by matio itself and are
+/// not checked here.
+class V5MatrixCheck {
+ public:
+  V5MatrixCheck(std::FILE* f, bool le, const std::string& path) : f_(f), le_(le), path_(path) {}
+
+  /// The miMATRIX payload [begin, end) of the element whose tag is at `at`.
+  void matrix(std::uint64_t at, std::uint64_t begin, std::uint64_t end, int depth) {
+    if (depth > 32) fail(at, "miMATRIX elements nested more than 32 deep");
+    struct Sub {
+      std::uint32_t type, nbytes;
+      std::uint64_t data;
+    };
+    std::vector<Sub> subs;
+    std::size_t matrices = 0;
+    for (std::uint64_t q = begin; q < end;) {
+      if (end - q < 8) fail(q, "a data element tag is cut short inside its miMATRIX");
+      unsigned char tag[8];
+      read(q, tag, 8);
+      const std::uint32_t type = u32(tag), nbytes = u32(tag + 4);
+      if (type >> 16) {  // small element: type in the low half, size in the high half, data in the tag
+        subs.push_back({type & 0xFFFF, type >> 16, q + 4});
+        q += 8;
+        continue;
+      }
+      if (nbytes > end - q - 8)
+        fail(q, cifarnet::detail::concat("a data element of ", nbytes,
+                                         " bytes runs past the end of its miMATRIX"));
+      if (type == 15) fail(q, "a compressed element nested inside a miMATRIX");
+      if (type == 14) {
+        matrix(q, q + 8, q + 8 + nbytes, depth + 1);
+        ++matrices;
+      }
+      subs.push_back({type, nbytes, q + 8});
+      q = std::min<std::uint64_t>(end, (q + 8 + nbytes + 7) / 8 * 8);
+    }
+    if (subs.size() < 3) return;  // an empty matrix (e.g. an empty cell), or matio's to reject
+    unsigned char w[4];
+    if (subs[0].nbytes < 4) return;
+    read(subs[0].data, w, 4);
+    const std::uint32_t cls = u32(w) & 0xFF;
+    if (subs[1].type != 5 || subs[1].nbytes % 4 != 0 || subs[1].nbytes > 4 * 64) return;  // matio rejects
+    std::uint64_t count = 1;
+    for (std::uint32_t k = 0; k < subs[1].nbytes / 4; ++k) {
+      read(subs[1].data + 4 * k, w, 4);
+      if (__builtin_mul_overflow(count, std::uint64_t(u32(w)), &count)) count = UINT64_MAX;
+    }
+    if (count == 0) return;
+    std::uint64_t backed = 0;  // elements the content can hold at most
+    if (cls == 1) {            // cell: one miMATRIX per element
+      backed = matrices;
+    } else if (cls == 2 && subs.size() >= 5 && subs[3].nbytes >= 4) {  // struct: nfields miMATRIX each
+      read(subs[3].data, w, 4);
+      const std::uint32_t len = u32(w);
+      const std::uint64_t nfields = len ? subs[4].nbytes / len : 0;
+      backed = nfields ? matrices / nfields : UINT64_MAX;
+    } else if (cls == 4 || (cls >= 6 && cls <= 15)) {  // char, numeric: at least a byte per value
+      backed = subs.size() > 3 ? subs[3].nbytes : 0;
+    } else {
+      return;  // sparse, object, function: left to matio
+    }
+    if (count > backed)
+      fail(at, cifarnet::detail::concat("an array's dimensions claim ", count, " elements but its ",
+                                        end - begin, " bytes hold at most ", backed));
+  }
+
+ private:
+  [[noreturn]] void fail(std::uint64_t at, const std::string& what) const {
+    throw DataError(cifarnet::detail::at_file(path_, at, what + " (corrupt .mat file)"));
+  }
+  void read(std::uint64_t at, unsigned char* dst, std::size_t n) const {
+    if (std::fseek(f_, long(at), SEEK_SET) != 0 || std::fread(dst, 1, n, f_) != n)
+      fail(at, "cannot read a data element");
+  }
+  std::uint32_t u32(const unsigned char* p) const {
+    return le_ ? std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 |
+                     std::uint32_t(p[3]) << 24
+               : std::uint32_t(p[3]) | std::uint32_t(p[2]) << 8 | std::uint32_t(p[1]) << 16 |
+                     std::uint32_t(p[0]) << 24;
+  }
+  std::FILE* f_;
+  bool le_;
+  const std::string& path_;
+};
 
 /// Checks that every top-level data element of a MATLAB v5 file (a variable,
 /// usually miCOMPRESSED) lies within the file: zlib streams cut short can
@@ -200,6 +294,7 @@ inline void check_v5_extent(const std::string& path, std::uint64_t size) {
           path, off,
           cifarnet::detail::concat("a variable of ", nbytes, " bytes runs past the end of the file (", size,
                                    " bytes): truncated file")));
+    if (type == 14) V5MatrixCheck(f, le, path).matrix(off, off + 8, off + 8 + nbytes, 0);
     off = next;
   }
 }
@@ -293,6 +388,11 @@ class MatLayers {
                                                "' is ", class_name(f->class_type), ", expected char"));
     const std::size_t n = numel(f);
     if (n == 0 || !f->data) return "";
+    // The dims come from the file; the data is what matio actually read.
+    if (f->data_size != 0 && n > f->nbytes / f->data_size)
+      throw DataError(cifarnet::detail::concat("'", path_, "': layer at index ", i, ": field '", name,
+                                               "' has ", n, " characters but holds ", f->nbytes,
+                                               " bytes (truncated or corrupt file)"));
     std::string s;
     if (f->data_size == 1) {
       const char* p = static_cast<const char*>(f->data);
@@ -343,7 +443,7 @@ inline std::vector<float> row_major(const matvar_t* v, const std::vector<std::si
   if (v->class_type != MAT_C_SINGLE && v->class_type != MAT_C_DOUBLE)
     throw DataError(
         cifarnet::detail::concat(where, " is ", class_name(v->class_type), ", expected single or double"));
-  if (n > 0 && v->nbytes < n * (v->class_type == MAT_C_SINGLE ? 4 : 8))
+  if (n > 0 && n > v->nbytes / (v->class_type == MAT_C_SINGLE ? 4 : 8))
     throw DataError(cifarnet::detail::concat(where, " holds ", v->nbytes, " bytes for ", n, " values"));
   std::vector<float> out(n);
   const std::vector<std::size_t> src = column_major_index(dims);

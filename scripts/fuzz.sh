@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz/, clang, -fsanitize=fuzzer,address,
+# undefined) and runs each for a given time, printing per target: executions,
+# exec/s, coverage (cov: edges, ft: features), corpus entries, and whether it
+# crashed (the input is then saved under <build-dir>/fuzz-artifacts/<target>/).
+#
+# Usage: bash scripts/fuzz.sh [seconds-per-target=60] [build-dir=build-fuzz]
+# Environment: FUZZ_TARGETS="cifar image" runs only those; FUZZ_JOBS=2 runs two
+# targets at a time (default 1); FUZZ_NO_BUILD=1 skips configure + build.
+# The committed seeds (tests/fuzz/corpus/<t>) and regressions are read only;
+# inputs the fuzzer finds go to <build-dir>/fuzz-corpus/<t> and are kept
+# between runs. Exit status: 1 when any target crashed, else 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-60}
+BUILD=${2:-build-fuzz}
+JOBS=${FUZZ_JOBS:-1}
+ALL="cifar tfrecord example safetensors checkpoint_index tfevents image matconvnet"
+TARGETS=${FUZZ_TARGETS:-$ALL}
+
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz.sh: clang++ not found (libFuzzer needs clang)" >&2
+  exit 2
+fi
+if [ -z "${FUZZ_NO_BUILD:-}" ]; then
+  CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCIFARNET_FUZZ=ON \
+    -DCIFARNET_BUILD_EXAMPLES=OFF -DCIFARNET_BUILD_BENCH=OFF -DCIFARNET_TEST_AREAS=fuzz \
+    -DCIFARNET_NATIVE=OFF >/dev/null
+  build_targets=()
+  for t in $TARGETS; do build_targets+=("fuzz_$t"); done
+  cmake --build "$BUILD" --target "${build_targets[@]}" -j 2
+fi
+
+run_one() {
+  local t=$1 exe="$BUILD/tests/fuzz/fuzz_$1" work="$BUILD/fuzz-corpus/$1" art="$BUILD/fuzz-artifacts/$1"
+  local log="$BUILD/fuzz-logs/$1.log" inputs=(tests/fuzz/corpus/"$1")
+  mkdir -p "$work" "$art" "$BUILD/fuzz-logs"
+  [ -d tests/fuzz/regressions/"$1" ] && inputs+=(tests/fuzz/regressions/"$1")
+  local rc=0
+  # -rss_limit_mb / -malloc_limit_mb: an input that makes a parser allocate
+  # more than 2 GiB is a finding. -timeout: one input taking > 25 s is one.
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
+    "$exe" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$art/" "$work" "${inputs[@]}" >"$log" 2>&1 || rc=$?
+  echo "$rc" >"$log.rc"
+}
+
+summarize() {
+  local t=$1 log="$BUILD/fuzz-logs/$1.log"
+  local rc execs eps cov ft corp result
+  rc=$(cat "$log.rc")
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2)
+  if [ "$rc" = 0 ]; then
+    result="no crash"
+  else
+    result="CRASH (exit $rc): $(ls "$BUILD/fuzz-artifacts/$t" 2>/dev/null | tr '\n' ' ')see $log"
+  fi
+  printf '%-17s %10s %8s %7s %7s %10s  %s\n' "$t" "${execs:-?}" "${eps:-?}" "${cov:-?}" "${ft:-?}" \
+    "${corp:-?}" "$result"
+}
+
+start=$(date +%s)
+running=0
+for t in $TARGETS; do
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "fuzz.sh: running fuzz_$t for ${SECS}s"
+  run_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+
+echo
+echo "fuzz.sh: ${SECS}s per target, $JOBS at a time, $(($(date +%s) - start))s wall"
+printf '%-17s %10s %8s %7s %7s %10s  %s\n' target executions exec/s cov ft corpus result
+status=0
+for t in $TARGETS; do
+  summarize "$t"
+  [ "$(cat "$BUILD/fuzz-logs/$t.log.rc")" = 0 ] || status=1
+done
+exit $status
