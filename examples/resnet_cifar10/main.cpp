@@ -15,6 +15,15 @@
 //   resnet_cifar10 --data-dir ../shared/data/cifar-10-batches-bin --job-dir runs/r20
 //                  --num-gpus 0 --num-layers 20 --train-steps 9360
 //   resnet_cifar10 --job-dir runs/demo --num-gpus 0 --num-layers 8 --train-steps 200   # synthetic data
+//
+// Under `mpirun -np N` (a build with MPI) it trains synchronously data-parallel,
+// the seed's --sync mode: each process takes a disjoint 1/N of every global
+// batch of --train-batch-size, gradients are averaged over the processes
+// (distributed/data_parallel.hpp), and rank 0 alone logs, writes events and
+// checkpoints and evaluates; a restart resumes on every rank from rank 0's
+// latest checkpoint. --sync-batch-norm normalizes with the global batch's
+// statistics. Started without mpirun, it runs exactly as a single process.
+//   mpirun -np 2 resnet_cifar10 --job-dir runs/r20x2 --num-gpus 0 --num-layers 20 --sync
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -37,6 +46,9 @@
 #include <cifarnet/optim/optim.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
+#ifdef CIFARNET_WITH_MPI
+#include <cifarnet/distributed/data_parallel.hpp>
+#endif
 
 namespace fs = std::filesystem;
 using namespace cifarnet;
@@ -57,12 +69,22 @@ struct Flags {
   int train_batch_size = 128, eval_batch_size = 100, keep_checkpoints = 5, synthetic_examples = 2560;
   double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
-  bool use_distortion = true, sync = false, log_device_placement = false;
+  bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
+  double collective_timeout = 600;
   std::uint64_t seed = 0;
 };
 
+/// The processes of this run: one, or the ranks of an MPI job.
+struct Cluster {
+  int rank = 0, size = 1;
+#ifdef CIFARNET_WITH_MPI
+  std::unique_ptr<distributed::Communicator> comm;  // set under mpirun
+#endif
+  bool chief() const { return rank == 0; }
+};
+
 /// The seed's validations (cifar10_main.py), with its messages.
-void validate(const Flags& f) {
+void validate(const Flags& f, const Cluster& cl) {
   if (f.num_gpus < 0) throw ConfigError("Invalid GPU count: \"--num-gpus\" must be 0 or a positive integer.");
   if (f.num_gpus == 0 && f.variable_strategy == "GPU")
     throw ConfigError("num-gpus=0, CPU must be used as parameter server. Set --variable-strategy=CPU.");
@@ -71,6 +93,11 @@ void validate(const Flags& f) {
     throw ConfigError("--train-batch-size must be multiple of --num-gpus.");
   if (f.num_gpus != 0 && f.eval_batch_size % f.num_gpus != 0)
     throw ConfigError("--eval-batch-size must be multiple of --num-gpus.");
+  if (cl.size > 1 && f.train_batch_size % cl.size != 0)  // the towers' check, one tower per process
+    throw ConfigError(
+        "--train-batch-size must be multiple of the number of MPI processes (--train-batch-size " +
+        std::to_string(f.train_batch_size) + ", mpirun -np " + std::to_string(cl.size) + ").");
+  if (!(f.collective_timeout > 0)) throw ConfigError("--collective-timeout must be positive.");
   if (f.num_gpus > 0)
     throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
                       ": GPUs were requested but none is available to this build (no CUDA device present). "
@@ -86,9 +113,15 @@ void validate(const Flags& f) {
     throw ConfigError("--batch-norm-decay must be in (0, 1).");
   if (!(f.batch_norm_epsilon > 0)) throw ConfigError("--batch-norm-epsilon must be positive.");
   if (f.epochs < 0) throw ConfigError("--epochs must be >= 0.");
-  if (f.sync && f.num_gpus <= 1)
+  if (f.sync && f.num_gpus <= 1 && cl.size == 1)
     std::cerr
         << "note: --sync has no effect in a single process (synchronous training is the only mode here)\n";
+  if (f.sync_batch_norm && cl.size == 1)
+    std::cerr << "note: --sync-batch-norm has no effect in a single process\n";
+  if (!f.sync && cl.size > 1 && cl.chief())
+    std::cerr << "note: " << cl.size
+              << " MPI processes train synchronously (--sync); asynchronous parameter-server training is "
+                 "not implemented\n";
 }
 
 /// The training split's source: real CIFAR-10 or the built-in synthetic set.
@@ -154,9 +187,14 @@ DataFormat measure_data_format(const NetOptions& opts) {
   return pick;
 }
 
-int run(const Flags& f) {
-  validate(f);
-  if (f.num_intra_threads > 0) omp_set_num_threads(f.num_intra_threads);
+int run(const Flags& f, Cluster& cl) {
+  if (f.num_intra_threads > 0) {
+    omp_set_num_threads(f.num_intra_threads);
+  } else if (cl.size > 1) {  // auto: the node's cores shared by the processes on it
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_node = local ? std::max(1, std::atoi(local)) : cl.size;
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / per_node));
+  }
   if (f.log_device_placement)
     std::cout << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
               << dnnl_version()->patch << ", " << omp_get_max_threads() << " OpenMP threads\n";
@@ -203,11 +241,36 @@ int run(const Flags& f) {
 
   // Model, optimizer, data pipeline.
   const NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
-  const DataFormat fmt =
-      f.data_format.empty() ? measure_data_format<ResNetCifar<>>(opts) : parse_data_format(f.data_format);
+  DataFormat fmt = DataFormat::NHWC;
+  if (!f.data_format.empty())
+    fmt = parse_data_format(f.data_format);
+  else if (cl.chief())
+    fmt = measure_data_format<ResNetCifar<>>(opts);
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm && f.data_format.empty()) {  // every rank takes the chief's measured choice
+    int code = int(fmt);
+    cl.comm->broadcast(&code, 1, 0, "data format broadcast");
+    fmt = DataFormat(code);
+  }
+#endif
   using Net = Model<ResNetCifar<>, backend::OneDnn>;
   Net net({3, 32, 32}, fmt, opts, f.seed);
   optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(f.momentum));
+#ifdef CIFARNET_WITH_MPI
+  // Distributed: gradients averaged over the processes before the momentum
+  // step (same checkpoint slots as the single-process optimizer).
+  using DistOpt = optim::Chain<distributed::AllReduceMean, optim::Momentum>;
+  std::unique_ptr<DistOpt> dist_opt;
+  std::unique_ptr<distributed::SyncBatchNorm> sync_bn;
+  if (cl.comm) {
+    dist_opt = std::make_unique<DistOpt>(net.parameters(), distributed::AllReduceOptions(*cl.comm),
+                                         optim::MomentumOptions().momentum(f.momentum));
+    if (f.sync_batch_norm) {
+      sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
+      net.set_cross_replica(sync_bn.get());
+    }
+  }
+#endif
 
   data::PipelineOptions po = data::recipes::resnet_train_options(f.seed, std::size_t(f.train_batch_size));
   po.format = fmt;
@@ -233,10 +296,21 @@ int run(const Flags& f) {
             << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
             << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr " << lr
             << " " << schedule_text << ", format "
-            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first") << "\n";
+            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first")
+            << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
+                                  std::to_string(f.train_batch_size / cl.size) +
+                                  (f.sync_batch_norm ? " (synchronized batch norm)" : "")
+                            : std::string())
+            << "\n";
 
-  train::Trainer<Net> trainer(net, {train_steps, f.weight_decay, true, f.max_seconds});
-  trainer.set_optimizer(opt, schedule);
+  // Distributed, the chief decides when to stop (max_seconds), for every rank.
+  train::Trainer<Net> trainer(net, {train_steps, f.weight_decay, true, cl.size > 1 ? 0.0 : f.max_seconds});
+#ifdef CIFARNET_WITH_MPI
+  if (dist_opt)
+    trainer.set_optimizer(*dist_opt, schedule);
+  else
+#endif
+    trainer.set_optimizer(opt, schedule);
   trainer.add_state(std::make_shared<train::FunctionSaveable>(
       [&](io::StateDict& d) { d.metadata["pipeline/train"] = position().to_string(); },
       [&](const io::StateDict& d) {
@@ -246,13 +320,23 @@ int run(const Flags& f) {
         restore_position(data::PipelinePosition::parse(it->second));
       }));
 
-  fs::create_directories(f.job_dir);
-  io::CheckpointManager mgr(f.job_dir, std::size_t(f.keep_checkpoints));
-  for (const auto& w : mgr.warnings()) std::cout << "WARNING: " << w << "\n";
-  if (trainer.restore_latest(mgr, &std::cout) && trainer.global_step() >= train_steps)
+  // Checkpoints and events: the chief's alone; the others get its state.
+  std::optional<io::CheckpointManager> mgr;
+  std::optional<io::EventWriter> events;
+  bool restored = false;
+  if (cl.chief()) {
+    fs::create_directories(f.job_dir);
+    mgr.emplace(f.job_dir, std::size_t(f.keep_checkpoints));
+    for (const auto& w : mgr->warnings()) std::cout << "WARNING: " << w << "\n";
+    restored = trainer.restore_latest(*mgr, &std::cout);
+  }
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) distributed::broadcast_training_state(*cl.comm, trainer);  // parameters, slots, step, data
+#endif
+  if (restored && trainer.global_step() >= train_steps)
     std::cout << "Already trained to step " << trainer.global_step() << " (--train-steps " << train_steps
               << "): evaluating only.\n";
-  io::EventWriter events(f.job_dir);
+  if (cl.chief()) events.emplace(f.job_dir);
 
   // Evaluation on the eval split (moving BN statistics), as the estimator's evaluate().
   data::PipelineOptions eo = data::recipes::resnet_eval_options(std::size_t(f.eval_batch_size));
@@ -269,42 +353,64 @@ int run(const Flags& f) {
       return tb;
     };
     const auto r = train::evaluate(net, next);
-    events.add_scalar("accuracy", r.precision(), trainer.global_step());
-    events.add_scalar("eval/loss", r.loss, trainer.global_step());
-    events.flush();
+    events->add_scalar("accuracy", r.precision(), trainer.global_step());
+    events->add_scalar("eval/loss", r.loss, trainer.global_step());
+    events->flush();
     return r;
   };
 
-  auto eps = std::make_shared<train::ExamplesPerSecondHook>(10);
-  trainer.add_hook(eps);
-  trainer.add_hook(std::make_shared<train::LoggingHook>(100));
-  trainer.add_hook(std::make_shared<train::SummaryHook>(events, 100));
-  trainer.add_hook(
-      std::make_shared<train::CheckpointHook>(mgr, f.save_checkpoints_steps, f.save_checkpoints_secs));
-  trainer.add_hook(std::make_shared<train::ProgressBarHook>());
-  if (f.eval_every > 0)
-    trainer.add_hook(
-        std::make_shared<train::LambdaHook>([&](train::TrainerBase&, const train::StepResult& r) {
-          if (r.step % f.eval_every != 0) return;
-          const auto e = evaluate();
-          std::printf("step = %lld, eval accuracy = %.4f, eval loss = %.4f\n", static_cast<long long>(r.step),
-                      e.precision(), e.loss);
-          std::fflush(stdout);
-        }));
+  // Hooks: distributed, they run on the chief only, behind ChiefHooks (which
+  // averages the loss over the ranks and shares the chief's stop decision).
+  std::function<void(std::shared_ptr<train::Hook>)> add_hook = [&](std::shared_ptr<train::Hook> h) {
+    trainer.add_hook(std::move(h));
+  };
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) {
+    auto chief_hooks = std::make_shared<distributed::ChiefHooks>(*cl.comm, f.max_seconds);
+    trainer.add_hook(chief_hooks);
+    add_hook = [chief_hooks](std::shared_ptr<train::Hook> h) { chief_hooks->add(std::move(h)); };
+  }
+#endif
+  if (cl.chief()) {
+    auto eps = std::make_shared<train::ExamplesPerSecondHook>(10);
+    add_hook(eps);
+    add_hook(std::make_shared<train::LoggingHook>(100));
+    add_hook(std::make_shared<train::SummaryHook>(*events, 100));
+    add_hook(
+        std::make_shared<train::CheckpointHook>(*mgr, f.save_checkpoints_steps, f.save_checkpoints_secs));
+    add_hook(std::make_shared<train::ProgressBarHook>());
+    if (f.eval_every > 0)
+      add_hook(std::make_shared<train::LambdaHook>([&](train::TrainerBase&, const train::StepResult& r) {
+        if (r.step % f.eval_every != 0) return;
+        const auto e = evaluate();
+        std::printf("step = %lld, eval accuracy = %.4f, eval loss = %.4f\n", static_cast<long long>(r.step),
+                    e.precision(), e.loss);
+        std::fflush(stdout);
+      }));
+  }
 
+  // Every rank reads the same global batches (same seed and position) and
+  // trains on its own slice of each.
   data::Batch batch;
-  train::Batch tb;
+  train::Batch tb, shard;
   auto next = [&]() -> const train::Batch& {
     const bool ok = distorted ? distorted->next(batch) : plain->next(batch);
     if (!ok) throw Error("the training pipeline ended (it repeats forever; this is a bug)");
     std::swap(tb.images, batch.images);
     std::swap(tb.labels, batch.labels);
+#ifdef CIFARNET_WITH_MPI
+    if (cl.comm) {
+      distributed::take_shard(tb, cl.rank, cl.size, shard);
+      return shard;
+    }
+#endif
     return tb;
   };
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t start_step = trainer.global_step();
   trainer.run(next);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!cl.chief()) return 0;  // the chief reports and evaluates
   if (trainer.global_step() > start_step)
     std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n",
                 static_cast<long long>(start_step), static_cast<long long>(trainer.global_step()), secs,
@@ -385,18 +491,59 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", f.max_seconds, "Stop (with a checkpoint) after this much training time.");
   app.add_option("--synthetic-examples", f.synthetic_examples, "Size of the built-in synthetic training set.")
       ->capture_default_str();
+  // Distributed training (under mpirun).
+  app.add_flag("--sync-batch-norm", f.sync_batch_norm,
+               "Under mpirun: batch norm uses the statistics of the global batch over all processes "
+               "(default: each process its own slice's, as the seed's towers).");
+  app.add_option("--collective-timeout", f.collective_timeout,
+                 "Under mpirun: seconds a process waits for the others in a collective before it ends the "
+                 "job with an error (a dead or hung process).")
+      ->capture_default_str();
+#ifdef CIFARNET_WITH_MPI
+  // Under mpirun, MPI starts first (it may take arguments of its own).
+  std::optional<distributed::Environment> mpi;
+  if (distributed::launched_by_mpi()) mpi.emplace(&argc, &argv);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  Cluster cl;
+  // An error: rank 0 (or the rank that met it, when not a flag error) says
+  // why; distributed, the whole job then ends (the others would wait for this
+  // process until --collective-timeout).
+  auto fail = [&](const std::exception& e, int code) {
+    if (cl.chief() || code != 2)
+      std::cerr << "resnet_cifar10: " << (cl.size > 1 ? "rank " + std::to_string(cl.rank) + ": " : "")
+                << e.what() << "\n"
+                << std::flush;
+#ifdef CIFARNET_WITH_MPI
+    if (cl.size > 1) distributed::Environment::abort_all(code);
+#endif
+    return code;
+  };
   try {
-    return run(f);
-  } catch (const ConfigError& e) {
-    std::cerr << "resnet_cifar10: " << e.what() << "\n";
+#ifdef CIFARNET_WITH_MPI
+    if (mpi) {
+      cl.comm = std::make_unique<distributed::Communicator>(MPI_COMM_WORLD, f.collective_timeout);
+      cl.rank = cl.comm->rank();
+      cl.size = cl.comm->size();
+    }
+#endif
+    if (!cl.chief()) std::cout.rdbuf(nullptr);  // only rank 0 prints
+    validate(f, cl);
+  } catch (const ConfigError& e) {  // the same on every rank: each exits cleanly
+    if (cl.chief()) std::cerr << "resnet_cifar10: " << e.what() << "\n";
     return 2;
+  }
+  try {
+    return run(f, cl);
+  } catch (const ConfigError& e) {
+    return fail(e, 2);
   } catch (const Error& e) {
-    std::cerr << "resnet_cifar10: " << e.what() << "\n";
-    return 1;
+    return fail(e, 1);
+  } catch (const std::exception& e) {
+    return fail(e, 1);
   }
 }

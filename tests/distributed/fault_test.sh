@@ -46,7 +46,7 @@ JOB="$WORK/job"
 ARGS=(--job-dir "$JOB" --num-gpus 0 --num-layers 8 --train-batch-size 16 --synthetic-examples 256
   --save-checkpoints-steps 2 --save-checkpoints-secs 0 --data-format channels_last --sync
   --collective-timeout 30)
-run_mpi "$EXAMPLE" "${ARGS[@]}" --train-steps 100000 >"$WORK/train1.log" 2>&1 &
+"$MPIEXEC" -np 2 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps 100000 >"$WORK/train1.log" 2>&1 &
 mpipid=$!
 for _ in $(seq 1 300); do  # wait for the second checkpoint (up to 60 s)
   ls "$JOB"/model.ckpt-4.safetensors >/dev/null 2>&1 && break

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -248,9 +249,10 @@ class Communicator {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (s > timeout_) {
         broken_ = true;
-        throw DistributedError(std::string(what) + " did not complete within " +
-                               std::to_string(int(timeout_)) + " s on rank " + std::to_string(rank_) +
-                               " of " + std::to_string(size_) +
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", timeout_);
+        throw DistributedError(std::string(what) + " did not complete within " + secs + " s on rank " +
+                               std::to_string(rank_) + " of " + std::to_string(size_) +
                                ": another rank has probably died, hangs, or is far slower (the timeout "
                                "is Communicator::set_timeout)");
       }
