@@ -56,7 +56,8 @@ struct BatchNorm2d : LayerBase {
         x_ = &x;
         double m = double(s.n * s.h * s.w);
         if (rc.cross_replica) {  // synchronized BN: global statistics, then the inference op
-          m = detail::sync_bn_statistics(geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data(), sync_);
+          m = detail::sync_bn_statistics(geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data(),
+                                         sync_);
           op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean_.data(),
                             var_.data(), y_.data());
         } else {
@@ -90,8 +91,8 @@ struct BatchNorm2d : LayerBase {
         db = scratch_.data() + in_.c;
       }
       if (rc.cross_replica)  // synchronized BN (layers/sync_batch_norm.hpp)
-        detail::sync_bn_backward(geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(), var_.data(),
-                                 *rc.cross_replica, dx_.data(), dg, db, sync_);
+        detail::sync_bn_backward(geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(),
+                                 var_.data(), *rc.cross_replica, dx_.data(), dg, db, sync_);
       else
         op_.backward(*rc.device, geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(),
                      var_.data(), dx_.data(), dg, db);
