@@ -4,6 +4,7 @@
 #include "cifarnet/layers/activation.hpp"
 #include "cifarnet/layers/batch_norm.hpp"
 #include "cifarnet/layers/conv2d.hpp"
+#include "cifarnet/layers/conv_bn.hpp"
 #include "cifarnet/layers/dense.hpp"
 #include "cifarnet/layers/lrn.hpp"
 #include "cifarnet/layers/pool.hpp"

@@ -2,7 +2,9 @@
 // reused (repeated calls build nothing, a second batch size adds one cache
 // entry, the cache stays bounded), max pooling's backward finds or rebuilds
 // its workspace, the workarounds for oneDNN 2.6 bugs hold on the geometries
-// that crash it, and errors come out as cifarnet exceptions naming the op.
+// that crash it, Winograd convolutions agree with the reference and fall
+// back to direct, reordered weights are reused only while unchanged, and
+// errors come out as cifarnet exceptions naming the op.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -327,5 +329,61 @@ TEST_CASE("oneDNN ops reject bad geometries and missing buffers with cifarnet er
     CHECK_THROWS_AS(backend::onednn::guarded("Conv2d forward", fail), BackendError);
     CHECK_THROWS_WITH(backend::onednn::guarded("Conv2d forward", fail),
                       Catch::Contains("Conv2d forward") && Catch::Contains("unimplemented"));
+  }
+}
+
+TEST_CASE(
+    "Conv2d with Winograd agrees with the reference in both formats and falls back to direct where "
+    "oneDNN has none",
+    "[backend][onednn][conv][winograd]") {
+  Rng rng = Rng::stream(7, 21);
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC})
+    for (std::size_t k : {std::size_t(3), std::size_t(1)}) {  // 1x1: no Winograd kernel, direct
+      const ConvGeom g = ConvGeom::make(fmt, {2, 16, 13, 11}, 32, k, 1, Padding::Same);
+      INFO(str(g));
+      OpPair<ops::Conv2d, B> t;
+      t.op.set_algorithm(ConvAlgorithm::Winograd);
+      const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = k * k * g.ic * g.oc;
+      const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
+                 b = Both::input(random_vec(rng, g.oc)), dy = Both::input(random_cotangent(rng, ny));
+      Both y = Both::output(ny), dx = Both::output(nx), dw = Both::output(nw), db = Both::output(g.oc);
+      t.both([&](auto& dev, auto& op, auto side) {
+        op.forward(dev, g, side(x), side(w), side(b), side(y));
+        op.backward_data(dev, g, side(dy), side(w), side(dx));
+        op.backward_weights(dev, g, side(x), side(dy), side(dw), side(db));
+      });
+      CHECK(t.op.uses_winograd(g) == (k == 3));
+      // Winograd's transforms round more than the direct sum: 1e-4 instead of 1e-5.
+      CHECK(y.err() < 1e-4);
+      CHECK(dx.err() < 1e-4);
+      CHECK(dw.err() < kTolerance);  // backward_weights is always direct
+      CHECK(db.err() < kTolerance);
+    }
+}
+
+TEST_CASE("Conv2d reuses its reordered weights only while the caller's values are unchanged",
+          "[backend][onednn][conv][cache]") {
+  Rng rng = Rng::stream(7, 22);
+  for (ConvAlgorithm alg : {ConvAlgorithm::Direct, ConvAlgorithm::Winograd}) {
+    const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {1, 16, 9, 9}, 16, 3, 1, Padding::Same);
+    OpPair<ops::Conv2d, B> t;
+    t.op.set_algorithm(alg);
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+    const Both x = Both::input(random_vec(rng, nx)), dy = Both::input(random_cotangent(rng, ny));
+    Both w = Both::input(random_vec(rng, nw));
+    for (int round = 0; round < 3; ++round) {
+      INFO("algorithm " << int(alg) << ", round " << round);
+      if (round == 2) {  // an in-place update of one weight (as an optimizer does) must be seen
+        w.f[5] += 0.5f;
+        w.d[5] = double(w.f[5]);
+      }
+      Both y = Both::output(ny), dx = Both::output(nx);
+      t.both([&](auto& dev, auto& op, auto side) {
+        op.forward(dev, g, side(x), side(w), nullptr, side(y));
+        op.backward_data(dev, g, side(dy), side(w), side(dx));
+      });
+      CHECK(y.err() < 1e-4);
+      CHECK(dx.err() < 1e-4);
+    }
   }
 }

@@ -7,10 +7,16 @@
 // feeding the moving variance the Bessel-corrected batch variance (× m/(m−1))
 // as TF's fused batch norm does. Inference uses the moving statistics.
 // Decay and epsilon come from NetOptions (0.997 and 1e-5 by default).
+// BatchNorm2d<C, true> is batch norm followed by ReLU in one layer (same
+// parameter names, kind "bn"): backends that fuse it (oneDNN's
+// fuse_norm_relu) skip the separate ReLU passes; others apply the ReLU and
+// its mask here.
 // With RunContext::cross_replica set, training uses the global batch's
 // statistics over all data-parallel replicas (layers/sync_batch_norm.hpp).
 #pragma once
 
+#include <array>
+#include <type_traits>
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
@@ -19,7 +25,16 @@
 
 namespace cifarnet {
 
-template <int C = 0>
+namespace detail {
+/// Does a backend op take a fused-ReLU flag (Op::fuses_relu: batch norm, convolution)?
+template <class Op, class = void>
+struct fuses_relu : std::false_type {};
+template <class Op>
+struct fuses_relu<Op, std::enable_if_t<Op::fuses_relu>> : std::true_type {};
+}  // namespace detail
+
+/// Batch normalization over channels; Relu = true applies max(., 0) after it.
+template <int C = 0, bool Relu = false>
 struct BatchNorm2d : LayerBase {
   static_assert(C >= 0, "cifarnet: BatchNorm2d<C>: C must be >= 0 (0 = inferred from the input).");
   static constexpr const char* kind = "bn";
@@ -29,6 +44,7 @@ struct BatchNorm2d : LayerBase {
   class Node : detail::NodeBase<T> {
     using B_ = detail::NodeBase<T>;
     using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
+    static constexpr bool kFused = Relu && detail::fuses_relu<ops::BatchNorm<B, T>>::value;
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -58,11 +74,15 @@ struct BatchNorm2d : LayerBase {
         if (rc.cross_replica) {  // synchronized BN: global statistics, then the inference op
           m = detail::sync_bn_statistics(geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data(),
                                          sync_);
-          op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean_.data(),
-                            var_.data(), y_.data());
+          infer(rc, x, mean_.data(), var_.data());
         } else {
-          op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
-                            mean_.data(), var_.data());
+          if constexpr (kFused)
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+                              mean_.data(), var_.data(), true);
+          else
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+                              mean_.data(), var_.data());
+          if constexpr (Relu && !kFused) relu_in_place();
         }
         const double bessel = m > 1 ? m / (m - 1) : 1.0;
         T* mm = P.value(mmean_);
@@ -72,8 +92,7 @@ struct BatchNorm2d : LayerBase {
           mv[c] = T(decay_ * double(mv[c]) + (1 - decay_) * double(var_[c]) * bessel);
         }
       } else {
-        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), P.value(mmean_),
-                          P.value(mvar_), y_.data());
+        infer(rc, x, P.value(mmean_), P.value(mvar_));
       }
       return y_;
     }
@@ -90,22 +109,55 @@ struct BatchNorm2d : LayerBase {
         dg = scratch_.data();
         db = scratch_.data() + in_.c;
       }
+      // The ReLU's mask: fused into the op, or applied here (dy where y > 0).
+      const T* g = dy.data();
+      if (Relu && !(kFused && !rc.cross_replica)) {
+        ensure_shape(masked_, geom_.shape(), fmt_);
+        detail::relu_mask(y_.data(), dy.data(), masked_.data(), masked_.size());
+        g = masked_.data();
+      }
       if (rc.cross_replica)  // synchronized BN (layers/sync_batch_norm.hpp)
-        detail::sync_bn_backward(geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(),
-                                 var_.data(), *rc.cross_replica, dx_.data(), dg, db, sync_);
+        detail::sync_bn_backward(geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
+                                 *rc.cross_replica, dx_.data(), dg, db, sync_);
+      else if constexpr (kFused)
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
+                     dx_.data(), dg, db, true);
       else
-        op_.backward(*rc.device, geom_, eps_, x_->data(), dy.data(), P.value(gamma_), mean_.data(),
-                     var_.data(), dx_.data(), dg, db);
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
+                     dx_.data(), dg, db);
       return dx_;
     }
 
+    /// Arena ids of gamma, beta, moving_mean, moving_variance (for folding).
+    std::array<std::size_t, 4> param_ids() const { return {gamma_, beta_, mmean_, mvar_}; }
+    double epsilon() const { return eps_; }
+
    private:
+    // y_ = bn(x) with the given statistics (+ ReLU).
+    void infer(RunContext<B, T>& rc, const Tensor<T>& x, const T* mean, const T* var) {
+      auto& P = *rc.params;
+      if constexpr (kFused)
+        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
+                          y_.data(), true);
+      else
+        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
+                          y_.data());
+      if constexpr (Relu && !kFused) relu_in_place();
+    }
+    void relu_in_place() {
+      T* py = y_.data();
+      const long n = long(y_.size());
+#pragma omp parallel for simd schedule(static)
+      for (long i = 0; i < n; ++i) py[i] = py[i] > T(0) ? py[i] : T(0);
+    }
+
     ops::BatchNorm<B, T> op_;
     ChannelGeom geom_;
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
     std::vector<T> mean_, var_, scratch_;
     std::vector<double> sync_;  // synchronized BN's per-channel sums
+    Tensor<T> masked_;          // dy masked by the ReLU when the op does not fuse it
     const Tensor<T>* x_ = nullptr;
   };
 };

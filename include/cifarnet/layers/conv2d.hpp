@@ -4,13 +4,25 @@
 // VALID, or Explicit = ResNet's fixed padding for strided convs), optional
 // bias. In = 0 infers the input channels at build time. Parameters:
 // `weights` (K, K, In, Out) HWIO, TF's default Glorot-uniform initializer, and
-// `biases` (Out) initialized to zero.
+// `biases` (Out) initialized to zero. The convolution algorithm comes from
+// NetOptions::conv_algorithm on backends that offer a choice (oneDNN).
 #pragma once
+
+#include <type_traits>
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
+
+namespace detail {
+/// Does the backend's convolution op take an algorithm (set_algorithm)?
+template <class Op, class = void>
+struct has_conv_algorithm : std::false_type {};
+template <class Op>
+struct has_conv_algorithm<Op, std::void_t<decltype(std::declval<Op&>().set_algorithm(ConvAlgorithm::Auto))>>
+    : std::true_type {};
+}  // namespace detail
 
 template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Bias = false>
 struct Conv2d : LayerBase {
@@ -34,6 +46,8 @@ struct Conv2d : LayerBase {
         throw ShapeError("layer '" + name_ + "' (Conv2d) expects " + std::to_string(In) +
                          " input channels but the input shape is " + in.str());
       geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
+      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
+        op_.set_algorithm(ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto);
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
       if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
@@ -61,6 +75,8 @@ struct Conv2d : LayerBase {
     }
 
     const ConvGeom& geometry() const { return geom_; }
+    /// The arena id of `weights` (layers/conv_bn.hpp folds batch norm into it).
+    std::size_t weights_id() const { return w_; }
 
    private:
     ops::Conv2d<B, T> op_;

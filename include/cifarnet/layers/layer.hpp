@@ -22,6 +22,8 @@
 //   transparent   containers that add no scope level (Sequential, Repeat)
 //   in_channels   required input channels, or -1 when any / inferred
 //   out_channels(c)  output channels for c input channels (-1: unknown)
+//   container     true for types that only run children (Sequential,
+//                 Residual, Repeat, Identity): the profiler times leaves only
 #pragma once
 
 #include <string>
@@ -36,6 +38,7 @@ struct LayerBase {
   static constexpr const char* kind = "layer";
   static constexpr int first_index = 1;
   static constexpr bool transparent = false;
+  static constexpr bool container = false;
   static constexpr int in_channels = -1;
   static constexpr int out_channels(int in) { return in; }
 };
@@ -78,6 +81,15 @@ class NodeBase {
   Tensor<T> y_, dx_;
 };
 
+/// out = dy where y > 0, else 0: ReLU's backward through its output y, for
+/// layers that fuse a ReLU (n elements; out may alias dy).
+template <class T>
+void relu_mask(const T* y, const T* dy, T* out, std::size_t n) {
+  const long m = long(n);
+#pragma omp parallel for simd schedule(static)
+  for (long i = 0; i < m; ++i) out[i] = y[i] > T(0) ? dy[i] : T(0);
+}
+
 /// Trait: does L define a fixed name (Named<Tag, ...>)?
 template <class L, class = void>
 struct has_fixed_name : std::false_type {};
@@ -86,9 +98,12 @@ struct has_fixed_name<L, std::void_t<decltype(L::fixed_name)>> : std::true_type 
 
 /// Builds child `node` of type L inside `parent`: containers that are
 /// transparent share the parent scope; others get a named child scope.
+/// `full_name`, when given, receives the child's scope name.
 template <class L, class N, class T>
-Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx) {
+Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx,
+                  std::string* full_name = nullptr) {
   if constexpr (L::transparent) {
+    if (full_name) *full_name = parent.prefix();
     return node.build(in, parent, ctx);
   } else {
     std::string leaf;
@@ -97,6 +112,7 @@ Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx)
     else
       leaf = parent.next(L::kind, L::first_index);
     Scope s = parent.child(leaf);
+    if (full_name) *full_name = s.prefix();
     return node.build(in, s, ctx);
   }
 }

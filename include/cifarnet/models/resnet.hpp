@@ -32,15 +32,29 @@ CIFARNET_NAME(stage2);
 CIFARNET_NAME(stage3);
 CIFARNET_NAME(head);
 
-/// Conv (no bias; explicit padding when strided) followed by batch norm.
+/// Conv (no bias; explicit padding when strided) followed by batch norm
+/// (and ReLU, fused into the batch norm, when Relu); folded into one
+/// convolution for inference (layers/conv_bn.hpp).
+template <int In, int Out, int S = 1, bool Relu = false>
+using ConvBN = ConvBatchNorm<In, Out, 3, S, (S == 1 ? Padding::Same : Padding::Explicit), Relu>;
+
+/// The same as two separate layers (the reference the fused ones are tested against).
 template <int In, int Out, int S = 1>
-using ConvBN =
+using ConvBNUnfused =
     Sequential<Conv2d<In, Out, 3, S, (S == 1 ? Padding::Same : Padding::Explicit)>, BatchNorm2d<Out>>;
 
-/// model_base._residual_v1.
+/// model_base._residual_v1: conv-BN-ReLU, conv-BN, plus the shortcut, then
+/// ReLU (the BN+ReLU and add+ReLU pairs fused; same names and values as the
+/// unfused Sequential<Residual<Sequential<ConvBN, ReLU, ConvBN>, Shortcut>, ReLU>).
 template <int In, int Out, int S>
-using BlockV1 =
-    Sequential<Residual<Sequential<ConvBN<In, Out, S>, ReLU, ConvBN<Out, Out>>, PoolPadShortcut<In, Out, S>>,
+using BlockV1 = Residual<Sequential<ConvBN<In, Out, S, true>, ConvBN<Out, Out>>, PoolPadShortcut<In, Out, S>,
+                         /*Relu=*/true>;
+
+/// The same block without fusion (the reference the fused one is tested against).
+template <int In, int Out, int S>
+using BlockV1Unfused =
+    Sequential<Residual<Sequential<ConvBNUnfused<In, Out, S>, ReLU, ConvBNUnfused<Out, Out>>,
+                        PoolPadShortcut<In, Out, S>>,
                ReLU>;
 
 /// A stage: the first block maps In -> Out with stride S, then n - 1 blocks.
@@ -52,7 +66,7 @@ using Stage = Sequential<BlockV1<In, Out, S>, Repeat<BlockV1<Out, Out, 1>, -1>>;
 /// ResNet v1 for CIFAR (6n + 2 layers; n = NetOptions::repeat).
 template <int Classes = 11>
 using ResNetCifar = Sequential<
-    Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<resnet::stem, Sequential<resnet::ConvBN<3, 16>, ReLU>>,
+    Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<resnet::stem, resnet::ConvBN<3, 16, 1, true>>,
     Named<resnet::stage1, resnet::Stage<16, 16, 1>>, Named<resnet::stage2, resnet::Stage<16, 32, 2>>,
     Named<resnet::stage3, resnet::Stage<32, 64, 2>>,
     Named<resnet::head, Sequential<GlobalAvgPool, Dense<64, Classes>>>>;

@@ -19,6 +19,8 @@
 #include "cifarnet/core/names.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/tensor.hpp"
+#include "cifarnet/nn/conv_algorithm.hpp"
+#include "cifarnet/nn/profile.hpp"
 
 namespace cifarnet {
 
@@ -38,6 +40,8 @@ struct NetOptions {
   std::vector<std::string> weight_decay_only;
   /// Batch norm moving-average decay and epsilon (TF ResNet: 0.997, 1e-5).
   double bn_decay = 0.997, bn_epsilon = 1e-5;
+  /// Convolution algorithm on backends that offer a choice (nn/conv_algorithm.hpp).
+  ConvAlgorithm conv_algorithm = ConvAlgorithm::Auto;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -45,6 +49,10 @@ struct NetOptions {
   }
   NetOptions& init(std::string pattern, Initializer i) {
     initializers.emplace_back(std::move(pattern), i);
+    return *this;
+  }
+  NetOptions& with_conv_algorithm(ConvAlgorithm a) {
+    conv_algorithm = a;
     return *this;
   }
   NetOptions& decay_only(std::vector<std::string> patterns) {
@@ -138,6 +146,8 @@ struct RunContext {
   /// Set: batch norm in Mode::Train normalizes with the statistics of the
   /// global batch over all replicas (synchronized BN); null: local batch.
   CrossReplicaSum* cross_replica = nullptr;
+  /// Set: every leaf layer's forward/backward time is booked there (nn/profile.hpp).
+  Profiler* profiler = nullptr;
   bool training() const { return mode == Mode::Train; }
 };
 

@@ -112,6 +112,9 @@ class Model {
   /// Mode::Train uses the statistics of the global batch over all replicas
   /// (distributed::SyncBatchNorm); null (the default) restores local ones.
   void set_cross_replica(CrossReplicaSum* reducer) { cross_replica_ = reducer; }
+  /// Books every leaf layer's forward/backward wall-clock time into `p`
+  /// (nn/profile.hpp); null (the default) turns profiling off.
+  void set_profiler(Profiler* p) { profiler_ = p; }
 
   /// The activation a Tap<Tag> saw in the last forward (Tag::name).
   const Tensor<T>& activation(const std::string& tap) const {
@@ -155,6 +158,7 @@ class Model {
     rc.params = &params_;
     rc.device = device_.get();
     rc.cross_replica = cross_replica_;
+    rc.profiler = profiler_;
     return rc;
   }
 
@@ -180,6 +184,7 @@ class Model {
   bool forwarded_ = false;
   bool param_grads_ = true;
   CrossReplicaSum* cross_replica_ = nullptr;
+  Profiler* profiler_ = nullptr;
 };
 
 }  // namespace cifarnet

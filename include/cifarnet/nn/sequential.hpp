@@ -1,7 +1,8 @@
 // cifarnet/nn/sequential.hpp — the containers networks are composed of.
 //
 //   Sequential<A, B, C...>   children in order (a flat std::tuple, folded)
-//   Residual<Body, Shortcut> out = body(x) + shortcut(x)  (a "block")
+//   Residual<Body, Shortcut, Relu>  out = body(x) + shortcut(x), then
+//                            max(., 0) when Relu (ResNet v1's block, fused)
 //   Repeat<Block, Offset>    Block repeated NetOptions::repeat + Offset times
 //                            (run-time count: ResNet depth is a flag)
 //   Named<Tag, L>            L under the fixed scope name Tag::name
@@ -13,6 +14,8 @@
 // (ShapeError naming the layer and both shapes).
 #pragma once
 
+#include <array>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -57,6 +60,7 @@ struct First {
 /// Passes its input through unchanged (no copy).
 struct Identity : LayerBase {
   static constexpr const char* kind = "identity";
+  static constexpr bool container = true;
   template <class B, class T>
   class Node {
    public:
@@ -75,6 +79,7 @@ struct Sequential : LayerBase {
                 "output channel count (check the In/Out template arguments of consecutive layers).");
   static constexpr const char* kind = "sequential";
   static constexpr bool transparent = true;
+  static constexpr bool container = true;
   static constexpr int in_channels = detail::First<Ls...>::type::in_channels;
   static constexpr int out_channels(int in) { return detail::ChannelChain<Ls...>::out(in); }
 
@@ -89,6 +94,7 @@ struct Sequential : LayerBase {
       return s;
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      if (rc.profiler) return forward_profiled(x, rc, std::index_sequence_for<Ls...>{});
       const Tensor<T>* cur = &x;
       std::apply([&](auto&... n) { ((cur = &n.forward(*cur, rc)), ...); }, nodes_);
       return *cur;
@@ -103,30 +109,54 @@ struct Sequential : LayerBase {
     template <std::size_t... I>
     void build_each(Shape& s, Scope& scope, BuildContext<T>& ctx, bool down, std::index_sequence<I...>) {
       ((ctx.propagate_down = (I == 0 ? down : true),
-        s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx)),
+        s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx, &names_[I])),
        ...);
+    }
+    // Leaves are timed under their names; containers time their own children.
+    template <std::size_t I, class L>
+    const Tensor<T>& run_child(const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
+      auto& n = std::get<I>(nodes_);
+      if constexpr (L::container) {
+        return backward ? n.backward(in, rc) : n.forward(in, rc);
+      } else {
+        return detail::profiled(rc.profiler, names_[I], L::kind, backward, [&]() -> const Tensor<T>& {
+          return backward ? n.backward(in, rc) : n.forward(in, rc);
+        });
+      }
+    }
+    template <std::size_t... I>
+    const Tensor<T>& forward_profiled(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
+      const Tensor<T>* cur = &x;
+      ((cur = &run_child<I, Ls>(*cur, rc, false)), ...);
+      return *cur;
     }
     template <std::size_t I>
     const Tensor<T>& backward_from(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      const Tensor<T>& dx = std::get<I>(nodes_).backward(dy, rc);
+      using L = std::tuple_element_t<I, std::tuple<Ls...>>;
+      const Tensor<T>& dx =
+          rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
       if constexpr (I == 0)
         return dx;
       else
         return backward_from<I - 1>(dx, rc);
     }
     std::tuple<node_t<Ls, B, T>...> nodes_;
+    std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
   };
 };
 
-/// A residual block: out = body(x) + shortcut(x). Follow it with ReLU for
-/// ResNet v1 (Sequential<Residual<...>, ReLU>).
-template <class Body, class Shortcut = Identity>
+/// A residual block: out = body(x) + shortcut(x). ResNet v1 follows the sum
+/// with ReLU: Relu = true does it in the same pass (and masks the incoming
+/// gradient in one pass before both branches), equal to
+/// Sequential<Residual<Body, Shortcut>, ReLU> with the same parameter names.
+template <class Body, class Shortcut = Identity, bool Relu = false>
 struct Residual : LayerBase {
   static_assert(Body::in_channels < 0 || Shortcut::out_channels(Body::in_channels) < 0 ||
                     Body::out_channels(Body::in_channels) == Shortcut::out_channels(Body::in_channels),
                 "cifarnet: Residual<Body, Shortcut>: body and shortcut produce different channel counts, "
                 "so they cannot be added (use a shortcut that maps In to Out channels).");
   static constexpr const char* kind = "block";
+  static constexpr bool container = true;
   static constexpr int first_index = 0;
   static constexpr int in_channels = Body::in_channels;
   static constexpr int out_channels(int in) { return Body::out_channels(in); }
@@ -136,6 +166,7 @@ struct Residual : LayerBase {
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
       name_ = scope.prefix();
+      add_name_ = scope.name("add");
       fmt_ = ctx.fmt;
       const bool down = ctx.propagate_down;
       ctx.propagate_down = down;
@@ -152,31 +183,52 @@ struct Residual : LayerBase {
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Tensor<T>& a = body_.forward(x, rc);
       const Tensor<T>& b = shortcut_.forward(x, rc);
-      add(a, b, y_);
-      return y_;
+      return detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
+        add(a, b, y_, Relu);
+        return y_;
+      });
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      const Tensor<T>& da = body_.backward(dy, rc);
-      const Tensor<T>& db = shortcut_.backward(dy, rc);
+      const Tensor<T>* g = &dy;
+      if constexpr (Relu) {  // the ReLU's gradient: dy where y > 0
+        detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
+          if (masked_.shape() != dy.shape()) masked_.resize(dy.shape());
+          detail::relu_mask(y_.data(), dy.data(), masked_.data(), dy.size());
+          return masked_;
+        });
+        g = &masked_;
+      }
+      const Tensor<T>& da = body_.backward(*g, rc);
+      const Tensor<T>& db = shortcut_.backward(*g, rc);
       if (!propagate_down_) return da;
-      add(da, db, dx_);
-      return dx_;
+      return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
+        add(da, db, dx_, false);
+        return dx_;
+      });
     }
 
    private:
-    static void add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& out) {
+    static void add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& out, bool relu) {
       if (out.shape() != a.shape()) out.resize(a.shape());
       const T* pa = a.data();
       const T* pb = b.data();
       T* po = out.data();
       const long n = long(a.size());
+      if (relu) {
 #pragma omp parallel for simd schedule(static)
-      for (long i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+        for (long i = 0; i < n; ++i) {
+          const T v = pa[i] + pb[i];
+          po[i] = v > T(0) ? v : T(0);
+        }
+      } else {
+#pragma omp parallel for simd schedule(static)
+        for (long i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+      }
     }
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
-    Tensor<T> y_, dx_;
-    std::string name_;
+    Tensor<T> y_, dx_, masked_;
+    std::string name_, add_name_;
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
   };
@@ -189,6 +241,7 @@ struct Repeat : LayerBase {
                 "cifarnet: Repeat<Block>: a repeated block must keep its channel count (In == Out).");
   static constexpr const char* kind = "repeat";
   static constexpr bool transparent = true;
+  static constexpr bool container = true;
   static constexpr int in_channels = Block::in_channels;
   static constexpr int out_channels(int in) { return in; }
 
@@ -235,6 +288,7 @@ template <class Tag, class L>
 struct Named : LayerBase {
   static constexpr const char* kind = L::kind;
   static constexpr const char* fixed_name = Tag::name;
+  static constexpr bool container = L::container;
   static constexpr int in_channels = L::in_channels;
   static constexpr int out_channels(int in) { return L::out_channels(in); }
   template <class B, class T>

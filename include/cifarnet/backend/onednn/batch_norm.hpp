@@ -4,7 +4,13 @@
 // batch variance, both written to the caller's buffers) and in inference
 // (use_global_stats with the caller's mean and variance), and
 // batch_normalization_backward (prop_kind::backward: dx, dgamma, dbeta, all
-// overwritten). Primitives are cached per (geometry, epsilon).
+// overwritten). Primitives are cached per (geometry, epsilon, relu).
+//
+// With relu = true the ReLU that follows is fused (oneDNN fuse_norm_relu):
+// forward writes max(bn(x), 0); the training forward records which outputs
+// were positive in a workspace kept per geometry, and backward takes the
+// gradient of the ReLU's output (dy) and applies that mask itself, so a
+// fused backward must follow the training forward of the same geometry.
 #pragma once
 
 #include <algorithm>
@@ -21,37 +27,40 @@ namespace ops {
 template <>
 struct BatchNorm<backend::OneDnn, float> {
   using Dev = Device<backend::OneDnn>;
+  /// forward_train / forward_infer / backward take `relu` (fused ReLU).
+  static constexpr bool fuses_relu = true;
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the batch statistics,
   /// which are returned in mean and var (biased variance).
+  /// With `relu`, y = max(bn(x), 0) (fused).
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var) {
+                     const float* beta, float* y, float* mean, float* var, bool relu = false) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
     on::guarded(op, [&] {
-      State& s = state(dev, g, eps);
+      State& s = state(dev, g, eps, relu);
       dnnl::primitive& p = s.train(cache_, dev.engine);
-      p.execute(dev.stream, {{DNNL_ARG_SRC, on::bind(s.x, x)},
-                             {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
-                             {DNNL_ARG_SHIFT, on::bind(s.beta, beta)},
-                             {DNNL_ARG_DST, on::bind(s.y, y)},
-                             {DNNL_ARG_MEAN, on::bind(s.mean, mean)},
-                             {DNNL_ARG_VARIANCE, on::bind(s.var, var)}});
+      on::Args args{{DNNL_ARG_SRC, on::bind(s.x, x)},         {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
+                    {DNNL_ARG_SHIFT, on::bind(s.beta, beta)}, {DNNL_ARG_DST, on::bind(s.y, y)},
+                    {DNNL_ARG_MEAN, on::bind(s.mean, mean)},  {DNNL_ARG_VARIANCE, on::bind(s.var, var)}};
+      if (s.workspace) args.emplace(DNNL_ARG_WORKSPACE, *s.workspace);
+      p.execute(dev.stream, args);
       dev.stream.wait();
     });
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
+  /// With `relu`, y = max(bn(x), 0) (fused).
   void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, const float* mean, const float* var, float* y) {
+                     const float* beta, const float* mean, const float* var, float* y, bool relu = false) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_infer";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}, {y, "y"}});
     on::guarded(op, [&] {
-      State& s = state(dev, g, eps);
+      State& s = state(dev, g, eps, relu);
       dnnl::primitive& p = s.infer(cache_, dev.engine);
       p.execute(dev.stream, {{DNNL_ARG_SRC, on::bind(s.x, x)},
                              {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
@@ -64,10 +73,12 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   /// dx, dgamma, dbeta of the training-mode forward, given the statistics it
-  /// returned (all three overwritten).
+  /// returned (all three overwritten). With `relu`, dy is the gradient of
+  /// the fused ReLU's output and the last forward_train(relu = true) of this
+  /// geometry supplies the mask.
   void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
-                float* dbeta) {
+                float* dbeta, bool relu = false) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward";
     on::check_geometry(g, op);
@@ -80,17 +91,22 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
     on::guarded(op, [&] {
-      State& s = state(dev, g, eps);
+      State& s = state(dev, g, eps, relu);
+      if (relu && !s.trained)
+        throw ConfigError(
+            detail::concat(op, ": fused ReLU backward without a training forward (", on::describe(g), ")"));
       dnnl::primitive& p = s.backward(cache_, dev.engine);
-      p.execute(dev.stream, {{DNNL_ARG_SRC, on::bind(s.x, x)},
-                             {DNNL_ARG_DIFF_DST, on::bind(s.y, dy)},
-                             {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
-                             {DNNL_ARG_SHIFT, s.backward_shift(dev.engine)},
-                             {DNNL_ARG_MEAN, on::bind(s.mean, mean)},
-                             {DNNL_ARG_VARIANCE, on::bind(s.var, var)},
-                             {DNNL_ARG_DIFF_SRC, on::bind(s.dx, dx)},
-                             {DNNL_ARG_DIFF_SCALE, on::bind(s.dgamma, dgamma)},
-                             {DNNL_ARG_DIFF_SHIFT, on::bind(s.dbeta, dbeta)}});
+      on::Args args{{DNNL_ARG_SRC, on::bind(s.x, x)},
+                    {DNNL_ARG_DIFF_DST, on::bind(s.y, dy)},
+                    {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
+                    {DNNL_ARG_SHIFT, s.backward_shift(dev.engine)},
+                    {DNNL_ARG_MEAN, on::bind(s.mean, mean)},
+                    {DNNL_ARG_VARIANCE, on::bind(s.var, var)},
+                    {DNNL_ARG_DIFF_SRC, on::bind(s.dx, dx)},
+                    {DNNL_ARG_DIFF_SCALE, on::bind(s.dgamma, dgamma)},
+                    {DNNL_ARG_DIFF_SHIFT, on::bind(s.dbeta, dbeta)}};
+      if (s.workspace) args.emplace(DNNL_ARG_WORKSPACE, *s.workspace);
+      p.execute(dev.stream, args);
       dev.stream.wait();
     });
   }
@@ -102,18 +118,21 @@ struct BatchNorm<backend::OneDnn, float> {
 
  private:
   struct State;
-  using Key = std::tuple<decltype(ChannelGeom{}.key()), double>;
+  using Key = std::tuple<decltype(ChannelGeom{}.key()), double, bool>;
   using Cache = backend::onednn::PrimitiveCache<Key, State>;
 
   struct State {
     dnnl::memory::desc data, stat;
     float eps;
+    bool relu;             // fuse_norm_relu
+    bool trained = false;  // a training forward has filled the workspace
     dnnl::memory x, y, dx, gamma, beta, mean, var, dgamma, dbeta;
     std::optional<dnnl::batch_normalization_forward::primitive_desc> train_pd;
     std::optional<dnnl::primitive> train_p, infer_p, bwd_p;
-    std::optional<dnnl::memory> zero_shift;
+    std::optional<dnnl::memory> zero_shift, workspace;
 
-    State(const ChannelGeom& g, double epsilon, const dnnl::engine& eng) : eps(float(epsilon)) {
+    State(const ChannelGeom& g, double epsilon, bool fuse_relu, const dnnl::engine& eng)
+        : eps(float(epsilon)), relu(fuse_relu) {
       namespace on = backend::onednn;
       data = on::act_desc(g.fmt, g.n, g.c, g.h, g.w);
       stat = on::vec_desc(g.c);
@@ -123,8 +142,9 @@ struct BatchNorm<backend::OneDnn, float> {
       for (dnnl::memory* m : {&gamma, &beta, &mean, &var, &dgamma, &dbeta}) *m = on::user_memory(stat, eng);
     }
 
-    static dnnl::normalization_flags scale_shift() {
-      return dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    dnnl::normalization_flags scale_shift() const {
+      const auto f = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+      return relu ? f | dnnl::normalization_flags::fuse_norm_relu : f;
     }
 
     // oneDNN 2.6's backward with use_shift insists on a DNNL_ARG_SHIFT input
@@ -140,9 +160,12 @@ struct BatchNorm<backend::OneDnn, float> {
 
     const dnnl::batch_normalization_forward::primitive_desc& training_pd(const dnnl::engine& eng) {
       using bf = dnnl::batch_normalization_forward;
-      if (!train_pd)
+      if (!train_pd) {
         train_pd =
             bf::primitive_desc(bf::desc(dnnl::prop_kind::forward_training, data, eps, scale_shift()), eng);
+        if (train_pd->workspace_desc().get_size() != 0)
+          workspace = dnnl::memory(train_pd->workspace_desc(), eng);
+      }
       return *train_pd;
     }
 
@@ -151,6 +174,7 @@ struct BatchNorm<backend::OneDnn, float> {
         const auto& pd = training_pd(eng);
         train_p = c.build<dnnl::batch_normalization_forward>(pd);
       }
+      trained = true;
       return *train_p;
     }
 
@@ -176,8 +200,8 @@ struct BatchNorm<backend::OneDnn, float> {
     }
   };
 
-  State& state(Dev& dev, const ChannelGeom& g, double eps) {
-    return cache_.get(dev.engine, Key{g.key(), eps}, [&] { return State(g, eps, dev.engine); });
+  State& state(Dev& dev, const ChannelGeom& g, double eps, bool relu) {
+    return cache_.get(dev.engine, Key{g.key(), eps, relu}, [&] { return State(g, eps, relu, dev.engine); });
   }
 
   Cache cache_;

@@ -16,6 +16,7 @@
 #include <dnnl.hpp>
 
 #include <cstddef>
+#include <cstdlib>
 #include <initializer_list>
 #include <list>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
@@ -37,8 +39,33 @@ struct Device<backend::OneDnn> {
   /// Creates the CPU engine and its stream; throws BackendError on failure.
   Device();
 
+  /// Scratch slot `slot` (0 or 1) with at least `bytes` bytes, 64-byte
+  /// aligned; grows (never shrinks) and is shared by every op of the model:
+  /// valid until the next call for the same slot. Ops use it for layout
+  /// conversions within one call (ops finish before they return).
+  void* scratch(int slot, std::size_t bytes) {
+    Buffer& b = scratch_[slot & 1];
+    if (b.size < bytes) {
+      b.p.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      if (!b.p)
+        throw BackendError(detail::concat("oneDNN device: cannot allocate ", bytes, " bytes of scratch"));
+      b.size = bytes;
+    }
+    return b.p.get();
+  }
+
   dnnl::engine engine;  ///< CPU engine 0
   dnnl::stream stream;  ///< in-order stream on `engine`
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Buffer {
+    std::unique_ptr<char, Free> p;
+    std::size_t size = 0;
+  };
+  Buffer scratch_[2];
 };
 
 namespace backend {
@@ -153,8 +180,9 @@ inline void check_geometry(const ChannelGeom& g, const char* op) {
 /// layout (user -> primitive for weights read, primitive -> user for weight
 /// gradients written). When both layouts agree no copy is made (`direct()`).
 struct Staged {
-  dnnl::memory mem;       ///< primitive-layout buffer (empty when direct)
-  dnnl::reorder reorder;  ///< user->mem or mem->user (empty when direct)
+  dnnl::memory mem;          ///< primitive-layout buffer (empty when direct)
+  dnnl::reorder reorder;     ///< user->mem or mem->user (empty when direct)
+  std::vector<float> shown;  ///< for weights: the user values `mem` holds now
   bool direct() const { return !mem; }
 };
 
@@ -206,6 +234,26 @@ class PrimitiveCache {
     return s;
   }
 
+  /// A Staged activation for a primitive that wants `prim` while the caller
+  /// holds `user`: like stage(), but `mem` has no buffer of its own (bind
+  /// it to device scratch with onednn::scratch before each use).
+  Staged stage_scratch(const dnnl::engine& eng, const dnnl::memory::desc& prim,
+                       const dnnl::memory::desc& user, bool into_prim) {
+    Staged s;
+    if (prim == user) return s;
+    s.mem = dnnl::memory(prim, eng, DNNL_MEMORY_NONE);
+    s.reorder = into_prim ? build<dnnl::reorder>(dnnl::reorder::primitive_desc(eng, user, eng, prim))
+                          : build<dnnl::reorder>(dnnl::reorder::primitive_desc(eng, prim, eng, user));
+    return s;
+  }
+
+  /// The state cached for `key`, or nullptr (no insertion, no reordering).
+  const State* find(const Key& key) const {
+    for (const auto& e : entries_)
+      if (e.first == key) return e.second.get();
+    return nullptr;
+  }
+
   /// Number of geometries held now.
   std::size_t size() const { return entries_.size(); }
   /// Number of primitives built since construction (tests use it to prove
@@ -222,6 +270,13 @@ class PrimitiveCache {
 
 /// Argument map of one primitive execution.
 using Args = std::unordered_map<int, dnnl::memory>;
+
+/// `m` (a memory without a buffer of its own) pointed at device scratch slot
+/// `slot`, grown to its size.
+inline dnnl::memory scratch(Device<backend::OneDnn>& dev, dnnl::memory& m, int slot) {
+  m.set_data_handle(dev.scratch(slot, m.get_desc().get_size()));
+  return m;
+}
 
 /// The primitives of an op whose backward may need the workspace of a
 /// training-mode forward (max pooling, LRN): training and inference

@@ -1,0 +1,127 @@
+// cifarnet/layers/conv_bn.hpp — a convolution followed by batch norm (and
+// optionally ReLU) as one layer, with the batch norm folded into the
+// convolution for inference.
+//
+// ConvBatchNorm<In, Out, K, S, P, Relu> is Sequential<Conv2d<In, Out, K, S, P>,
+// BatchNorm2d<Out, Relu>>: the same parameters under the same names (it
+// names its two parts in the enclosing scope, conv<k> and bn<k>) and, in
+// Mode::Train, the same computation by the same two layers. In Mode::Infer
+// the batch norm is folded into the convolution: per output channel
+// s = gamma / sqrt(moving_variance + eps), weights w * s and bias
+// beta - moving_mean * s, recomputed from the current parameters on every
+// call (a pass over the weights, small next to the convolution), and the
+// ReLU runs as the convolution's post-op where the backend fuses it — one
+// pass over the activations instead of two or three.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cifarnet/layers/batch_norm.hpp"
+#include "cifarnet/layers/conv2d.hpp"
+#include "cifarnet/layers/layer.hpp"
+#include "cifarnet/nn/profile.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+
+/// Conv2d (no bias) then BatchNorm2d (then ReLU when Relu), folded for inference.
+template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Relu = false>
+struct ConvBatchNorm : LayerBase {
+  static constexpr const char* kind = "conv_bn";
+  static constexpr bool transparent = true;  // its parts are named in the enclosing scope
+  static constexpr bool container = true;    // it times its parts itself
+  static constexpr int in_channels = In == 0 ? -1 : In;
+  static constexpr int out_channels(int) { return Out; }
+  using ConvL = Conv2d<In, Out, K, S, P, false>;
+  using BnL = BatchNorm2d<Out, Relu>;
+
+  template <class B, class T>
+  class Node {
+    static constexpr bool kFusedRelu = Relu && detail::fuses_relu<ops::Conv2d<B, T>>::value;
+
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      const bool down = ctx.propagate_down;
+      const Shape a = detail::build_child<ConvL>(conv_, in, scope, ctx, &conv_name_);
+      ctx.propagate_down = true;
+      const Shape b = detail::build_child<BnL>(bn_, a, scope, ctx, &bn_name_);
+      ctx.propagate_down = down;
+      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
+        op_.set_algorithm(ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto);
+      folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
+      folded_b_.assign(std::size_t(Out), T(0));
+      scale_.assign(std::size_t(Out), T(0));
+      return b;
+    }
+
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      if (!rc.training())
+        return detail::profiled(rc.profiler, conv_name_, "conv_bn", false,
+                                [&]() -> const Tensor<T>& { return infer(x, rc); });
+      const Tensor<T>& a = detail::profiled(rc.profiler, conv_name_, "conv", false,
+                                            [&]() -> const Tensor<T>& { return conv_.forward(x, rc); });
+      return detail::profiled(rc.profiler, bn_name_, "bn", false,
+                              [&]() -> const Tensor<T>& { return bn_.forward(a, rc); });
+    }
+
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
+                                             [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
+      return detail::profiled(rc.profiler, conv_name_, "conv", true,
+                              [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
+    }
+
+   private:
+    // y = conv(x, w * s) + (beta - mean * s) [+ ReLU] with the moving statistics.
+    const Tensor<T>& infer(const Tensor<T>& x, RunContext<B, T>& rc) {
+      ConvGeom g = conv_.geometry();
+      const Shape s = detail::check_input(conv_name_, Shape{1, g.ic, g.ih, g.iw}, x, g.fmt);
+      g.n = s.n;
+      ensure_shape(y_, g.out_shape(), g.fmt);
+      fold(*rc.params);
+      if constexpr (kFusedRelu) {
+        op_.forward(*rc.device, g, x.data(), folded_w_.data(), folded_b_.data(), y_.data(), true);
+      } else {
+        op_.forward(*rc.device, g, x.data(), folded_w_.data(), folded_b_.data(), y_.data());
+        if constexpr (Relu) {
+          T* py = y_.data();
+          const long n = long(y_.size());
+#pragma omp parallel for simd schedule(static)
+          for (long i = 0; i < n; ++i) py[i] = py[i] > T(0) ? py[i] : T(0);
+        }
+      }
+      return y_;
+    }
+
+    void fold(const Parameters<T>& params) {
+      const auto ids = bn_.param_ids();
+      const T* gamma = params.value(ids[0]);
+      const T* beta = params.value(ids[1]);
+      const T* mean = params.value(ids[2]);
+      const T* var = params.value(ids[3]);
+      const double eps = bn_.epsilon();
+      for (std::size_t o = 0; o < std::size_t(Out); ++o) {
+        const double sc = double(gamma[o]) / std::sqrt(double(var[o]) + eps);
+        scale_[o] = T(sc);
+        folded_b_[o] = T(double(beta[o]) - double(mean[o]) * sc);
+      }
+      const T* w = params.value(conv_.weights_id());  // HWIO: the output channel is the fastest index
+      const std::size_t rows = folded_w_.size() / std::size_t(Out);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t o = 0; o < std::size_t(Out); ++o)
+          folded_w_[r * Out + o] = w[r * Out + o] * scale_[o];
+    }
+
+    node_t<ConvL, B, T> conv_;
+    node_t<BnL, B, T> bn_;
+    ops::Conv2d<B, T> op_;  // the folded inference convolution (with bias)
+    std::vector<T> folded_w_, folded_b_, scale_;
+    Tensor<T> y_;
+    std::string conv_name_, bn_name_;
+  };
+};
+
+}  // namespace cifarnet

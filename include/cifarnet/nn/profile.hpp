@@ -1,0 +1,68 @@
+// cifarnet/nn/profile.hpp — optional per-layer wall-clock profile of a
+// model's forward and backward passes (bench/cifarnet_bench prints it).
+//
+// A Profiler is attached with Model::set_profiler(&p); every leaf layer's
+// forward and backward call (containers are not leaves, so nothing is
+// counted twice) and every residual addition is timed and accumulated under
+// the layer's full name, in the order first seen. Backends finish their work
+// before an op returns, so the wall-clock time of a call is its cost.
+// Without a profiler (the default) the only cost is one null check per layer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace cifarnet {
+
+/// Accumulated forward/backward seconds per layer name.
+class Profiler {
+ public:
+  struct Entry {
+    std::string name;  ///< full layer name, e.g. "stage1/block0/conv1"
+    std::string kind;  ///< layer kind: "conv", "bn", "relu", "add", ...
+    double forward = 0, backward = 0;
+    std::size_t forward_calls = 0, backward_calls = 0;
+  };
+
+  /// Adds `seconds` to `name`'s forward or backward total.
+  void add(const std::string& name, const char* kind, bool backward, double seconds) {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      it = index_.emplace(name, entries_.size()).first;
+      entries_.push_back(Entry{name, kind, 0, 0, 0, 0});
+    }
+    Entry& e = entries_[it->second];
+    (backward ? e.backward : e.forward) += seconds;
+    ++(backward ? e.backward_calls : e.forward_calls);
+  }
+
+  /// Entries in the order their layers first ran.
+  const std::vector<Entry>& entries() const { return entries_; }
+  /// Forgets every entry.
+  void clear() {
+    entries_.clear();
+    index_.clear();
+  }
+
+ private:
+  std::vector<Entry> entries_;
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+namespace detail {
+/// Runs f() and, when `p` is set, books its wall-clock time under `name`.
+template <class F>
+decltype(auto) profiled(Profiler* p, const std::string& name, const char* kind, bool backward, F&& f) {
+  if (!p) return f();
+  const auto t0 = std::chrono::steady_clock::now();
+  decltype(auto) r = f();
+  p->add(name, kind, backward, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return r;
+}
+}  // namespace detail
+
+}  // namespace cifarnet
