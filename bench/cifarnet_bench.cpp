@@ -6,7 +6,14 @@
 // after per-image standardization) and random labels.
 //
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
-//       [--reps 5] [--steps 4] [--warmup 3] [--json out.json]
+//       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
+//
+// --profile 1 (the default) follows each training benchmark with a per-layer
+// profile (nn/profile.hpp) of --steps more steps: forward and backward ms per
+// step of every layer, the loss and optimizer, totals per layer kind, and the
+// share of the step that is not a convolution. The last line is the process's
+// peak resident set size (getrusage), so run one benchmark per process to
+// read a benchmark's own peak.
 //
 // Benchmarks: resnet20, resnet44, resnet56 (training, batch 128: forward,
 // cross-entropy, backward, weight decay 2e-4, momentum 0.9), tfcnn (the tutorial
@@ -22,6 +29,7 @@
 #include <vector>
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
@@ -42,7 +50,40 @@ struct Result {
 
 struct Protocol {
   int warmup = 3, reps = 5, steps = 4, infer_steps = 10;
+  bool profile = true;
 };
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Prints a per-layer profile of `steps` steps: ms per step forward / backward,
+// totals per kind, and the non-convolution share of the whole step.
+void print_profile(const std::string& name, const Profiler& prof, int steps, double step_seconds) {
+  std::printf("  profile of %s (%d steps, ms per step; wall step %.2f ms)\n", name.c_str(), steps,
+              step_seconds * 1e3);
+  std::printf("    %-32s %-8s %8s %8s\n", "layer", "kind", "fwd", "bwd");
+  std::vector<std::pair<std::string, std::pair<double, double>>> kinds;
+  double total = 0, conv = 0;
+  for (const auto& e : prof.entries()) {
+    const double f = e.forward * 1e3 / steps, b = e.backward * 1e3 / steps;
+    std::printf("    %-32s %-8s %8.3f %8.3f\n", e.name.c_str(), e.kind.c_str(), f, b);
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == e.kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), {e.kind, {0.0, 0.0}});
+    it->second.first += f;
+    it->second.second += b;
+    total += f + b;
+    if (e.kind == "conv") conv += f + b;
+  }
+  std::printf("    per kind:");
+  for (const auto& [k, fb] : kinds) std::printf("  %s %.2f+%.2f", k.c_str(), fb.first, fb.second);
+  const double step_ms = step_seconds * 1e3;
+  std::printf(
+      "\n    booked %.2f ms of %.2f ms; convolutions %.2f ms = %.1f %%, everything else %.1f %% of the "
+      "step\n",
+      total, step_ms, conv, 100.0 * conv / step_ms, 100.0 * (step_ms - conv) / step_ms);
+  std::fflush(stdout);
+}
 
 Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, int steps, const Protocol& p,
                   const std::function<void()>& step) {
@@ -80,16 +121,33 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
   optim::Momentum<float> mom(net.parameters(), optim::MomentumOptions().momentum(0.9));
   optim::GradientDescent<float> sgd(net.parameters());
   Tensor<float> d;
-  return time_steps(name, fmt, batch, p.steps, p, [&] {
-    softmax_cross_entropy(net.forward(x, Mode::Train), y, &d);
+  Profiler prof;
+  auto step = [&] {
+    const Tensor<float>& logits = net.forward(x, Mode::Train);
+    auto t0 = Clock::now();
+    softmax_cross_entropy(logits, y, &d);
+    prof.add("loss", "loss", false, seconds_since(t0));
     net.backward(d);
+    t0 = Clock::now();
     if (momentum_wd) {
       weight_decay(net.parameters(), 2e-4);
       mom.step(net.parameters(), 0.1);
     } else {
       sgd.step(net.parameters(), 0.1);
     }
-  });
+    prof.add("optimizer", "optim", false, seconds_since(t0));
+  };
+  Result r = time_steps(name, fmt, batch, p.steps, p, step);
+  if (p.profile) {
+    prof.clear();
+    net.set_profiler(&prof);
+    const auto t0 = Clock::now();
+    for (int s = 0; s < p.steps; ++s) step();
+    const double per = seconds_since(t0) / p.steps;
+    net.set_profiler(nullptr);
+    print_profile(name + " " + r.format, prof, p.steps, per);
+  }
+  return r;
 }
 
 template <class Net>
@@ -99,7 +157,17 @@ Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
   for (auto& v : x) v = float(rng.uniform(0, 255));
-  return time_steps(name, fmt, batch, p.infer_steps, p, [&] { net.forward(x, Mode::Infer); });
+  Result r = time_steps(name, fmt, batch, p.infer_steps, p, [&] { net.forward(x, Mode::Infer); });
+  if (p.profile) {
+    Profiler prof;
+    net.set_profiler(&prof);
+    const auto t0 = Clock::now();
+    for (int s = 0; s < p.infer_steps; ++s) net.forward(x, Mode::Infer);
+    const double per = seconds_since(t0) / p.infer_steps;
+    net.set_profiler(nullptr);
+    print_profile(name + " " + r.format, prof, p.infer_steps, per);
+  }
+  return r;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -129,6 +197,8 @@ int main(int argc, char** argv) {
       p.warmup = std::atoi(v.c_str());
     else if (k == "--json")
       json = v;
+    else if (k == "--profile")
+      p.profile = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -163,6 +233,9 @@ int main(int argc, char** argv) {
       }
     }
   }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("peak resident set size: %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
   if (!json.empty()) {
     std::ofstream o(json);
     o << "[\n";

@@ -7,6 +7,7 @@
 //
 //   OMP_NUM_THREADS=2 style_transfer_bench [--reps 7] [--warmup 2] [--format nhwc|nchw|both]
 //                                          [--height 250] [--width 333] [--divisor 1|16]
+//                                          [--conv-algorithm auto|direct|winograd]
 //
 // Each figure is the median (min, max) over --reps timed repetitions of one
 // call after --warmup untimed ones. Compare with the PyTorch peer:
@@ -37,6 +38,7 @@ struct Args {
   int reps = 7, warmup = 2, divisor = 1;
   std::size_t height = 250, width = 333;
   std::string format = "both";
+  ConvAlgorithm alg = ConvAlgorithm::Auto;
 };
 
 struct Stat {
@@ -64,7 +66,8 @@ template <int D>
 void bench(const Args& a, DataFormat fmt) {
   using M = Model<Vgg19Features<D>, backend::OneDnn, float>;
   const char* name = fmt == DataFormat::NHWC ? "nhwc" : "nchw";
-  M net({3, a.height, a.width}, fmt, vgg19_random_options(), 1, /*input_gradient=*/true);
+  M net({3, a.height, a.width}, fmt, vgg19_random_options().with_conv_algorithm(a.alg), 1,
+        /*input_gradient=*/true);
   StyleTransferOptions o;
   o.height = a.height;
   o.width = a.width;
@@ -121,7 +124,19 @@ int main(int argc, char** argv) {
       a.format = next();
     else if (k == "--divisor")
       a.divisor = std::atoi(next().c_str());
-    else {
+    else if (k == "--conv-algorithm") {
+      const std::string v = next();
+      if (v == "auto")
+        a.alg = ConvAlgorithm::Auto;
+      else if (v == "direct")
+        a.alg = ConvAlgorithm::Direct;
+      else if (v == "winograd")
+        a.alg = ConvAlgorithm::Winograd;
+      else {
+        std::fprintf(stderr, "style_transfer_bench: --conv-algorithm must be auto, direct or winograd\n");
+        return 2;
+      }
+    } else {
       std::fprintf(
           stderr,
           "usage: style_transfer_bench [--reps N] [--warmup N] [--format nhwc|nchw|both] [--height H] "
@@ -133,8 +148,12 @@ int main(int argc, char** argv) {
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(
       "style_transfer_bench: VGG-19 (channels / %d) to conv5_1, random weights, %zux%zu, oneDNN f32, "
-      "%d OpenMP threads, %d reps after %d warm-up; loadavg %s\n",
-      a.divisor, a.height, a.width, omp_get_max_threads(), a.reps, a.warmup, load.c_str());
+      "%d OpenMP threads, %d reps after %d warm-up, conv algorithm %s; loadavg %s\n",
+      a.divisor, a.height, a.width, omp_get_max_threads(), a.reps, a.warmup,
+      a.alg == ConvAlgorithm::Auto     ? "auto"
+      : a.alg == ConvAlgorithm::Direct ? "direct"
+                                       : "winograd",
+      load.c_str());
   try {
     for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
       if ((fmt == DataFormat::NHWC && a.format == "nchw") || (fmt == DataFormat::NCHW && a.format == "nhwc"))

@@ -6,7 +6,8 @@
 #
 # Usage: bash scripts/fuzz.sh [seconds-per-target=60] [build-dir=build-fuzz]
 # Environment: FUZZ_TARGETS="cifar image" runs only those; FUZZ_JOBS=2 runs two
-# targets at a time (default 1); FUZZ_NO_BUILD=1 skips configure + build.
+# targets at a time (default 1); FUZZ_NO_BUILD=1 skips configure + build;
+# FUZZ_ARGS="-malloc_limit_mb=16384" adds libFuzzer flags (after the defaults).
 # The committed seeds (tests/fuzz/corpus/<t>) and regressions are read only;
 # inputs the fuzzer finds go to <build-dir>/fuzz-corpus/<t> and are kept
 # between runs. Exit status: 1 when any target crashed, else 0.
@@ -41,7 +42,7 @@ run_one() {
   # more than 2 GiB is a finding. -timeout: one input taking > 25 s is one.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
     "$exe" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$art/" "$work" "${inputs[@]}" >"$log" 2>&1 || rc=$?
+    -print_final_stats=1 -artifact_prefix="$art/" ${FUZZ_ARGS:-} "$work" "${inputs[@]}" >"$log" 2>&1 || rc=$?
   echo "$rc" >"$log.rc"
 }
 
@@ -51,11 +52,16 @@ summarize() {
   rc=$(cat "$log.rc")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  if [ -z "$execs" ]; then  # -fork=N mode: "#<execs>: cov: .. exec/s <n> oom/timeout/crash: a/b/c"
+    execs=$(grep -o '^#[0-9]*:' "$log" | tail -1 | tr -d '#:')
+    eps=$(grep -o 'exec/s [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  fi
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2)
+  corp=$(grep -o 'corp: [0-9]*\(/[0-9]*[a-zA-Z]*\)\?' "$log" | tail -1 | cut -d' ' -f2)
+  ignored=$(grep -o 'oom/timeout/crash: [0-9/]*' "$log" | tail -1 | cut -d' ' -f2)
   if [ "$rc" = 0 ]; then
-    result="no crash"
+    result="no crash${ignored:+ (ignored oom/timeout/crash: $ignored)}"
   else
     result="CRASH (exit $rc): $(ls "$BUILD/fuzz-artifacts/$t" 2>/dev/null | tr '\n' ' ')see $log"
   fi

@@ -87,9 +87,39 @@ inline std::string extension_of(const std::string& path) {
 /// stb does (entropy-coded data after SOS up to the next real marker) and
 /// reads each DHT's tables the way stb reads them; anything else is left to
 /// stb. DataError naming the image and the byte offset of the bad table.
+/// Rejects a PNG chunk whose length runs past the end of the data: stb_image
+/// grows its IDAT buffer to the declared length before reading (up to 1 GiB
+/// for a 103-byte file; found by tests/fuzz/fuzz_image.cpp). DataError naming
+/// the image and the chunk's byte offset.
+inline void check_png_chunks(const std::uint8_t* b, std::size_t n, const std::string& name) {
+  static const std::uint8_t sig[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (n < 8 || !std::equal(sig, sig + 8, b)) return;
+  for (std::size_t p = 8; p + 8 <= n;) {
+    const std::uint64_t len =
+        std::uint64_t(b[p]) << 24 | std::uint64_t(b[p + 1]) << 16 | std::uint64_t(b[p + 2]) << 8 | b[p + 3];
+    if (len + 12 > n - p)
+      throw DataError(cifarnet::detail::at_file(
+          name, p,
+          cifarnet::detail::concat("PNG chunk '", std::string(reinterpret_cast<const char*>(b + p + 4), 4),
+                                   "' declares ", len, " bytes but only ", n - p,
+                                   " remain: truncated or corrupt file")));
+    if (b[p + 4] == 'I' && b[p + 5] == 'E' && b[p + 6] == 'N' && b[p + 7] == 'D') return;
+    p += 12 + std::size_t(len);
+  }
+}
+
+/// Where a JPEG's data starts after its SOI marker, or 0 when the bytes are
+/// not a JPEG to stb_image (which skips fill bytes: FF FF D8 is an SOI too).
+inline std::size_t jpeg_after_soi(const std::uint8_t* b, std::size_t n) {
+  if (n < 2 || b[0] != 0xFF) return 0;
+  std::size_t p = 1;
+  while (p < n && b[p] == 0xFF) ++p;
+  return p < n && b[p] == 0xD8 ? p + 1 : 0;
+}
+
 inline void check_jpeg_tables(const std::uint8_t* b, std::size_t n, const std::string& name) {
-  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return;  // not a JPEG
-  std::size_t p = 2;
+  std::size_t p = jpeg_after_soi(b, n);
+  if (p == 0) return;  // not a JPEG
   while (p + 1 < n) {
     if (b[p] != 0xFF) {  // stb skips junk between segments, byte by byte
       ++p;
@@ -107,9 +137,9 @@ inline void check_jpeg_tables(const std::uint8_t* b, std::size_t n, const std::s
       long left = long(len) - 2;
       std::size_t q = p + 2;
       while (left > 0) {
-        if (q + 17 > n) break;  // stb hits the end of the data: its own error
+        // Past the end of the data stb reads zeros and goes on.
         std::size_t codes = 0;
-        for (int i = 1; i <= 16; ++i) codes += b[q + std::size_t(i)];
+        for (std::size_t i = 1; i <= 16; ++i) codes += q + i < n ? b[q + i] : 0;
         if (codes > 256)
           throw DataError(cifarnet::detail::at_file(
               name, q,
@@ -120,8 +150,21 @@ inline void check_jpeg_tables(const std::uint8_t* b, std::size_t n, const std::s
       }
     }
     p += len;
-    if (m == 0xDA) {  // entropy-coded data up to the next marker (not FF00 or RSTn)
-      while (p + 1 < n && !(b[p] == 0xFF && b[p + 1] != 0x00 && !(b[p + 1] >= 0xD0 && b[p + 1] <= 0xD7))) ++p;
+    // After SOS: entropy-coded data up to the next marker, i.e. FF (FF...)
+    // followed by anything but 00 (a stuffed FF) or D0-D7 (restart), as
+    // stb's bit reader sees it.
+    while (m == 0xDA && p < n) {
+      if (b[p] != 0xFF) {
+        ++p;
+        continue;
+      }
+      std::size_t r = p + 1;
+      while (r < n && b[r] == 0xFF) ++r;
+      if (r < n && b[r] != 0x00 && !(b[r] >= 0xD0 && b[r] <= 0xD7)) {
+        p = r - 1;  // the marker's last FF
+        break;
+      }
+      p = r + 1;
     }
   }
 }
@@ -138,6 +181,31 @@ inline Image8 decode_image(const std::uint8_t* bytes, std::size_t n, const std::
     throw DataError(
         cifarnet::detail::concat("image file '", name, "' is ", n, " bytes; stb_image reads at most 2 GiB"));
   detail::check_jpeg_tables(bytes, n, name);
+  detail::check_png_chunks(bytes, n, name);
+  // stb_image pads a JPEG's or BMP's missing data with zeros, so a few
+  // hundred bytes claiming 16000 x 16000 pixels "decode" for minutes into
+  // gigabytes (found by tests/fuzz/fuzz_image.cpp). A complete JPEG spends at
+  // least one bit per 8x8 block of its most-sampled component (<= 512 pixels
+  // a byte); an uncompressed BMP at least one bit per pixel. PNG's data is
+  // checked against the size by stb itself.
+  {
+    int iw = 0, ih = 0, ic = 0;
+    const bool jpeg = detail::jpeg_after_soi(bytes, n) != 0;
+    const bool bmp = n >= 2 && bytes[0] == 'B' && bytes[1] == 'M';
+    // stbi_info reports a top-down BMP's height negative (stb_image loads |h| rows).
+    if ((jpeg || bmp) && stbi_info_from_memory(bytes, static_cast<int>(n), &iw, &ih, &ic)) {
+      const auto mag = [](int v) {
+        return static_cast<std::uint64_t>(v < 0 ? -std::int64_t(v) : std::int64_t(v));
+      };
+      const std::uint64_t pixels = mag(iw) * mag(ih);
+      const std::uint64_t most = (jpeg ? 512 : 8) * std::uint64_t(n) + 65536;
+      if (pixels > most)
+        throw DataError(cifarnet::detail::concat("image file '", name, "' (", n, " bytes) claims a ", iw, "x",
+                                                 ih, " ", jpeg ? "JPEG" : "BMP", " image; ", n, " bytes of ",
+                                                 jpeg ? "JPEG" : "BMP", " hold at most ", most,
+                                                 " pixels: the file is truncated or corrupt"));
+    }
+  }
   int w = 0, h = 0, stored = 0;
   std::unique_ptr<unsigned char, detail::StbFree> p(
       stbi_load_from_memory(bytes, static_cast<int>(n), &w, &h, &stored, channels));
@@ -147,6 +215,11 @@ inline Image8 decode_image(const std::uint8_t* bytes, std::size_t n, const std::
                                              " bytes) cannot be decoded: ", why ? why : "unknown reason",
                                              " (stb_image; supported formats: JPEG, PNG, BMP)"));
   }
+  // stb_image's BMP reader returns a 0-pixel-wide (or -high) image for such
+  // a header instead of failing (found by tests/fuzz/fuzz_image.cpp).
+  if (w <= 0 || h <= 0)
+    throw DataError(cifarnet::detail::concat("image file '", name, "' (", n, " bytes) has an empty ", w, "x",
+                                             h, " image (corrupt header)"));
   Image8 img;
   img.height = std::size_t(h);
   img.width = std::size_t(w);

@@ -299,6 +299,15 @@ inline void check_v5_extent(const std::string& path, std::uint64_t size) {
   }
 }
 
+/// Cell i of a cell array, or nullptr. matio's Mat_VarGetCell reads the
+/// cell's data without checking it: a corrupt file can leave it missing.
+inline matvar_t* cell_at(const matvar_t* v, std::size_t i) {
+  if (!v || v->class_type != MAT_C_CELL || !v->data || i >= numel(v) || i >= v->nbytes / sizeof(matvar_t*) ||
+      i > std::size_t(INT32_MAX))
+    return nullptr;
+  return Mat_VarGetCell(const_cast<matvar_t*>(v), int(i));
+}
+
 /// An opened .mat file with its `layers` variable read.
 class MatLayers {
  public:
@@ -366,7 +375,7 @@ class MatLayers {
       throw DataError(cifarnet::detail::concat("'", path_, "': 'layers' has ", size(), " entries; layer ",
                                                expected.empty() ? "" : "'" + expected + "' ", "at index ", i,
                                                " (0-based) is missing"));
-    matvar_t* c = Mat_VarGetCell(layers_.get(), int(i));
+    matvar_t* c = cell_at(layers_.get(), i);
     if (!c || c->class_type != MAT_C_STRUCT || numel(c) < 1)
       throw DataError(cifarnet::detail::concat("'", path_, "': layers{", i + 1, "} (0-based index ", i,
                                                ") is ", c ? class_name(c->class_type) : "missing",
@@ -376,7 +385,16 @@ class MatLayers {
 
   /// Field `field` of layer i, or nullptr when absent.
   static matvar_t* field(matvar_t* layer, const char* name) {
-    return Mat_VarGetStructFieldByName(layer, name, 0);
+    // Checked here, not by matio: a struct read from a corrupt file can lack
+    // its field data or a field name (matio then dereferences null; found by
+    // tests/fuzz/fuzz_matconvnet.cpp).
+    if (!layer || layer->class_type != MAT_C_STRUCT || !layer->data) return nullptr;
+    const unsigned nfields = Mat_VarGetNumberOfFields(layer);
+    char* const* names = Mat_VarGetStructFieldnames(layer);
+    if (!names || nfields == 0 || layer->nbytes / sizeof(matvar_t*) < nfields) return nullptr;
+    for (unsigned k = 0; k < nfields; ++k)
+      if (names[k] && std::strcmp(names[k], name) == 0) return static_cast<matvar_t**>(layer->data)[k];
+    return nullptr;
   }
 
   /// A char field as a string ("" when absent); DataError when not char.
@@ -463,8 +481,8 @@ inline void read_conv(const MatLayers& f, std::size_t i, matvar_t* layer, ConvWe
     throw DataError(cifarnet::detail::concat(where, ": field 'weights' is a ", dims_str(dims_of(w)), " ",
                                              class_name(w->class_type),
                                              ", expected a 1x2 cell {filters, biases}"));
-  matvar_t* fw = Mat_VarGetCell(w, 0);
-  matvar_t* fb = Mat_VarGetCell(w, 1);
+  matvar_t* fw = cell_at(w, 0);
+  matvar_t* fb = cell_at(w, 1);
   if (!fw || !fb) throw DataError(where + ": field 'weights' has an unreadable cell (truncated file?)");
   std::vector<std::size_t> d = dims_of(fw);
   while (d.size() < 4) d.push_back(1);  // MATLAB drops trailing singleton dimensions
@@ -540,8 +558,8 @@ inline std::vector<MatLayerInfo> list_matconvnet(const std::string& path) {
     info.type = f.text(layer, "type", i);
     matvar_t* w = detail::MatLayers::field(layer, "weights");
     if (w && w->class_type == MAT_C_CELL && detail::numel(w) >= 2) {
-      if (matvar_t* a = Mat_VarGetCell(w, 0)) info.filter_shape = detail::dims_of(a);
-      if (matvar_t* b = Mat_VarGetCell(w, 1)) info.bias_shape = detail::dims_of(b);
+      if (matvar_t* a = detail::cell_at(w, 0)) info.filter_shape = detail::dims_of(a);
+      if (matvar_t* b = detail::cell_at(w, 1)) info.bias_shape = detail::dims_of(b);
     }
     out.push_back(std::move(info));
   }
