@@ -11,7 +11,9 @@
 // beta - moving_mean * s, recomputed from the current parameters on every
 // call (a pass over the weights, small next to the convolution), and the
 // ReLU runs as the convolution's post-op where the backend fuses it — one
-// pass over the activations instead of two or three.
+// pass over the activations instead of two or three. With
+// ConvAlgorithm::Auto the folded convolution uses Winograd where the backend
+// has it (3x3, stride 1), whatever the batch size.
 #pragma once
 
 #include <cmath>
@@ -49,8 +51,13 @@ struct ConvBatchNorm : LayerBase {
       ctx.propagate_down = true;
       const Shape b = detail::build_child<BnL>(bn_, a, scope, ctx, &bn_name_);
       ctx.propagate_down = down;
-      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
-        op_.set_algorithm(ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto);
+      // Auto: Winograd for the folded inference convolution at any batch size
+      // (forward only, weights reordered once: measured faster here, unlike
+      // training, where backward_data and the layout conversions outweigh it).
+      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value) {
+        const ConvAlgorithm a = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
+        op_.set_algorithm(a == ConvAlgorithm::Auto ? ConvAlgorithm::Winograd : a);
+      }
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       scale_.assign(std::size_t(Out), T(0));

@@ -190,13 +190,14 @@ struct Residual : LayerBase {
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* g = &dy;
-      if constexpr (Relu) {  // the ReLU's gradient: dy where y > 0
+      if constexpr (Relu) {  // the ReLU's gradient: dy where y > 0, kept in dx_ (the
+        // sum below is elementwise, so it may overwrite it in place: one buffer less)
         detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
-          if (masked_.shape() != dy.shape()) masked_.resize(dy.shape());
-          detail::relu_mask(y_.data(), dy.data(), masked_.data(), dy.size());
-          return masked_;
+          if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
+          detail::relu_mask(y_.data(), dy.data(), dx_.data(), dy.size());
+          return dx_;
         });
-        g = &masked_;
+        g = &dx_;
       }
       const Tensor<T>& da = body_.backward(*g, rc);
       const Tensor<T>& db = shortcut_.backward(*g, rc);
@@ -227,7 +228,7 @@ struct Residual : LayerBase {
     }
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
-    Tensor<T> y_, dx_, masked_;
+    Tensor<T> y_, dx_;
     std::string name_, add_name_;
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
