@@ -7,6 +7,7 @@
 //
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
+//       [--conv-algorithm auto|direct|winograd]
 //
 // --profile 1 (the default) follows each training benchmark with a per-layer
 // profile (nn/profile.hpp) of --steps more steps: forward and backward ms per
@@ -51,6 +52,7 @@ struct Result {
 struct Protocol {
   int warmup = 3, reps = 5, steps = 4, infer_steps = 10;
   bool profile = true;
+  ConvAlgorithm alg = ConvAlgorithm::Auto;  // --conv-algorithm
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -112,7 +114,7 @@ Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, in
 template <class Net>
 Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOptions opts, std::size_t batch,
                    bool momentum_wd, bool randn, const Protocol& p) {
-  Model<Net, backend::OneDnn> net(in, fmt, opts, 1);
+  Model<Net, backend::OneDnn> net(in, fmt, opts.with_conv_algorithm(p.alg), 1);
   Rng rng(2);
   Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
@@ -153,7 +155,7 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
 template <class Net>
 Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std::size_t batch,
                    const Protocol& p) {
-  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt, opts, 1);
+  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt, opts.with_conv_algorithm(p.alg), 1);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
   for (auto& v : x) v = float(rng.uniform(0, 255));
@@ -199,6 +201,10 @@ int main(int argc, char** argv) {
       json = v;
     else if (k == "--profile")
       p.profile = v != "0";
+    else if (k == "--conv-algorithm" && (v == "auto" || v == "direct" || v == "winograd"))
+      p.alg = v == "auto"     ? ConvAlgorithm::Auto
+              : v == "direct" ? ConvAlgorithm::Direct
+                              : ConvAlgorithm::Winograd;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -1,40 +1,76 @@
 #!/usr/bin/env bash
-# Runs cifarnet_bench and the PyTorch peer (../shared/bench/peer_torch.py,
-# Debian's /usr/bin/python3 with python3-torch) in the same run, then prints
-# images/s side by side with the ratio cifarnet / peer's best format.
-# Usage: bash bench/run_vs_peer.sh [build-dir] [benchmarks]   (default: build, resnet20,resnet56,tfcnn,infer20,infer56)
+# Runs cifarnet's benchmarks and the PyTorch peer (../shared/bench/peer_torch.py,
+# Debian's /usr/bin/python3 with python3-torch) in the same run, one benchmark
+# at a time (cifarnet, then the peer, back to back), then prints a table of
+# images/s (style transfer: s/iteration) with the ratio cifarnet / peer's best
+# variant (channels_last or NCHW; for inference also TorchScript-frozen).
+#
+# Usage: bash bench/run_vs_peer.sh [build-dir] [benchmarks]
+#   benchmarks: comma list of resnet20,resnet44,resnet56,tfcnn,infer20,infer56,gatys,rss
+#   (default: resnet20,resnet56,tfcnn,infer20,infer56,gatys,rss)
+#   rss: peak resident set size (/usr/bin/time -v) of ResNet-20 training, cifarnet vs the peer.
+# Environment: WRAP  command prefix for each benchmark pair (e.g. a script that
+#                    pauses other jobs while it runs; empty by default)
+#              FORMATS cifarnet formats (default nhwc,nchw); OUT results folder (default: a temp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-ONLY=${2:-resnet20,resnet56,tfcnn,infer20,infer56}
+ONLY=${2:-resnet20,resnet56,tfcnn,infer20,infer56,gatys,rss}
 PEER=${PEER:-../shared/bench/peer_torch.py}
-out=$(mktemp -d)
-cmake --build "$BUILD" --target cifarnet_bench > /dev/null
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD)"
-OMP_NUM_THREADS=2 "$BUILD/bench/cifarnet_bench" --only "$ONLY" --formats nhwc,nchw --json "$out/cifarnet.json"
-/usr/bin/python3 "$PEER" --only "$ONLY" --formats nchw,cl --extra --json "$out/peer.json" > "$out/peer.log" 2>&1 || { cat "$out/peer.log"; exit 1; }
-cat "$out/peer.log"
-/usr/bin/python3 - "$out/cifarnet.json" "$out/peer.json" <<'PY'
-import json, sys
-ours = json.load(open(sys.argv[1])); peer = json.load(open(sys.argv[2]))["results"]
-# peer names: "resnet20 train", "tfcnn train", "infer20 eval", "infer20 eval jit-frozen", ...
-# (the conv1x1-shortcut variant is another model and is left out)
-best = {}
-for r in peer:
-    if "conv1x1" in r["name"]: continue
-    key = r["name"].split()[0]
-    ips = r["img_per_s"]["median"]
-    if ips > best.get(key, (0, ""))[0]: best[key] = (ips, r["name"] + " " + r["fmt"])
-mine = {}
-for r in ours:
-    ips = r["batch"] / r["median_s"]
-    if ips > mine.get(r["name"], (0, ""))[0]: mine[r["name"]] = (ips, r["format"])
-print("\n| benchmark | cifarnet img/s, median (best format) | PyTorch best img/s, median (variant) | ratio |")
+FORMATS=${FORMATS:-nhwc,nchw}
+WRAP=${WRAP:-}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+cmake --build "$BUILD" --target cifarnet_bench style_transfer_bench > /dev/null
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
+for b in ${ONLY//,/ }; do
+  case "$b" in
+    gatys)
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/style_transfer_bench' --format nhwc --reps 5 --warmup 2 > '$out/cifarnet_gatys.txt' 2>&1;
+                     /usr/bin/python3 '$PEER' --only gatys --formats nchw,cl --json '$out/peer_gatys.json' > '$out/peer_gatys.log' 2>&1" ;;
+    rss)
+      $WRAP bash -c "OMP_NUM_THREADS=2 /usr/bin/time -v '$BUILD/bench/cifarnet_bench' --only resnet20 --formats nhwc --profile 0 > '$out/cifarnet_rss.txt' 2>&1;
+                     /usr/bin/time -v /usr/bin/python3 '$PEER' --only resnet20 --formats cl > '$out/peer_rss.txt' 2>&1" ;;
+    infer*)
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
+                     /usr/bin/python3 '$PEER' --only $b --formats nchw,cl --extra --json '$out/peer_$b.json' > '$out/peer_$b.log' 2>&1" ;;
+    *)
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
+                     /usr/bin/python3 '$PEER' --only $b --formats nchw,cl --json '$out/peer_$b.json' > '$out/peer_$b.log' 2>&1" ;;
+  esac
+  echo "-- $b done $(date -u +%T), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+/usr/bin/python3 - "$out" <<'PY'
+import glob, json, os, re, sys
+out = sys.argv[1]
+def fmt3(m, lo, hi): return f"{m:.0f} [{lo:.0f}-{hi:.0f}]"
+print("\n| benchmark | cifarnet img/s median [min-max] (format) | PyTorch best img/s median [min-max] (variant) | ratio |")
 print("|---|---|---|---|")
-for name, (ips, fmt) in mine.items():
-    if name in best:
-        pb, what = best[name]
-        print(f"| {name} | {ips:.0f} ({fmt}) | {pb:.0f} ({what}) | {ips / pb:.2f}x |")
-    else:
-        print(f"| {name} | {ips:.0f} ({fmt}) | n/a | |")
+for path in sorted(glob.glob(os.path.join(out, "cifarnet_*.json"))):
+    ours = json.load(open(path))
+    name = os.path.basename(path)[len("cifarnet_"):-len(".json")]
+    ppath = os.path.join(out, f"peer_{name}.json")
+    if not ours or not os.path.exists(ppath): continue
+    best = max(ours, key=lambda r: r["median_s"] and r["batch"] / r["median_s"])
+    o = (best["batch"] / best["median_s"], best["batch"] / best["max_s"], best["batch"] / best["min_s"])
+    peer = [r for r in json.load(open(ppath))["results"] if "conv1x1" not in r["name"]]
+    pb = max(peer, key=lambda r: r["img_per_s"]["median"])
+    p = pb["img_per_s"]
+    print(f"| {name} | {fmt3(*o)} ({best['format']}) | {fmt3(p['median'], p['min'], p['max'])} ({pb['name']} {pb['fmt']}) | {o[0] / p['median']:.2f}x |")
+g = os.path.join(out, "cifarnet_gatys.txt")
+if os.path.exists(g) and os.path.exists(os.path.join(out, "peer_gatys.json")):
+    m = re.search(r"iteration \(.*?\)\s+([\d.]+) s\s+\[([\d.]+) - ([\d.]+)\]", open(g).read())
+    peer = json.load(open(os.path.join(out, "peer_gatys.json")))["results"]
+    pb = min(peer, key=lambda r: r["sec_per_step"]["median"])
+    p = pb["sec_per_step"]
+    if m:
+        s, lo, hi = map(float, m.groups())
+        print(f"| gatys s/iter | {s:.3f} [{lo:.3f}-{hi:.3f}] (nhwc) | {p['median']:.3f} [{p['min']:.3f}-{p['max']:.3f}] ({pb['name']} {pb['fmt']}) | {p['median'] / s:.2f}x |")
+def rss(path):
+    if not os.path.exists(path): return None
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(path).read())
+    return int(m.group(1)) / 1024 if m else None
+a, b = rss(os.path.join(out, "cifarnet_rss.txt")), rss(os.path.join(out, "peer_rss.txt"))
+if a and b:
+    print(f"| peak RSS, ResNet-20 training (MiB) | {a:.0f} | {b:.0f} | {a / b:.2f} (lower is better) |")
 PY
