@@ -13,6 +13,8 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference/conv2d.hpp>
 #include <cifarnet/backend/reference/lrn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/resnet.hpp>
 
 #include "agreement.hpp"
 
@@ -386,4 +388,34 @@ TEST_CASE("Conv2d reuses its reordered weights only while the caller's values ar
       CHECK(dx.err() < 1e-4);
     }
   }
+}
+
+TEST_CASE("Under ConvAlgorithm::Auto weights train with the direct algorithm at any batch size",
+          "[backend][onednn][conv][algorithm]") {
+  // A replica with a few images must compute the gradients a direct run
+  // computes (distributed training compares shards with one big batch);
+  // frozen weights and inference may still take Winograd at small batches.
+  using Net = Model<ResNetCifar<>, B>;
+  const auto opts = [](ConvAlgorithm a) { return resnet_options(8).with_conv_algorithm(a); };
+  Net autom({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Auto), 5);
+  Net direct({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Direct), 5);
+  Net wino({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Winograd), 5);
+  Rng rng = Rng::stream(7, 23);
+  auto x = make_tensor<float>({2, 3, 16, 16}, DataFormat::NHWC);
+  for (auto& v : x) v = float(rng.uniform(-1, 1));
+  auto grads = [&](Net& net) {
+    const auto& y = net.forward(x, Mode::Train);
+    Tensor<float> dy = y;
+    for (auto& v : dy) v = 0.01f;
+    net.backward(dy);
+    const auto& g = net.parameters().grads();
+    return std::vector<float>(g.data(), g.data() + g.size());
+  };
+  CHECK(same_bits(grads(autom), grads(direct)));
+  // Frozen weights: Auto keeps Winograd's choice for this batch of 2.
+  autom.set_weight_gradients(false);
+  wino.set_weight_gradients(false);
+  const auto ya = autom.forward(x, Mode::Train);
+  const auto yw = wino.forward(x, Mode::Train);
+  CHECK(same_bits(std::vector<float>(ya.begin(), ya.end()), std::vector<float>(yw.begin(), yw.end())));
 }

@@ -47,7 +47,7 @@ struct Conv2d : LayerBase {
                          " input channels but the input shape is " + in.str());
       geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
       if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
-        op_.set_algorithm(ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto);
+        policy_ = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
       if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
@@ -59,6 +59,12 @@ struct Conv2d : LayerBase {
       geom_.n = s.n;
       ensure_shape(y_, geom_.out_shape(), fmt_);
       x_ = &x;
+      // Auto never trains weights with Winograd: a replica's result must not
+      // depend on how many images it holds (nn/conv_algorithm.hpp).
+      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
+        op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
+                              ? ConvAlgorithm::Direct
+                              : policy_);
       op_.forward(*rc.device, geom_, x.data(), rc.params->value(w_), Bias ? rc.params->value(b_) : nullptr,
                   y_.data());
       return y_;
@@ -82,6 +88,7 @@ struct Conv2d : LayerBase {
     ops::Conv2d<B, T> op_;
     ConvGeom geom_;
     std::size_t w_ = 0, b_ = 0;
+    ConvAlgorithm policy_ = ConvAlgorithm::Auto;
     const Tensor<T>* x_ = nullptr;
   };
 };

@@ -89,6 +89,7 @@ class Model {
       throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
     }
     RunContext<B, T> rc = run_context(mode);
+    rc.param_grads = param_grads_;
     last_mode_ = mode;
     forwarded_ = true;
     return node_->forward(x, rc);
