@@ -585,3 +585,343 @@ TEST_CASE("optimizer state round-trips through a checkpoint by TF slot name", "[
     CHECK(c.power == 0.9f);
   }
 }
+
+// ------------------------------------------------- crash consistency (issue 9)
+
+namespace {
+
+/// Runs f() in a child process whose files may not grow beyond `limit`
+/// bytes (SIGXFSZ ignored, so writes fail with EFBIG). Returns the child's
+/// status (0: f threw IoError, 1: nothing thrown, 2: another exception) and
+/// the exception's message.
+template <class F>
+std::pair<int, std::string> with_file_size_limit(rlim_t limit, F&& f) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim {
+      limit, limit
+    };
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    int code = 1;
+    std::string msg = "no exception";
+    try {
+      f();
+    } catch (const CheckpointSaveError& e) {
+      code = 0;
+      msg = e.what();
+    } catch (const std::exception& e) {
+      code = 2;
+      msg = e.what();
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::close(fds[1]);
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, std::size_t(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  return {WEXITSTATUS(status), msg};
+}
+
+/// A checkpoint-like dict: parameters, a slot, the step and an RNG state.
+StateDict training_dict(std::int64_t step) {
+  StateDict d;
+  const auto p = make_params(std::uint64_t(step));
+  add_parameters(d, p);
+  std::vector<float> slot(4, 0.25f * float(step));
+  d.set<float>("conv1/biases/Momentum", {4}, slot);
+  set_global_step(d, step);
+  set_rng_state(d, "data", Rng(std::uint64_t(step)).state());
+  d.metadata["pipeline/train"] = "epoch 0 offset " + std::to_string(step);
+  return d;
+}
+
+/// A process id that is certainly not running (a child that has exited).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "bit flips and truncations anywhere in a checkpoint are DataErrors naming the file, and resume falls "
+    "back",
+    "[io][checkpoint][errors][crc]") {
+  iotest::TempDir dir;
+  CheckpointManager m(dir.path());
+  m.save(1, training_dict(1));
+  m.save(2, training_dict(2));
+  const std::string newest = dir / "model.ckpt-2.safetensors";
+  const auto good = iotest::read_bytes(newest);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | good[std::size_t(i)];
+  const std::string text(good.begin(), good.end());
+  auto in_header = [&](const std::string& what, std::size_t skip = 0) {
+    const auto pos = text.find(what);
+    REQUIRE(pos != std::string::npos);
+    REQUIRE(pos + skip < 8 + n);
+    return pos + skip;
+  };
+  const std::size_t data = 8 + n, size = good.size();
+
+  struct Damage {
+    std::string what;
+    std::vector<std::uint8_t> bytes;
+  };
+  std::vector<Damage> cases;
+  auto flip = [&](const std::string& what, std::size_t at, int bit) {
+    auto b = good;
+    b[at] ^= std::uint8_t(1u << bit);
+    cases.push_back({what + " (bit " + std::to_string(bit) + " of byte " + std::to_string(at) + ")", b});
+  };
+  auto cut = [&](const std::string& what, std::size_t len) {
+    cases.push_back({what + " (truncated to " + std::to_string(len) + " bytes)",
+                     std::vector<std::uint8_t>(good.begin(), good.begin() + std::ptrdiff_t(len))});
+  };
+  flip("header length, low byte", 0, 0);
+  flip("header length, high byte", 7, 6);
+  flip("the metadata key", in_header("__metadata__", 3), 1);
+  flip("a checksum value", in_header("cifarnet.crc32c/conv1/weights\":\"", 33), 0);
+  flip("the header checksum value", in_header("cifarnet.crc32c:header\":\"", 31), 2);
+  flip("the RNG state", in_header("rng/data\":\"", 12), 0);
+  flip("the pipeline position", in_header("offset 2"), 3);
+  flip("a tensor name", in_header("\"conv1/weights\":{", 3), 5);
+  flip("a dtype", in_header("\"F32\"", 2), 1);
+  flip("a shape", in_header("\"shape\":[3,3,2,4]", 11), 0);
+  flip("data offsets", in_header("\"data_offsets\":[", 17), 0);
+  flip("the header padding or closing brace", data - 1, 5);
+  flip("the first data byte", data, 0);
+  flip("a data byte in the middle", data + (size - data) / 2, 7);
+  flip("the last data byte", size - 1, 3);
+  cut("empty", 0);
+  cut("inside the length", 5);
+  cut("just the length", 8);
+  cut("inside the header", 8 + n / 2);
+  cut("the header without data", data);
+  cut("inside the data", data + (size - data) / 3);
+  cut("all but the last byte", size - 1);
+  {
+    auto b = good;
+    b.push_back(0);
+    cases.push_back({"one byte appended", b});
+  }
+
+  for (const auto& c : cases) {
+    INFO(c.what);
+    iotest::write_bytes(newest, c.bytes);
+    const auto msg = iotest::message_of<DataError>([&] { read_safetensors(newest); });
+    CHECK_THAT(msg, Contains("cifarnet: file '" + newest + "' at byte offset "));
+    const auto r = CheckpointManager(dir.path()).restore_latest();
+    REQUIRE(r);
+    CHECK(r->checkpoint.step == 1);
+    CHECK(global_step(r->dict) == 1);
+    REQUIRE(r->warnings.size() == 1);
+    CHECK(r->warnings[0] == "skipping checkpoint '" + newest + "' (step 2): " + msg);
+    REQUIRE(r->corrupt.size() == 1);
+    CHECK(r->corrupt[0].path == newest);
+  }
+  CHECK(cases.size() == 23);
+  // restore_latest only reads: the damaged file is still there
+  CHECK(iotest::list_dir(dir.path()) ==
+        std::vector<std::string>{"checkpoint", "model.ckpt-1.safetensors", "model.ckpt-2.safetensors"});
+}
+
+TEST_CASE(
+    "set_aside keeps a corrupt checkpoint as <file>.corrupt, out of the index, never overwritten or rotated",
+    "[io][checkpoint][errors]") {
+  iotest::TempDir dir;
+  CheckpointManager m(dir.path(), 2);
+  m.save(1, small_dict(1));
+  m.save(2, small_dict(2));
+  const std::string newest = dir / "model.ckpt-2.safetensors";
+  auto bad = iotest::read_bytes(newest);
+  bad[bad.size() - 1] ^= 1;
+  iotest::write_bytes(newest, bad);
+
+  auto r = m.restore_latest();
+  REQUIRE(r);
+  REQUIRE(r->corrupt.size() == 1);
+  CHECK(m.set_aside(r->corrupt[0]) == newest + ".corrupt");
+  CHECK(m.checkpoints().size() == 1);
+  CHECK(m.latest() == dir / "model.ckpt-1.safetensors");
+  CHECK(index_text(dir.path()) ==
+        "model_checkpoint_path: \"model.ckpt-1.safetensors\"\n"
+        "all_model_checkpoint_paths: \"model.ckpt-1.safetensors\"\n");
+  // a new manager sees only step 1, without warnings
+  CHECK(CheckpointManager(dir.path()).checkpoints().size() == 1);
+  CHECK(CheckpointManager(dir.path()).warnings().empty());
+
+  // saving step 2 again and rotating past it leaves the .corrupt file alone
+  for (int s = 2; s <= 5; ++s) m.save(s, small_dict(s));
+  CHECK(iotest::list_dir(dir.path()) ==
+        std::vector<std::string>{"checkpoint", "model.ckpt-2.safetensors.corrupt", "model.ckpt-4.safetensors",
+                                 "model.ckpt-5.safetensors"});
+  CHECK(iotest::read_bytes(newest + ".corrupt") == bad);
+
+  // a second corrupt file of the same name goes to .corrupt-2; the last one empties the index
+  iotest::write_bytes(dir / "model.ckpt-5.safetensors", {1, 2, 3});
+  iotest::write_bytes(dir / "model.ckpt-4.safetensors", {});
+  CHECK_THROWS_AS(m.restore_latest(), DataError);
+  CHECK(m.set_aside({5, dir / "model.ckpt-5.safetensors"}) == dir / "model.ckpt-5.safetensors.corrupt");
+  m.save(2, small_dict(2));
+  iotest::write_bytes(newest, {9});
+  CHECK(m.set_aside({2, newest}) == newest + ".corrupt-2");
+  CHECK(m.set_aside({4, dir / "model.ckpt-4.safetensors"}) == dir / "model.ckpt-4.safetensors.corrupt");
+  CHECK(m.checkpoints().empty());
+  CHECK_FALSE(std::filesystem::exists(dir / "checkpoint"));
+  CHECK_FALSE(CheckpointManager(dir.path()).latest());
+  CHECK_THAT(iotest::message_of<IoError>([&] {
+               m.set_aside({7, dir / "model.ckpt-7.safetensors"});
+             }),
+             Contains("cannot set the corrupt checkpoint '" + dir / "model.ckpt-7.safetensors" +
+                      "' aside as '" + dir / "model.ckpt-7.safetensors.corrupt': No such file or directory"));
+}
+
+TEST_CASE("opening a directory removes the temporary files of saves whose process was killed, and only those",
+          "[io][checkpoint][atomic]") {
+  iotest::TempDir dir;
+  {
+    CheckpointManager m(dir.path());
+    m.save(3, small_dict(3));
+  }
+  const std::string dead = std::to_string(dead_pid());
+  const std::string self = std::to_string(::getpid());
+  const std::vector<std::string> stale = {".model.ckpt-4.safetensors.tmp-" + dead + "-0",
+                                          ".checkpoint.tmp-" + dead + "-1"};
+  const std::vector<std::string> kept = {
+      ".model.ckpt-5.safetensors.tmp-1-0",             // pid 1 is alive
+      ".model.ckpt-6.safetensors.tmp-" + self + "-7",  // this process
+      ".other.safetensors.tmp-" + dead + "-0",         // not a checkpoint of this prefix
+      ".model.ckpt-x.safetensors.tmp-" + dead + "-0",
+      ".checkpoint.tmp-" + dead,                      // not <pid>-<n>
+      "model.ckpt-8.safetensors.tmp-" + dead + "-0",  // no leading dot
+  };
+  for (const auto& f : stale) iotest::write_bytes(dir / f, {1, 2});
+  for (const auto& f : kept) iotest::write_bytes(dir / f, {1, 2});
+
+  CheckpointManager m(dir.path());
+  std::vector<std::string> want;
+  for (const auto& f : kept) want.push_back(f);
+  want.push_back("checkpoint");
+  want.push_back("model.ckpt-3.safetensors");
+  std::sort(want.begin(), want.end());
+  CHECK(iotest::list_dir(dir.path()) == want);
+  REQUIRE(m.warnings().size() == 2);
+  for (const auto& f : stale)
+    CHECK_THAT(m.warnings()[0] + m.warnings()[1],
+               Contains("removed '" + dir / f +
+                        "', the temporary file of a save interrupted by the end of process " + dead));
+  CHECK(m.latest() == dir / "model.ckpt-3.safetensors");
+}
+
+TEST_CASE("a save that fails is a CheckpointSaveError naming the file and the latest intact checkpoint",
+          "[io][checkpoint][errors][atomic]") {
+  iotest::TempDir dir;
+  CheckpointOptions o;
+  o.prefix = "a-rather-long-checkpoint-prefix-so-that-the-index-is-larger-than-the-checkpoint-file";
+  {
+    CheckpointManager m(dir.path(), o);
+    m.save(1, StateDict());
+  }
+  const std::string first = dir / (o.prefix + "-1.safetensors");
+  const auto before_ckpt = iotest::read_bytes(first);
+  const auto before_index = iotest::read_bytes(dir / "checkpoint");
+  REQUIRE(before_ckpt.size() < 150);
+  REQUIRE(before_index.size() > 150);
+
+  SECTION("the checkpoint file cannot be written") {
+    const auto [code, msg] = with_file_size_limit(4096, [&] {
+      CheckpointManager child(dir.path(), o);
+      child.save(2, small_dict(2, 100000));
+    });
+    INFO(msg);
+    CHECK(code == 0);
+    const std::string target = dir / (o.prefix + "-2.safetensors");
+    CHECK_THAT(msg, Contains("cifarnet: cannot write '" + target + "' (temporary file '"));
+    CHECK_THAT(msg,
+               Contains("): write failed after 4096 bytes: File too large; checkpoint step 2 was not saved, "
+                        "the latest is still '" +
+                        first + "' (step 1)"));
+  }
+  SECTION("the index cannot be written: the new checkpoint file is removed") {
+    const auto [code, msg] = with_file_size_limit(150, [&] {
+      CheckpointManager child(dir.path(), o);
+      child.save(2, StateDict());
+    });
+    INFO(msg);
+    CHECK(code == 0);
+    CHECK_THAT(msg, Contains("cifarnet: cannot write '" + dir / "checkpoint" + "' (temporary file '" +
+                             dir.path() + "/.checkpoint.tmp-"));
+    CHECK_THAT(msg, Contains("File too large; checkpoint step 2 was not saved, the latest is still '" +
+                             first + "' (step 1)"));
+  }
+  SECTION("in process: the error carries the step, the file and the previous checkpoint") {
+    CheckpointManager m(dir.path(), o);
+    const std::string target = dir / (o.prefix + "-2.safetensors");
+    std::filesystem::create_directories(target + "/occupied");  // rename over a non-empty directory fails
+    try {
+      m.save(2, StateDict());
+      FAIL("no error");
+    } catch (const CheckpointSaveError& e) {
+      CHECK(e.step() == 2);
+      CHECK(e.path() == target);
+      REQUIRE(e.previous());
+      CHECK(e.previous()->step == 1);
+      CHECK(e.previous()->path == first);
+      CHECK_THAT(std::string(e.what()), Contains("cifarnet: cannot write '" + target + "': rename from '"));
+    }
+    CHECK(m.checkpoints().size() == 1);
+    std::filesystem::remove_all(target);
+  }
+  CHECK(iotest::list_dir(dir.path()) == std::vector<std::string>{o.prefix + "-1.safetensors", "checkpoint"});
+  CHECK(iotest::read_bytes(first) == before_ckpt);
+  CHECK(iotest::read_bytes(dir / "checkpoint") == before_index);
+  const auto r = CheckpointManager(dir.path(), o).restore_latest();
+  REQUIRE(r);
+  CHECK(r->checkpoint.step == 1);
+  CHECK(r->warnings.empty());
+}
+
+TEST_CASE("WriteOptions::progress sees every piece of a checkpoint before it is renamed into place",
+          "[io][checkpoint][atomic]") {
+  iotest::TempDir dir;
+  CheckpointOptions o;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+  const std::string target = dir / "model.ckpt-1.safetensors";
+  o.write.progress = [&](std::uint64_t written, std::uint64_t size) {
+    calls.emplace_back(written, size);
+    CHECK_FALSE(std::filesystem::exists(target));
+  };
+  CheckpointManager m(dir.path(), o);
+  const auto d = training_dict(1);
+  m.save(1, d);
+  const auto size = std::filesystem::file_size(target);
+  REQUIRE(calls.size() == 1 + d.size());  // the header, then each tensor
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CHECK(calls[i].second == size);
+    if (i) CHECK(calls[i].first > calls[i - 1].first);
+  }
+  CHECK(calls.back().first == size);
+
+  SECTION("an exception from it abandons the write") {
+    o.write.progress = [](std::uint64_t, std::uint64_t) { throw IoError("stop here"); };
+    CheckpointManager k(dir.path(), o);
+    CHECK_THROWS_WITH(k.save(2, d), Contains("stop here"));
+    CHECK(iotest::list_dir(dir.path()) == std::vector<std::string>{"checkpoint", "model.ckpt-1.safetensors"});
+  }
+}

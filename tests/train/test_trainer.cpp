@@ -9,6 +9,7 @@
 #include <cifarnet/train/trainer.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -181,4 +182,136 @@ TEST_CASE("evaluate computes precision@1 in inference mode, with EMA weights swa
   CHECK(r.correct <= r.total);
   CHECK(std::isfinite(r.loss));
   CHECK(std::equal(before.begin(), before.end(), run.net.parameters().values().data()));
+}
+
+// ---------------------------------------- checkpoint failures and corruption (issue 9)
+
+namespace {
+/// Makes the save of `step` fail: its target is a non-empty directory, which
+/// a rename cannot replace.
+void block_checkpoint(const fs::path& dir, std::int64_t step) {
+  fs::create_directories(dir / ("model.ckpt-" + std::to_string(step) + ".safetensors") / "occupied");
+}
+}  // namespace
+
+TEST_CASE("A failed checkpoint stops training by default, with the previous checkpoint intact",
+          "[train][checkpoint][errors]") {
+  TempDir dir("ckpt_stop");
+  Run run(30);
+  io::CheckpointManager mgr(dir.path.string(), 5);
+  run.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 7, 0, nullptr));
+  block_checkpoint(dir.path, 14);
+  CHECK(run.trainer.checkpoint_error_policy() == train::CheckpointErrorPolicy::Stop);
+  try {
+    run.go();
+    FAIL("training did not stop");
+  } catch (const io::CheckpointSaveError& e) {
+    CHECK(e.step() == 14);
+    REQUIRE(e.previous());
+    CHECK(e.previous()->step == 7);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("model.ckpt-14.safetensors"));
+  }
+  CHECK(run.trainer.global_step() == 14);
+  CHECK(run.trainer.checkpoint_failures() == 1);
+  io::CheckpointManager again(dir.path.string(), 5);
+  auto r = again.restore_latest();
+  REQUIRE(r);
+  CHECK(r->warnings.empty());
+  CHECK(r->checkpoint.step == 7);
+}
+
+TEST_CASE("With CheckpointErrorPolicy::Continue training goes on and the next checkpoint retries",
+          "[train][checkpoint][errors]") {
+  TempDir dir("ckpt_continue");
+  Run straight(30);
+  straight.go();
+
+  Run run(30);
+  io::CheckpointManager mgr(dir.path.string(), 5);
+  std::ostringstream log;
+  run.trainer.set_checkpoint_error_policy(train::CheckpointErrorPolicy::Continue, &log);
+  run.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 7, 0, nullptr));
+  block_checkpoint(dir.path, 14);
+  CHECK(run.go() == 30);
+  CHECK(run.trainer.checkpoint_failures() == 1);
+  CHECK_THAT(log.str(),
+             Catch::StartsWith("WARNING: cifarnet: cannot write '" +
+                               (dir.path / "model.ckpt-14.safetensors").string() + "': rename from"));
+  CHECK_THAT(log.str(), Catch::EndsWith("; checkpoint step 14 was not saved, the latest is still '" +
+                                        (dir.path / "model.ckpt-7.safetensors").string() +
+                                        "' (step 7); training continues (failure 1), the next checkpoint "
+                                        "retries\n"));
+  std::vector<std::int64_t> steps;
+  for (const auto& c : mgr.checkpoints()) steps.push_back(c.step);
+  CHECK(steps == std::vector<std::int64_t>{7, 21, 28, 30});
+  // a failed save changes nothing in the training itself
+  CHECK((run.net.parameters().values() == straight.net.parameters().values()).all());
+
+  SECTION("a failed final checkpoint still ends run() with the error, after every hook's end") {
+    TempDir dir2("ckpt_final");
+    Run last(30);
+    io::CheckpointManager mgr2(dir2.path.string(), 5);
+    std::ostringstream log2;
+    bool ended = false;
+    struct EndHook : train::Hook {
+      bool* ended;
+      explicit EndHook(bool* e) : ended(e) {}
+      void end(train::TrainerBase&) override { *ended = true; }
+    };
+    last.trainer.set_checkpoint_error_policy(train::CheckpointErrorPolicy::Continue, &log2);
+    last.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr2, 7, 0, nullptr));
+    last.trainer.add_hook(std::make_shared<EndHook>(&ended));
+    block_checkpoint(dir2.path, 30);
+    CHECK_THROWS_AS(last.go(), io::CheckpointSaveError);
+    CHECK(ended);
+    CHECK(last.trainer.global_step() == 30);
+    CHECK(last.trainer.checkpoint_failures() == 1);
+    CHECK(mgr2.latest() == (dir2.path / "model.ckpt-28.safetensors").string());
+  }
+}
+
+TEST_CASE("The checkpoint-error policy parses 'stop' and 'continue' and names the flag otherwise",
+          "[train][checkpoint]") {
+  CHECK(train::parse_checkpoint_error_policy("stop") == train::CheckpointErrorPolicy::Stop);
+  CHECK(train::parse_checkpoint_error_policy("continue") == train::CheckpointErrorPolicy::Continue);
+  CHECK_THROWS_WITH(train::parse_checkpoint_error_policy("retry", "--on_checkpoint_error"),
+                    "cifarnet: --on_checkpoint_error must be 'stop' or 'continue', got 'retry'");
+}
+
+TEST_CASE("Resuming skips a corrupt newest checkpoint, sets it aside, and ends equal to an uninterrupted run",
+          "[train][checkpoint][crc]") {
+  TempDir dir("ckpt_corrupt");
+  Run straight(20);
+  straight.go();
+  std::vector<std::uint8_t> good20, bad20;
+  const fs::path p20 = dir.path / "model.ckpt-20.safetensors";
+  {
+    Run first(20);
+    io::CheckpointManager mgr(dir.path.string(), 5);
+    first.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 5, 0, nullptr));
+    first.go();
+    good20 = io::read_file(p20.string());
+    bad20 = good20;
+    bad20[bad20.size() / 2] ^= 0x40;  // a flipped bit in the data
+    std::ofstream(p20, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bad20.data()), std::streamsize(bad20.size()));
+  }
+  Run second(20);
+  io::CheckpointManager mgr(dir.path.string(), 5);
+  second.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 5, 0, nullptr));
+  std::ostringstream log;
+  REQUIRE(second.trainer.restore_latest(mgr, &log));
+  CHECK(second.trainer.global_step() == 15);
+  CHECK_THAT(log.str(),
+             Catch::StartsWith("WARNING: skipping checkpoint '" + p20.string() +
+                               "' (step 20): cifarnet: file '" + p20.string() + "' at byte offset "));
+  CHECK_THAT(log.str(), Catch::Contains("CRC-32C mismatch in tensor '"));
+  CHECK_THAT(log.str(), Catch::Contains("WARNING: set the corrupt checkpoint '" + p20.string() +
+                                        "' aside as '" + p20.string() + ".corrupt'\n"));
+  CHECK_THAT(log.str(), Catch::EndsWith("Restored " + (dir.path / "model.ckpt-15.safetensors").string() +
+                                        " (global step 15)\n"));
+  CHECK(second.go() == 20);
+  CHECK((second.net.parameters().values() == straight.net.parameters().values()).all());
+  CHECK(io::read_file(p20.string()) == good20);              // rewritten, equal to the original
+  CHECK(io::read_file(p20.string() + ".corrupt") == bad20);  // the corrupt one kept
 }

@@ -35,6 +35,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -366,6 +367,12 @@ class StateDict {
 struct WriteOptions {
   bool checksums = true;  ///< add the cifarnet.crc32c metadata entries
   bool durable = true;    ///< fsync file and directory (write_safetensors only)
+  /// write_safetensors only: called with (bytes written so far, file size)
+  /// after each piece (length + header, then each tensor) reaches the
+  /// temporary file, before the fsync and rename. For progress reports, or to
+  /// stretch a write in crash tests (examples/train_demo's
+  /// CIFARNET_TEST_SLOW_CHECKPOINT_MS). An exception it throws abandons the write.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
 /// Options of read_safetensors / parse_safetensors.
@@ -767,12 +774,18 @@ inline std::vector<std::uint8_t> serialize_safetensors(const StateDict& dict, co
 inline void write_safetensors(const std::string& path, const StateDict& dict, const WriteOptions& opt = {}) {
   const auto order = detail::file_order(dict);
   const std::string header = detail::build_header(dict, opt, order);
+  std::uint64_t total = 8 + header.size();
+  for (const auto& it : order) total += it->second.bytes.size();
   AtomicFileWriter w(path, opt.durable);
   std::uint8_t len[8];
   cifarnet::detail::put_le64(len, header.size());
   w.write(len, 8);
   w.write(header);
-  for (const auto& it : order) w.write(it->second.bytes.data(), it->second.bytes.size());
+  if (opt.progress) opt.progress(w.bytes_written(), total);
+  for (const auto& it : order) {
+    w.write(it->second.bytes.data(), it->second.bytes.size());
+    if (opt.progress) opt.progress(w.bytes_written(), total);
+  }
   w.commit();
 }
 

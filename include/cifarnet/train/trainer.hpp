@@ -9,6 +9,14 @@
 // order they were added. Hooks (train/hooks.hpp) log, write summaries,
 // checkpoint and stop, in the spirit of TensorFlow's SessionRunHooks.
 //
+// A checkpoint that cannot be saved (io::CheckpointSaveError from a hook:
+// disk full, file-size limit) follows the trainer's CheckpointErrorPolicy:
+// Stop (the default) ends run() by rethrowing it, the previous checkpoint
+// being intact; Continue logs a warning and trains on, the next checkpoint
+// retrying (a failure of the final save at the end still ends run() with the
+// error, since nothing would retry it). restore_latest() resumes from the
+// newest checkpoint that verifies and sets corrupt newer ones aside.
+//
 //   Trainer<decltype(net)> trainer(net, {.max_steps = 1000, .weight_decay = 2e-4});
 //   trainer.set_optimizer(opt, [&](std::int64_t s) { return schedule(s); });
 //   trainer.add_hook(std::make_shared<LoggingHook>(100));
@@ -20,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +61,20 @@ struct StepResult {
 };
 
 class TrainerBase;
+
+/// What the trainer does when a checkpoint cannot be saved.
+enum class CheckpointErrorPolicy {
+  Stop,      ///< run() ends with the io::CheckpointSaveError (the previous checkpoint is intact)
+  Continue,  ///< log a warning, keep training, retry at the next checkpoint
+};
+
+/// "stop" / "continue" (a flag's value); ConfigError naming `option` otherwise.
+inline CheckpointErrorPolicy parse_checkpoint_error_policy(
+    const std::string& value, const std::string& option = "--on-checkpoint-error") {
+  if (value == "stop") return CheckpointErrorPolicy::Stop;
+  if (value == "continue") return CheckpointErrorPolicy::Continue;
+  throw ConfigError(option + " must be 'stop' or 'continue', got '" + value + "'");
+}
 
 /// A training hook (TF SessionRunHook): begin before the first step,
 /// after_step after every step, end when training finishes normally.
@@ -120,6 +143,14 @@ class Trainer : public TrainerBase {
   void add_state(std::shared_ptr<Saveable> s) { state_.add(std::move(s)); }
   void add_rng(const std::string& name, Rng& rng) { state_.add_rng(name, rng); }
   void add_hook(std::shared_ptr<Hook> h) { hooks_.push_back(std::move(h)); }
+  /// What a failed checkpoint save does (default Stop); Continue's warnings go to `log`.
+  void set_checkpoint_error_policy(CheckpointErrorPolicy p, std::ostream* log = &std::cerr) {
+    policy_ = p;
+    policy_log_ = log;
+  }
+  CheckpointErrorPolicy checkpoint_error_policy() const { return policy_; }
+  /// Checkpoint saves that failed during run() (Continue policy: the ones it trained past).
+  std::int64_t checkpoint_failures() const { return checkpoint_failures_; }
 
   io::StateDict state_dict() override { return state_.save(step_); }
   /// Restores everything from a checkpoint; returns the global step.
@@ -127,13 +158,24 @@ class Trainer : public TrainerBase {
     step_ = state_.restore(d);
     return step_;
   }
-  /// Resumes from the newest readable checkpoint of `mgr` (warnings about
-  /// skipped corrupt ones go to `log`); returns true when one was loaded.
+  /// Resumes from the newest checkpoint of `mgr` that reads and verifies.
+  /// Newer ones that do not are skipped with a warning to `log` (file and
+  /// fault); the corrupt ones are set aside as "<file>.corrupt" (kept, never
+  /// deleted). Returns true when one was loaded.
   bool restore_latest(io::CheckpointManager& mgr, std::ostream* log = nullptr) {
     auto r = mgr.restore_latest();
     if (!r) return false;
     if (log)
       for (const auto& w : r->warnings) *log << "WARNING: " << w << "\n";
+    for (const auto& c : r->corrupt) {
+      try {
+        const std::string moved = mgr.set_aside(c);
+        if (log)
+          *log << "WARNING: set the corrupt checkpoint '" << c.path << "' aside as '" << moved << "'\n";
+      } catch (const Error& e) {
+        if (log) *log << "WARNING: " << e.what() << "\n";
+      }
+    }
     load_state_dict(r->dict);
     if (log) *log << "Restored " << r->checkpoint.path << " (global step " << step_ << ")\n";
     return true;
@@ -174,13 +216,35 @@ class Trainer : public TrainerBase {
     while (step_ < opts_.max_steps && !stop_) {
       const Batch& b = next();
       const StepResult r = step(b);
-      for (auto& h : hooks_) h->after_step(*this, r);
+      for (auto& h : hooks_) {
+        try {
+          h->after_step(*this, r);
+        } catch (const io::CheckpointSaveError& e) {
+          ++checkpoint_failures_;
+          if (policy_ == CheckpointErrorPolicy::Stop) throw;
+          if (policy_log_)
+            *policy_log_ << "WARNING: " << e.what() << "; training continues (failure "
+                         << checkpoint_failures_ << "), the next checkpoint retries\n"
+                         << std::flush;
+        }
+      }
       if (opts_.max_seconds > 0 &&
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >=
               opts_.max_seconds)
         stop_ = true;
     }
-    for (auto& h : hooks_) h->end(*this);
+    // Every hook ends; a failed final checkpoint is rethrown after them
+    // (under either policy: nothing would retry it).
+    std::optional<io::CheckpointSaveError> final_error;
+    for (auto& h : hooks_) {
+      try {
+        h->end(*this);
+      } catch (const io::CheckpointSaveError& e) {
+        ++checkpoint_failures_;
+        if (!final_error) final_error = e;
+      }
+    }
+    if (final_error) throw *final_error;
     return step_;
   }
 
@@ -215,6 +279,9 @@ class Trainer : public TrainerBase {
   std::function<double(std::int64_t)> schedule_;
   std::vector<std::function<void(Parameters<T>&, std::int64_t)>> updates_;
   std::vector<std::shared_ptr<Hook>> hooks_;
+  CheckpointErrorPolicy policy_ = CheckpointErrorPolicy::Stop;
+  std::ostream* policy_log_ = &std::cerr;
+  std::int64_t checkpoint_failures_ = 0;
   Tensor<T> dlogits_;
 };
 
