@@ -37,30 +37,53 @@ run_one() {
   local log="$BUILD/fuzz-logs/$1.log" inputs=(tests/fuzz/corpus/"$1")
   mkdir -p "$work" "$art" "$BUILD/fuzz-logs"
   [ -d tests/fuzz/regressions/"$1" ] && inputs+=(tests/fuzz/regressions/"$1")
-  local rc=0
+  local rc=0 extra=()
+  # matconvnet: Debian's matio allocates what a compressed variable claims
+  # before cifarnet sees it (tests/fuzz/known/README.md); fork mode with
+  # -ignore_ooms/-ignore_timeouts keeps fuzzing past those known findings and
+  # still stops on any crash.
+  [ "$1" = matconvnet ] && extra=(-fork=1 -ignore_ooms=1 -ignore_timeouts=1)
   # -rss_limit_mb / -malloc_limit_mb: an input that makes a parser allocate
   # more than 2 GiB is a finding. -timeout: one input taking > 25 s is one.
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 \
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} OMP_NUM_THREADS=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/fuzz/ubsan_suppressions.txt \
     "$exe" -max_total_time="$SECS" -timeout=25 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$art/" ${FUZZ_ARGS:-} "$work" "${inputs[@]}" >"$log" 2>&1 || rc=$?
+    -print_final_stats=1 -artifact_prefix="$art/" "${extra[@]}" ${FUZZ_ARGS:-} "$work" "${inputs[@]}" \
+    >"$log" 2>&1 || rc=$?
   echo "$rc" >"$log.rc"
+}
+
+# A target failed when libFuzzer exited non-zero, except in fork mode
+# (matconvnet) where it also exits non-zero after ignored OOMs/timeouts:
+# there only a crash counts (its oom/timeout/crash line, crash-* artifacts).
+failed() {
+  local t=$1 log="$BUILD/fuzz-logs/$1.log" rc crashes
+  rc=$(cat "$log.rc" 2>/dev/null || echo missing)
+  [ "$rc" = 0 ] && return 1
+  crashes=$(grep -o 'oom/timeout/crash: [0-9]*/[0-9]*/[0-9]*' "$log" | tail -1 | cut -d' ' -f2 | cut -d/ -f3 || true)
+  if [ -n "$crashes" ] && [ "$crashes" = 0 ] && ! ls "$BUILD/fuzz-artifacts/$t"/crash-* >/dev/null 2>&1 &&
+    grep -q '^INFO: exiting: [0-9]* time:' "$log"; then
+    return 1
+  fi
+  return 0
 }
 
 summarize() {
   local t=$1 log="$BUILD/fuzz-logs/$1.log"
   local rc execs eps cov ft corp result
-  rc=$(cat "$log.rc")
+  rc=$(cat "$log.rc" 2>/dev/null || echo missing)
+  # (|| true: under pipefail a grep that finds nothing would end the script)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   if [ -z "$execs" ]; then  # -fork=N mode: "#<execs>: cov: .. exec/s <n> oom/timeout/crash: a/b/c"
-    execs=$(grep -o '^#[0-9]*:' "$log" | tail -1 | tr -d '#:')
-    eps=$(grep -o 'exec/s [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    execs=$(grep -o '^#[0-9]*:' "$log" | tail -1 | tr -d '#:' || true)
+    eps=$(grep -o 'exec/s [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   fi
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  corp=$(grep -o 'corp: [0-9]*\(/[0-9]*[a-zA-Z]*\)\?' "$log" | tail -1 | cut -d' ' -f2)
-  ignored=$(grep -o 'oom/timeout/crash: [0-9/]*' "$log" | tail -1 | cut -d' ' -f2)
-  if [ "$rc" = 0 ]; then
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+  corp=$(grep -o 'corp: [0-9]*\(/[0-9]*[a-zA-Z]*\)\?' "$log" | tail -1 | cut -d' ' -f2 || true)
+  ignored=$(grep -o 'oom/timeout/crash: [0-9/]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+  if ! failed "$t"; then
     result="no crash${ignored:+ (ignored oom/timeout/crash: $ignored)}"
   else
     result="CRASH (exit $rc): $(ls "$BUILD/fuzz-artifacts/$t" 2>/dev/null | tr '\n' ' ')see $log"
@@ -88,6 +111,6 @@ printf '%-17s %10s %8s %7s %7s %10s  %s\n' target executions exec/s cov ft corpu
 status=0
 for t in $TARGETS; do
   summarize "$t"
-  [ "$(cat "$BUILD/fuzz-logs/$t.log.rc")" = 0 ] || status=1
+  if failed "$t"; then status=1; fi
 done
 exit $status

@@ -9,7 +9,7 @@
 #   tsan  the input-pipeline (tests/data) and trainer (tests/train) tests
 #         built with ThreadSanitizer, ctest (OMP_NUM_THREADS=1: libgomp is
 #         not TSan-instrumented, see docs/RELIABILITY.md)
-#   fuzz  each libFuzzer target for 30 s, two at a time (scripts/fuzz.sh;
+#   fuzz  each libFuzzer target for 60 s, two at a time (scripts/fuzz.sh;
 #         only with clang; longer campaigns: docs/RELIABILITY.md)
 # Usage: bash scripts/test.sh [build-dir=build]
 # CIFARNET_CI_STAGES="main asan" runs only those stages (default: all four);
@@ -66,7 +66,9 @@ fi
 
 if has fuzz; then
   if command -v clang++ >/dev/null; then
-    timed "fuzz: build + 30 s/target" env FUZZ_JOBS="$JOBS" bash scripts/fuzz.sh 30 "$BUILD-fuzz"
+    # -seed=1: the same mutation sequence on every run (a finding reproduces).
+    timed "fuzz: build + 60 s/target" env FUZZ_JOBS="$JOBS" FUZZ_ARGS="${FUZZ_ARGS:--seed=1}" \
+      bash scripts/fuzz.sh 60 "$BUILD-fuzz"
   else
     echo "=== fuzz: skipped (no clang++)"
   fi

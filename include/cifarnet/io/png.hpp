@@ -32,7 +32,9 @@
 #pragma GCC diagnostic ignored "-Wcast-qual"
 #pragma GCC diagnostic ignored "-Wold-style-cast"
 #pragma GCC diagnostic ignored "-Wpedantic"
+#if !defined(__clang__)  // a GCC-only warning (clang: "unknown warning group")
 #pragma GCC diagnostic ignored "-Waggressive-loop-optimizations"
+#endif
 #endif
 #include <stb/stb_image_write.h>
 #if defined(__GNUC__)
