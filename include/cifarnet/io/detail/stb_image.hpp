@@ -27,7 +27,9 @@
 #pragma GCC diagnostic ignored "-Wold-style-cast"
 #pragma GCC diagnostic ignored "-Wpedantic"
 #pragma GCC diagnostic ignored "-Wshadow"
+#if !defined(__clang__)  // a GCC-only warning (clang: "unknown warning group")
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 #ifndef STBI_INCLUDE_STB_IMAGE_H
