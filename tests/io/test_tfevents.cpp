@@ -334,3 +334,28 @@ TEST_CASE("event encoding follows proto3: defaults omitted, oneof zeros kept, ne
   const auto back = decode_event(bytes, "mem", 0);
   CHECK(std::signbit((*back.summary)[0].histogram().min));
 }
+
+TEST_CASE("a SessionLog START round-trips and is encoded as TensorBoard's field 7 {status: 1}",
+          "[io][tfevents]") {
+  iotest::TempDir dir;
+  std::string path;
+  {
+    io::EventWriter w(dir.path());
+    path = w.path();
+    w.add_scalar("loss", 1.0, 110);
+    w.add_session_start(100, "model.ckpt-100.safetensors");
+  }
+  const auto ev = io::read_events(path);
+  REQUIRE(ev.size() == 3);
+  CHECK_FALSE(ev[1].session_log);
+  REQUIRE(ev[2].session_log);
+  CHECK(ev[2].step == 100);
+  CHECK(ev[2].session_log->status == io::SessionLog::kStart);
+  CHECK(ev[2].session_log->checkpoint_path == "model.ckpt-100.safetensors");
+  io::Event e;
+  e.step = 5;
+  e.session_log = io::SessionLog{io::SessionLog::kStart, "", ""};
+  const std::string bytes = io::encode_event(e);
+  CHECK(bytes.find(std::string("\x3a\x02\x08\x01", 4)) != std::string::npos);
+  CHECK(io::decode_event(bytes, "<mem>", 0).session_log->status == io::SessionLog::kStart);
+}

@@ -157,6 +157,12 @@ TEST_CASE("Hooks log like the seeds, checkpoint every N steps keeping K, and wri
       }
   CHECK(scalars >= 3 * 5);
   CHECK(histos > 0);
+  // After the file_version event: a SessionLog START at the first step this
+  // run logs (TensorBoard drops a killed run's later events on resume).
+  REQUIRE(evs.size() > 2);
+  REQUIRE(evs[1].session_log);
+  CHECK(evs[1].session_log->status == io::SessionLog::kStart);
+  CHECK(evs[1].step == 1);
 }
 
 TEST_CASE("evaluate computes precision@1 in inference mode, with EMA weights swapped in and back",

@@ -98,6 +98,16 @@ struct SummaryValue {
   const ImageSummary& image() const { return std::get<ImageSummary>(value); }
 };
 
+/// tensorboard.SessionLog: START tells TensorBoard that training (re)started
+/// at the event's step, so it drops the events of an earlier run with that
+/// step or later (what a run killed after its last checkpoint logged).
+struct SessionLog {
+  enum Status { kUnspecified = 0, kStart = 1, kStop = 2, kCheckpoint = 3 };
+  int status = kUnspecified;
+  std::string checkpoint_path;
+  std::string msg;
+};
+
 /// tensorboard.Event (the parts cifarnet writes and reads).
 struct Event {
   double wall_time = 0;  ///< seconds since the epoch
@@ -105,6 +115,7 @@ struct Event {
   std::optional<std::string> file_version;           ///< "brain.Event:2" in the first event
   std::optional<std::vector<SummaryValue>> summary;  ///< set for summary events
   std::optional<std::string> source_writer;          ///< SourceMetadata.writer
+  std::optional<SessionLog> session_log;             ///< set for session-log events
   int other_kind = 0;  ///< field number of another `what` (graph_def...), else 0
 };
 
@@ -156,6 +167,13 @@ inline std::string encode_event(const Event& e) {
     std::string sum;
     for (const auto& v : *e.summary) pb::put_bytes(sum, 1, detail::encode_value(v), true);
     pb::put_bytes(s, 5, sum, true);
+  }
+  if (e.session_log) {
+    std::string l;
+    pb::put_int(l, 1, e.session_log->status);
+    pb::put_bytes(l, 2, e.session_log->checkpoint_path);
+    pb::put_bytes(l, 3, e.session_log->msg);
+    pb::put_bytes(s, 7, l, true);
   }
   if (e.source_writer) {
     std::string sm;
@@ -297,6 +315,28 @@ inline Event decode_event(std::string_view bytes, const std::string& file, std::
             s.skip(sw);
           }
         }
+        break;
+      }
+      case 7: {
+        auto s = detail::sub(r, w, "SessionLog");
+        SessionLog l;
+        int sf, sw;
+        while (!s.done()) {
+          s.next(sf, sw);
+          if (sf == 1) {
+            s.expect(sw, pb::kVarint, "status");
+            l.status = static_cast<int>(s.varint());
+          } else if (sf == 2) {
+            s.expect(sw, pb::kLengthDelimited, "checkpoint_path");
+            l.checkpoint_path = std::string(s.bytes());
+          } else if (sf == 3) {
+            s.expect(sw, pb::kLengthDelimited, "msg");
+            l.msg = std::string(s.bytes());
+          } else {
+            s.skip(sw);
+          }
+        }
+        e.session_log = std::move(l);
         break;
       }
       default:
@@ -459,6 +499,17 @@ class EventWriter {
   void add_event(const Event& e) {
     writer_->write(encode_event(e));
     maybe_flush();
+  }
+  /// Writes a SessionLog START at `step` (TF's MonitoredSession does this
+  /// when a session starts): TensorBoard then drops the events of earlier
+  /// runs in this directory with that step or later.
+  void add_session_start(std::int64_t step, const std::string& checkpoint_path = "") {
+    Event e;
+    e.wall_time = opt_.clock();
+    e.step = step;
+    e.session_log = SessionLog{SessionLog::kStart, checkpoint_path, ""};
+    add_event(e);
+    flush();
   }
   /// Writes one Summary event with the given values, stamped with the clock.
   void add_summary(std::vector<SummaryValue> values, std::int64_t step) {

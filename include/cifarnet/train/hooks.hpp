@@ -186,7 +186,14 @@ class SummaryHook : public Hook {
  public:
   SummaryHook(io::EventWriter& writer, std::int64_t every_n = 100, std::int64_t hist_every = 0)
       : w_(&writer), n_(every_n), hist_(hist_every) {}
-  void begin(TrainerBase&) override { start_ = detail::Clock::now(); }
+  /// Marks the (re)start in the event file: a SessionLog START at the first
+  /// step this run will log (global step + 1), so TensorBoard drops what a
+  /// run killed after its last checkpoint logged past it and keeps the
+  /// summaries up to the restored step.
+  void begin(TrainerBase& t) override {
+    start_ = detail::Clock::now();
+    w_->add_session_start(t.global_step() + 1);
+  }
   void after_step(TrainerBase& t, const StepResult& r) override {
     ++steps_;
     examples_ += double(r.batch_size);
