@@ -5,7 +5,8 @@
 #   asan  the library's test areas (core, backend, nn, optim, io, data, train,
 #         vision, fuzz-input replay) built with AddressSanitizer + UBSan,
 #         ctest; the example programs, benchmarks, MPI and install tests run
-#         in the main stage only (keeps CI under 30 minutes on 2 cores)
+#         in the main stage only (keeps CI under 30 minutes on 2 cores);
+#         CIFARNET_ASAN_FULL=1 builds and runs the whole suite instead
 #   tsan  the input-pipeline (tests/data) and trainer (tests/train) tests
 #         built with ThreadSanitizer, ctest (OMP_NUM_THREADS=1: libgomp is
 #         not TSan-instrumented, see docs/RELIABILITY.md)
@@ -39,14 +40,19 @@ if has main; then
 fi
 
 if has asan; then
+  # CIFARNET_ASAN_FULL=1: the whole suite, examples and MPI included (about
+  # twice the build time: docs/RELIABILITY.md).
+  if [ "${CIFARNET_ASAN_FULL:-0}" = 1 ]; then
+    ASAN_SCOPE="-DCIFARNET_BUILD_EXAMPLES=ON -DCIFARNET_TEST_AREAS="
+  else
+    ASAN_SCOPE="-DCIFARNET_BUILD_EXAMPLES=OFF '-DCIFARNET_TEST_AREAS=core;backend;nn;optim;io;data;train;vision;fuzz'"
+  fi
   # -O1: ASan's recommended level.
   # Warnings are the main stage's job: GCC 12 with -fsanitize=address gives
   # false -Wmaybe-uninitialized in libstdc++'s <regex>, so no -Werror here.
   timed "asan+ubsan: configure + build" bash -c "cmake -S . -B '$BUILD-asan' -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE='-O1 -DNDEBUG' -DCIFARNET_SANITIZE=ON \
-    -DCIFARNET_WERROR=OFF -DCIFARNET_BUILD_BENCH=OFF -DCIFARNET_BUILD_EXAMPLES=OFF \
-    '-DCIFARNET_TEST_AREAS=core;backend;nn;optim;io;data;train;vision;fuzz' && \
-    cmake --build '$BUILD-asan' -j $JOBS"
+    -DCIFARNET_WERROR=OFF -DCIFARNET_BUILD_BENCH=OFF $ASAN_SCOPE && cmake --build '$BUILD-asan' -j $JOBS"
   timed "asan+ubsan: ctest" bash -c "cd '$BUILD-asan' && \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/fuzz/ubsan_suppressions.txt \
