@@ -213,32 +213,30 @@ TEST_CASE("a missing or corrupt index falls back to the checkpoint files in the 
   }
 }
 
-TEST_CASE("a write that fails (file size limit) leaves the previous checkpoint intact and no temporary file",
-          "[io][checkpoint][errors][atomic]") {
-  iotest::TempDir dir;
-  CheckpointManager m(dir.path());
-  m.save(1, small_dict(1));
-  const auto before_ckpt = iotest::read_bytes(dir / "model.ckpt-1.safetensors");
-  const auto before_index = iotest::read_bytes(dir / "checkpoint");
+namespace {
 
+/// Runs f() in a child process whose files may not grow beyond `limit`
+/// bytes (SIGXFSZ ignored, so writes fail with EFBIG). Returns the child's
+/// status (0: f threw CheckpointSaveError, 1: nothing thrown, 2: another exception) and
+/// the exception's message.
+template <class F>
+std::pair<int, std::string> with_file_size_limit(rlim_t limit, F&& f) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    // Child: writes beyond 4 KiB fail with EFBIG instead of killing us with SIGXFSZ.
     ::close(fds[0]);
     std::signal(SIGXFSZ, SIG_IGN);
     struct rlimit lim {
-      4096, 4096
+      limit, limit
     };
     ::setrlimit(RLIMIT_FSIZE, &lim);
     int code = 1;
     std::string msg = "no exception";
     try {
-      CheckpointManager child(dir.path());
-      child.save(2, small_dict(2, 100000));  // 400 KB
-    } catch (const IoError& e) {
+      f();
+    } catch (const CheckpointSaveError& e) {
       code = 0;
       msg = e.what();
     } catch (const std::exception& e) {
@@ -257,8 +255,49 @@ TEST_CASE("a write that fails (file size limit) leaves the previous checkpoint i
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
+  return {WEXITSTATUS(status), msg};
+}
+
+/// A checkpoint-like dict: parameters, a slot, the step and an RNG state.
+StateDict training_dict(std::int64_t step) {
+  StateDict d;
+  const auto p = make_params(std::uint64_t(step));
+  add_parameters(d, p);
+  std::vector<float> slot(4, 0.25f * float(step));
+  d.set<float>("conv1/biases/Momentum", {4}, slot);
+  set_global_step(d, step);
+  set_rng_state(d, "data", Rng(std::uint64_t(step)).state());
+  d.metadata["pipeline/train"] = "epoch 0 offset " + std::to_string(step);
+  return d;
+}
+
+/// A process id that is certainly not running (a child that has exited).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("a write that fails (file size limit) leaves the previous checkpoint intact and no temporary file",
+          "[io][checkpoint][errors][atomic]") {
+  iotest::TempDir dir;
+  CheckpointManager m(dir.path());
+  m.save(1, small_dict(1));
+  const auto before_ckpt = iotest::read_bytes(dir / "model.ckpt-1.safetensors");
+  const auto before_index = iotest::read_bytes(dir / "checkpoint");
+
+  // writes beyond 4 KiB fail with EFBIG
+  const auto [code, msg] = with_file_size_limit(4096, [&] {
+    CheckpointManager child(dir.path());
+    child.save(2, small_dict(2, 100000));  // 400 KB
+  });
   INFO("child: " << msg);
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(code == 0);
   const std::string target = dir / "model.ckpt-2.safetensors";
   CHECK_THAT(msg, Contains("cifarnet: cannot write '" + target + "' (temporary file '" + dir.path() +
                            "/.model.ckpt-2.safetensors.tmp-"));
@@ -588,75 +627,6 @@ TEST_CASE("optimizer state round-trips through a checkpoint by TF slot name", "[
 
 // ------------------------------------------------- crash consistency (issue 9)
 
-namespace {
-
-/// Runs f() in a child process whose files may not grow beyond `limit`
-/// bytes (SIGXFSZ ignored, so writes fail with EFBIG). Returns the child's
-/// status (0: f threw IoError, 1: nothing thrown, 2: another exception) and
-/// the exception's message.
-template <class F>
-std::pair<int, std::string> with_file_size_limit(rlim_t limit, F&& f) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim {
-      limit, limit
-    };
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    int code = 1;
-    std::string msg = "no exception";
-    try {
-      f();
-    } catch (const CheckpointSaveError& e) {
-      code = 0;
-      msg = e.what();
-    } catch (const std::exception& e) {
-      code = 2;
-      msg = e.what();
-    }
-    (void)!::write(fds[1], msg.data(), msg.size());
-    ::close(fds[1]);
-    ::_exit(code);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, std::size_t(n));
-  ::close(fds[0]);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  return {WEXITSTATUS(status), msg};
-}
-
-/// A checkpoint-like dict: parameters, a slot, the step and an RNG state.
-StateDict training_dict(std::int64_t step) {
-  StateDict d;
-  const auto p = make_params(std::uint64_t(step));
-  add_parameters(d, p);
-  std::vector<float> slot(4, 0.25f * float(step));
-  d.set<float>("conv1/biases/Momentum", {4}, slot);
-  set_global_step(d, step);
-  set_rng_state(d, "data", Rng(std::uint64_t(step)).state());
-  d.metadata["pipeline/train"] = "epoch 0 offset " + std::to_string(step);
-  return d;
-}
-
-/// A process id that is certainly not running (a child that has exited).
-pid_t dead_pid() {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) ::_exit(0);
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return pid;
-}
-
-}  // namespace
 
 TEST_CASE(
     "bit flips and truncations anywhere in a checkpoint are DataErrors naming the file, and resume falls "
