@@ -627,7 +627,6 @@ TEST_CASE("optimizer state round-trips through a checkpoint by TF slot name", "[
 
 // ------------------------------------------------- crash consistency (issue 9)
 
-
 TEST_CASE(
     "bit flips and truncations anywhere in a checkpoint are DataErrors naming the file, and resume falls "
     "back",
