@@ -294,12 +294,8 @@ class CheckpointManager {
         removed.push_back(next.front());
         next.erase(next.begin());
       }
-    CheckpointIndex idx;
-    idx.latest = name;
-    for (const auto& c : next) idx.all.push_back(detail::base_of(c.path));
-    const std::string text = format_checkpoint_index(idx);
     try {
-      write_file_atomic(index_path(), text.data(), text.size(), opt_.write.durable);
+      write_index(next);
     } catch (const IoError& e) {
       // The old index stays; drop the new file it does not name (unless it
       // replaced a listed checkpoint of the same step, which is complete).
@@ -332,15 +328,10 @@ class CheckpointManager {
     list_.erase(
         std::remove_if(list_.begin(), list_.end(), [&](const CheckpointInfo& x) { return x.path == c.path; }),
         list_.end());
-    if (list_.empty()) {
+    if (list_.empty())
       std::filesystem::remove(index_path(), ignore_);
-    } else {
-      CheckpointIndex idx;
-      idx.latest = detail::base_of(list_.back().path);
-      for (const auto& x : list_) idx.all.push_back(detail::base_of(x.path));
-      const std::string text = format_checkpoint_index(idx);
-      write_file_atomic(index_path(), text.data(), text.size(), opt_.write.durable);
-    }
+    else
+      write_index(list_);
     return to;
   }
 
@@ -427,6 +418,15 @@ class CheckpointManager {
     }
     std::sort(list_.begin(), list_.end(),
               [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; });
+  }
+
+  /// Writes the index naming `list` (oldest first; the last is the latest), atomically.
+  void write_index(const std::vector<CheckpointInfo>& list) const {
+    CheckpointIndex idx;
+    idx.latest = detail::base_of(list.back().path);
+    for (const auto& c : list) idx.all.push_back(detail::base_of(c.path));
+    const std::string text = format_checkpoint_index(idx);
+    write_file_atomic(index_path(), text.data(), text.size(), opt_.write.durable);
   }
 
   /// Removes ".<prefix>-<step>.safetensors.tmp-<pid>-<n>" and
