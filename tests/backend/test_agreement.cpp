@@ -5,16 +5,43 @@
 // once and run on both sides through OpPair::both.
 #include <catch2/catch.hpp>
 
-#include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference.hpp>
 
 #include "agreement.hpp"
 
+// The backend checked by this executable: oneDNN (test_backend), or CUDA
+// (test_backend_cuda, built with -DCIFARNET_TEST_CUDA when CMake finds the
+// CUDA toolkit and cuDNN; every case is skipped when no GPU is present).
+#ifdef CIFARNET_TEST_CUDA
+#include <cifarnet/backend/cuda.hpp>
+#define CIFARNET_BACKENDS_UNDER_TEST cifarnet::backend::Cuda
+#else
+#include <cifarnet/backend/onednn.hpp>
+#define CIFARNET_BACKENDS_UNDER_TEST cifarnet::backend::OneDnn
+#endif
+
 using namespace cifarnet;
 using namespace cifarnet::test;
 
-// The backends checked here (a new backend adds its tag to this list).
-#define CIFARNET_BACKENDS_UNDER_TEST backend::OneDnn
+namespace {
+// Whether backend B can run here; says why not (ctest reports the case as
+// skipped on "SKIPPED:", tests/backend/CMakeLists.txt).
+template <class B>
+bool runnable() {
+  return true;
+}
+#ifdef CIFARNET_TEST_CUDA
+template <>
+bool runnable<backend::Cuda>() {
+  if (backend::cuda::device_count() > 0) return true;
+  WARN("SKIPPED: the CUDA backend needs a GPU (" << backend::cuda::no_device_reason() << ")");
+  return false;
+}
+#endif
+}  // namespace
+
+#define SKIP_UNLESS_RUNNABLE() \
+  if (!runnable<TestType>()) return
 
 #define EXPECT_AGREES(out)           \
   do {                               \
@@ -24,6 +51,7 @@ using namespace cifarnet::test;
 
 TEMPLATE_TEST_CASE("Conv2d forward and both backward passes agree with the reference in double",
                    "[backend][agreement][conv]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::Conv2d, TestType> t;
   Rng rng = Rng::stream(2024, 1);
   for (const ConvGeom& g : conv_cases())
@@ -47,6 +75,7 @@ TEMPLATE_TEST_CASE("Conv2d forward and both backward passes agree with the refer
 
 TEMPLATE_TEST_CASE("Pool2d max and average, forward in both modes and backward, agree with the reference",
                    "[backend][agreement][pool]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::Pool2d, TestType> t;
   Rng rng = Rng::stream(2024, 2);
   for (const ConvGeom& g : pool_cases())
@@ -70,6 +99,7 @@ TEMPLATE_TEST_CASE("Pool2d max and average, forward in both modes and backward, 
 
 TEMPLATE_TEST_CASE("Lrn forward in both modes and backward agree with the reference (TF's alpha)",
                    "[backend][agreement][lrn]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::Lrn, TestType> t;
   Rng rng = Rng::stream(2024, 3);
   // {depth_radius, bias, alpha, beta}: the TF CIFAR-10 tutorial's values, and
@@ -100,6 +130,7 @@ TEMPLATE_TEST_CASE(
     "BatchNorm training forward (with biased variance), inference and backward agree with the "
     "reference",
     "[backend][agreement][batchnorm]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::BatchNorm, TestType> t;
   Rng rng = Rng::stream(2024, 4);
   for (const ChannelGeom& g : channel_cases())
@@ -151,6 +182,7 @@ TEMPLATE_TEST_CASE(
 
 TEMPLATE_TEST_CASE("Relu forward and backward agree with the reference, in place too",
                    "[backend][agreement][relu]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::Relu, TestType> t;
   Rng rng = Rng::stream(2024, 5);
   for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(4099)}) {
@@ -172,6 +204,7 @@ TEMPLATE_TEST_CASE("Relu forward and backward agree with the reference, in place
 
 TEMPLATE_TEST_CASE("Dense forward and both backward passes agree with the reference",
                    "[backend][agreement][dense]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
   OpPair<ops::Dense, TestType> t;
   Rng rng = Rng::stream(2024, 6);
   const std::size_t sizes[][2] = {{1, 9}, {7, 3}, {64, 10}, {16, 33}};

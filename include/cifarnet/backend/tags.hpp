@@ -22,6 +22,14 @@ struct OneDnn {
   static constexpr const char* name = "onednn";
 };
 
+/// NVIDIA GPUs through cuDNN and cuBLAS (float). Include
+/// <cifarnet/backend/cuda.hpp> and link cifarnet::cuda (built when CMake finds
+/// the CUDA toolkit and cuDNN). Ops take device pointers, or host pointers
+/// that they stage through device memory (backend/cuda/common.hpp).
+struct Cuda {
+  static constexpr const char* name = "cuda";
+};
+
 }  // namespace backend
 
 /// Resources a backend needs at run time (engine, stream); one per model.

@@ -38,14 +38,14 @@
 namespace cifarnet {
 namespace ops {
 
-#define CIFARNET_OP_PRIMARY(Op)                                                                     \
-  template <class B, class T>                                                                       \
-  struct Op {                                                                                       \
-    static_assert(detail::dependent_false<B, T>,                                                    \
-                  "cifarnet: no " #Op                                                               \
-                  " kernel for this backend and scalar. Include "                                   \
-                  "<cifarnet/backend/reference.hpp> (any scalar) or <cifarnet/backend/onednn.hpp> " \
-                  "(float only).");                                                                 \
+#define CIFARNET_OP_PRIMARY(Op)                                                                   \
+  template <class B, class T>                                                                     \
+  struct Op {                                                                                     \
+    static_assert(detail::dependent_false<B, T>,                                                  \
+                  "cifarnet: no " #Op                                                             \
+                  " kernel for this backend and scalar. Include "                                 \
+                  "<cifarnet/backend/reference.hpp> (any scalar), <cifarnet/backend/onednn.hpp> " \
+                  "or <cifarnet/backend/cuda.hpp> (float only).");                                \
   };
 
 CIFARNET_OP_PRIMARY(Conv2d)

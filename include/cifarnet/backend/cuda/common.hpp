@@ -1,0 +1,466 @@
+// cifarnet/backend/cuda/common.hpp — what every CUDA op shares: error
+// translation (CUDA runtime, cuDNN, cuBLAS → cifarnet::BackendError), RAII
+// device memory (DeviceBuffer) and cuDNN descriptors, the device (one CUDA
+// stream with its cuDNN and cuBLAS handles and a grow-only workspace pool),
+// and Staging, which lets an op take either device pointers or host pointers.
+//
+// Pointers: ops follow the interfaces of ops/ops.hpp. A pointer that CUDA
+// knows as device or managed memory is used in place; any other pointer (the
+// host tensors of Model and the layers) is staged: copied to a device buffer
+// owned by the Device before the op runs (inputs) and copied back when it ends
+// (outputs). The same host pointer passed twice in one call (in-place ReLU)
+// maps to the same device buffer. So every model of the library runs on the
+// CUDA backend unchanged, and code that keeps its tensors on the device pays
+// no copies.
+//
+// Invariants (as the oneDNN backend): descriptors and algorithm choices are
+// built once per geometry and reused; every op synchronizes its stream before
+// it returns, so the caller's buffers are ready when a call ends. An op
+// object is stateful and not thread-safe: one per layer, used by one thread.
+//
+// Only host APIs of the CUDA runtime, cuDNN and cuBLAS are used, so this
+// backend compiles with any C++17 compiler (no nvcc needed in user code).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace cuda {
+
+// ------------------------------------------------------------------ errors
+
+inline const char* cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "unknown cuBLAS status";
+  }
+}
+
+/// Throws BackendError naming `what` and the CUDA runtime error.
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw BackendError(
+        detail::concat("CUDA ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+/// Throws BackendError naming `what` and the cuDNN status.
+inline void check(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw BackendError(detail::concat("cuDNN ", what, ": ", cudnnGetErrorString(s)));
+}
+/// Throws BackendError naming `what` and the cuBLAS status.
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw BackendError(detail::concat("cuBLAS ", what, ": ", cublas_status_name(s)));
+}
+
+/// Number of usable CUDA devices; 0 when there is no GPU or no driver (never
+/// throws: callers use it to skip or to give the seed's --num-gpus error).
+inline int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+/// Why no device is usable, for skip messages and errors.
+inline std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  (void)cudaGetLastError();
+  if (e != cudaSuccess) return detail::concat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  return n == 0 ? std::string("no CUDA device present") : detail::concat(n, " CUDA device(s) present");
+}
+
+/// int for cuDNN/cuBLAS arguments; throws ShapeError past INT_MAX.
+inline int to_int(std::size_t v, const char* what) {
+  if (v > std::size_t(INT_MAX))
+    throw ShapeError(detail::concat("CUDA backend: ", what, " = ", v, " exceeds INT_MAX"));
+  return int(v);
+}
+
+// ------------------------------------------------------------------ memory
+
+/// Device memory for `n` elements of T, owned (cudaMalloc / cudaFree); move-only.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) { resize(n); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  /// Grows to at least `n` elements (contents lost when it grows; never shrinks).
+  void reserve(std::size_t n) {
+    if (n <= n_) return;
+    resize(n);
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  void resize(std::size_t n) {
+    release();
+    if (n == 0) return;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, n * sizeof(T));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw BackendError(detail::concat("CUDA cudaMalloc of ", n * sizeof(T), " bytes: ", cudaGetErrorName(e),
+                                        " (", cudaGetErrorString(e), ")"));
+    }
+    p_ = static_cast<T*>(p);
+    n_ = n;
+  }
+  void release() noexcept {
+    if (p_) (void)cudaFree(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// True if CUDA can dereference `p` on the device (device or managed memory).
+inline bool is_device_pointer(const void* p) {
+  if (!p) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// ------------------------------------------------------------- descriptors
+
+/// RAII wrapper of a cuDNN descriptor type (create on construction, destroy
+/// on destruction); move-only.
+template <class H, cudnnStatus_t (*Create)(H*), cudnnStatus_t (*Destroy)(H)>
+class Descriptor {
+ public:
+  Descriptor() { check(Create(&h_), "create descriptor"); }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor(Descriptor&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& o) noexcept {
+    if (this != &o) {
+      if (h_) (void)Destroy(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  ~Descriptor() {
+    if (h_) (void)Destroy(h_);
+  }
+  operator H() const { return h_; }  // NOLINT: passes straight to cuDNN calls
+
+ private:
+  H h_ = nullptr;
+};
+
+using TensorDesc =
+    Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc =
+    Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                            cudnnDestroyConvolutionDescriptor>;
+using PoolDesc =
+    Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+using LrnDesc = Descriptor<cudnnLRNDescriptor_t, cudnnCreateLRNDescriptor, cudnnDestroyLRNDescriptor>;
+using ActDesc = Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                           cudnnDestroyActivationDescriptor>;
+
+/// Sets `d` to a float tensor of logical dims (n, c, h, w) with explicit strides.
+inline void set_strided(TensorDesc& d, std::size_t n, std::size_t c, std::size_t h, std::size_t w,
+                        std::size_t sn, std::size_t sc, std::size_t sh, std::size_t sw) {
+  check(cudnnSetTensor4dDescriptorEx(d, CUDNN_DATA_FLOAT, to_int(n, "n"), to_int(c, "c"), to_int(h, "h"),
+                                     to_int(w, "w"), to_int(sn, "stride"), to_int(sc, "stride"),
+                                     to_int(sh, "stride"), to_int(sw, "stride")),
+        "cudnnSetTensor4dDescriptorEx");
+}
+
+/// Sets `d` to a packed float activation (n, c, h, w) laid out in format `f`.
+/// `row` is the padded row pitch and `plane` the padded map (h_alloc x w_alloc)
+/// when the tensor is a view into a larger padded buffer.
+inline void set_activation(TensorDesc& d, DataFormat f, std::size_t n, std::size_t c, std::size_t h,
+                           std::size_t w, std::size_t h_alloc = 0, std::size_t w_alloc = 0) {
+  const std::size_t H = h_alloc ? h_alloc : h, W = w_alloc ? w_alloc : w;
+  if (f == DataFormat::NCHW)
+    set_strided(d, n, c, h, w, c * H * W, H * W, W, 1);
+  else
+    set_strided(d, n, c, h, w, H * W * c, 1, W * c, c);
+}
+
+/// Offset (elements) of pixel (top, left) of a (c, H, W) map in format `f`.
+inline std::size_t pixel_offset(DataFormat f, std::size_t c, std::size_t W, std::size_t top,
+                                std::size_t left) {
+  return f == DataFormat::NCHW ? top * W + left : (top * W + left) * c;
+}
+
+/// cuDNN pads symmetrically only. For an asymmetric pad (TF SAME with a
+/// stride or an even kernel, the ResNet's explicit padding) ops convolve or
+/// pool an explicitly padded copy of the input with no padding of their own;
+/// this holds that copy's geometry.
+struct PaddedInput {
+  bool on = false;           ///< the geometry's padding is asymmetric
+  std::size_t size = 0;      ///< elements of the padded copy
+  std::size_t interior = 0;  ///< offset of the input's first pixel in the copy
+  TensorDesc whole;          ///< the padded copy
+  TensorDesc inside;         ///< the input's place inside the copy
+
+  /// Sets `read` to what the op reads (the padded copy, or the input itself
+  /// with shape (n, c, ih, iw)) and returns the symmetric (top, left) padding
+  /// to give cuDNN: the geometry's own, or 0 for the padded copy.
+  std::pair<int, int> setup(const ConvGeom& g, std::size_t c, TensorDesc& read) {
+    on = g.pt != g.pb || g.pl != g.pr;
+    if (!on) {
+      set_activation(read, g.fmt, g.n, c, g.ih, g.iw);
+      return {to_int(g.pt, "padding"), to_int(g.pl, "padding")};
+    }
+    const std::size_t ph = g.ih + g.pt + g.pb, pw = g.iw + g.pl + g.pr;
+    size = g.n * c * ph * pw;
+    interior = pixel_offset(g.fmt, c, pw, g.pt, g.pl);
+    set_activation(whole, g.fmt, g.n, c, ph, pw);
+    set_activation(inside, g.fmt, g.n, c, g.ih, g.iw, ph, pw);
+    set_activation(read, g.fmt, g.n, c, ph, pw);
+    return {0, 0};
+  }
+};
+
+}  // namespace cuda
+}  // namespace backend
+
+/// The CUDA device: one stream with its cuDNN and cuBLAS handles, and
+/// grow-only device buffers shared by every op of one model (workspace and
+/// staging). The device ordinal is 0, or CIFARNET_CUDA_DEVICE when set.
+/// Throws BackendError when no GPU is usable (the message says why).
+template <>
+struct Device<backend::Cuda> {
+  Device() : Device(default_ordinal()) {}
+  explicit Device(int ordinal) : ordinal_(ordinal) {
+    namespace cu = backend::cuda;
+    const int n = cu::device_count();
+    if (n == 0) throw BackendError("CUDA backend: no usable GPU (" + cu::no_device_reason() + ")");
+    if (ordinal < 0 || ordinal >= n)
+      throw BackendError(detail::concat("CUDA backend: device ", ordinal, " requested, ", n, " present"));
+    cu::check(cudaSetDevice(ordinal), "cudaSetDevice");
+    cu::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    try {
+      cu::check(cudnnCreate(&cudnn_), "cudnnCreate");
+      cu::check(cudnnSetStream(cudnn_, stream_), "cudnnSetStream");
+      cu::check(cublasCreate(&cublas_), "cublasCreate");
+      cu::check(cublasSetStream(cublas_, stream_), "cublasSetStream");
+      // Full fp32 products (no TF32), so results agree with the CPU backends.
+      cu::check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+      cu::check(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() { destroy(); }
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasHandle_t cublas() const { return cublas_; }
+
+  /// Device buffer `slot` with at least `n` floats; valid until the next call
+  /// for the same slot with a larger size. Slots below kStagingBase are op
+  /// temporaries (workspace, padded copies, transposed weights); staging uses
+  /// the slots from kStagingBase up.
+  float* buffer(std::size_t slot, std::size_t n) {
+    if (slot >= buffers_.size()) buffers_.resize(slot + 1);
+    buffers_[slot].reserve(n ? n : 1);
+    return buffers_[slot].data();
+  }
+  /// A byte workspace of at least `bytes` (cuDNN algorithms).
+  void* workspace(std::size_t bytes) {
+    return buffer(kWorkspace, (bytes + sizeof(float) - 1) / sizeof(float));
+  }
+
+  /// Waits for everything queued on the stream.
+  void sync() { backend::cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  static constexpr std::size_t kWorkspace = 0;
+  static constexpr std::size_t kStagingBase = 8;
+  /// Largest workspace an algorithm may ask for (bytes); CIFARNET_CUDA_WORKSPACE_MB overrides.
+  std::size_t workspace_limit() const {
+    if (const char* s = std::getenv("CIFARNET_CUDA_WORKSPACE_MB")) return std::size_t(std::atol(s)) << 20;
+    return std::size_t(512) << 20;
+  }
+
+ private:
+  static int default_ordinal() {
+    const char* s = std::getenv("CIFARNET_CUDA_DEVICE");
+    return s ? std::atoi(s) : 0;
+  }
+  void destroy() noexcept {
+    if (cublas_) (void)cublasDestroy(cublas_);
+    if (cudnn_) (void)cudnnDestroy(cudnn_);
+    buffers_.clear();
+    if (stream_) (void)cudaStreamDestroy(stream_);
+    cublas_ = nullptr;
+    cudnn_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  int ordinal_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<backend::cuda::DeviceBuffer<float>> buffers_;
+};
+
+namespace backend {
+namespace cuda {
+
+using Dev = Device<Cuda>;
+
+/// Maps the pointers of one op call to device pointers (see the header
+/// comment). Inputs are copied to the device when they are host memory;
+/// outputs are copied back by finish(), which also synchronizes the stream.
+/// Use one Staging per op call: construct, map every pointer, enqueue the
+/// work, finish().
+class Staging {
+ public:
+  explicit Staging(Dev& dev) : dev_(dev) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  /// A device pointer holding the `n` floats at `p` (read by the op).
+  const float* in(const float* p, std::size_t n) { return map(const_cast<float*>(p), n, true, false); }
+  /// A device pointer for the `n` floats the op writes to `p`.
+  float* out(float* p, std::size_t n) { return map(p, n, false, true); }
+  /// Read and written (an accumulator, or an in-place output).
+  float* inout(float* p, std::size_t n) { return map(p, n, true, true); }
+
+  /// Copies every staged output back to the host and waits for the stream.
+  void finish() {
+    for (const Entry& e : entries_)
+      if (e.write_back)
+        check(cudaMemcpyAsync(e.host, e.dev, e.n * sizeof(float), cudaMemcpyDeviceToHost, dev_.stream()),
+              "copy of an op's output to the host");
+    dev_.sync();
+  }
+
+ private:
+  struct Entry {
+    float* host;
+    float* dev;
+    std::size_t n;
+    bool write_back;
+    bool uploaded;
+  };
+  float* map(float* p, std::size_t n, bool read, bool write) {
+    if (!p || n == 0) return p;
+    if (is_device_pointer(p)) return p;
+    for (Entry& e : entries_)
+      if (e.host == p) {  // the same host buffer twice in one call (in place)
+        if (e.n < n) throw ConfigError("CUDA backend: one host buffer staged with two different sizes");
+        if (read && !e.uploaded) upload(e);
+        e.write_back = e.write_back || write;
+        return e.dev;
+      }
+    Entry e{p, dev_.buffer(Dev::kStagingBase + entries_.size(), n), n, write, false};
+    if (read) upload(e);
+    entries_.push_back(e);
+    return e.dev;
+  }
+  void upload(Entry& e) {
+    check(cudaMemcpyAsync(e.dev, e.host, e.n * sizeof(float), cudaMemcpyHostToDevice, dev_.stream()),
+          "copy of an op's input to the device");
+    e.uploaded = true;
+  }
+  Dev& dev_;
+  std::vector<Entry> entries_;
+};
+
+/// Host copy of `n` floats at `p` (device or host pointer), for small
+/// per-channel vectors an op needs on the host.
+inline std::vector<float> to_host(Dev& dev, const float* p, std::size_t n) {
+  std::vector<float> h(n);
+  if (is_device_pointer(p)) {
+    check(cudaMemcpyAsync(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, dev.stream()),
+          "copy to the host");
+    dev.sync();
+  } else {
+    std::copy(p, p + n, h.begin());
+  }
+  return h;
+}
+
+/// cuDNN's float scaling factors.
+inline const float kOne = 1.0f;
+inline const float kZero = 0.0f;
+
+/// Copies x (device, layout `x_desc`) into the interior of device buffer
+/// `slot` of `pad`, whose border holds `border`; returns the copy.
+inline const float* pad_copy(Dev& dev, std::size_t slot, const PaddedInput& pad, const TensorDesc& x_desc,
+                             const float* x, float border) {
+  float* xp = dev.buffer(slot, pad.size);
+  check(cudnnSetTensor(dev.cudnn(), pad.whole, xp, &border), "fill the padded copy of an input");
+  check(cudnnTransformTensor(dev.cudnn(), &kOne, x_desc, x, &kZero, pad.inside, xp + pad.interior),
+        "copy an input into its padded copy");
+  return xp;
+}
+
+/// The interior of a padded gradient `gp` into dx (layout `x_desc`).
+inline void unpad(Dev& dev, const PaddedInput& pad, const float* gp, const TensorDesc& x_desc, float* dx) {
+  check(cudnnTransformTensor(dev.cudnn(), &kOne, pad.inside, gp + pad.interior, &kZero, x_desc, dx),
+        "take the interior of a padded gradient");
+}
+
+}  // namespace cuda
+}  // namespace backend
+}  // namespace cifarnet

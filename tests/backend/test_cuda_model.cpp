@@ -1,0 +1,90 @@
+// Whole models on the CUDA backend against the oneDNN backend (itself checked
+// against the reference): ResNet-8 (fused conv+BN, explicit padding, the
+// pool-and-pad shortcut) and the tutorial CNN (LRN, max pooling, dense
+// layers), in both data formats: logits in training and inference mode, and
+// every parameter gradient, ||cuda - cpu|| / ||cpu|| < 1e-4 (fp32 on both
+// sides, different algorithms, summed over many layers). Skipped when no GPU
+// is present.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/cuda.hpp>
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/cifar10_cnn.hpp>
+#include <cifarnet/models/resnet.hpp>
+
+#include <cmath>
+#include <vector>
+
+using namespace cifarnet;
+
+namespace {
+
+template <class A, class B>
+double rel(const A& out, const B& ref) {
+  double e = 0, r = 0;
+  for (Eigen::Index i = 0; i < Eigen::Index(ref.size()); ++i) {
+    const double d = double(out[i]) - double(ref[i]);
+    e += d * d;
+    r += double(ref[i]) * double(ref[i]);
+  }
+  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
+}
+
+template <class Net>
+void compare(InputShape in, const NetOptions& opts, std::size_t n) {
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Model<Net, backend::Cuda> gpu(in, fmt, opts, 5);
+    Model<Net, backend::OneDnn> cpu(in, fmt, opts, 5);
+    REQUIRE(rel(gpu.parameters().values(), cpu.parameters().values()) == 0.0);
+    Rng rng(3);
+    Tensor<float> x = make_tensor<float>({n, in.c, in.h, in.w}, fmt);
+    for (auto& v : x) v = float(rng.normal());
+    std::vector<std::int32_t> labels(n);
+    for (auto& l : labels) l = std::int32_t(rng.uniform_int(10));
+
+    Tensor<float> dg, dc;
+    const Tensor<float> lg = gpu.forward(x, Mode::Train);
+    const Tensor<float> lc = cpu.forward(x, Mode::Train);
+    CHECK(rel(lg, lc) < 1e-4);
+    softmax_cross_entropy(lg, labels, &dg);
+    softmax_cross_entropy(lc, labels, &dc);
+    gpu.backward(dg);
+    cpu.backward(dc);
+    CHECK(rel(gpu.parameters().grads(), cpu.parameters().grads()) < 1e-4);
+    // Inference: the moving statistics the training pass updated.
+    CHECK(rel(gpu.forward(x, Mode::Infer), cpu.forward(x, Mode::Infer)) < 1e-4);
+  }
+}
+
+bool have_gpu() {
+  if (backend::cuda::device_count() > 0) return true;
+  WARN("SKIPPED: the CUDA backend needs a GPU (" << backend::cuda::no_device_reason() << ")");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("ResNet-8 on the CUDA backend matches the oneDNN backend: logits and gradients",
+          "[backend][cuda][model]") {
+  if (!have_gpu()) return;
+  compare<ResNetCifar<>>({3, 32, 32}, NetOptions().with_repeat(1), 4);
+}
+
+TEST_CASE("The tutorial CNN on the CUDA backend matches the oneDNN backend: logits and gradients",
+          "[backend][cuda][model]") {
+  if (!have_gpu()) return;
+  compare<Cifar10Cnn>({3, 24, 24}, cifar10_cnn_options(), 4);
+}
+
+TEST_CASE("Without a GPU the CUDA device is a clear error, never a crash", "[backend][cuda]") {
+  if (backend::cuda::device_count() > 0) {
+    // With a GPU: an ordinal past the last device is the error instead.
+    CHECK_THROWS_WITH(Device<backend::Cuda>(backend::cuda::device_count()), Catch::Contains("requested"));
+    return;
+  }
+  CHECK_THROWS_WITH(Device<backend::Cuda>(), Catch::Contains("no usable GPU"));
+  CHECK_THROWS_AS((Model<ResNetCifar<>, backend::Cuda>({3, 32, 32}, DataFormat::NHWC, NetOptions(), 1)),
+                  BackendError);
+}
