@@ -155,14 +155,19 @@ struct Conv2d<backend::Cuda, float> {
     return p;
   }
 
-  // The first algorithm of cuDNN's heuristic ranking that succeeds with the
-  // FMA math type and fits the workspace limit.
+  // Tensor-core math (TF32 on fp32 data) would change the results.
+  static bool tensor_op(cudnnMathType_t m) {
+    return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+
+  // The first algorithm of cuDNN's heuristic ranking that runs without
+  // tensor-core math and fits the workspace limit (the descriptor's math type,
+  // CUDNN_FMA_MATH, is what executes).
   template <class Perf, class Algo>
   static void pick(const Perf* perf, int n, std::size_t limit, Algo& algo, std::size_t& ws, const char* pass,
                    const ConvGeom& g) {
     for (int i = 0; i < n; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit &&
-          perf[i].mathType == CUDNN_FMA_MATH) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && !tensor_op(perf[i].mathType)) {
         algo = perf[i].algo;
         ws = perf[i].memory;
         return;

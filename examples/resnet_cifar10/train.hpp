@@ -1,0 +1,438 @@
+// examples/resnet_cifar10/train.hpp — the program's flags, their validation and
+// the training run, templated on the backend: main.cpp runs it on oneDNN
+// (--num-gpus 0) and, in a build with the CUDA backend, cuda.cpp instantiates
+// it for backend::Cuda (--num-gpus 1), each in its own translation unit so the
+// two models compile in parallel.
+#pragma once
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/data/recipes.hpp>
+#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/io/checkpoint.hpp>
+#include <cifarnet/io/tfevents.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/optim/optim.hpp>
+#include <cifarnet/train/hooks.hpp>
+#include <cifarnet/train/trainer.hpp>
+#ifdef CIFARNET_WITH_MPI
+#include <cifarnet/distributed/data_parallel.hpp>
+#endif
+#ifdef CIFARNET_WITH_CUDA
+#include <cifarnet/backend/cuda/common.hpp>
+#endif
+
+namespace resnet_cifar10 {
+
+namespace fs = std::filesystem;
+using namespace cifarnet;
+
+inline const char* kHowToGetData =
+    "CIFAR-10 (binary version) is expected in a directory holding data_batch_1.bin ... data_batch_5.bin,\n"
+    "test_batch.bin and batches.meta.txt (10,000 records of 3,073 bytes each: a label byte, then 1,024 red,\n"
+    "1,024 green and 1,024 blue bytes). Get it from https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz\n"
+    "and unpack it: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/\n";
+
+struct Flags {
+  std::string data_dir, job_dir, variable_strategy = "CPU", data_format, schedule = "seed",
+                                 train_split = "train";
+  int num_gpus = 1, num_layers = 44, num_intra_threads = 0, num_inter_threads = 0;
+  std::int64_t train_steps = 80000, eval_every = 0, save_checkpoints_steps = 0;
+  int train_batch_size = 128, eval_batch_size = 100, keep_checkpoints = 5, synthetic_examples = 2560;
+  double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
+         batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
+  bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
+  double collective_timeout = 600;
+  std::uint64_t seed = 0;
+};
+
+/// The processes of this run: one, or the ranks of an MPI job.
+struct Cluster {
+  int rank = 0, size = 1;
+#ifdef CIFARNET_WITH_MPI
+  std::unique_ptr<distributed::Communicator> comm;  // set under mpirun
+#endif
+  bool chief() const { return rank == 0; }
+};
+
+/// The seed's validations (cifar10_main.py), with its messages.
+inline void validate(const Flags& f, const Cluster& cl) {
+  if (f.num_gpus < 0) throw ConfigError("Invalid GPU count: \"--num-gpus\" must be 0 or a positive integer.");
+  if (f.num_gpus == 0 && f.variable_strategy == "GPU")
+    throw ConfigError("num-gpus=0, CPU must be used as parameter server. Set --variable-strategy=CPU.");
+  if ((f.num_layers - 2) % 6 != 0 || f.num_layers < 8) throw ConfigError("Invalid --num-layers parameter.");
+  if (f.num_gpus != 0 && f.train_batch_size % f.num_gpus != 0)
+    throw ConfigError("--train-batch-size must be multiple of --num-gpus.");
+  if (f.num_gpus != 0 && f.eval_batch_size % f.num_gpus != 0)
+    throw ConfigError("--eval-batch-size must be multiple of --num-gpus.");
+  if (cl.size > 1 && f.train_batch_size % cl.size != 0)  // the towers' check, one tower per process
+    throw ConfigError(
+        "--train-batch-size must be multiple of the number of MPI processes (--train-batch-size " +
+        std::to_string(f.train_batch_size) + ", mpirun -np " + std::to_string(cl.size) + ").");
+  if (!(f.collective_timeout > 0)) throw ConfigError("--collective-timeout must be positive.");
+  if (f.num_gpus > 0) {
+#ifdef CIFARNET_WITH_CUDA
+    const int present = backend::cuda::device_count();
+    if (present == 0)
+      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
+                        ": GPUs were requested but none is available (" + backend::cuda::no_device_reason() +
+                        "). Use --num-gpus 0 to train on the CPU.");
+    if (f.num_gpus > 1)
+      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
+                        ": towers over several GPUs in one process are not implemented; run one process per "
+                        "GPU instead: mpirun -np " +
+                        std::to_string(f.num_gpus) + " resnet_cifar10 --num-gpus 1 ... (" +
+                        std::to_string(present) + " GPU(s) present)");
+#else
+    throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
+                      ": GPUs were requested but none is available to this build (no CUDA device present). "
+                      "Use --num-gpus 0 to train on the CPU.");
+#endif
+  }
+  if (f.train_batch_size <= 0) throw ConfigError("--train-batch-size must be positive.");
+  if (f.eval_batch_size <= 0) throw ConfigError("--eval-batch-size must be positive.");
+  if (f.train_steps < 0) throw ConfigError("--train-steps must be >= 0.");
+  if (!(f.learning_rate > 0) || !std::isfinite(f.learning_rate))
+    throw ConfigError("--learning-rate must be a positive number.");
+  if (f.momentum < 0 || !std::isfinite(f.momentum)) throw ConfigError("--momentum must be >= 0.");
+  if (f.weight_decay < 0 || !std::isfinite(f.weight_decay)) throw ConfigError("--weight-decay must be >= 0.");
+  if (!(f.batch_norm_decay > 0 && f.batch_norm_decay < 1))
+    throw ConfigError("--batch-norm-decay must be in (0, 1).");
+  if (!(f.batch_norm_epsilon > 0)) throw ConfigError("--batch-norm-epsilon must be positive.");
+  if (f.epochs < 0) throw ConfigError("--epochs must be >= 0.");
+  if (f.sync && f.num_gpus <= 1 && cl.size == 1)
+    std::cerr
+        << "note: --sync has no effect in a single process (synchronous training is the only mode here)\n";
+  if (f.sync_batch_norm && cl.size == 1)
+    std::cerr << "note: --sync-batch-norm has no effect in a single process\n";
+  if (!f.sync && cl.size > 1 && cl.chief())
+    std::cerr << "note: " << cl.size
+              << " MPI processes train synchronously (--sync); asynchronous parameter-server training is "
+                 "not implemented\n";
+}
+
+/// The training split's source: real CIFAR-10 or the built-in synthetic set.
+struct DataSet {
+  std::shared_ptr<const data::ImageSetSource> train, eval;
+  bool synthetic = false;
+};
+
+inline DataSet load_data(const Flags& f) {
+  DataSet d;
+  if (f.data_dir.empty()) {
+    std::cout << "No --data-dir given.\n"
+              << kHowToGetData << "Running on a small BUILT-IN SYNTHETIC data set instead ("
+              << f.synthetic_examples
+              << " training and 500 test images of 10 made-up classes): accuracy on it says nothing about "
+                 "CIFAR-10.\n";
+    d.train =
+        std::make_shared<data::ImageSetSource>(data::synthetic_cifar(std::size_t(f.synthetic_examples), 1));
+    d.eval = std::make_shared<data::ImageSetSource>(data::synthetic_cifar(500, 2));
+    d.synthetic = true;
+    return d;
+  }
+  if (!fs::is_directory(f.data_dir))
+    throw IoError("--data-dir '" + f.data_dir + "' is not a directory.\n" + kHowToGetData);
+  const data::Split split = data::parse_split(f.train_split);
+  d.train = std::make_shared<data::Cifar10Binary>(f.data_dir, split);
+  d.eval = std::make_shared<data::Cifar10Binary>(f.data_dir, data::Split::eval);
+  return d;
+}
+
+/// Times a training step of the real model (batch 32) in each format, after
+/// one warm-up step that builds the primitives; the faster format wins.
+template <class B, class Net>
+DataFormat measure_data_format(const NetOptions& opts) {
+  const std::size_t batch = 32;
+  double best = 1e300;
+  DataFormat pick = DataFormat::NHWC;
+  std::string report;
+  for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    Model<Net, B> net({3, 32, 32}, fmt, opts, 0);
+    Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
+    Rng rng(3);
+    for (auto& v : x) v = float(rng.uniform(0, 255));
+    std::vector<std::int32_t> y(batch, 1);
+    Tensor<float> d;
+    double t = 1e300;
+    for (int i = 0; i < 2; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      softmax_cross_entropy(net.forward(x, Mode::Train), y, &d);
+      net.backward(d);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i > 0) t = std::min(t, s);  // the first step builds the primitives
+    }
+    report += std::string(report.empty() ? "" : ", ") + to_string(fmt) + " " +
+              std::to_string(t).substr(0, 5) + " s";
+    if (t < best) {
+      best = t;
+      pick = fmt;
+    }
+  }
+  std::cout << "--data-format not given: measured a training step of batch 32 (" << report << "); using "
+            << (pick == DataFormat::NHWC ? "channels_last" : "channels_first") << "\n";
+  return pick;
+}
+
+/// The whole run on backend B (backend::OneDnn, or backend::Cuda for --num-gpus 1).
+template <class B>
+int run(const Flags& f, Cluster& cl) {
+  if (f.num_intra_threads > 0) {
+    omp_set_num_threads(f.num_intra_threads);
+  } else if (cl.size > 1) {  // auto: the node's cores shared by the processes on it
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int per_node = local ? std::max(1, std::atoi(local)) : cl.size;
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / per_node));
+  }
+  if (f.log_device_placement) {
+    if constexpr (std::is_same_v<B, backend::Cuda>)
+      std::cout << "device: GPU " << Device<backend::Cuda>().ordinal() << " (CUDA backend, cuDNN "
+                << cudnnGetVersion() << ")\n";
+    else
+      std::cout << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
+                << dnnl_version()->patch << ", " << omp_get_max_threads() << " OpenMP threads\n";
+  }
+
+  DataSet data = load_data(f);
+  const std::size_t n_train = data.train->size(), n_eval = data.eval->size();
+  if (n_eval % std::size_t(f.eval_batch_size) != 0)
+    throw ConfigError("validation set size must be multiple of eval_batch_size (" + std::to_string(n_eval) +
+                      " eval examples, --eval-batch-size " + std::to_string(f.eval_batch_size) + ")");
+
+  // Steps, and the learning-rate schedule in steps.
+  const double steps_per_epoch = double(n_train) / double(f.train_batch_size);
+  const std::int64_t train_steps =
+      f.epochs > 0 ? std::int64_t(f.epochs * double(n_train / std::size_t(f.train_batch_size)))
+                   : f.train_steps;
+  const double lr = f.learning_rate;
+  std::function<double(std::int64_t)> schedule;
+  std::string schedule_text;
+  if (f.schedule == "seed") {
+    std::vector<std::int64_t> b;
+    if (f.epochs > 0) {
+      // The seed's boundaries as fractions of its 80k-step run (its epoch was
+      // 45,000/128 = 351 steps), scaled to this run, as the PyTorch peer does.
+      for (double e : {82.0, 123.0, 300.0})
+        b.push_back(std::int64_t(double(train_steps) * e * 351.0 / 80000.0));
+    } else {
+      for (double e : {82.0, 123.0, 300.0}) b.push_back(std::int64_t(steps_per_epoch * e));
+    }
+    auto pc = optim::piecewise_constant(b, {lr, lr * 0.1, lr * 0.01, lr * 0.002});
+    schedule = pc;
+    schedule_text = "piecewise constant, boundaries " + std::to_string(b[0]) + "/" + std::to_string(b[1]) +
+                    "/" + std::to_string(b[2]) + " steps";
+  } else if (f.schedule == "step") {
+    auto pc = optim::piecewise_constant({train_steps / 2, train_steps * 3 / 4}, {lr, lr * 0.1, lr * 0.01});
+    schedule = pc;
+    schedule_text = "x0.1 at 50% and 75% of the run";
+  } else if (f.schedule == "cosine") {
+    auto cd = optim::cosine_decay(lr, std::max<std::int64_t>(1, train_steps));
+    schedule = cd;
+    schedule_text = "cosine decay to 0";
+  } else {
+    throw ConfigError("--schedule '" + f.schedule + "': expected seed, step or cosine");
+  }
+
+  // Model, optimizer, data pipeline.
+  const NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
+  DataFormat fmt = DataFormat::NHWC;
+  if (!f.data_format.empty())
+    fmt = parse_data_format(f.data_format);
+  else if (cl.chief())
+    fmt = measure_data_format<B, ResNetCifar<>>(opts);
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm && f.data_format.empty()) {  // every rank takes the chief's measured choice
+    int code = int(fmt);
+    cl.comm->broadcast(&code, 1, 0, "data format broadcast");
+    fmt = DataFormat(code);
+  }
+#endif
+  using Net = Model<ResNetCifar<>, B>;
+  Net net({3, 32, 32}, fmt, opts, f.seed);
+  optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(f.momentum));
+#ifdef CIFARNET_WITH_MPI
+  // Distributed: gradients averaged over the processes before the momentum
+  // step (same checkpoint slots as the single-process optimizer).
+  using DistOpt = optim::Chain<distributed::AllReduceMean, optim::Momentum>;
+  std::unique_ptr<DistOpt> dist_opt;
+  std::unique_ptr<distributed::SyncBatchNorm> sync_bn;
+  if (cl.comm) {
+    dist_opt = std::make_unique<DistOpt>(net.parameters(), distributed::AllReduceOptions(*cl.comm),
+                                         optim::MomentumOptions().momentum(f.momentum));
+    if (f.sync_batch_norm) {
+      sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
+      net.set_cross_replica(sync_bn.get());
+    }
+  }
+#endif
+
+  data::PipelineOptions po = data::recipes::resnet_train_options(f.seed, std::size_t(f.train_batch_size));
+  po.format = fmt;
+  po.num_workers = f.num_inter_threads > 0 ? std::size_t(f.num_inter_threads) : 1;
+  using TrainPipe = data::Pipeline<data::ImageSetSource, data::PadCrop<4>, data::RandomFlipLR>;
+  using PlainPipe = data::Pipeline<data::ImageSetSource>;
+  std::unique_ptr<TrainPipe> distorted;
+  std::unique_ptr<PlainPipe> plain;
+  if (f.use_distortion)
+    distorted = std::make_unique<TrainPipe>(data.train, po);
+  else
+    plain = std::make_unique<PlainPipe>(data.train, po);
+  auto position = [&] { return distorted ? distorted->position() : plain->position(); };
+  auto restore_position = [&](const data::PipelinePosition& p) {
+    if (distorted)
+      distorted->restore(p);
+    else
+      plain->restore(p);
+  };
+
+  std::cout << "ResNet-" << f.num_layers << " (" << net.parameters().num_trainable() << " parameters), "
+            << (data.synthetic ? "SYNTHETIC data" : "CIFAR-10 split '" + f.train_split + "'") << " ("
+            << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
+            << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr " << lr
+            << " " << schedule_text << ", format "
+            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first")
+            << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
+                                  std::to_string(f.train_batch_size / cl.size) +
+                                  (f.sync_batch_norm ? " (synchronized batch norm)" : "")
+                            : std::string())
+            << "\n";
+
+  // Distributed, the chief decides when to stop (max_seconds), for every rank.
+  train::Trainer<Net> trainer(net, {train_steps, f.weight_decay, true, cl.size > 1 ? 0.0 : f.max_seconds});
+#ifdef CIFARNET_WITH_MPI
+  if (dist_opt)
+    trainer.set_optimizer(*dist_opt, schedule);
+  else
+#endif
+    trainer.set_optimizer(opt, schedule);
+  trainer.add_state(std::make_shared<train::FunctionSaveable>(
+      [&](io::StateDict& d) { d.metadata["pipeline/train"] = position().to_string(); },
+      [&](const io::StateDict& d) {
+        auto it = d.metadata.find("pipeline/train");
+        if (it == d.metadata.end())
+          throw DataError("checkpoint " + io::detail::source_of(d) + " has no 'pipeline/train' position");
+        restore_position(data::PipelinePosition::parse(it->second));
+      }));
+
+  // Checkpoints and events: the chief's alone; the others get its state.
+  std::optional<io::CheckpointManager> mgr;
+  std::optional<io::EventWriter> events;
+  bool restored = false;
+  if (cl.chief()) {
+    fs::create_directories(f.job_dir);
+    mgr.emplace(f.job_dir, std::size_t(f.keep_checkpoints));
+    for (const auto& w : mgr->warnings()) std::cout << "WARNING: " << w << "\n";
+    restored = trainer.restore_latest(*mgr, &std::cout);
+  }
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) distributed::broadcast_training_state(*cl.comm, trainer);  // parameters, slots, step, data
+#endif
+  if (restored && trainer.global_step() >= train_steps)
+    std::cout << "Already trained to step " << trainer.global_step() << " (--train-steps " << train_steps
+              << "): evaluating only.\n";
+  if (cl.chief()) events.emplace(f.job_dir);
+
+  // Evaluation on the eval split (moving BN statistics), as the estimator's evaluate().
+  data::PipelineOptions eo = data::recipes::resnet_eval_options(std::size_t(f.eval_batch_size));
+  eo.format = fmt;
+  eo.num_workers = 0;
+  auto evaluate = [&]() {
+    PlainPipe eval_pipe(data.eval, eo);
+    data::Batch b;
+    train::Batch tb;
+    auto next = [&]() -> const train::Batch& {
+      if (!eval_pipe.next(b)) b.labels.clear();
+      std::swap(tb.images, b.images);
+      std::swap(tb.labels, b.labels);
+      return tb;
+    };
+    const auto r = train::evaluate(net, next);
+    events->add_scalar("accuracy", r.precision(), trainer.global_step());
+    events->add_scalar("eval/loss", r.loss, trainer.global_step());
+    events->flush();
+    return r;
+  };
+
+  // Hooks: distributed, they run on the chief only, behind ChiefHooks (which
+  // averages the loss over the ranks and shares the chief's stop decision).
+  std::function<void(std::shared_ptr<train::Hook>)> add_hook = [&](std::shared_ptr<train::Hook> h) {
+    trainer.add_hook(std::move(h));
+  };
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) {
+    auto chief_hooks = std::make_shared<distributed::ChiefHooks>(*cl.comm, f.max_seconds);
+    trainer.add_hook(chief_hooks);
+    add_hook = [chief_hooks](std::shared_ptr<train::Hook> h) { chief_hooks->add(std::move(h)); };
+  }
+#endif
+  if (cl.chief()) {
+    auto eps = std::make_shared<train::ExamplesPerSecondHook>(10);
+    add_hook(eps);
+    add_hook(std::make_shared<train::LoggingHook>(100));
+    add_hook(std::make_shared<train::SummaryHook>(*events, 100));
+    add_hook(
+        std::make_shared<train::CheckpointHook>(*mgr, f.save_checkpoints_steps, f.save_checkpoints_secs));
+    add_hook(std::make_shared<train::ProgressBarHook>());
+    if (f.eval_every > 0)
+      add_hook(std::make_shared<train::LambdaHook>([&](train::TrainerBase&, const train::StepResult& r) {
+        if (r.step % f.eval_every != 0) return;
+        const auto e = evaluate();
+        std::printf("step = %lld, eval accuracy = %.4f, eval loss = %.4f\n", static_cast<long long>(r.step),
+                    e.precision(), e.loss);
+        std::fflush(stdout);
+      }));
+  }
+
+  // Every rank reads the same global batches (same seed and position) and
+  // trains on its own slice of each.
+  data::Batch batch;
+  train::Batch tb, shard;
+  auto next = [&]() -> const train::Batch& {
+    const bool ok = distorted ? distorted->next(batch) : plain->next(batch);
+    if (!ok) throw Error("the training pipeline ended (it repeats forever; this is a bug)");
+    std::swap(tb.images, batch.images);
+    std::swap(tb.labels, batch.labels);
+#ifdef CIFARNET_WITH_MPI
+    if (cl.comm) {
+      distributed::take_shard(tb, cl.rank, cl.size, shard);
+      return shard;
+    }
+#endif
+    return tb;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t start_step = trainer.global_step();
+  trainer.run(next);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!cl.chief()) return 0;  // the chief reports and evaluates
+  if (trainer.global_step() > start_step)
+    std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n",
+                static_cast<long long>(start_step), static_cast<long long>(trainer.global_step()), secs,
+                double(trainer.global_step() - start_step) * f.train_batch_size / secs);
+
+  const auto r = evaluate();
+  std::printf("%saccuracy = %.4f, loss = %.4f, global_step = %lld (%zu/%zu correct)\n",
+              data.synthetic ? "[synthetic data] " : "", r.precision(), r.loss,
+              static_cast<long long>(trainer.global_step()), r.correct, r.total);
+  return 0;
+}
+
+
+#ifdef CIFARNET_WITH_CUDA
+/// Defined in cuda.cpp (its own translation unit).
+int run_cuda(const Flags& f, Cluster& cl);
+#endif
+
+}  // namespace resnet_cifar10

@@ -1,0 +1,224 @@
+// cifarnet/distributed/nccl.hpp — gradient averaging across GPUs with NCCL
+// (target cifarnet::cuda, built when CMake finds NCCL beside the CUDA
+// toolkit; CIFARNET_WITH_NCCL is then defined).
+//
+//  - NcclGroup: one process driving several GPUs (the seed's towers): one
+//    NCCL communicator per device (ncclCommInitAll), all_reduce_mean over one
+//    buffer per device, issued as one NCCL group.
+//  - NcclCommunicator: one GPU per process under mpirun; the NCCL unique id
+//    goes from rank 0 to the others over MPI, then every all-reduce runs on
+//    NCCL (NVLink/InfiniBand/sockets, whatever NCCL finds).
+//  - NcclAllReduceMean: the optim::Chain gradient transform over an
+//    NcclCommunicator, a drop-in for distributed::AllReduceMean.
+//
+// Buffers may be device pointers (used in place) or host pointers (staged
+// through the Device's buffers, as every CUDA op does). Fault behaviour: a
+// collective that does not finish within the timeout (a dead or hung peer)
+// aborts the communicator (ncclCommAbort) and throws DistributedError instead
+// of hanging; NCCL's asynchronous errors are reported the same way.
+#pragma once
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/params.hpp"
+#include "cifarnet/optim/select.hpp"
+
+#ifdef CIFARNET_WITH_MPI
+#include "cifarnet/distributed/mpi.hpp"
+#endif
+
+namespace cifarnet::distributed {
+
+namespace nccl_detail {
+
+inline void check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess)
+    throw DistributedError(detail::concat("NCCL ", what, ": ", ncclGetErrorString(r), " (", int(r), ")"));
+}
+
+/// Waits for `stream` to finish the collective `what` on `comm`, polling;
+/// past `timeout` seconds, or on an asynchronous NCCL error, aborts `comm`
+/// and throws DistributedError.
+inline void wait(cudaStream_t stream, ncclComm_t comm, double timeout, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) backend::cuda::check(q, what);
+    ncclResult_t async = ncclSuccess;
+    check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      (void)ncclCommAbort(comm);
+      throw DistributedError(detail::concat("NCCL ", what, ": ", ncclGetErrorString(async),
+                                            " (a peer failed); the communicator was aborted"));
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+      (void)ncclCommAbort(comm);
+      throw DistributedError(detail::concat("NCCL ", what, ": not finished after ", timeout,
+                                            " s (a peer died or hangs); the communicator was aborted"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// Owns an ncclComm_t (destroyed, or left alone once aborted).
+struct Comm {
+  ncclComm_t c = nullptr;
+  Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  Comm(Comm&& o) noexcept : c(std::exchange(o.c, nullptr)) {}
+  ~Comm() {
+    if (c) (void)ncclCommDestroy(c);
+  }
+};
+
+}  // namespace nccl_detail
+
+/// One process, several GPUs (devices 0..n-1, or the given list): one Device
+/// (stream, handles) and one NCCL communicator per GPU.
+class NcclGroup {
+ public:
+  explicit NcclGroup(int n, double timeout_seconds = 600) : NcclGroup(first_devices(n), timeout_seconds) {}
+  NcclGroup(std::vector<int> devices, double timeout_seconds) : timeout_(timeout_seconds) {
+    if (devices.empty()) throw ConfigError("NcclGroup: no devices");
+    for (int d : devices) devices_.push_back(std::make_unique<Device<backend::Cuda>>(d));
+    std::vector<ncclComm_t> raw(devices.size());
+    nccl_detail::check(ncclCommInitAll(raw.data(), int(raw.size()), devices.data()), "ncclCommInitAll");
+    for (ncclComm_t c : raw) {
+      comms_.emplace_back();
+      comms_.back().c = c;
+    }
+  }
+
+  std::size_t size() const { return devices_.size(); }
+  Device<backend::Cuda>& device(std::size_t i) { return *devices_.at(i); }
+
+  /// buffers[i] (n floats, on device i or on the host) becomes the mean of
+  /// all the buffers, on every device.
+  void all_reduce_mean(const std::vector<float*>& buffers, std::size_t n) {
+    if (buffers.size() != devices_.size())
+      throw ConfigError(detail::concat("NcclGroup::all_reduce_mean: ", buffers.size(), " buffers for ",
+                                       devices_.size(), " devices"));
+    std::vector<std::unique_ptr<backend::cuda::Staging>> staged;
+    std::vector<float*> dev(buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      backend::cuda::check(cudaSetDevice(devices_[i]->ordinal()), "cudaSetDevice");
+      staged.push_back(std::make_unique<backend::cuda::Staging>(*devices_[i]));
+      dev[i] = staged.back()->inout(buffers[i], n);
+    }
+    nccl_detail::check(ncclGroupStart(), "ncclGroupStart");
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      nccl_detail::check(
+          ncclAllReduce(dev[i], dev[i], n, ncclFloat, ncclAvg, comms_[i].c, devices_[i]->stream()),
+          "ncclAllReduce");
+    nccl_detail::check(ncclGroupEnd(), "ncclGroupEnd");
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      backend::cuda::check(cudaSetDevice(devices_[i]->ordinal()), "cudaSetDevice");
+      nccl_detail::wait(devices_[i]->stream(), comms_[i].c, timeout_, "all-reduce (towers)");
+      staged[i]->finish();
+    }
+  }
+
+ private:
+  static std::vector<int> first_devices(int n) {
+    const int present = backend::cuda::device_count();
+    if (n <= 0 || n > present)
+      throw BackendError(detail::concat("NcclGroup: ", n, " GPUs requested, ", present, " present",
+                                        present == 0 ? " (" + backend::cuda::no_device_reason() + ")" : ""));
+    std::vector<int> d(std::size_t(n), 0);
+    for (int i = 0; i < n; ++i) d[std::size_t(i)] = i;
+    return d;
+  }
+  double timeout_;
+  std::vector<std::unique_ptr<Device<backend::Cuda>>> devices_;
+  std::vector<nccl_detail::Comm> comms_;
+};
+
+#ifdef CIFARNET_WITH_MPI
+/// One GPU per MPI process: an NCCL communicator over the processes of
+/// `mpi`, bootstrapped by broadcasting rank 0's unique id over MPI.
+class NcclCommunicator {
+ public:
+  NcclCommunicator(Communicator& mpi, Device<backend::Cuda>& dev, double timeout_seconds = 600)
+      : dev_(&dev), rank_(mpi.rank()), size_(mpi.size()), timeout_(timeout_seconds) {
+    ncclUniqueId id{};
+    if (rank_ == 0) nccl_detail::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::vector<std::uint8_t> bytes(reinterpret_cast<std::uint8_t*>(&id),
+                                    reinterpret_cast<std::uint8_t*>(&id) + sizeof(id));
+    mpi.broadcast(bytes, 0, "NCCL unique id");
+    if (bytes.size() != sizeof(id)) throw DistributedError("NCCL unique id: wrong size from rank 0");
+    std::copy(bytes.begin(), bytes.end(), reinterpret_cast<std::uint8_t*>(&id));
+    backend::cuda::check(cudaSetDevice(dev.ordinal()), "cudaSetDevice");
+    nccl_detail::check(ncclCommInitRank(&comm_.c, size_, id, rank_), "ncclCommInitRank");
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// data (n floats, device or host) becomes its mean over the processes.
+  void all_reduce_mean(float* data, std::size_t n) {
+    backend::cuda::Staging st(*dev_);
+    float* d = st.inout(data, n);
+    nccl_detail::check(ncclAllReduce(d, d, n, ncclFloat, ncclAvg, comm_.c, dev_->stream()), "ncclAllReduce");
+    nccl_detail::wait(dev_->stream(), comm_.c, timeout_, "gradient all-reduce");
+    st.finish();
+  }
+
+ private:
+  Device<backend::Cuda>* dev_;
+  int rank_, size_;
+  double timeout_;
+  nccl_detail::Comm comm_;
+};
+
+/// Options of NcclAllReduceMean: the communicator.
+class NcclAllReduceOptions {
+ public:
+  explicit NcclAllReduceOptions(NcclCommunicator& comm) : comm_(&comm) {}
+  NcclCommunicator& comm() const { return *comm_; }
+
+ private:
+  NcclCommunicator* comm_;
+};
+
+/// Gradient transform (optim::Chain stage) averaging every gradient over the
+/// processes with NCCL, in one all-reduce (NCCL pipelines it internally).
+/// Stateless; a drop-in for AllReduceMean.
+template <class T>
+class NcclAllReduceMean {
+  static_assert(std::is_same_v<T, float>, "NcclAllReduceMean: gradients must be float");
+
+ public:
+  using Scalar = T;
+  using Options = NcclAllReduceOptions;
+  static constexpr bool is_optimizer = false;
+
+  NcclAllReduceMean(const Parameters<T>&, Options opts, const optim::Selection& = optim::Selection::all())
+      : opts_(opts) {}
+  void apply(Parameters<T>& params) {
+    if (opts_.comm().size() == 1) return;
+    opts_.comm().all_reduce_mean(params.grads().data(), std::size_t(params.grads().size()));
+  }
+  template <class F>
+  void visit_state(F&&) {}
+  const Options& options() const { return opts_; }
+
+ private:
+  Options opts_;
+};
+#endif  // CIFARNET_WITH_MPI
+
+}  // namespace cifarnet::distributed
