@@ -88,3 +88,28 @@ TEST_CASE("Without a GPU the CUDA device is a clear error, never a crash", "[bac
   CHECK_THROWS_AS((Model<ResNetCifar<>, backend::Cuda>({3, 32, 32}, DataFormat::NHWC, NetOptions(), 1)),
                   BackendError);
 }
+
+#ifdef CIFARNET_WITH_NCCL
+#include <cifarnet/distributed/nccl.hpp>
+
+TEST_CASE("NcclGroup averages one buffer per GPU (host buffers, staged)", "[backend][cuda][nccl]") {
+  const int n = backend::cuda::device_count();
+  if (n == 0) {  // the clear error, then the skip
+    CHECK_THROWS_WITH(distributed::NcclGroup(1), Catch::Contains("GPUs requested, 0 present"));
+    WARN("SKIPPED: NCCL needs a GPU (" << backend::cuda::no_device_reason() << ")");
+    return;
+  }
+  distributed::NcclGroup group(n);
+  const std::size_t len = 1000;
+  std::vector<std::vector<float>> bufs(static_cast<std::size_t>(n), std::vector<float>(len, 0.0f));
+  std::vector<float*> ptrs;
+  for (int i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < len; ++j) bufs[std::size_t(i)][j] = float(i + 1) * float(j);
+    ptrs.push_back(bufs[std::size_t(i)].data());
+  }
+  group.all_reduce_mean(ptrs, len);
+  const float mean_factor = float(n + 1) / 2.0f;
+  for (const auto& b : bufs)
+    for (std::size_t j = 0; j < len; ++j) REQUIRE(b[j] == Approx(mean_factor * float(j)));
+}
+#endif

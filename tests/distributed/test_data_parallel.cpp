@@ -18,6 +18,9 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/distributed/data_parallel.hpp>
+#ifdef CIFARNET_WITH_NCCL
+#include <cifarnet/distributed/nccl.hpp>
+#endif
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
@@ -130,6 +133,30 @@ TEST_CASE("AllReduceMean replaces every gradient by its mean over the ranks, buc
   for (Eigen::Index i = 0; i < P.grads().size(); ++i) ok = ok && P.grads()[i] == 1.5f * float(i % 97);
   CHECK(ok);
 }
+
+#ifdef CIFARNET_WITH_NCCL
+TEST_CASE("NcclAllReduceMean averages the gradients like AllReduceMean (one GPU per rank)",
+          "[distributed][nccl]") {
+  auto& c = world();
+  const int gpus = backend::cuda::device_count();
+  if (gpus < c.size()) {  // not a skip of the whole MPI test: the other cases ran
+    WARN("not run: NCCL needs one GPU per rank (" << gpus << " present for " << c.size() << " ranks)");
+    return;
+  }
+  Device<backend::Cuda> dev(c.rank());
+  dist::NcclCommunicator nc(c, dev, 120);
+  Net net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 1);
+  auto& P = net.parameters();
+  for (Eigen::Index i = 0; i < P.grads().size(); ++i) P.grads()[i] = float(c.rank() + 1) * float(i % 97);
+  dist::NcclAllReduceMean<float> ar(P, dist::NcclAllReduceOptions(nc));
+  ar.apply(P);
+  const float mean = float(c.size() + 1) / 2.0f;
+  bool ok = true;
+  for (Eigen::Index i = 0; i < P.grads().size(); ++i)
+    ok = ok && std::abs(P.grads()[i] - mean * float(i % 97)) <= 1e-5f * float(i % 97 + 1);
+  CHECK(ok);
+}
+#endif
 
 TEST_CASE("Broadcasting the parameters makes every rank hold rank 0's", "[distributed][broadcast]") {
   auto& c = world();

@@ -52,6 +52,15 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+namespace distributed {
+/// An MPI or NCCL call failed, a collective timed out (a peer died or
+/// hangs), or the ranks disagree about something they must share.
+class DistributedError : public BackendError {
+ public:
+  using BackendError::BackendError;
+};
+}  // namespace distributed
+
 /// Training produced NaN or Inf.
 class NumericsError : public Error {
  public:

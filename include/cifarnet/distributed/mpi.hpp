@@ -41,13 +41,6 @@
 
 namespace cifarnet::distributed {
 
-/// An MPI call failed, a collective timed out (a peer died or hangs), or the
-/// ranks disagree about something they must share.
-class DistributedError : public BackendError {
- public:
-  using BackendError::BackendError;
-};
-
 namespace detail {
 /// Throws DistributedError naming `what` when rc is not MPI_SUCCESS.
 inline void check(int rc, const char* what) {

@@ -1,6 +1,7 @@
 // cifarnet/distributed/nccl.hpp — gradient averaging across GPUs with NCCL
 // (target cifarnet::cuda, built when CMake finds NCCL beside the CUDA
-// toolkit; CIFARNET_WITH_NCCL is then defined).
+// toolkit; CIFARNET_WITH_NCCL is then defined). The MPI parts need
+// cifarnet::mpi too (which defines CIFARNET_WITH_MPI).
 //
 //  - NcclGroup: one process driving several GPUs (the seed's towers): one
 //    NCCL communicator per device (ncclCommInitAll), all_reduce_mean over one
@@ -45,7 +46,8 @@ namespace nccl_detail {
 
 inline void check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess)
-    throw DistributedError(detail::concat("NCCL ", what, ": ", ncclGetErrorString(r), " (", int(r), ")"));
+    throw DistributedError(
+        cifarnet::detail::concat("NCCL ", what, ": ", ncclGetErrorString(r), " (", int(r), ")"));
 }
 
 /// Waits for `stream` to finish the collective `what` on `comm`, polling;
@@ -61,13 +63,14 @@ inline void wait(cudaStream_t stream, ncclComm_t comm, double timeout, const cha
     check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
     if (async != ncclSuccess && async != ncclInProgress) {
       (void)ncclCommAbort(comm);
-      throw DistributedError(detail::concat("NCCL ", what, ": ", ncclGetErrorString(async),
-                                            " (a peer failed); the communicator was aborted"));
+      throw DistributedError(cifarnet::detail::concat("NCCL ", what, ": ", ncclGetErrorString(async),
+                                                      " (a peer failed); the communicator was aborted"));
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
       (void)ncclCommAbort(comm);
-      throw DistributedError(detail::concat("NCCL ", what, ": not finished after ", timeout,
-                                            " s (a peer died or hangs); the communicator was aborted"));
+      throw DistributedError(
+          cifarnet::detail::concat("NCCL ", what, ": not finished after ", timeout,
+                                   " s (a peer died or hangs); the communicator was aborted"));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -110,8 +113,8 @@ class NcclGroup {
   /// all the buffers, on every device.
   void all_reduce_mean(const std::vector<float*>& buffers, std::size_t n) {
     if (buffers.size() != devices_.size())
-      throw ConfigError(detail::concat("NcclGroup::all_reduce_mean: ", buffers.size(), " buffers for ",
-                                       devices_.size(), " devices"));
+      throw ConfigError(cifarnet::detail::concat("NcclGroup::all_reduce_mean: ", buffers.size(),
+                                                 " buffers for ", devices_.size(), " devices"));
     std::vector<std::unique_ptr<backend::cuda::Staging>> staged;
     std::vector<float*> dev(buffers.size());
     for (std::size_t i = 0; i < buffers.size(); ++i) {
@@ -136,8 +139,9 @@ class NcclGroup {
   static std::vector<int> first_devices(int n) {
     const int present = backend::cuda::device_count();
     if (n <= 0 || n > present)
-      throw BackendError(detail::concat("NcclGroup: ", n, " GPUs requested, ", present, " present",
-                                        present == 0 ? " (" + backend::cuda::no_device_reason() + ")" : ""));
+      throw BackendError(
+          cifarnet::detail::concat("NcclGroup: ", n, " GPUs requested, ", present, " present",
+                                   present == 0 ? " (" + backend::cuda::no_device_reason() + ")" : ""));
     std::vector<int> d(std::size_t(n), 0);
     for (int i = 0; i < n; ++i) d[std::size_t(i)] = i;
     return d;
