@@ -429,7 +429,6 @@ int run(const Flags& f, Cluster& cl) {
   return 0;
 }
 
-
 #ifdef CIFARNET_WITH_CUDA
 /// Defined in cuda.cpp (its own translation unit).
 int run_cuda(const Flags& f, Cluster& cl);
