@@ -113,3 +113,30 @@ TEST_CASE("NcclGroup averages one buffer per GPU (host buffers, staged)", "[back
     for (std::size_t j = 0; j < len; ++j) REQUIRE(b[j] == Approx(mean_factor * float(j)));
 }
 #endif
+
+#include <cifarnet/vision/cuda_gemm.hpp>
+
+TEST_CASE("Gram matrices and the style loss's gradient on the GPU match oneDNN's",
+          "[backend][cuda][vision]") {
+  if (!have_gpu()) return;
+  Rng rng(9);
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Tensor<float> f = make_tensor<float>({1, 24, 7, 9}, fmt);
+    for (auto& v : f) v = float(rng.normal());
+    std::vector<float> gg, gc;
+    vision::gram_matrix<backend::Cuda>(f, fmt, gg);
+    vision::gram_matrix<backend::OneDnn>(f, fmt, gc);
+    CHECK(rel(Eigen::Map<Eigen::ArrayXf>(gg.data(), Eigen::Index(gg.size())),
+              Eigen::Map<Eigen::ArrayXf>(gc.data(), Eigen::Index(gc.size()))) < 1e-5);
+    Tensor<float> other = f;
+    for (auto& v : other) v = float(rng.normal());
+    const auto target = vision::make_gram_target<backend::OneDnn>(other, fmt);
+    std::vector<float> work, dg(f.size(), 0.5f), dc(f.size(), 0.5f);  // gradients are added
+    const double lg = vision::style_layer_loss<backend::Cuda>(f, fmt, target, work, dg.data());
+    const double lc = vision::style_layer_loss<backend::OneDnn>(f, fmt, target, work, dc.data());
+    CHECK(lg == Approx(lc).epsilon(1e-5));
+    CHECK(rel(Eigen::Map<Eigen::ArrayXf>(dg.data(), Eigen::Index(dg.size())),
+              Eigen::Map<Eigen::ArrayXf>(dc.data(), Eigen::Index(dc.size()))) < 1e-5);
+  }
+}
