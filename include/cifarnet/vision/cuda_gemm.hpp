@@ -26,8 +26,8 @@ struct Gemm<backend::Cuda, float> {
     const float* db = st.in(b, k * n);
     float* dc = beta == 0.0f ? st.out(c, m * n) : st.inout(c, m * n);
     const int M = cu::to_int(m, "rows"), N = cu::to_int(n, "columns"), K = cu::to_int(k, "inner size");
-    cu::check(cublasSgemm(dev.cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                          &alpha, db, tb ? K : N, da, ta ? M : K, &beta, dc, N),
+    cu::check(cublasSgemm(dev.cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+                          K, &alpha, db, tb ? K : N, da, ta ? M : K, &beta, dc, N),
               "Gemm (sgemm)");
     st.finish();
   }
