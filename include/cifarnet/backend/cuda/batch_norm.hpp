@@ -76,9 +76,8 @@ struct BatchNorm<backend::Cuda, float> {
     namespace cu = backend::cuda;
     Plan& p = plan(g);
     // cuDNN takes 1/sqrt(var + eps): computed on the host from the caller's variance.
-    const std::vector<float> v = cu::to_host(dev, var, g.c);
-    inv_std_.resize(g.c);
-    for (std::size_t c = 0; c < g.c; ++c) inv_std_[c] = float(1.0 / std::sqrt(double(v[c]) + eps));
+    cu::to_host(dev, var, g.c, inv_std_);  // in place: var, then 1/sqrt(var + eps)
+    for (float& v : inv_std_) v = float(1.0 / std::sqrt(double(v) + eps));
     cu::Staging st(dev);
     const float* ddx_in = st.in(x, g.size());
     const float* ddy = st.in(dy, g.size());

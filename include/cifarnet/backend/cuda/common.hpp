@@ -387,10 +387,12 @@ class Staging {
 
   /// Copies every staged output back to the host and waits for the stream.
   void finish() {
-    for (const Entry& e : entries_)
+    for (std::size_t i = 0; i < count_; ++i) {
+      const Entry& e = entries_[i];
       if (e.write_back)
         check(cudaMemcpyAsync(e.host, e.dev, e.n * sizeof(float), cudaMemcpyDeviceToHost, dev_.stream()),
               "copy of an op's output to the host");
+    }
     dev_.sync();
   }
 
@@ -405,16 +407,19 @@ class Staging {
   float* map(float* p, std::size_t n, bool read, bool write) {
     if (!p || n == 0) return p;
     if (is_device_pointer(p)) return p;
-    for (Entry& e : entries_)
+    for (std::size_t i = 0; i < count_; ++i) {
+      Entry& e = entries_[i];
       if (e.host == p) {  // the same host buffer twice in one call (in place)
         if (e.n < n) throw ConfigError("CUDA backend: one host buffer staged with two different sizes");
         if (read && !e.uploaded) upload(e);
         e.write_back = e.write_back || write;
         return e.dev;
       }
-    Entry e{p, dev_.buffer(Dev::kStagingBase + entries_.size(), n), n, write, false};
+    }
+    if (count_ == kMaxEntries) throw ConfigError("CUDA backend: an op staged more than 12 buffers");
+    Entry e{p, dev_.buffer(Dev::kStagingBase + count_, n), n, write, false};
     if (read) upload(e);
-    entries_.push_back(e);
+    entries_[count_++] = e;
     return e.dev;
   }
   void upload(Entry& e) {
@@ -423,13 +428,16 @@ class Staging {
     e.uploaded = true;
   }
   Dev& dev_;
-  std::vector<Entry> entries_;
+  // A fixed array: staging allocates nothing on the host in the step loop.
+  static constexpr std::size_t kMaxEntries = 12;
+  Entry entries_[kMaxEntries]{};
+  std::size_t count_ = 0;
 };
 
-/// Host copy of `n` floats at `p` (device or host pointer), for small
-/// per-channel vectors an op needs on the host.
-inline std::vector<float> to_host(Dev& dev, const float* p, std::size_t n) {
-  std::vector<float> h(n);
+/// Host copy of `n` floats at `p` (device or host pointer) into `h`, for
+/// small per-channel vectors an op needs on the host (h keeps its capacity).
+inline void to_host(Dev& dev, const float* p, std::size_t n, std::vector<float>& h) {
+  h.resize(n);
   if (is_device_pointer(p)) {
     check(cudaMemcpyAsync(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, dev.stream()),
           "copy to the host");
@@ -437,7 +445,6 @@ inline std::vector<float> to_host(Dev& dev, const float* p, std::size_t n) {
   } else {
     std::copy(p, p + n, h.begin());
   }
-  return h;
 }
 
 /// cuDNN's float scaling factors.
