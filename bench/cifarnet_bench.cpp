@@ -7,7 +7,11 @@
 //
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
-//       [--conv-algorithm auto|direct|winograd]
+//       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16]
+//
+// --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
+// bf16 inputs, weights and output gradients, float accumulation, output and
+// master weights; everything else float).
 //
 // --profile 1 (the default) follows each training benchmark with a per-layer
 // profile (nn/profile.hpp) of --steps more steps: forward and backward ms per
@@ -53,6 +57,7 @@ struct Protocol {
   int warmup = 3, reps = 5, steps = 4, infer_steps = 10;
   bool profile = true;
   ConvAlgorithm alg = ConvAlgorithm::Auto;  // --conv-algorithm
+  ConvPrecision prec = ConvPrecision::F32;  // --precision
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -114,7 +119,7 @@ Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, in
 template <class Net>
 Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOptions opts, std::size_t batch,
                    bool momentum_wd, bool randn, const Protocol& p) {
-  Model<Net, backend::OneDnn> net(in, fmt, opts.with_conv_algorithm(p.alg), 1);
+  Model<Net, backend::OneDnn> net(in, fmt, opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec), 1);
   Rng rng(2);
   Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
@@ -155,7 +160,8 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
 template <class Net>
 Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std::size_t batch,
                    const Protocol& p) {
-  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt, opts.with_conv_algorithm(p.alg), 1);
+  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt,
+                                  opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec), 1);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
   for (auto& v : x) v = float(rng.uniform(0, 255));
@@ -205,14 +211,18 @@ int main(int argc, char** argv) {
       p.alg = v == "auto"     ? ConvAlgorithm::Auto
               : v == "direct" ? ConvAlgorithm::Direct
                               : ConvAlgorithm::Winograd;
+    else if (k == "--precision" && (v == "fp32" || v == "bf16"))
+      p.prec = v == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  std::printf("cifarnet_bench: %d OpenMP threads, oneDNN %d.%d.%d, %d reps x %d steps after %d warm-up\n",
-              omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
-              p.reps, p.steps, p.warmup);
+  std::printf(
+      "cifarnet_bench: %d OpenMP threads, oneDNN %d.%d.%d, %d reps x %d steps after %d warm-up, %s "
+      "convolutions\n",
+      omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, p.reps,
+      p.steps, p.warmup, to_string(p.prec));
   std::vector<Result> results;
   for (const auto& f : split(formats)) {
     const DataFormat fmt = parse_data_format(f);

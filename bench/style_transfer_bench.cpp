@@ -8,6 +8,7 @@
 //   OMP_NUM_THREADS=2 style_transfer_bench [--reps 7] [--warmup 2] [--format nhwc|nchw|both]
 //                                          [--height 250] [--width 333] [--divisor 1|16]
 //                                          [--conv-algorithm auto|direct|winograd]
+//                                          [--precision fp32|bf16]
 //
 // Each figure is the median (min, max) over --reps timed repetitions of one
 // call after --warmup untimed ones. Compare with the PyTorch peer:
@@ -39,6 +40,7 @@ struct Args {
   std::size_t height = 250, width = 333;
   std::string format = "both";
   ConvAlgorithm alg = ConvAlgorithm::Auto;
+  ConvPrecision prec = ConvPrecision::F32;
 };
 
 struct Stat {
@@ -66,7 +68,8 @@ template <int D>
 void bench(const Args& a, DataFormat fmt) {
   using M = Model<Vgg19Features<D>, backend::OneDnn, float>;
   const char* name = fmt == DataFormat::NHWC ? "nhwc" : "nchw";
-  M net({3, a.height, a.width}, fmt, vgg19_random_options().with_conv_algorithm(a.alg), 1,
+  M net({3, a.height, a.width}, fmt,
+        vgg19_random_options().with_conv_algorithm(a.alg).with_conv_precision(a.prec), 1,
         /*input_gradient=*/true);
   StyleTransferOptions o;
   o.height = a.height;
@@ -136,20 +139,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "style_transfer_bench: --conv-algorithm must be auto, direct or winograd\n");
         return 2;
       }
+    } else if (k == "--precision") {
+      const std::string v = next();
+      if (v != "fp32" && v != "bf16") {
+        std::fprintf(stderr, "style_transfer_bench: --precision must be fp32 or bf16\n");
+        return 2;
+      }
+      a.prec = v == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
     } else {
       std::fprintf(
           stderr,
           "usage: style_transfer_bench [--reps N] [--warmup N] [--format nhwc|nchw|both] [--height H] "
-          "[--width W] [--divisor 1|16]\n");
+          "[--width W] [--divisor 1|16] [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16]\n");
       return 2;
     }
   }
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(
-      "style_transfer_bench: VGG-19 (channels / %d) to conv5_1, random weights, %zux%zu, oneDNN f32, "
-      "%d OpenMP threads, %d reps after %d warm-up, conv algorithm %s; loadavg %s\n",
-      a.divisor, a.height, a.width, omp_get_max_threads(), a.reps, a.warmup,
+      "style_transfer_bench: VGG-19 (channels / %d) to conv5_1, random weights, %zux%zu, oneDNN %s "
+      "convolutions, %d OpenMP threads, %d reps after %d warm-up, conv algorithm %s; loadavg %s\n",
+      a.divisor, a.height, a.width, to_string(a.prec), omp_get_max_threads(), a.reps, a.warmup,
       a.alg == ConvAlgorithm::Auto     ? "auto"
       : a.alg == ConvAlgorithm::Direct ? "direct"
                                        : "winograd",

@@ -47,7 +47,7 @@ inline const char* kHowToGetData =
 
 struct Flags {
   std::string data_dir, job_dir, variable_strategy = "CPU", data_format, schedule = "seed",
-                                 train_split = "train";
+                                 train_split = "train", precision = "fp32";
   int num_gpus = 1, num_layers = 44, num_intra_threads = 0, num_inter_threads = 0;
   std::int64_t train_steps = 80000, eval_every = 0, save_checkpoints_steps = 0;
   int train_batch_size = 128, eval_batch_size = 100, keep_checkpoints = 5, synthetic_examples = 2560;
@@ -82,6 +82,12 @@ inline void validate(const Flags& f, const Cluster& cl) {
         "--train-batch-size must be multiple of the number of MPI processes (--train-batch-size " +
         std::to_string(f.train_batch_size) + ", mpirun -np " + std::to_string(cl.size) + ").");
   if (!(f.collective_timeout > 0)) throw ConfigError("--collective-timeout must be positive.");
+  if (f.precision != "fp32" && f.precision != "bf16")
+    throw ConfigError("--precision '" + f.precision + "': expected fp32 or bf16.");
+  if (f.precision == "bf16" && f.num_gpus > 0)
+    throw ConfigError(
+        "--precision bf16: bf16 convolutions are a CPU (oneDNN) option; use --num-gpus 0, or "
+        "--precision fp32 on the GPU.");
   if (f.num_gpus > 0) {
 #ifdef CIFARNET_WITH_CUDA
     const int present = backend::cuda::device_count();
@@ -246,7 +252,16 @@ int run(const Flags& f, Cluster& cl) {
   }
 
   // Model, optimizer, data pipeline.
-  const NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
+  NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
+  std::string precision_text = "fp32";
+  if (f.precision == "bf16") {
+    opts.with_conv_precision(ConvPrecision::BF16);
+    precision_text =
+        backend::onednn::cpu_has_bf16_convolutions()
+            ? "bf16 convolutions (fp32 weights, optimizer and other layers)"
+            : "fp32 (--precision bf16 asked, but oneDNN has no bf16 kernels on this CPU: it needs "
+              "AVX-512)";
+  }
   DataFormat fmt = DataFormat::NHWC;
   if (!f.data_format.empty())
     fmt = parse_data_format(f.data_format);
@@ -302,7 +317,7 @@ int run(const Flags& f, Cluster& cl) {
             << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
             << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr " << lr
             << " " << schedule_text << ", format "
-            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first")
+            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first") << ", " << precision_text
             << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
                                   std::to_string(f.train_batch_size / cl.size) +
                                   (f.sync_batch_norm ? " (synchronized batch norm)" : "")

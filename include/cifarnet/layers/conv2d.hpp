@@ -4,8 +4,9 @@
 // VALID, or Explicit = ResNet's fixed padding for strided convs), optional
 // bias. In = 0 infers the input channels at build time. Parameters:
 // `weights` (K, K, In, Out) HWIO, TF's default Glorot-uniform initializer, and
-// `biases` (Out) initialized to zero. The convolution algorithm comes from
-// NetOptions::conv_algorithm on backends that offer a choice (oneDNN).
+// `biases` (Out) initialized to zero. The convolution algorithm and
+// precision come from NetOptions::conv_algorithm and conv_precision on
+// backends that offer a choice (oneDNN).
 #pragma once
 
 #include <type_traits>
@@ -22,6 +23,21 @@ struct has_conv_algorithm : std::false_type {};
 template <class Op>
 struct has_conv_algorithm<Op, std::void_t<decltype(std::declval<Op&>().set_algorithm(ConvAlgorithm::Auto))>>
     : std::true_type {};
+/// Does the backend's convolution op offer bf16 (set_precision)?
+template <class Op, class = void>
+struct has_conv_precision : std::false_type {};
+template <class Op>
+struct has_conv_precision<Op, std::void_t<decltype(std::declval<Op&>().set_precision(ConvPrecision::F32))>>
+    : std::true_type {};
+/// Does the backend's convolution op compute both backward passes in one
+/// call (backward(dev, g, x, dy, w, dx, dw, db))?
+template <class Op, class B, class = void>
+struct has_joint_backward : std::false_type {};
+template <class Op, class B>
+struct has_joint_backward<Op, B,
+                          std::void_t<decltype(std::declval<Op&>().backward(
+                              std::declval<Device<B>&>(), std::declval<const ConvGeom&>(), nullptr, nullptr,
+                              nullptr, nullptr, nullptr, nullptr))>> : std::true_type {};
 }  // namespace detail
 
 template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Bias = false>
@@ -48,6 +64,8 @@ struct Conv2d : LayerBase {
       geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
       if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
         policy_ = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
+      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
+        op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
       if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
@@ -65,12 +83,21 @@ struct Conv2d : LayerBase {
         op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
                               ? ConvAlgorithm::Direct
                               : policy_);
+      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
+        op_.set_keep_input(rc.training() && rc.param_grads);
       op_.forward(*rc.device, geom_, x.data(), rc.params->value(w_), Bias ? rc.params->value(b_) : nullptr,
                   y_.data());
       return y_;
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if constexpr (detail::has_joint_backward<ops::Conv2d<B, T>, B>::value) {
+        if (down_) ensure_shape(dx_, geom_.in_shape(), fmt_);
+        op_.backward(*rc.device, geom_, x_->data(), dy.data(), rc.params->value(w_),
+                     down_ ? dx_.data() : nullptr, rc.param_grads ? rc.params->grad(w_) : nullptr,
+                     rc.param_grads && Bias ? rc.params->grad(b_) : nullptr);
+        return dx_;
+      }
       if (rc.param_grads)
         op_.backward_weights(*rc.device, geom_, x_->data(), dy.data(), rc.params->grad(w_),
                              Bias ? rc.params->grad(b_) : nullptr);

@@ -58,6 +58,8 @@ struct ConvBatchNorm : LayerBase {
         const ConvAlgorithm a = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
         op_.set_algorithm(a == ConvAlgorithm::Auto ? ConvAlgorithm::Winograd : a);
       }
+      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
+        op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       scale_.assign(std::size_t(Out), T(0));

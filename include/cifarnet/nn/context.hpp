@@ -42,6 +42,9 @@ struct NetOptions {
   double bn_decay = 0.997, bn_epsilon = 1e-5;
   /// Convolution algorithm on backends that offer a choice (nn/conv_algorithm.hpp).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::Auto;
+  /// Arithmetic of the convolutions on backends that offer bf16 (oneDNN;
+  /// nn/conv_algorithm.hpp). Master weights and everything else stay float.
+  ConvPrecision conv_precision = ConvPrecision::F32;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -53,6 +56,10 @@ struct NetOptions {
   }
   NetOptions& with_conv_algorithm(ConvAlgorithm a) {
     conv_algorithm = a;
+    return *this;
+  }
+  NetOptions& with_conv_precision(ConvPrecision p) {
+    conv_precision = p;
     return *this;
   }
   NetOptions& decay_only(std::vector<std::string> patterns) {

@@ -1,6 +1,7 @@
-// cifarnet/nn/conv_algorithm.hpp — which convolution algorithm a backend
-// may use (NetOptions::conv_algorithm). Backends without a choice (the
-// reference) ignore it.
+// cifarnet/nn/conv_algorithm.hpp — which convolution algorithm and which
+// arithmetic a backend may use (NetOptions::conv_algorithm and
+// NetOptions::conv_precision). Backends without a choice (the reference,
+// CUDA) ignore them.
 //
 //   Direct    the direct algorithm everywhere
 //   Winograd  Winograd F(4x4, 3x3) wherever the backend offers it (oneDNN:
@@ -22,5 +23,21 @@ namespace cifarnet {
 
 /// Convolution algorithm choice (see the header comment).
 enum class ConvAlgorithm { Direct, Winograd, Auto };
+
+// Precision of the convolutions' arithmetic:
+//
+//   F32   float everywhere (the default)
+//   BF16  mixed precision: the convolution reads its input, weights and
+//         output gradient rounded to bfloat16 and accumulates in float; its
+//         output and both gradients are float, and the master weights, the
+//         optimizer, batch norm and every other layer stay float (oneDNN:
+//         native on AVX512-BF16 CPUs, emulated on other AVX-512 CPUs; where
+//         oneDNN has no bf16 kernel for a geometry that convolution runs in
+//         float). bf16 keeps 8 significant bits: expect relative errors
+//         around 3e-3 per convolution instead of 1e-6. Winograd is float
+//         only, so BF16 convolutions are direct.
+enum class ConvPrecision { F32, BF16 };
+
+inline const char* to_string(ConvPrecision p) { return p == ConvPrecision::BF16 ? "bf16" : "fp32"; }
 
 }  // namespace cifarnet

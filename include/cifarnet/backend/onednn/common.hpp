@@ -39,12 +39,13 @@ struct Device<backend::OneDnn> {
   /// Creates the CPU engine and its stream; throws BackendError on failure.
   Device();
 
-  /// Scratch slot `slot` (0 or 1) with at least `bytes` bytes, 64-byte
+  /// Scratch slot `slot` (0 to 3) with at least `bytes` bytes, 64-byte
   /// aligned; grows (never shrinks) and is shared by every op of the model:
-  /// valid until the next call for the same slot. Ops use it for layout
-  /// conversions within one call (ops finish before they return).
+  /// valid until the next call for the same slot. Ops use it for layout and
+  /// data-type conversions within one call (ops finish before they return):
+  /// slots 0 and 1 for blocked activations, 2 and 3 for bf16 copies.
   void* scratch(int slot, std::size_t bytes) {
-    Buffer& b = scratch_[slot & 1];
+    Buffer& b = scratch_[slot & 3];
     if (b.size < bytes) {
       b.p.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
       if (!b.p)
@@ -65,7 +66,7 @@ struct Device<backend::OneDnn> {
     std::unique_ptr<char, Free> p;
     std::size_t size = 0;
   };
-  Buffer scratch_[2];
+  Buffer scratch_[4];
 };
 
 namespace backend {
@@ -113,10 +114,11 @@ decltype(auto) guarded(const char* op, F&& f) {
 /// The plain oneDNN tag of an activation layout.
 inline tag act_tag(DataFormat f) { return f == DataFormat::NCHW ? tag::nchw : tag::nhwc; }
 
-/// f32 descriptor of an activation tensor with logical dims (n, c, h, w) laid
-/// out in format `f`.
-inline dnnl::memory::desc act_desc(DataFormat f, std::size_t n, std::size_t c, std::size_t h, std::size_t w) {
-  return dnnl::memory::desc({dim(n), dim(c), dim(h), dim(w)}, dt::f32, act_tag(f));
+/// Descriptor of an activation tensor with logical dims (n, c, h, w) laid
+/// out in format `f` (f32 unless `type` says otherwise).
+inline dnnl::memory::desc act_desc(DataFormat f, std::size_t n, std::size_t c, std::size_t h, std::size_t w,
+                                   dt type = dt::f32) {
+  return dnnl::memory::desc({dim(n), dim(c), dim(h), dim(w)}, type, act_tag(f));
 }
 
 /// f32 descriptor of a flat vector of `n` elements.

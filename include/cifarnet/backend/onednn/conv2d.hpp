@@ -24,6 +24,21 @@
 // Where oneDNN offers no Winograd kernel for a geometry the op falls back
 // to direct; backward_weights is always direct.
 //
+// Precision (set_precision, from NetOptions::conv_precision; F32 unless
+// set): with BF16 each pass runs oneDNN's bf16 kernel where it has a
+// jit (non-reference) one: the float input and output gradient are rounded
+// to bf16 by a reorder into a bf16 copy, the weights into the primitive's
+// bf16 layout (cached like the float copy), and the primitive accumulates
+// in float and writes float y, dx and dw. Each pass falls back to float on
+// its own where oneDNN has no bf16 kernel (every pass on CPUs without
+// AVX-512). backward_weights stays float for strided convolutions and for
+// inputs of fewer than 8 channels: oneDNN 2.6's bf16 kernels are slower
+// than float there (measured on Zen 4, batch 128: 3.3-4.5x on ResNet's two
+// stride-2 3x3 convolutions, 1.3x on the 3-channel stem; faster elsewhere).
+// While training (set_keep_input), forward keeps its bf16 copy of x for a
+// bf16 backward_weights of the same x (pointer compared), so x is rounded
+// once per step; backward() rounds dy once for both backward passes.
+//
 // dx, dw and db are overwritten; the bias is optional (nullptr) in forward
 // and backward_weights.
 #pragma once
@@ -38,6 +53,20 @@
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
+namespace backend {
+namespace onednn {
+
+/// Whether oneDNN has bf16 convolution kernels on this CPU (AVX-512:
+/// avx512_core, native with AVX512-BF16, emulated without). Elsewhere
+/// ConvPrecision::BF16 convolutions run in float.
+inline bool cpu_has_bf16_convolutions() {
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
+  return (isa & core) == core;  // the ISA values are feature bit sets
+}
+
+}  // namespace onednn
+}  // namespace backend
+
 namespace ops {
 
 /// Convolution with oneDNN primitives cached per ConvGeom (float only).
@@ -52,6 +81,22 @@ struct Conv2d<backend::OneDnn, float> {
   bool uses_winograd(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->wino;
+  }
+
+  /// The arithmetic of the calls that follow (default F32).
+  void set_precision(ConvPrecision p) { prec_ = p; }
+  ConvPrecision precision() const { return prec_; }
+  /// Whether forward keeps its bf16 copy of x for backward_weights (set
+  /// while training; without it the copy lives in device scratch only).
+  void set_keep_input(bool keep) { keep_input_ = keep; }
+  /// Whether any pass built so far for geometry `g` runs in bf16.
+  bool uses_bf16(const ConvGeom& g) const {
+    const State* s = cache_.find(key(g));
+    if (!s) return false;
+    bool any = s->bwd_data && s->bwd_data->lp;
+    for (const auto& f : s->fwd) any = any || (f && f->lp);
+    for (const auto& f : s->bwd_weights) any = any || (f && f->lp);
+    return any;
   }
 
   /// forward() takes `relu` (a fused ReLU post-op).
@@ -69,7 +114,9 @@ struct Conv2d<backend::OneDnn, float> {
       State& s = state(dev, g);
       Fwd& f = s.forward(cache_, dev.engine, b != nullptr, relu);
       dnnl::memory wm = weights_in(dev, s.w, w, f.w);
-      dnnl::memory src = stage_in(dev, f.src, on::bind(s.x, x), 0);
+      const bool keep = keep_input_ && s.bf16_dw;  // only a bf16 backward_weights reads the copy
+      dnnl::memory src = f.lp ? s.lower_x(cache_, dev, x, keep) : stage_in(dev, f.src, on::bind(s.x, x), 0);
+      if (!f.lp || !keep) s.kept_x = nullptr;
       dnnl::memory dst = f.dst.direct() ? on::bind(s.y, y) : on::scratch(dev, f.dst.mem, 1);
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dst}};
@@ -82,39 +129,53 @@ struct Conv2d<backend::OneDnn, float> {
 
   /// dx = conv_transpose(dy, w), overwritten.
   void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w, float* dx) {
-    namespace on = backend::onednn;
-    static constexpr const char* op = "Conv2d backward_data";
-    on::check_geometry(g, op, false);
-    on::require(op, {{dy, "dy"}, {w, "w"}, {dx, "dx"}});
-    on::guarded(op, [&] {
-      State& s = state(dev, g);
-      BwdData& f = s.backward_data(cache_, dev.engine);
-      dnnl::memory wm = weights_in(dev, s.w, w, f.w);
-      dnnl::memory ddst = stage_in(dev, f.ddst, on::bind(s.y, dy), 0);
-      dnnl::memory dsrc = f.dsrc.direct() ? on::bind(s.x, dx) : on::scratch(dev, f.dsrc.mem, 1);
-      f.prim.execute(dev.stream,
-                     {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dsrc}});
-      if (!f.dsrc.direct()) f.dsrc.reorder.execute(dev.stream, dsrc, on::bind(s.x, dx));
-      dev.stream.wait();
-    });
+    backend::onednn::require("Conv2d backward_data", {{dy, "dy"}, {w, "w"}, {dx, "dx"}});
+    backward(dev, g, nullptr, dy, w, dx, nullptr, nullptr);
   }
 
   /// dw (HWIO) and db (if not nullptr) from x and dy, overwritten.
   void backward_weights(Dev& dev, const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
+    backend::onednn::require("Conv2d backward_weights", {{x, "x"}, {dy, "dy"}, {dw, "dw"}});
+    backward(dev, g, x, dy, nullptr, nullptr, dw, db);
+  }
+
+  /// Both backward passes from one dy: dw (HWIO) and db (if not nullptr)
+  /// from x and dy when dw is given, then dx = conv_transpose(dy, w) when dx
+  /// is given; all overwritten. In bf16, dy is rounded once for both.
+  void backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
+                float* dw, float* db) {
     namespace on = backend::onednn;
-    static constexpr const char* op = "Conv2d backward_weights";
+    const char* op = dw ? "Conv2d backward_weights" : "Conv2d backward_data";
     on::check_geometry(g, op, false);
-    on::require(op, {{x, "x"}, {dy, "dy"}, {dw, "dw"}});
+    on::require(op, {{dy, "dy"}});
+    if (dw) on::require(op, {{x, "x"}});
+    if (dx) on::require("Conv2d backward_data", {{w, "w"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
-      BwdWeights& f = s.backward_weights(cache_, dev.engine, db != nullptr);
-      dnnl::memory& user_dw = on::bind(s.w, dw);
-      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, on::bind(s.x, x)},
-                                                 {DNNL_ARG_DIFF_DST, on::bind(s.y, dy)},
-                                                 {DNNL_ARG_DIFF_WEIGHTS, f.dw.direct() ? user_dw : f.dw.mem}};
-      if (db) args.emplace(DNNL_ARG_DIFF_BIAS, on::bind(s.b, db));
-      f.prim.execute(dev.stream, args);
-      if (!f.dw.direct()) f.dw.reorder.execute(dev.stream, f.dw.mem, user_dw);
+      BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
+      BwdData* fd = dx ? &s.backward_data(cache_, dev.engine) : nullptr;
+      std::optional<dnnl::memory> dy_lp;
+      if ((fw && fw->lp) || (fd && fd->lp)) dy_lp = s.lower_dy(cache_, dev, dy);
+      if (fw) {
+        dnnl::memory& user_dw = on::bind(s.w, dw);
+        dnnl::memory src =
+            fw->lp ? (s.kept_x == x ? s.x_keep : s.lower_x(cache_, dev, x, false)) : on::bind(s.x, x);
+        std::unordered_map<int, dnnl::memory> args{
+            {DNNL_ARG_SRC, src},
+            {DNNL_ARG_DIFF_DST, fw->lp ? *dy_lp : on::bind(s.y, dy)},
+            {DNNL_ARG_DIFF_WEIGHTS, fw->dw.direct() ? user_dw : fw->dw.mem}};
+        if (db) args.emplace(DNNL_ARG_DIFF_BIAS, on::bind(s.b, db));
+        fw->prim.execute(dev.stream, args);
+        if (!fw->dw.direct()) fw->dw.reorder.execute(dev.stream, fw->dw.mem, user_dw);
+      }
+      if (fd) {
+        dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
+        dnnl::memory ddst = fd->lp ? *dy_lp : stage_in(dev, fd->ddst, on::bind(s.y, dy), 0);
+        dnnl::memory dsrc = fd->dsrc.direct() ? on::bind(s.x, dx) : on::scratch(dev, fd->dsrc.mem, 1);
+        fd->prim.execute(dev.stream,
+                         {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dsrc}});
+        if (!fd->dsrc.direct()) fd->dsrc.reorder.execute(dev.stream, dsrc, on::bind(s.x, dx));
+      }
       dev.stream.wait();
     });
   }
@@ -127,10 +188,10 @@ struct Conv2d<backend::OneDnn, float> {
 
  private:
   struct State;
-  using Key = decltype(std::tuple_cat(ConvGeom{}.key(), std::make_tuple(0)));
+  using Key = decltype(std::tuple_cat(ConvGeom{}.key(), std::make_tuple(0, 0)));
   using Cache = backend::onednn::PrimitiveCache<Key, State>;
 
-  Key key(const ConvGeom& g) const { return std::tuple_cat(g.key(), std::make_tuple(int(alg_))); }
+  Key key(const ConvGeom& g) const { return std::tuple_cat(g.key(), std::make_tuple(int(alg_), int(prec_))); }
 
   // Winograd for this geometry under the policy `a` (oneDNN may still refuse).
   static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
@@ -138,38 +199,58 @@ struct Conv2d<backend::OneDnn, float> {
     return shape_ok && (a == ConvAlgorithm::Winograd || (a == ConvAlgorithm::Auto && g.n <= 4));
   }
 
+  // Each pass records whether it runs in bf16 (`lp`: it reads bf16 copies).
   struct Fwd {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
     backend::onednn::Staged w, src, dst;  // src/dst staged only for Winograd's blocked layouts
+    bool lp;
   };
   struct BwdData {
     dnnl::convolution_backward_data::primitive_desc pd;
     dnnl::convolution_backward_data prim;
     backend::onednn::Staged w, ddst, dsrc;
+    bool lp;
   };
   struct BwdWeights {
     dnnl::convolution_backward_weights::primitive_desc pd;
     dnnl::convolution_backward_weights prim;
     backend::onednn::Staged dw;
+    bool lp;
   };
+
+  // Whether a bf16 descriptor got a real kernel (not oneDNN's reference one,
+  // which is far slower than the float jit kernel it would replace).
+  template <class Pd>
+  static bool jit_kernel(const Pd& pd) {
+    return std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
+  }
 
   // Everything built for one geometry. The user memories (x/y for src/dst
   // and their gradients, w for weights and their gradient, b for bias and
   // its gradient) are re-pointed at the caller's buffers on every call.
   struct State {
     dnnl::memory::desc src, dst, src_any, dst_any, w_user, w_any, bias;
+    dnnl::memory::desc src_lp, dst_lp, w_any_lp;  // bf16: plain activations, any weights
     backend::onednn::dims strides, pad_l, pad_r;
     dnnl::memory x, y, w, b;
     bool avoid_rtus_1x1;  // see the oneDNN 2.6 workaround above
     bool wino;            // forward / backward_data use Winograd
+    bool bf16;            // try bf16 kernels (ConvPrecision::BF16)
+    bool bf16_dw;         // ... in backward_weights too (see the header comment)
     std::optional<dnnl::convolution_forward::primitive_desc> direct_hint_pd;
     std::optional<Fwd> fwd[4];  // [with bias + 2 * with ReLU post-op]
-    std::optional<dnnl::convolution_forward::primitive_desc> hint_pd;
+    std::optional<dnnl::convolution_forward::primitive_desc> hint_pd, hint_pd_lp;
     std::optional<BwdData> bwd_data;
     std::optional<BwdWeights> bwd_weights[2];  // without / with bias
+    // bf16 copies: of x kept from a training forward (x_keep, own buffer,
+    // holding kept_x's values), or in device scratch (x_lp slot 2, dy_lp slot 3).
+    std::optional<dnnl::reorder> lower_src, lower_dst;
+    dnnl::memory x_keep, x_lp, dy_lp;
+    const float* kept_x = nullptr;
 
-    State(const ConvGeom& g, bool winograd, const dnnl::engine& eng) : wino(winograd) {
+    State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
+        : wino(winograd && !lowp), bf16(lowp), bf16_dw(lowp && g.sh == 1 && g.sw == 1 && g.ic >= 8) {
       namespace on = backend::onednn;
       src = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw);
       dst = on::act_desc(g.fmt, g.n, g.oc, g.oh, g.ow);
@@ -178,6 +259,11 @@ struct Conv2d<backend::OneDnn, float> {
       const on::dims wd{on::dim(g.oc), on::dim(g.ic), on::dim(g.kh), on::dim(g.kw)};
       w_user = dnnl::memory::desc(wd, on::dt::f32, on::tag::hwio);
       w_any = dnnl::memory::desc(wd, on::dt::f32, on::tag::any);
+      src_lp = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw, on::dt::bf16);
+      dst_lp = on::act_desc(g.fmt, g.n, g.oc, g.oh, g.ow, on::dt::bf16);
+      w_any_lp = dnnl::memory::desc(wd, on::dt::bf16, on::tag::any);
+      x_lp = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
+      dy_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
       bias = on::vec_desc(g.oc);
       strides = {on::dim(g.sh), on::dim(g.sw)};
       pad_l = {on::dim(g.pt), on::dim(g.pl)};
@@ -192,12 +278,15 @@ struct Conv2d<backend::OneDnn, float> {
 
     // Direct on the plain layouts, or Winograd on the layouts it chooses.
     // With `relu`, a ReLU post-op (inference only: no backward uses it).
+    // With `lp`, direct with bf16 input and weights (float output).
     dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& eng, bool with_bias,
-                                                         bool winograd, bool relu = false) const {
+                                                         bool winograd, bool relu = false,
+                                                         bool lp = false) const {
       using cf = dnnl::convolution_forward;
       const auto alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
-      const auto& s = winograd ? src_any : src;
+      const auto& s = lp ? src_lp : winograd ? src_any : src;
       const auto& d = winograd ? dst_any : dst;
+      const auto& wa = lp ? w_any_lp : w_any;
       const auto pk = relu ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
       dnnl::primitive_attr attr;
       if (relu) {
@@ -206,8 +295,51 @@ struct Conv2d<backend::OneDnn, float> {
         attr.set_post_ops(po);
       }
       return with_bias
-                 ? cf::primitive_desc(cf::desc(pk, alg, s, w_any, bias, d, strides, pad_l, pad_r), attr, eng)
-                 : cf::primitive_desc(cf::desc(pk, alg, s, w_any, d, strides, pad_l, pad_r), attr, eng);
+                 ? cf::primitive_desc(cf::desc(pk, alg, s, wa, bias, d, strides, pad_l, pad_r), attr, eng)
+                 : cf::primitive_desc(cf::desc(pk, alg, s, wa, d, strides, pad_l, pad_r), attr, eng);
+    }
+
+    // The bf16 forward descriptor when bf16 is asked for and oneDNN has a jit
+    // kernel for it (the pass then runs in bf16), else nothing.
+    std::optional<dnnl::convolution_forward::primitive_desc> lp_forward_pd(const dnnl::engine& eng,
+                                                                           bool with_bias, bool relu) const {
+      if (!bf16) return std::nullopt;
+      try {
+        auto pd = forward_pd(eng, with_bias, false, relu, true);
+        if (jit_kernel(pd)) return pd;
+      } catch (const dnnl::error&) {  // no bf16 kernel here: float
+      }
+      return std::nullopt;
+    }
+
+    // The bf16 copy of the caller's x: into x_keep (kept for backward_weights
+    // of the same x) or into device scratch slot 2.
+    dnnl::memory lower_x(Cache& c, Device<backend::OneDnn>& dev, const float* px, bool keep) {
+      namespace on = backend::onednn;
+      if (!lower_src)
+        lower_src =
+            c.build<dnnl::reorder>(dnnl::reorder::primitive_desc(dev.engine, src, dev.engine, src_lp));
+      dnnl::memory out = x_lp;
+      if (keep) {
+        if (!x_keep) x_keep = dnnl::memory(src_lp, dev.engine);
+        out = x_keep;
+      } else {
+        on::scratch(dev, x_lp, 2);
+      }
+      lower_src->execute(dev.stream, on::bind(x, px), out);
+      if (keep) kept_x = px;
+      return out;
+    }
+
+    // The bf16 copy of the caller's dy, in device scratch slot 3.
+    dnnl::memory lower_dy(Cache& c, Device<backend::OneDnn>& dev, const float* pdy) {
+      namespace on = backend::onednn;
+      if (!lower_dst)
+        lower_dst =
+            c.build<dnnl::reorder>(dnnl::reorder::primitive_desc(dev.engine, dst, dev.engine, dst_lp));
+      on::scratch(dev, dy_lp, 3);
+      lower_dst->execute(dev.stream, on::bind(y, pdy), dy_lp);
+      return dy_lp;
     }
 
     // Winograd when chosen and offered; a refusal switches this geometry to
@@ -241,7 +373,7 @@ struct Conv2d<backend::OneDnn, float> {
     // The forward descriptor backward_data takes as its hint (same algorithm).
     const dnnl::convolution_forward::primitive_desc& hint(const dnnl::engine& eng) {
       for (int i : {0, 1})  // the training forwards (no post-op)
-        if (fwd[i]) return fwd[i]->pd;
+        if (fwd[i] && !fwd[i]->lp) return fwd[i]->pd;
       if (!hint_pd) hint_pd = chosen_forward_pd(eng, false);
       return *hint_pd;
     }
@@ -253,15 +385,38 @@ struct Conv2d<backend::OneDnn, float> {
       return *direct_hint_pd;
     }
 
+    // The bf16 forward descriptor the bf16 backward passes take as their
+    // hint, or nothing when oneDNN has no bf16 forward kernel here.
+    const dnnl::convolution_forward::primitive_desc* lp_hint(const dnnl::engine& eng) {
+      if (!bf16) return nullptr;
+      for (int i : {0, 1})
+        if (fwd[i] && fwd[i]->lp) return &fwd[i]->pd;
+      if (!hint_pd_lp) hint_pd_lp = lp_forward_pd(eng, false, false);
+      return hint_pd_lp ? &*hint_pd_lp : nullptr;
+    }
+
     Fwd& forward(Cache& c, const dnnl::engine& eng, bool with_bias, bool relu) {
       auto& f = fwd[int(with_bias) + 2 * int(relu)];
       if (!f) {
-        const bool settled = fwd[0] || fwd[1] || fwd[2] || fwd[3] || hint_pd;  // `wino` already final
+        if (auto lp = lp_forward_pd(eng, with_bias, relu)) {
+          f = Fwd{*lp,
+                  c.build<dnnl::convolution_forward>(*lp),
+                  c.stage(eng, lp->weights_desc(), w_user, true),
+                  {},
+                  {},
+                  true};
+          return *f;
+        }
+        bool settled = hint_pd.has_value();  // `wino` already final
+        for (const auto& o : fwd) settled = settled || (o && !o->lp);
         auto pd =
             settled ? settled_forward_pd(eng, with_bias, relu) : chosen_forward_pd(eng, with_bias, relu);
-        f = Fwd{pd, c.build<dnnl::convolution_forward>(pd), c.stage(eng, pd.weights_desc(), w_user, true),
+        f = Fwd{pd,
+                c.build<dnnl::convolution_forward>(pd),
+                c.stage(eng, pd.weights_desc(), w_user, true),
                 c.stage_scratch(eng, pd.src_desc(), src, true),
-                c.stage_scratch(eng, pd.dst_desc(), dst, false)};
+                c.stage_scratch(eng, pd.dst_desc(), dst, false),
+                false};
       }
       return *f;
     }
@@ -269,6 +424,19 @@ struct Conv2d<backend::OneDnn, float> {
     BwdData& backward_data(Cache& c, const dnnl::engine& eng) {
       if (!bwd_data) {
         using cb = dnnl::convolution_backward_data;
+        if (const auto* lh = lp_hint(eng)) {
+          try {
+            cb::primitive_desc pd(
+                cb::desc(dnnl::algorithm::convolution_direct, src, w_any_lp, dst_lp, strides, pad_l, pad_r),
+                eng, *lh);
+            if (jit_kernel(pd)) {
+              bwd_data =
+                  BwdData{pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
+              return *bwd_data;
+            }
+          } catch (const dnnl::error&) {  // no bf16 kernel for this pass: float
+          }
+        }
         const auto& h = hint(eng);  // settles `wino` first
         std::optional<cb::primitive_desc> pd;
         if (wino) {
@@ -283,9 +451,12 @@ struct Conv2d<backend::OneDnn, float> {
           pd = cb::primitive_desc(
               cb::desc(dnnl::algorithm::convolution_direct, src, w_any, dst, strides, pad_l, pad_r), eng,
               direct_hint(eng));
-        bwd_data = BwdData{*pd, c.build<cb>(*pd), c.stage(eng, pd->weights_desc(), w_user, true),
+        bwd_data = BwdData{*pd,
+                           c.build<cb>(*pd),
+                           c.stage(eng, pd->weights_desc(), w_user, true),
                            c.stage_scratch(eng, pd->diff_dst_desc(), dst, true),
-                           c.stage_scratch(eng, pd->diff_src_desc(), src, false)};
+                           c.stage_scratch(eng, pd->diff_src_desc(), src, false),
+                           false};
       }
       return *bwd_data;
     }
@@ -295,6 +466,18 @@ struct Conv2d<backend::OneDnn, float> {
       if (!f) {
         using cw = dnnl::convolution_backward_weights;
         const auto alg = dnnl::algorithm::convolution_direct;
+        if (const auto* lh = bf16_dw ? lp_hint(eng) : nullptr) {
+          try {  // bf16 x and dy, float dw (and db)
+            const cw::desc d = with_bias ? cw::desc(alg, src_lp, w_any, bias, dst_lp, strides, pad_l, pad_r)
+                                         : cw::desc(alg, src_lp, w_any, dst_lp, strides, pad_l, pad_r);
+            cw::primitive_desc pd(d, eng, *lh);
+            if (jit_kernel(pd)) {
+              f = BwdWeights{pd, c.build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false), true};
+              return *f;
+            }
+          } catch (const dnnl::error&) {  // no bf16 kernel for this pass: float
+          }
+        }
         // The op descriptor must outlive next_impl(): oneDNN 2.6's
         // implementation iterator keeps a pointer to it.
         const cw::desc d = with_bias ? cw::desc(alg, src, w_any, bias, dst, strides, pad_l, pad_r)
@@ -303,14 +486,16 @@ struct Conv2d<backend::OneDnn, float> {
         if (avoid_rtus_1x1)
           while (std::string(pd.impl_info_str()).rfind("jit_1x1", 0) == 0 && pd.next_impl()) {
           }
-        f = BwdWeights{pd, c.build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false)};
+        f = BwdWeights{pd, c.build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false), false};
       }
       return *f;
     }
   };
 
   State& state(Dev& dev, const ConvGeom& g) {
-    return cache_.get(dev.engine, key(g), [&] { return State(g, want_winograd(alg_, g), dev.engine); });
+    return cache_.get(dev.engine, key(g), [&] {
+      return State(g, want_winograd(alg_, g), prec_ == ConvPrecision::BF16, dev.engine);
+    });
   }
 
   // The plain buffer `user`, or its copy in the primitive's layout (in device
@@ -339,6 +524,8 @@ struct Conv2d<backend::OneDnn, float> {
 
   Cache cache_;
   ConvAlgorithm alg_ = ConvAlgorithm::Direct;
+  ConvPrecision prec_ = ConvPrecision::F32;
+  bool keep_input_ = false;
 };
 
 }  // namespace ops
