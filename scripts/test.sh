@@ -10,7 +10,7 @@
 #   tsan  the input-pipeline (tests/data) and trainer (tests/train) tests
 #         built with ThreadSanitizer, ctest (OMP_NUM_THREADS=1: libgomp is
 #         not TSan-instrumented, see docs/RELIABILITY.md)
-#   fuzz  each libFuzzer target for 60 s, two at a time (scripts/fuzz.sh;
+#   fuzz  each libFuzzer target for 30 s, two at a time (scripts/fuzz.sh;
 #         only with clang; longer campaigns: docs/RELIABILITY.md)
 # Usage: bash scripts/test.sh [build-dir=build]
 # CIFARNET_CI_STAGES="main asan" runs only those stages (default: all four);
@@ -74,8 +74,8 @@ fi
 if has fuzz; then
   if command -v clang++ >/dev/null; then
     # -seed=1: the same mutation sequence on every run (a finding reproduces).
-    timed "fuzz: build + 60 s/target" env FUZZ_JOBS="$JOBS" FUZZ_ARGS="${FUZZ_ARGS:--seed=1}" \
-      bash scripts/fuzz.sh 60 "$BUILD-fuzz"
+    timed "fuzz: build + 30 s/target" env FUZZ_JOBS="$JOBS" FUZZ_ARGS="${FUZZ_ARGS:--seed=1}" \
+      bash scripts/fuzz.sh 30 "$BUILD-fuzz"
   else
     echo "=== fuzz: skipped (no clang++)"
   fi
