@@ -12,6 +12,8 @@
 # Environment: WRAP  command prefix for each benchmark pair (e.g. a script that
 #                    pauses other jobs while it runs; empty by default)
 #              FORMATS cifarnet formats (default nhwc,nchw); OUT results folder (default: a temp dir)
+#              PRECISION fp32 (default) or bf16: cifarnet's convolutions (the peer is always fp32,
+#                    the baseline issue 7's bf16 targets are stated against)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -19,23 +21,24 @@ ONLY=${2:-resnet20,resnet56,tfcnn,infer20,infer56,gatys,rss}
 PEER=${PEER:-../shared/bench/peer_torch.py}
 FORMATS=${FORMATS:-nhwc,nchw}
 WRAP=${WRAP:-}
+PRECISION=${PRECISION:-fp32}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 cmake --build "$BUILD" --target cifarnet_bench style_transfer_bench > /dev/null
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, cifarnet $PRECISION"
 for b in ${ONLY//,/ }; do
   case "$b" in
     gatys)
-      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/style_transfer_bench' --format nhwc --reps 5 --warmup 2 > '$out/cifarnet_gatys.txt' 2>&1;
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/style_transfer_bench' --format nhwc --reps 5 --warmup 2 --precision $PRECISION > '$out/cifarnet_gatys.txt' 2>&1;
                      /usr/bin/python3 '$PEER' --only gatys --formats nchw,cl --json '$out/peer_gatys.json' > '$out/peer_gatys.log' 2>&1" ;;
     rss)
-      $WRAP bash -c "OMP_NUM_THREADS=2 /usr/bin/time -v '$BUILD/bench/cifarnet_bench' --only resnet20 --formats nhwc --profile 0 > '$out/cifarnet_rss.txt' 2>&1;
+      $WRAP bash -c "OMP_NUM_THREADS=2 /usr/bin/time -v '$BUILD/bench/cifarnet_bench' --only resnet20 --formats nhwc --profile 0 --precision $PRECISION > '$out/cifarnet_rss.txt' 2>&1;
                      /usr/bin/time -v /usr/bin/python3 '$PEER' --only resnet20 --formats cl > '$out/peer_rss.txt' 2>&1" ;;
     infer*)
-      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --precision $PRECISION --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
                      /usr/bin/python3 '$PEER' --only $b --formats nchw,cl --extra --json '$out/peer_$b.json' > '$out/peer_$b.log' 2>&1" ;;
     *)
-      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
+      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --only $b --formats $FORMATS --precision $PRECISION --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
                      /usr/bin/python3 '$PEER' --only $b --formats nchw,cl --json '$out/peer_$b.json' > '$out/peer_$b.log' 2>&1" ;;
   esac
   echo "-- $b done $(date -u +%T), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
