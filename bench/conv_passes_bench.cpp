@@ -1,0 +1,100 @@
+// bench/conv_passes_bench.cpp — milliseconds per call of each pass of
+// cifarnet's oneDNN convolution op (ops::Conv2d<OneDnn, float>) on the six
+// 3x3 geometries of a ResNet-20 training step (batch 128), in fp32 and with
+// ConvPrecision::BF16. The bf16 times include the op's own conversions: x
+// rounded to bf16 in forward (kept for backward_weights) and dy rounded in
+// each backward call. This is the measurement behind the op's choice of
+// which passes run in bf16 (backend/onednn/conv2d.hpp).
+//
+//   OMP_NUM_THREADS=2 build/bench/conv_passes_bench [--reps 7] [--format nhwc|nchw] [--batch 128]
+//
+// Each figure is the median of --reps calls after 3 untimed ones.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include <cifarnet/backend/onednn.hpp>
+
+using namespace cifarnet;
+using B = backend::OneDnn;
+
+int main(int argc, char** argv) {
+  int reps = 7;
+  std::size_t batch = 128;
+  DataFormat fmt = DataFormat::NHWC;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string v = i + 1 < argc ? argv[i + 1] : "";
+    const std::string k = v.empty() ? "" : argv[i];  // a flag without its value: usage below
+    if (k == "--reps")
+      reps = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--batch")
+      batch = std::size_t(std::max(1, std::atoi(v.c_str())));
+    else if (k == "--format" && (v == "nhwc" || v == "nchw"))
+      fmt = v == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
+    else {
+      std::fprintf(stderr, "usage: conv_passes_bench [--reps N] [--format nhwc|nchw] [--batch N]\n");
+      return 2;
+    }
+  }
+  struct Shape {
+    const char* name;
+    std::size_t ic, hw, oc, stride;
+  };
+  const Shape shapes[] = {{"3->16 @32x32", 3, 32, 16, 1},       {"16->16 @32x32", 16, 32, 16, 1},
+                          {"16->32 s2 @32->16", 16, 32, 32, 2}, {"32->32 @16x16", 32, 16, 32, 1},
+                          {"32->64 s2 @16->8", 32, 16, 64, 2},  {"64->64 @8x8", 64, 8, 64, 1}};
+  std::printf(
+      "conv_passes_bench: %d OpenMP threads, oneDNN %d.%d.%d, %s, batch %zu, bf16 kernels on this CPU: %s\n",
+      omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
+      to_string(fmt), batch, backend::onednn::cpu_has_bf16_convolutions() ? "yes" : "no");
+  std::printf("%-20s %21s %21s %21s   (ms: fp32 -> bf16)\n", "shape", "forward", "backward_data",
+              "backward_weights");
+  Device<B> dev;
+  try {
+    for (const Shape& s : shapes) {
+      const ConvGeom g = ConvGeom::make(fmt, {batch, s.ic, s.hw, s.hw}, s.oc, 3, s.stride,
+                                        s.stride == 1 ? Padding::Same : Padding::Explicit);
+      std::vector<float> x(g.in_shape().size(), 0.5f), y(g.out_shape().size()), w(9 * s.ic * s.oc, 0.01f),
+          dx(x.size()), dw(w.size()), dy(y.size(), 0.3f);
+      double t[2][3];
+      for (int p = 0; p < 2; ++p) {
+        ops::Conv2d<B, float> op;
+        op.set_precision(p ? ConvPrecision::BF16 : ConvPrecision::F32);
+        op.set_keep_input(true);  // as in training
+        auto median_ms = [&](auto&& f) {
+          for (int i = 0; i < 3; ++i) f();
+          std::vector<double> v;
+          for (int r = 0; r < reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            f();
+            v.push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        t[p][0] = median_ms([&] { op.forward(dev, g, x.data(), w.data(), nullptr, y.data()); });
+        t[p][1] = median_ms(
+            [&] { op.backward(dev, g, x.data(), dy.data(), w.data(), dx.data(), nullptr, nullptr); });
+        t[p][2] = median_ms(
+            [&] { op.backward(dev, g, x.data(), dy.data(), w.data(), nullptr, dw.data(), nullptr); });
+        if (p == 1)
+          std::printf("%-20s %8.3f -> %8.3f   %8.3f -> %8.3f   %8.3f -> %8.3f\n", s.name, t[0][0], t[1][0],
+                      t[0][1], t[1][1], t[0][2], t[1][2]);
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "conv_passes_bench: %s\n", e.what());
+    return 1;
+  }
+  std::printf(
+      "bf16 backward_weights stays fp32 for strided convolutions and inputs of < 8 channels (the op's "
+      "rule);\n"
+      "its bf16 column there is fp32 plus the rounding of dy for backward_data.\n");
+  return 0;
+}
