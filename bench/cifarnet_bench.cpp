@@ -80,14 +80,14 @@ void print_profile(const std::string& name, const Profiler& prof, int steps, dou
     it->second.first += f;
     it->second.second += b;
     total += f + b;
-    if (e.kind == "conv") conv += f + b;
+    if (e.kind == "conv" || e.kind == "conv_bn") conv += f + b;  // conv_bn: inference's folded conv + BN
   }
   std::printf("    per kind:");
   for (const auto& [k, fb] : kinds) std::printf("  %s %.2f+%.2f", k.c_str(), fb.first, fb.second);
   const double step_ms = step_seconds * 1e3;
   std::printf(
-      "\n    booked %.2f ms of %.2f ms; convolutions %.2f ms = %.1f %%, everything else %.1f %% of the "
-      "step\n",
+      "\n    booked %.2f ms of %.2f ms; convolutions (conv, conv_bn) %.2f ms = %.1f %%, "
+      "everything else %.1f %% of the step\n",
       total, step_ms, conv, 100.0 * conv / step_ms, 100.0 * (step_ms - conv) / step_ms);
   std::fflush(stdout);
 }
