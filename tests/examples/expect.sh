@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # tests/examples/expect.sh — runs an example program and checks how it ended:
-#   expect.sh <exit status> <extended regex> <program> [args...]
+#   expect.sh [--fresh <dir>] <exit status> <extended regex> <program> [args...]
+# --fresh removes <dir> first (a job directory left by an earlier ctest run
+# would make a training program resume instead of train).
 # Passes when the program exits with exactly that status and its output
 # (stdout and stderr together, newlines read as spaces so a pattern may span
 # lines) matches the regex (grep -E); otherwise says which of the two failed. The output is echoed so ctest -V shows it.
 set -u
+if [ "${1:-}" = "--fresh" ] && [ $# -ge 2 ]; then
+  rm -rf -- "$2"
+  shift 2
+fi
 if [ $# -lt 3 ]; then
   echo "usage: expect.sh <exit status> <extended regex> <program> [args...]" >&2
   exit 2
