@@ -256,3 +256,46 @@ TEST_CASE("Taps expose activations and inject gradients (checked by finite diffe
   // Frozen weights: backward wrote no weight gradient.
   CHECK((net.parameters().grads() == 0).all());
 }
+
+TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the input gradient is asked for",
+                   "[nn][backward]", backend::Reference, backend::OneDnn) {
+  // ResNet-8 starts with the parameterless rescale: without input_gradient
+  // neither it nor the stem convolution's backward-data pass is needed.
+  Model<ResNetCifar<>, TestType> plain({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 5);
+  Model<ResNetCifar<>, TestType> with_dx({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 5,
+                                         /*input_gradient=*/true);
+  Rng rng(3);
+  Tensor<float> x = make_tensor<float>({4, 3, 32, 32}, DataFormat::NHWC);
+  for (auto& v : x) v = float(rng.uniform_int(256));
+  const std::vector<std::int32_t> y{1, 4, 7, 9};
+  Profiler pa, pb;
+  plain.set_profiler(&pa);
+  with_dx.set_profiler(&pb);
+  Tensor<float> d;
+  softmax_cross_entropy(plain.forward(x), y, &d);
+  const std::size_t dx_plain = plain.backward(d).size();
+  softmax_cross_entropy(with_dx.forward(x), y, &d);
+  const std::size_t dx_with = with_dx.backward(d).size();
+  CHECK(dx_plain == 0);
+  CHECK(dx_with == x.size());
+  auto backward_calls = [](const Profiler& p, const std::string& name) {
+    for (const auto& e : p.entries())
+      if (e.name == name) return e.backward_calls;
+    FAIL("no profile entry '" << name << "'");
+    return std::size_t(0);
+  };
+  CHECK(backward_calls(pa, "rescale1") == 0);
+  CHECK(backward_calls(pb, "rescale1") == 1);
+  CHECK(backward_calls(pa, "stem/conv1") == 1);  // its weight gradient is still computed
+  // Every parameter gradient is the same either way.
+  const auto& ga = plain.parameters().grads();
+  const auto& gb = with_dx.parameters().grads();
+  REQUIRE(ga.size() == gb.size());
+  float scale = 0, diff = 0;  // plain loops: Eigen's AVX-512 maxCoeff trips GCC 12's -Wmaybe-uninitialized
+  for (Eigen::Index i = 0; i < gb.size(); ++i) {
+    scale = std::max(scale, std::abs(gb[i]));
+    diff = std::max(diff, std::abs(ga[i] - gb[i]));
+  }
+  CHECK(scale > 0);
+  CHECK(diff <= 1e-5f * scale);
+}

@@ -106,9 +106,15 @@ struct Sequential : LayerBase {
     std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
 
    private:
+    // A child must produce dx when this container must, or when a child
+    // before it registered parameters (their gradients flow through it).
+    // Children before the first parameter are skipped in backward when
+    // nothing needs the container's input gradient (ResNet: the rescale
+    // layer, and the stem convolution's backward-data pass).
     template <std::size_t... I>
     void build_each(Shape& s, Scope& scope, BuildContext<T>& ctx, bool down, std::index_sequence<I...>) {
-      ((ctx.propagate_down = (I == 0 ? down : true),
+      const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
+      ((ctx.propagate_down = down_[I] = down || (ctx.params ? ctx.params->count() > params_before : I > 0),
         s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx, &names_[I])),
        ...);
     }
@@ -137,11 +143,14 @@ struct Sequential : LayerBase {
           rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
       if constexpr (I == 0)
         return dx;
+      else if (!down_[I])  // nothing before child I needs a gradient: dx is empty
+        return dx;
       else
         return backward_from<I - 1>(dx, rc);
     }
     std::tuple<node_t<Ls, B, T>...> nodes_;
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
+    std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
   };
 };
 
@@ -257,8 +266,10 @@ struct Repeat : LayerBase {
       blocks_.resize(std::size_t(count));
       Shape s = in;
       const bool down = ctx.propagate_down;
-      for (std::size_t i = 0; i < blocks_.size(); ++i) {
-        ctx.propagate_down = i == 0 ? down : true;
+      const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
+      down_.assign(blocks_.size(), true);
+      for (std::size_t i = 0; i < blocks_.size(); ++i) {  // as Sequential: dx once parameters precede
+        ctx.propagate_down = down_[i] = down || (ctx.params ? ctx.params->count() > params_before : i > 0);
         const Shape o = detail::build_child<Block>(blocks_[i], s, scope, ctx);
         if (o != s)
           throw ShapeError("repeated block in scope '" + scope.prefix() + "' changes its input shape " +
@@ -274,13 +285,17 @@ struct Repeat : LayerBase {
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* cur = &dy;
-      for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) cur = &it->backward(*cur, rc);
+      for (std::size_t i = blocks_.size(); i-- > 0;) {
+        cur = &blocks_[i].backward(*cur, rc);
+        if (!down_[i]) break;  // nothing before block i needs a gradient
+      }
       return *cur;
     }
     std::size_t size() const { return blocks_.size(); }
 
    private:
     std::vector<node_t<Block, B, T>> blocks_;
+    std::vector<bool> down_;  // does block i produce dx (set in build)
   };
 };
 
