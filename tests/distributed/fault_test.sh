@@ -48,12 +48,16 @@ ARGS=(--job-dir "$JOB" --num-gpus 0 --num-layers 8 --train-batch-size 16 --synth
   --collective-timeout 30)
 "$MPIEXEC" -np 2 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps 100000 >"$WORK/train1.log" 2>&1 &
 mpipid=$!
-for _ in $(seq 1 300); do  # wait for the second checkpoint (up to 60 s)
-  ls "$JOB"/model.ckpt-4.safetensors >/dev/null 2>&1 && break
+# The newest checkpoint's step (0 if none yet). Only the last few are kept,
+# and on a fast machine a step takes milliseconds, so look at the index
+# rather than for one file.
+latest() { sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$JOB/checkpoint" 2>/dev/null || true; }
+for _ in $(seq 1 300); do  # wait for a checkpoint at step 4 or later (up to 60 s)
+  [ "$(latest)" ] && [ "$(latest)" -ge 4 ] && break
   kill -0 $mpipid 2>/dev/null || break
   sleep 0.2
 done
-[ -e "$JOB/model.ckpt-4.safetensors" ] || { cat "$WORK/train1.log"; kill $mpipid; fail "no checkpoint written"; }
+[ "$(latest)" ] && [ "$(latest)" -ge 4 ] || { cat "$WORK/train1.log"; kill $mpipid; fail "no checkpoint written"; }
 # The rank-1 process is the child of mpirun whose environment says so.
 victim=""
 for p in $(pgrep -P $mpipid); do
@@ -71,7 +75,7 @@ cat "$WORK/train1.log"
 [ $waited -eq 0 ] || { kill -9 $mpipid; fail "the training job hung after rank 1 was killed"; }
 [ $rc -ne 0 ] || fail "the training job exited 0 after rank 1 was killed"
 echo "training: mpirun exited with $rc ${dt} s after rank 1 was killed"
-last=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$JOB/checkpoint")
+last=$(latest)
 [ -n "$last" ] || fail "no checkpoint index"
 target=$((last + 4))
 timeout 120 bash -c "$(declare -f run_mpi); MPIEXEC='$MPIEXEC' run_mpi '$EXAMPLE' ${ARGS[*]} --train-steps $target" \
