@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-batch-norm", f.sync_batch_norm,
                "Under mpirun: batch norm uses the statistics of the global batch over all processes "
                "(default: each process its own slice's, as the seed's towers).");
+  app.add_flag("--overlap-allreduce,!--no-overlap-allreduce", f.overlap_allreduce,
+               "Under mpirun: start each gradient bucket's all-reduce during backward, as soon as its "
+               "gradients are final (default), or all of them after backward (--no-overlap-allreduce).")
+      ->capture_default_str();
   app.add_option("--collective-timeout", f.collective_timeout,
                  "Under mpirun: seconds a process waits for the others in a collective before it ends the "
                  "job with an error (a dead or hung process).")

@@ -54,6 +54,7 @@ struct Flags {
   double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
+  bool overlap_allreduce = true;
   double collective_timeout = 600;
   std::uint64_t seed = 0;
 };
@@ -281,11 +282,18 @@ int run(const Flags& f, Cluster& cl) {
   // Distributed: gradients averaged over the processes before the momentum
   // step (same checkpoint slots as the single-process optimizer).
   using DistOpt = optim::Chain<distributed::AllReduceMean, optim::Momentum>;
+  // Overlapped (the default), the all-reduce runs during backward and the
+  // plain optimizer follows it.
   std::unique_ptr<DistOpt> dist_opt;
+  std::unique_ptr<distributed::OverlappedAllReduce<float>> overlap;
   std::unique_ptr<distributed::SyncBatchNorm> sync_bn;
   if (cl.comm) {
-    dist_opt = std::make_unique<DistOpt>(net.parameters(), distributed::AllReduceOptions(*cl.comm),
-                                         optim::MomentumOptions().momentum(f.momentum));
+    if (f.overlap_allreduce)
+      overlap = std::make_unique<distributed::OverlappedAllReduce<float>>(
+          net.parameters(), distributed::AllReduceOptions(*cl.comm));
+    else
+      dist_opt = std::make_unique<DistOpt>(net.parameters(), distributed::AllReduceOptions(*cl.comm),
+                                           optim::MomentumOptions().momentum(f.momentum));
     if (f.sync_batch_norm) {
       sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
       net.set_cross_replica(sync_bn.get());
@@ -320,7 +328,9 @@ int run(const Flags& f, Cluster& cl) {
             << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first") << ", " << precision_text
             << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
                                   std::to_string(f.train_batch_size / cl.size) +
-                                  (f.sync_batch_norm ? " (synchronized batch norm)" : "")
+                                  (f.sync_batch_norm ? " (synchronized batch norm)" : "") +
+                                  (f.overlap_allreduce ? ", all-reduce overlapped with backward"
+                                                       : ", all-reduce after backward")
                             : std::string())
             << "\n";
 
@@ -332,6 +342,9 @@ int run(const Flags& f, Cluster& cl) {
   else
 #endif
     trainer.set_optimizer(opt, schedule);
+#ifdef CIFARNET_WITH_MPI
+  if (overlap) trainer.set_gradient_sync(overlap.get());
+#endif
   trainer.add_state(std::make_shared<train::FunctionSaveable>(
       [&](io::StateDict& d) { d.metadata["pipeline/train"] = position().to_string(); },
       [&](const io::StateDict& d) {
@@ -436,6 +449,13 @@ int run(const Flags& f, Cluster& cl) {
     std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n",
                 static_cast<long long>(start_step), static_cast<long long>(trainer.global_step()), secs,
                 double(trainer.global_step() - start_step) * f.train_batch_size / secs);
+#ifdef CIFARNET_WITH_MPI
+  if (overlap && trainer.global_step() > start_step)
+    std::printf(
+        "Gradient all-reduce (last step): %zu of %zu buckets started during backward, %.2f ms "
+        "waited after it\n",
+        overlap->last_early_buckets(), overlap->buckets(), overlap->last_wait_seconds() * 1e3);
+#endif
 
   const auto r = evaluate();
   std::printf("%saccuracy = %.4f, loss = %.4f, global_step = %lld (%zu/%zu correct)\n",

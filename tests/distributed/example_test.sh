@@ -4,7 +4,9 @@
 #      with the seed's kind of message, exit status 2;
 #   2. 2 processes × batch 8 with --sync-batch-norm end where 1 process ×
 #      batch 16 ends: same eval accuracy, eval loss within 1e-3 (channels_first:
-#      oneDNN's NHWC training BN drifts a little from exact arithmetic).
+#      oneDNN's NHWC training BN drifts a little from exact arithmetic);
+#   3. the all-reduce after backward (--no-overlap-allreduce) ends where the
+#      default, overlapped with backward, ends.
 # Usage: example_test.sh MPIEXEC RESNET_CIFAR10 WORKDIR
 set -uo pipefail
 MPIEXEC=$1 EXAMPLE=$2 WORK=$3
@@ -35,4 +37,15 @@ awk -v a="$a" -v b="$b" 'BEGIN {
   split(a, x, /[=,] */); split(b, y, /[=,] */);
   if (x[2] != y[2]) exit 1;
   d = x[4] - y[4]; if (d < 0) d = -d; if (d > 1e-3) exit 1 }' || fail "the runs differ"
+grep -q "Gradient all-reduce (last step): [0-9]* of [0-9]* buckets started during backward" "$WORK/two.log" ||
+  fail "the overlapped all-reduce did not report"
+timeout 120 "$MPIEXEC" -np 2 --oversubscribe "$EXAMPLE" --job-dir "$WORK/after" "${ARGS[@]}" --sync \
+  --sync-batch-norm --no-overlap-allreduce >"$WORK/after.log" 2>&1 || { cat "$WORK/after.log"; fail "--no-overlap-allreduce"; }
+c=$(grep -o "accuracy = [0-9.]*, loss = [0-9.]*" "$WORK/after.log")
+grep -q "all-reduce after backward" "$WORK/after.log" || fail "--no-overlap-allreduce not in effect"
+echo "2 processes, all-reduce after backward: $c"
+awk -v a="$b" -v b="$c" 'BEGIN {
+  split(a, x, /[=,] */); split(b, y, /[=,] */);
+  if (x[2] != y[2]) exit 1;
+  d = x[4] - y[4]; if (d < 0) d = -d; if (d > 1e-4) exit 1 }' || fail "overlapped and after-backward runs differ"
 echo PASS

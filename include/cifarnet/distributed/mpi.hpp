@@ -174,6 +174,22 @@ class Communicator {
       pending_.push_back(r);
     }
   }
+  /// Lets MPI advance the operations start_sum() began without waiting for
+  /// them (MPI progresses non-blocking collectives inside its calls); returns
+  /// whether all of them are complete. Throws on an MPI error.
+  bool progress(const char* what = "all-reduce") {
+    if (pending_.empty()) return true;
+    int done = 0;
+    const int rc = MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      broken_ = true;
+      detail::check(rc, what);
+    }
+    if (done) pending_.clear();
+    return done != 0;
+  }
+  /// Number of operations start_sum() began that wait_all() has not completed.
+  std::size_t pending() const { return pending_.size(); }
   /// Waits for every operation start_sum() began, within the timeout.
   void wait_all(const char* what = "all-reduce") {
     if (pending_.empty()) return;

@@ -142,6 +142,24 @@ class CrossReplicaSum {
   virtual void sum(double* values, std::size_t n) = 0;
 };
 
+/// Synchronizes gradients across replicas while backward runs (overlap of
+/// communication with computation; distributed::OverlappedAllReduce). The
+/// Trainer calls begin() before backward and finish() after it; during
+/// backward the containers call ready_from(id) each time every parameter
+/// registered from id on (registration order, which is forward order) holds
+/// its final gradient. After finish() every gradient is synchronized.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  /// A backward pass starts: no gradient is final yet.
+  virtual void begin() = 0;
+  /// Parameters with id >= first_param have their final gradients (calls
+  /// come with non-increasing ids; a repeated id is harmless).
+  virtual void ready_from(std::size_t first_param) = 0;
+  /// Backward ended: complete the synchronization of every gradient.
+  virtual void finish() = 0;
+};
+
 template <class B, class T>
 struct RunContext {
   Mode mode = Mode::Train;
@@ -155,6 +173,9 @@ struct RunContext {
   CrossReplicaSum* cross_replica = nullptr;
   /// Set: every leaf layer's forward/backward time is booked there (nn/profile.hpp).
   Profiler* profiler = nullptr;
+  /// Set: containers report, during backward, which gradients are final
+  /// (GradientSync::ready_from) so their all-reduce can start early.
+  GradientSync* grad_sync = nullptr;
   bool training() const { return mode == Mode::Train; }
 };
 

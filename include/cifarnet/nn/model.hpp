@@ -116,6 +116,10 @@ class Model {
   /// Books every leaf layer's forward/backward wall-clock time into `p`
   /// (nn/profile.hpp); null (the default) turns profiling off.
   void set_profiler(Profiler* p) { profiler_ = p; }
+  /// Gradient synchronization overlapped with backward (nn/context.hpp's
+  /// GradientSync; the Trainer sets it): during backward the containers tell
+  /// `s` which gradients are final. Null (the default) turns it off.
+  void set_gradient_sync(GradientSync* s) { grad_sync_ = s; }
 
   /// The activation a Tap<Tag> saw in the last forward (Tag::name).
   const Tensor<T>& activation(const std::string& tap) const {
@@ -160,6 +164,7 @@ class Model {
     rc.device = device_.get();
     rc.cross_replica = cross_replica_;
     rc.profiler = profiler_;
+    rc.grad_sync = grad_sync_;
     return rc;
   }
 
@@ -186,6 +191,7 @@ class Model {
   bool param_grads_ = true;
   CrossReplicaSum* cross_replica_ = nullptr;
   Profiler* profiler_ = nullptr;
+  GradientSync* grad_sync_ = nullptr;
 };
 
 }  // namespace cifarnet

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -51,6 +52,9 @@ struct ChannelChain {
     return c;
   }
 };
+/// "No parameter id": a container built without an arena never reports
+/// gradients as final before the end of backward.
+inline constexpr std::size_t kNoParam = ~std::size_t(0);
 template <class L, class... Ls>
 struct First {
   using type = L;
@@ -115,6 +119,7 @@ struct Sequential : LayerBase {
     void build_each(Shape& s, Scope& scope, BuildContext<T>& ctx, bool down, std::index_sequence<I...>) {
       const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
       ((ctx.propagate_down = down_[I] = down || (ctx.params ? ctx.params->count() > params_before : I > 0),
+        first_param_[I] = ctx.params ? ctx.params->count() : detail::kNoParam,
         s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx, &names_[I])),
        ...);
     }
@@ -141,6 +146,7 @@ struct Sequential : LayerBase {
       using L = std::tuple_element_t<I, std::tuple<Ls...>>;
       const Tensor<T>& dx =
           rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
+      if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
       if constexpr (I == 0)
         return dx;
       else if (!down_[I])  // nothing before child I needs a gradient: dx is empty
@@ -151,6 +157,9 @@ struct Sequential : LayerBase {
     std::tuple<node_t<Ls, B, T>...> nodes_;
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
     std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
+    // Id of the first parameter child I (or a later child) registered: after
+    // child I's backward, every parameter from it on has its final gradient.
+    std::array<std::size_t, sizeof...(Ls)> first_param_{};
   };
 };
 
@@ -208,8 +217,11 @@ struct Residual : LayerBase {
         });
         g = &dx_;
       }
-      const Tensor<T>& da = body_.backward(*g, rc);
+      // Shortcut first: its parameters were registered after the body's, and
+      // backward finishes parameters in reverse registration order (what
+      // GradientSync::ready_from reports inside the body relies on it).
       const Tensor<T>& db = shortcut_.backward(*g, rc);
+      const Tensor<T>& da = body_.backward(*g, rc);
       if (!propagate_down_) return da;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         add(da, db, dx_, false);
@@ -268,8 +280,10 @@ struct Repeat : LayerBase {
       const bool down = ctx.propagate_down;
       const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
       down_.assign(blocks_.size(), true);
+      first_param_.assign(blocks_.size(), detail::kNoParam);
       for (std::size_t i = 0; i < blocks_.size(); ++i) {  // as Sequential: dx once parameters precede
         ctx.propagate_down = down_[i] = down || (ctx.params ? ctx.params->count() > params_before : i > 0);
+        if (ctx.params) first_param_[i] = ctx.params->count();
         const Shape o = detail::build_child<Block>(blocks_[i], s, scope, ctx);
         if (o != s)
           throw ShapeError("repeated block in scope '" + scope.prefix() + "' changes its input shape " +
@@ -287,6 +301,7 @@ struct Repeat : LayerBase {
       const Tensor<T>* cur = &dy;
       for (std::size_t i = blocks_.size(); i-- > 0;) {
         cur = &blocks_[i].backward(*cur, rc);
+        if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[i]);
         if (!down_[i]) break;  // nothing before block i needs a gradient
       }
       return *cur;
@@ -295,7 +310,8 @@ struct Repeat : LayerBase {
 
    private:
     std::vector<node_t<Block, B, T>> blocks_;
-    std::vector<bool> down_;  // does block i produce dx (set in build)
+    std::vector<bool> down_;                // does block i produce dx (set in build)
+    std::vector<std::size_t> first_param_;  // first parameter id of block i (as Sequential)
   };
 };
 

@@ -132,6 +132,17 @@ class Trainer : public TrainerBase {
     state_.add_slots(opt);
   }
 
+  /// Gradient synchronization overlapped with backward (data-parallel
+  /// training: distributed::OverlappedAllReduce): the model reports final
+  /// gradients to `s` during backward, and every step waits for `s` to finish
+  /// before weight decay, the numerics check and the optimizer, so the
+  /// optimizer sees synchronized gradients. Null turns it off. `s` must
+  /// outlive the trainer's steps.
+  void set_gradient_sync(GradientSync* s) {
+    grad_sync_ = s;
+    model_->set_gradient_sync(s);
+  }
+
   /// Runs after every optimizer step with the new global step (TF's update
   /// ops), e.g. [&](auto& p, auto step) { ema.apply(p, step); }.
   void add_update(std::function<void(Parameters<T>&, std::int64_t)> op) { updates_.push_back(std::move(op)); }
@@ -195,7 +206,9 @@ class Trainer : public TrainerBase {
     r.batch_size = b.labels.size();
     const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
     r.loss = softmax_cross_entropy(logits, b.labels, &dlogits_);
+    if (grad_sync_) grad_sync_->begin();
     model_->backward(dlogits_);
+    if (grad_sync_) grad_sync_->finish();
     r.regularization = opts_.weight_decay > 0 ? double(weight_decay(P, opts_.weight_decay)) : 0.0;
     r.total_loss = r.loss + r.regularization;
     if (opts_.check_numerics) check_numerics(r);
@@ -273,6 +286,7 @@ class Trainer : public TrainerBase {
   }
 
   ModelT* model_;
+  GradientSync* grad_sync_ = nullptr;
   Options opts_;
   TrainingState<T> state_;
   std::function<void(Parameters<T>&, double)> apply_;
