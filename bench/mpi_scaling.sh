@@ -6,8 +6,9 @@
 # the machine noisy); each run trains STEPS steps and reports the example's
 # "Average examples/sec" (steps 10..STEPS, so primitive creation is excluded).
 # Medians are printed at the end. docs/SCALING.md quotes them. The 2-rank run
-# is made twice: with the gradient all-reduce overlapped with backward (the
-# default) and after backward (--no-overlap-allreduce).
+# is made three times: with the gradient all-reduce overlapped with backward
+# (the default, 1 MiB buckets), overlapped with 256 KiB buckets (more of them
+# leave early), and after backward (--no-overlap-allreduce).
 # With EXTRA=1 each round also runs 2 ranks x 1 thread with --sync-batch-norm
 # and 1 process x 1 thread (the cost of synchronized BN; what one thread does).
 # Usage: [EXTRA=1] bench/mpi_scaling.sh BUILD_DIR [ROUNDS=5] [STEPS=40]
@@ -31,7 +32,7 @@ done
 ARGS=(--num-gpus 0 --num-layers 20 --train-batch-size 128 --train-steps "$STEPS" --synthetic-examples 2560
   --data-format channels_last --save-checkpoints-secs 0 --num-inter-threads 1)
 rate() { grep -o "Average examples/sec: [0-9.]*" "$1" | tail -1 | awk '{print $3}'; }
-one=() two=() after=() sbn=() single=()
+one=() two=() small=() after=() sbn=() single=()
 for r in $(seq 1 "$ROUNDS"); do
   rm -rf "$WORK/a" "$WORK/b"
   OMP_NUM_THREADS=2 "$EXE" --job-dir "$WORK/a" "${ARGS[@]}" --num-intra-threads 2 >"$WORK/a.log" 2>&1
@@ -39,7 +40,10 @@ for r in $(seq 1 "$ROUNDS"); do
   mpirun -np 2 --oversubscribe "$EXE" --job-dir "$WORK/b" "${ARGS[@]}" --num-intra-threads 1 --sync \
     >"$WORK/b.log" 2>&1
   two+=("$(rate "$WORK/b.log")")
-  rm -rf "$WORK/e"
+  rm -rf "$WORK/e" "$WORK/f"
+  mpirun -np 2 --oversubscribe "$EXE" --job-dir "$WORK/f" "${ARGS[@]}" --num-intra-threads 1 --sync \
+    --allreduce-bucket-kb 256 >"$WORK/f.log" 2>&1
+  small+=("$(rate "$WORK/f.log")")
   mpirun -np 2 --oversubscribe "$EXE" --job-dir "$WORK/e" "${ARGS[@]}" --num-intra-threads 1 --sync \
     --no-overlap-allreduce >"$WORK/e.log" 2>&1
   after+=("$(rate "$WORK/e.log")")
@@ -54,12 +58,15 @@ for r in $(seq 1 "$ROUNDS"); do
     extra="| 2 ranks + sync BN ${sbn[-1]} | 1 process x 1 thread ${single[-1]}"
   fi
   echo "round $r: 1 process x 2 threads ${one[-1]} images/s | 2 ranks x 1 thread ${two[-1]} images/s" \
-    "(all-reduce after backward: ${after[-1]}) $extra | load $(cut -d' ' -f1-3 /proc/loadavg)"
-  grep -h "Gradient all-reduce" "$WORK/b.log" | sed 's/^/  overlapped: /' || true
+    "(256 KiB buckets: ${small[-1]}; all-reduce after backward: ${after[-1]}) $extra" \
+    "| load $(cut -d' ' -f1-3 /proc/loadavg)"
+  grep -h "Gradient all-reduce" "$WORK/b.log" | sed 's/^/  overlapped, 1 MiB buckets: /' || true
+  grep -h "Gradient all-reduce" "$WORK/f.log" | sed 's/^/  overlapped, 256 KiB buckets: /' || true
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "median over $ROUNDS rounds: 1 process x 2 threads $(median "${one[@]}") images/s," \
   "2 ranks x 1 thread $(median "${two[@]}") images/s (all-reduce overlapped with backward)," \
+  "$(median "${small[@]}") images/s (overlapped, 256 KiB buckets)," \
   "$(median "${after[@]}") images/s (all-reduce after backward)"
 if [ "${EXTRA:-0}" = 1 ]; then
   echo "median: 2 ranks x 1 thread with --sync-batch-norm $(median "${sbn[@]}") images/s," \

@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
                "Under mpirun: start each gradient bucket's all-reduce during backward, as soon as its "
                "gradients are final (default), or all of them after backward (--no-overlap-allreduce).")
       ->capture_default_str();
+  app.add_option("--allreduce-bucket-kb", f.allreduce_bucket_kb,
+                 "Under mpirun: size of each gradient all-reduce bucket in KiB (at least 4).")
+      ->capture_default_str();
   app.add_option("--collective-timeout", f.collective_timeout,
                  "Under mpirun: seconds a process waits for the others in a collective before it ends the "
                  "job with an error (a dead or hung process).")

@@ -56,6 +56,7 @@ struct Flags {
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true;
   double collective_timeout = 600;
+  int allreduce_bucket_kb = 1024;
   std::uint64_t seed = 0;
 };
 
@@ -83,6 +84,9 @@ inline void validate(const Flags& f, const Cluster& cl) {
         "--train-batch-size must be multiple of the number of MPI processes (--train-batch-size " +
         std::to_string(f.train_batch_size) + ", mpirun -np " + std::to_string(cl.size) + ").");
   if (!(f.collective_timeout > 0)) throw ConfigError("--collective-timeout must be positive.");
+  if (f.allreduce_bucket_kb < 4)
+    throw ConfigError("--allreduce-bucket-kb must be at least 4, got " +
+                      std::to_string(f.allreduce_bucket_kb) + ".");
   if (f.precision != "fp32" && f.precision != "bf16")
     throw ConfigError("--precision '" + f.precision + "': expected fp32 or bf16.");
   if (f.precision == "bf16" && f.num_gpus > 0)
@@ -288,12 +292,13 @@ int run(const Flags& f, Cluster& cl) {
   std::unique_ptr<distributed::OverlappedAllReduce<float>> overlap;
   std::unique_ptr<distributed::SyncBatchNorm> sync_bn;
   if (cl.comm) {
+    const auto ar =
+        distributed::AllReduceOptions(*cl.comm).bucket_bytes(std::size_t(f.allreduce_bucket_kb) * 1024);
     if (f.overlap_allreduce)
-      overlap = std::make_unique<distributed::OverlappedAllReduce<float>>(
-          net.parameters(), distributed::AllReduceOptions(*cl.comm));
+      overlap = std::make_unique<distributed::OverlappedAllReduce<float>>(net.parameters(), ar);
     else
-      dist_opt = std::make_unique<DistOpt>(net.parameters(), distributed::AllReduceOptions(*cl.comm),
-                                           optim::MomentumOptions().momentum(f.momentum));
+      dist_opt =
+          std::make_unique<DistOpt>(net.parameters(), ar, optim::MomentumOptions().momentum(f.momentum));
     if (f.sync_batch_norm) {
       sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
       net.set_cross_replica(sync_bn.get());
