@@ -108,7 +108,8 @@ inline void validate(const Flags& f, const Cluster& cl) {
                         std::to_string(present) + " GPU(s) present)");
 #else
     throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
-                      ": GPUs were requested but none is available to this build (no CUDA device present). "
+                      ": GPUs were requested but none is available to this build (it has no CUDA backend: "
+                      "the CUDA toolkit and cuDNN were not found, or -DCIFARNET_CUDA=OFF). "
                       "Use --num-gpus 0 to train on the CPU.");
 #endif
   }
@@ -208,10 +209,12 @@ int run(const Flags& f, Cluster& cl) {
     omp_set_num_threads(std::max(1, omp_get_num_procs() / per_node));
   }
   if (f.log_device_placement) {
+#ifdef CIFARNET_WITH_CUDA  // (the CUDA names exist only in a build with the CUDA backend)
     if constexpr (std::is_same_v<B, backend::Cuda>)
       std::cout << "device: GPU " << Device<backend::Cuda>().ordinal() << " (CUDA backend, cuDNN "
                 << cudnnGetVersion() << ")\n";
     else
+#endif
       std::cout << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
                 << dnnl_version()->patch << ", " << omp_get_max_threads() << " OpenMP threads\n";
   }
