@@ -12,7 +12,7 @@ if [ "${1:-}" = "--fresh" ] && [ $# -ge 2 ]; then
   shift 2
 fi
 if [ $# -lt 3 ]; then
-  echo "usage: expect.sh <exit status> <extended regex> <program> [args...]" >&2
+  echo "usage: expect.sh [--fresh <dir>] <exit status> <extended regex> <program> [args...]" >&2
   exit 2
 fi
 want_status=$1

@@ -12,8 +12,9 @@
 //             convolutions on batches of at most 4 images in inference or
 //             with frozen weights (style transfer's large single images),
 //             and the folded conv+BN of inference (layers/conv_bn.hpp) at
-//             any batch size when it has at least 8 input channels; direct elsewhere, so training never
-//             depends on how many images a replica holds. The default.
+//             any batch size when it has at least 8 input channels; direct
+//             elsewhere, so training never depends on how many images a
+//             replica holds. The default.
 //
 // Winograd trades some accuracy (relative errors around 1e-5 instead of
 // 1e-6 in float) for up to 2x fewer multiplications.
