@@ -111,6 +111,57 @@ TEST_CASE("NcclGroup averages one buffer per GPU (host buffers, staged)", "[back
   const float mean_factor = float(n + 1) / 2.0f;
   for (const auto& b : bufs)
     for (std::size_t j = 0; j < len; ++j) REQUIRE(b[j] == Approx(mean_factor * float(j)));
+  group.all_reduce_sum(ptrs, len);
+  for (const auto& b : bufs)
+    for (std::size_t j = 0; j < len; ++j) REQUIRE(b[j] == Approx(float(n) * mean_factor * float(j)));
+}
+
+#include <cifarnet/distributed/towers.hpp>
+#include <cifarnet/optim/optim.hpp>
+#include <cifarnet/train/trainer.hpp>
+
+TEST_CASE("Towers on two GPUs with NCCL train like towers on the CPU (the seed's --num-gpus 2)",
+          "[backend][cuda][nccl][towers]") {
+  const int n = backend::cuda::device_count();
+  if (n < 2) {
+    WARN("SKIPPED: towers over GPUs need two GPUs (" << n << " present; " << backend::cuda::no_device_reason()
+                                                     << ")");
+    return;
+  }
+  using Gpu = Model<ResNetCifar<>, backend::Cuda>;
+  using Cpu = Model<ResNetCifar<>, backend::OneDnn>;
+  const DataFormat fmt = DataFormat::NHWC;
+  distributed::Towers<Gpu> gpu(
+      2, {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5,
+      [](std::size_t i) { return std::make_unique<Device<backend::Cuda>>(int(i)); },
+      std::make_unique<distributed::NcclTowerReducer>(2));
+  distributed::Towers<Cpu> cpu(2, {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5);
+  CHECK(std::string(gpu.reducer().name()) == "NCCL");
+  Rng rng(4);
+  std::vector<train::Batch> batches(3);
+  for (auto& b : batches) {
+    b.images = make_tensor<float>({8, 3, 32, 32}, fmt);
+    for (auto& v : b.images) v = float(rng.normal());
+    for (int i = 0; i < 8; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+  }
+  auto train = [&](auto& net) {
+    using N = std::decay_t<decltype(net)>;
+    optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+    train::Trainer<N> t(net, {3, 2e-4, true, 0});
+    t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+    std::size_t i = 0;
+    t.run([&]() -> const train::Batch& { return batches[i++]; });
+  };
+  train(gpu);
+  train(cpu);
+  CHECK(rel(gpu.parameters().values(), cpu.parameters().values()) < 1e-4);
+  CHECK(rel(gpu.parameters().state(), cpu.parameters().state()) < 1e-4);
+  // Evaluation with fewer examples than towers, and with an uneven split.
+  for (std::size_t m : {1, 7}) {
+    Tensor<float> x = make_tensor<float>({m, 3, 32, 32}, fmt);
+    for (auto& v : x) v = float(rng.normal());
+    CHECK(rel(gpu.forward(x, Mode::Infer), cpu.forward(x, Mode::Infer)) < 1e-4);
+  }
 }
 #endif
 

@@ -30,6 +30,16 @@ struct Cuda {
   static constexpr const char* name = "cuda";
 };
 
+/// Whether replicas of one model on backend B (distributed::Towers, one
+/// device each) may run at the same time on threads of their own: true for
+/// CUDA (one GPU per replica); false on the CPU backends, where each replica
+/// already uses every core and oneDNN's library-managed scratchpad makes one
+/// cached primitive unsafe to execute from two threads at once.
+template <class B>
+inline constexpr bool kConcurrentReplicas = false;
+template <>
+inline constexpr bool kConcurrentReplicas<Cuda> = true;
+
 }  // namespace backend
 
 /// Resources a backend needs at run time (engine, stream); one per model.

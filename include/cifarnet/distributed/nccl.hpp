@@ -4,8 +4,10 @@
 // cifarnet::mpi too (which defines CIFARNET_WITH_MPI).
 //
 //  - NcclGroup: one process driving several GPUs (the seed's towers): one
-//    NCCL communicator per device (ncclCommInitAll), all_reduce_mean over one
-//    buffer per device, issued as one NCCL group.
+//    NCCL communicator per device (ncclCommInitAll), all_reduce_mean/_sum
+//    over one buffer per device, issued as one NCCL group.
+//  - NcclTowerReducer: distributed::Towers' gradient sum over an NcclGroup
+//    (`--num-gpus N` in one process, one GPU per tower).
 //  - NcclCommunicator: one GPU per process under mpirun; the NCCL unique id
 //    goes from rank 0 to the others over MPI, then every all-reduce runs on
 //    NCCL (NVLink/InfiniBand/sockets, whatever NCCL finds).
@@ -23,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +37,7 @@
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/distributed/towers.hpp"
 #include "cifarnet/optim/select.hpp"
 
 #ifdef CIFARNET_WITH_MPI
@@ -112,9 +116,33 @@ class NcclGroup {
   /// buffers[i] (n floats, on device i or on the host) becomes the mean of
   /// all the buffers, on every device.
   void all_reduce_mean(const std::vector<float*>& buffers, std::size_t n) {
-    if (buffers.size() != devices_.size())
-      throw ConfigError(cifarnet::detail::concat("NcclGroup::all_reduce_mean: ", buffers.size(),
-                                                 " buffers for ", devices_.size(), " devices"));
+    all_reduce(buffers, n, ncclAvg, "NcclGroup::all_reduce_mean");
+  }
+  /// buffers[i] becomes the sum of all the buffers (towers' gradients of one
+  /// batch loss). Fewer buffers than devices use the first devices only.
+  void all_reduce_sum(const std::vector<float*>& buffers, std::size_t n) {
+    all_reduce(buffers, n, ncclSum, "NcclGroup::all_reduce_sum");
+  }
+
+ private:
+  void all_reduce(const std::vector<float*>& buffers, std::size_t n, ncclRedOp_t op, const char* what) {
+    if (buffers.empty() || buffers.size() > devices_.size() ||
+        (op == ncclAvg && buffers.size() != devices_.size()))
+      throw ConfigError(
+          cifarnet::detail::concat(what, ": ", buffers.size(), " buffers for ", devices_.size(), " devices"));
+    if (buffers.size() < devices_.size() && !sub_comms_.count(buffers.size())) {
+      // A partial batch fills fewer towers: a communicator of the first ones.
+      std::vector<int> ids;
+      for (std::size_t i = 0; i < buffers.size(); ++i) ids.push_back(devices_[i]->ordinal());
+      std::vector<ncclComm_t> raw(ids.size());
+      nccl_detail::check(ncclCommInitAll(raw.data(), int(raw.size()), ids.data()), "ncclCommInitAll");
+      auto& v = sub_comms_[buffers.size()];
+      for (ncclComm_t c : raw) {
+        v.emplace_back();
+        v.back().c = c;
+      }
+    }
+    auto& comms = buffers.size() == devices_.size() ? comms_ : sub_comms_[buffers.size()];
     std::vector<std::unique_ptr<backend::cuda::Staging>> staged;
     std::vector<float*> dev(buffers.size());
     for (std::size_t i = 0; i < buffers.size(); ++i) {
@@ -124,18 +152,16 @@ class NcclGroup {
     }
     nccl_detail::check(ncclGroupStart(), "ncclGroupStart");
     for (std::size_t i = 0; i < buffers.size(); ++i)
-      nccl_detail::check(
-          ncclAllReduce(dev[i], dev[i], n, ncclFloat, ncclAvg, comms_[i].c, devices_[i]->stream()),
-          "ncclAllReduce");
+      nccl_detail::check(ncclAllReduce(dev[i], dev[i], n, ncclFloat, op, comms[i].c, devices_[i]->stream()),
+                         "ncclAllReduce");
     nccl_detail::check(ncclGroupEnd(), "ncclGroupEnd");
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       backend::cuda::check(cudaSetDevice(devices_[i]->ordinal()), "cudaSetDevice");
-      nccl_detail::wait(devices_[i]->stream(), comms_[i].c, timeout_, "all-reduce (towers)");
+      nccl_detail::wait(devices_[i]->stream(), comms[i].c, timeout_, "all-reduce (towers)");
       staged[i]->finish();
     }
   }
 
- private:
   static std::vector<int> first_devices(int n) {
     const int present = backend::cuda::device_count();
     if (n <= 0 || n > present)
@@ -149,6 +175,22 @@ class NcclGroup {
   double timeout_;
   std::vector<std::unique_ptr<Device<backend::Cuda>>> devices_;
   std::vector<nccl_detail::Comm> comms_;
+  std::map<std::size_t, std::vector<nccl_detail::Comm>> sub_comms_;
+};
+
+/// distributed::Towers' gradient sum over NCCL, one GPU per tower (tower i
+/// on GPU i of the group): `Towers<Model<Net, backend::Cuda>>(n, ..., [](std::size_t i)
+/// { return std::make_unique<Device<backend::Cuda>>(int(i)); },
+/// std::make_unique<NcclTowerReducer>(n))`.
+class NcclTowerReducer final : public TowerReducer<float> {
+ public:
+  explicit NcclTowerReducer(int gpus, double timeout_seconds = 600) : group_(gpus, timeout_seconds) {}
+  void sum(const std::vector<float*>& buffers, std::size_t n) override { group_.all_reduce_sum(buffers, n); }
+  const char* name() const override { return "NCCL"; }
+  NcclGroup& group() { return group_; }
+
+ private:
+  NcclGroup group_;
 };
 
 #ifdef CIFARNET_WITH_MPI

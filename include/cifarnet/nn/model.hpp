@@ -47,10 +47,16 @@ class Model {
   /// skips it.
   explicit Model(InputShape input, DataFormat fmt = DataFormat::NCHW, NetOptions options = {},
                  std::uint64_t seed = 0, bool input_gradient = false)
+      : Model(nullptr, input, fmt, std::move(options), seed, input_gradient) {}
+
+  /// The same, run on `device` (say a Device<backend::Cuda> built for GPU i,
+  /// one per tower) instead of the backend's default one (null: default).
+  Model(std::unique_ptr<Device<B>> device, InputShape input, DataFormat fmt, NetOptions options = {},
+        std::uint64_t seed = 0, bool input_gradient = false)
       : fmt_(fmt), options_(std::move(options)), input_{1, input.c, input.h, input.w} {
     if (input.c == 0 || input.h == 0 || input.w == 0)
       throw ShapeError("model input shape " + input_.str() + " has a zero dimension");
-    device_ = std::make_unique<Device<B>>();
+    device_ = device ? std::move(device) : std::make_unique<Device<B>>();
     node_ = std::make_unique<NodeType>();
     BuildContext<T> ctx;
     ctx.params = &params_;

@@ -311,6 +311,9 @@ struct Device<backend::Cuda> {
   ~Device() { destroy(); }
 
   int ordinal() const { return ordinal_; }
+  /// Makes this GPU the calling thread's current device (CUDA keeps it per
+  /// thread; towers run each GPU from a thread of its own).
+  void make_current() const { backend::cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }

@@ -1,0 +1,291 @@
+// cifarnet/distributed/towers.hpp — synchronous data parallelism inside one
+// process: the seed's towers (`--num-gpus N`, SPEC §3). Header-only, no MPI.
+//
+// Towers<ModelT> holds N replicas of one model (each on its own device: a GPU
+// per tower on the CUDA backend) and looks like a Model to the Trainer and to
+// evaluate(): forward() splits the batch into N contiguous slices (sizes
+// differ by at most one; a batch smaller than N uses its first n towers), runs
+// the replicas concurrently, one thread per tower, and concatenates their
+// outputs in tower order; backward() splits d(loss)/d(output) the same way,
+// runs the replicas' backward passes concurrently and then sums the towers'
+// gradients into tower 0 (TowerReducer: on the host, or NCCL across GPUs,
+// distributed/nccl.hpp). Because a batch loss such as
+// softmax_cross_entropy is a mean over the whole batch, the sum of the towers'
+// gradients is the gradient of the whole batch, so an optimizer stepping on
+// parameters() (tower 0's arena) makes the update a single model would make.
+//
+// The seed's variable semantics: the variables live once (tower 0's arena is
+// the one the optimizer, checkpoints and EMA see); before every forward each
+// other tower takes tower 0's values and non-trainable state, so every tower
+// computes with the same weights and with tower 0's batch-norm moving
+// statistics; only tower 0's statistic updates are kept, as the seed keeps
+// tower 0's update ops. Batch statistics in training are per tower (the
+// seed's towers do not synchronize batch norm either), so N towers follow one
+// model exactly for networks without batch norm and within the difference of
+// per-tower batch statistics with it.
+//
+// Threads: on the CUDA backend each tower's forward and backward run on a
+// thread of their own (tower 0 on the caller's), which keeps N GPUs busy at
+// once; on CPU backends the towers run one after the other by default
+// (TowersOptions::parallel). A tower that throws makes forward()/backward()
+// rethrow its exception after every tower has stopped (the lowest tower's
+// error first).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/params.hpp"
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/model.hpp"
+
+namespace cifarnet::distributed {
+
+/// Sums one buffer per tower: after sum(buffers, n), buffers[0] holds the sum
+/// of all of them (the other buffers may hold it too).
+template <class T>
+class TowerReducer {
+ public:
+  virtual ~TowerReducer() = default;
+  virtual void sum(const std::vector<T*>& buffers, std::size_t n) = 0;
+  /// For logs: "host", "NCCL".
+  virtual const char* name() const = 0;
+};
+
+/// Sums on the host: buffers[0] += buffers[1] + ... + buffers[N-1], added in
+/// tower order element by element, so the result does not depend on the
+/// number of OpenMP threads.
+template <class T>
+class HostTowerReducer final : public TowerReducer<T> {
+ public:
+  void sum(const std::vector<T*>& buffers, std::size_t n) override {
+    if (buffers.size() < 2) return;
+    T* dst = buffers[0];
+    const std::size_t towers = buffers.size();
+    const std::int64_t chunks = std::int64_t((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (n >= 4 * kChunk)
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::size_t b = std::size_t(c) * kChunk, e = std::min(n, b + kChunk);
+      for (std::size_t t = 1; t < towers; ++t) {
+        const T* src = buffers[t];
+        for (std::size_t i = b; i < e; ++i) dst[i] += src[i];
+      }
+    }
+  }
+  const char* name() const override { return "host"; }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t(1) << 14;
+};
+
+/// Options of Towers: `TowersOptions().parallel(false)`.
+class TowersOptions {
+ public:
+  /// Run the towers on threads of their own, or one after the other on the
+  /// caller's thread. Unset (the default): threads on backends whose replicas
+  /// may run concurrently (backend::kConcurrentReplicas: CUDA, one GPU per
+  /// tower), one after the other elsewhere: on the CPU every tower already
+  /// uses every core, and oneDNN's library-managed scratchpad makes one
+  /// cached primitive unsafe to run from two threads at once.
+  TowersOptions& parallel(bool on) {
+    parallel_ = on ? 1 : 0;
+    return *this;
+  }
+  /// Whether towers of backend B run on threads under these options.
+  template <class B>
+  bool parallel_for() const {
+    return parallel_ < 0 ? backend::kConcurrentReplicas<B> : parallel_ == 1;
+  }
+
+ private:
+  int parallel_ = -1;  // -1: the backend's default
+};
+
+namespace towers_detail {
+// Makes a tower's device current on the calling thread (the CUDA device is
+// per-thread state); a no-op for backends whose Device has no make_current.
+template <class D>
+auto make_current(D& d, int) -> decltype(d.make_current(), void()) {
+  d.make_current();
+}
+template <class D>
+void make_current(D&, long) {}
+}  // namespace towers_detail
+
+/// N replicas of ModelT (a Model<Net, B, T>) trained as one; see the header.
+template <class ModelT>
+class Towers {
+ public:
+  using Backend = typename ModelT::Backend;
+  using Scalar = typename ModelT::Scalar;
+  using T = Scalar;
+  using DeviceFactory = std::function<std::unique_ptr<Device<Backend>>(std::size_t tower)>;
+
+  /// Builds `n` replicas of the network, all initialized from `seed`. Tower
+  /// i runs on `device(i)` when a factory is given (GPU i, say), else on the
+  /// backend's default device. `reducer` sums the towers' gradients (null:
+  /// HostTowerReducer).
+  Towers(std::size_t n, InputShape input, DataFormat fmt = DataFormat::NCHW, NetOptions options = {},
+         std::uint64_t seed = 0, const DeviceFactory& device = {},
+         std::unique_ptr<TowerReducer<T>> reducer = nullptr, TowersOptions topts = {})
+      : reducer_(std::move(reducer)), topts_(topts) {
+    if (n == 0) throw ConfigError("Towers: the number of towers must be at least 1");
+    for (std::size_t i = 0; i < n; ++i) {
+      replicas_.push_back(std::make_unique<ModelT>(device ? device(i) : nullptr, input, fmt, options, seed));
+    }
+    if (!reducer_) reducer_ = std::make_unique<HostTowerReducer<T>>();
+    inputs_.resize(n);
+    douts_.resize(n);
+    outs_.assign(n, nullptr);
+    grads_.reserve(n);
+  }
+
+  Towers(const Towers&) = delete;
+  Towers& operator=(const Towers&) = delete;
+
+  std::size_t size() const { return replicas_.size(); }
+  ModelT& tower(std::size_t i) { return *replicas_.at(i); }
+  const TowerReducer<T>& reducer() const { return *reducer_; }
+
+  /// Tower 0's arena: the variables (optimizer, checkpoints, EMA, logs).
+  Parameters<T>& parameters() { return replicas_[0]->parameters(); }
+  const Parameters<T>& parameters() const { return replicas_[0]->parameters(); }
+  DataFormat format() const { return replicas_[0]->format(); }
+  Shape output_shape(std::size_t n = 1) const { return replicas_[0]->output_shape(n); }
+  Shape input_shape(std::size_t n = 1) const { return replicas_[0]->input_shape(n); }
+  const NetOptions& options() const { return replicas_[0]->options(); }
+
+  /// Re-initializes tower 0 from `seed` (the others follow at the next forward).
+  void reset(std::uint64_t seed) { replicas_[0]->reset(seed); }
+
+  /// The Trainer's overlap hook: with towers every gradient is final only
+  /// after the towers' sum, which backward() reports as a whole.
+  void set_gradient_sync(GradientSync* s) { grad_sync_ = s; }
+
+  /// Runs the towers on their slices of x; the concatenated output is owned
+  /// by the towers and valid until the next forward.
+  const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train) {
+    if (x.dimension() != 4 || x.size() == 0)
+      throw ShapeError(std::string("towers: input must be a non-empty 4-D tensor in ") + to_string(format()) +
+                       " order");
+    const std::size_t n = x.shape()[0];
+    split(n);
+    broadcast_variables();
+    const Shape in = shape_of(x, format());
+    const std::size_t per = x.size() / n;
+    for (std::size_t i = 0; i < active_; ++i) {
+      Shape s = in;
+      s.n = sizes_[i];
+      ensure_shape(inputs_[i], s, format());
+      std::memcpy(inputs_[i].data(), x.data() + offsets_[i] * per, sizes_[i] * per * sizeof(T));
+    }
+    run([&](std::size_t i) { outs_[i] = &replicas_[i]->forward(inputs_[i], mode); });
+    const Shape os = output_shape(n);
+    ensure_shape(out_, os, format());
+    const std::size_t oper = out_.size() / n;
+    for (std::size_t i = 0; i < active_; ++i)
+      std::memcpy(out_.data() + offsets_[i] * oper, outs_[i]->data(), sizes_[i] * oper * sizeof(T));
+    last_mode_ = mode;
+    forwarded_ = true;
+    return out_;
+  }
+
+  /// Backpropagates d(loss)/d(output) through the last Train-mode forward and
+  /// leaves in parameters().grads() the sum of the towers' gradients. Returns
+  /// an empty tensor (towers do not compute input gradients).
+  const Tensor<T>& backward(const Tensor<T>& dy) {
+    if (!forwarded_ || last_mode_ != Mode::Train)
+      throw Error("Towers::backward needs a preceding forward in Mode::Train");
+    if (dy.shape() != out_.shape())
+      throw ShapeError("Towers::backward: d(output) has shape " + shape_of(dy, format()).str() +
+                       " but the last forward's output is " + shape_of(out_, format()).str());
+    const std::size_t oper = dy.size() / dy.shape()[0];
+    for (std::size_t i = 0; i < active_; ++i) {
+      if (douts_[i].shape() != outs_[i]->shape()) douts_[i].resize(outs_[i]->shape());
+      std::memcpy(douts_[i].data(), dy.data() + offsets_[i] * oper, sizes_[i] * oper * sizeof(T));
+    }
+    run([&](std::size_t i) { replicas_[i]->backward(douts_[i]); });
+    grads_.clear();
+    for (std::size_t i = 0; i < active_; ++i) grads_.push_back(replicas_[i]->parameters().grads().data());
+    if (active_ > 1) reducer_->sum(grads_, std::size_t(parameters().grads().size()));
+    if (grad_sync_) grad_sync_->ready_from(0);
+    return empty_;
+  }
+
+ private:
+  // Contiguous slices of a batch of n: the first n % k towers take one more.
+  void split(std::size_t n) {
+    active_ = std::min(n, replicas_.size());
+    sizes_.assign(active_, n / active_);
+    for (std::size_t i = 0; i < n % active_; ++i) ++sizes_[i];
+    offsets_.assign(active_, 0);
+    for (std::size_t i = 1; i < active_; ++i) offsets_[i] = offsets_[i - 1] + sizes_[i - 1];
+  }
+
+  // Every other tower takes tower 0's values and non-trainable state.
+  void broadcast_variables() {
+    auto& p0 = replicas_[0]->parameters();
+    for (std::size_t i = 1; i < active_; ++i) {
+      auto& p = replicas_[i]->parameters();
+      if (p.values().size() != p0.values().size() || p.state().size() != p0.state().size())
+        throw Error("Towers: tower " + std::to_string(i) + " has a different parameter layout from tower 0");
+      p.values() = p0.values();
+      p.state() = p0.state();
+    }
+  }
+
+  // f(i) for every active tower, concurrently unless parallel(false); the
+  // first tower's exception is rethrown after all have stopped.
+  template <class F>
+  void run(F&& f) {
+    errors_.assign(active_, nullptr);
+    auto one = [&](std::size_t i) {
+      try {
+        towers_detail::make_current(replicas_[i]->device(), 0);
+        f(i);
+      } catch (...) {
+        errors_[i] = std::current_exception();
+      }
+    };
+    if (!topts_.template parallel_for<Backend>() || active_ == 1) {
+      for (std::size_t i = 0; i < active_; ++i) one(i);
+    } else {
+      std::vector<std::thread> threads;
+      threads.reserve(active_ - 1);
+      for (std::size_t i = 1; i < active_; ++i) threads.emplace_back(one, i);
+      one(0);
+      for (auto& t : threads) t.join();
+    }
+    for (const auto& e : errors_)
+      if (e) std::rethrow_exception(e);
+  }
+
+  std::vector<std::unique_ptr<ModelT>> replicas_;
+  std::unique_ptr<TowerReducer<T>> reducer_;
+  TowersOptions topts_;
+  std::vector<Tensor<T>> inputs_, douts_;
+  std::vector<const Tensor<T>*> outs_;
+  std::vector<T*> grads_;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::size_t> sizes_, offsets_;
+  std::size_t active_ = 0;
+  Tensor<T> out_, empty_;
+  Mode last_mode_ = Mode::Train;
+  bool forwarded_ = false;
+  GradientSync* grad_sync_ = nullptr;
+};
+
+}  // namespace cifarnet::distributed

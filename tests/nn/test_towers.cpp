@@ -1,0 +1,181 @@
+// Tests of distributed/towers.hpp on the CPU (the same code drives one GPU
+// per tower; test_backend_cuda runs the CUDA towers when GPUs are present):
+// N towers with slices of a batch train like one model with the whole batch
+// (exactly like the seed's procedure done by hand, within rounding of one
+// model for a network without batch norm), evaluation splits and
+// concatenates, uneven and tiny batches, and errors from a tower's thread.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/distributed/towers.hpp>
+#include <cifarnet/models/cifar10_cnn.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/optim/optim.hpp>
+#include <cifarnet/train/trainer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+using namespace cifarnet;
+namespace dist = cifarnet::distributed;
+
+namespace {
+
+using ResNet = Model<ResNetCifar<>, backend::OneDnn>;
+using RefResNet = Model<ResNetCifar<>, backend::Reference>;
+using Cnn = Model<Cifar10Cnn, backend::OneDnn>;
+
+std::vector<train::Batch> make_batches(std::size_t steps, std::size_t batch, DataFormat fmt, std::size_t hw) {
+  std::vector<train::Batch> out(steps);
+  Rng rng(42);
+  for (auto& b : out) {
+    b.images = make_tensor<float>({batch, 3, hw, hw}, fmt);
+    for (auto& v : b.images) v = float(rng.uniform(-1, 1));
+    for (std::size_t i = 0; i < batch; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+  }
+  return out;
+}
+
+double max_abs_diff(const Eigen::Ref<const Eigen::ArrayXf>& x, const Eigen::Ref<const Eigen::ArrayXf>& y) {
+  double m = 0;
+  for (Eigen::Index i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - double(y[i])));
+  return m;
+}
+double max_abs(const Eigen::Ref<const Eigen::ArrayXf>& x) {
+  double m = 0;
+  for (Eigen::Index i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i])));
+  return m;
+}
+
+const double kLr = 0.05, kWd = 2e-4;
+
+/// Trainer with momentum on `net` (a Model or Towers) over `batches`.
+template <class NetT>
+void train_on(NetT& net, const std::vector<train::Batch>& batches) {
+  optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  train::Trainer<NetT> t(net, {std::int64_t(batches.size()), kWd, true, 0});
+  t.set_optimizer(opt, [](std::int64_t) { return kLr; });
+  std::size_t i = 0;
+  t.run([&]() -> const train::Batch& { return batches[i++]; });
+}
+
+/// Rows [b, b + n) of a batch tensor.
+Tensor<float> rows(const Tensor<float>& x, std::size_t b, std::size_t n) {
+  auto shape = x.shape();
+  const std::size_t per = x.size() / shape[0];
+  shape[0] = n;
+  Tensor<float> out(shape);
+  std::memcpy(out.data(), x.data() + b * per, n * per * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+/// The seed's procedure by hand on two separate models, against Towers.
+template <class M>
+void check_seed_procedure(const dist::TowersOptions& topts) {
+  const DataFormat fmt = DataFormat::NHWC;
+  const auto batches = make_batches(3, 6, fmt, 32);
+  M a({3, 32, 32}, fmt, resnet_options(8), 7), b({3, 32, 32}, fmt, resnet_options(8), 7);
+  optim::Momentum<float> opt(a.parameters(), optim::MomentumOptions().momentum(0.9));
+  for (const auto& batch : batches) {
+    b.parameters().values() = a.parameters().values();
+    b.parameters().state() = a.parameters().state();
+    Tensor<float> logits = make_tensor<float>(a.output_shape(6), fmt), dlogits;
+    const Tensor<float> la = a.forward(rows(batch.images, 0, 3), Mode::Train);
+    const Tensor<float> lb = b.forward(rows(batch.images, 3, 3), Mode::Train);
+    std::memcpy(logits.data(), la.data(), la.size() * sizeof(float));
+    std::memcpy(logits.data() + la.size(), lb.data(), lb.size() * sizeof(float));
+    softmax_cross_entropy(logits, batch.labels, &dlogits);
+    a.backward(rows(dlogits, 0, 3));
+    b.backward(rows(dlogits, 3, 3));
+    a.parameters().grads() += b.parameters().grads();
+    weight_decay(a.parameters(), kWd);
+    opt.step(a.parameters(), kLr);
+  }
+  dist::Towers<M> towers(2, {3, 32, 32}, fmt, resnet_options(8), 7, {}, nullptr, topts);
+  train_on(towers, batches);
+  CHECK(max_abs_diff(towers.parameters().values(), a.parameters().values()) == 0.0);
+  CHECK(max_abs_diff(towers.parameters().state(), a.parameters().state()) == 0.0);
+  CHECK(std::string(towers.reducer().name()) == "host");
+}
+
+TEST_CASE(
+    "Towers do what the seed's towers do: slices, summed gradients, one update, tower 0's BN statistics",
+    "[towers]") {
+  SECTION("oneDNN, towers one after the other (the CPU default)") {
+    CHECK_FALSE(dist::TowersOptions().parallel_for<backend::OneDnn>());
+    check_seed_procedure<ResNet>({});
+  }
+  SECTION("reference backend, one thread per tower (as on GPUs)") {
+    check_seed_procedure<RefResNet>(dist::TowersOptions().parallel(true));
+  }
+}
+
+TEST_CASE("Without batch norm, N towers with slices of a batch follow one model with the whole batch",
+          "[towers]") {
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    const auto batches = make_batches(3, 8, fmt, 24);
+    Cnn ref({3, 24, 24}, fmt, {}, 11);
+    train_on(ref, batches);
+    const double scale = max_abs(ref.parameters().values());
+    for (std::size_t n : {2, 3}) {  // 3 towers: slices of 3, 3 and 2
+      INFO(to_string(fmt) << ", " << n << " towers");
+      dist::Towers<Cnn> towers(n, {3, 24, 24}, fmt, {}, 11);
+      train_on(towers, batches);
+      const double d = max_abs_diff(towers.parameters().values(), ref.parameters().values());
+      CHECK(d < 1e-5 * scale);
+      WARN(n << " towers, " << to_string(fmt) << ": max |param diff| vs one model " << d << " (max |param| "
+             << scale << ")");
+    }
+  }
+}
+
+TEST_CASE("Towers evaluate by slices with tower 0's weights, any batch size", "[towers]") {
+  const DataFormat fmt = DataFormat::NCHW;
+  const auto batches = make_batches(2, 5, fmt, 32);
+  dist::Towers<ResNet> towers(3, {3, 32, 32}, fmt, resnet_options(8), 3);
+  train_on(towers, batches);  // tower 0 moves away from the others' initial weights
+  ResNet one({3, 32, 32}, fmt, resnet_options(8), 99);
+  one.parameters().values() = towers.parameters().values();
+  one.parameters().state() = towers.parameters().state();
+  for (std::size_t n : {1, 2, 5, 7}) {  // fewer examples than towers too
+    INFO("batch " << n);
+    const Tensor<float> x = rows(make_batches(1, 7, fmt, 32)[0].images, 0, n);
+    const Tensor<float> got = towers.forward(x, Mode::Infer);
+    REQUIRE(got.shape()[0] == n);
+    const Tensor<float> want = one.forward(x, Mode::Infer);
+    double d = 0, s = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      d = std::max(d, double(std::abs(got.data()[i] - want.data()[i])));
+      s = std::max(s, double(std::abs(want.data()[i])));
+    }
+    CHECK(d <= 1e-5 * std::max(1.0, s));
+  }
+}
+
+TEST_CASE("Towers report a tower's error after every tower stopped, and misuse clearly", "[towers][errors]") {
+  const DataFormat fmt = DataFormat::NCHW;
+  for (bool parallel : {false, true}) {
+    INFO("parallel " << parallel);
+    dist::Towers<RefResNet> towers(2, {3, 32, 32}, fmt, resnet_options(8), 3, {}, nullptr,
+                                   dist::TowersOptions().parallel(parallel));
+    Tensor<float> dy = make_tensor<float>(towers.output_shape(4), fmt);
+    CHECK_THROWS_WITH(towers.backward(dy), Catch::Contains("needs a preceding forward in Mode::Train"));
+    Tensor<float> wrong = make_tensor<float>({4, 1, 32, 32}, fmt);
+    wrong.fill(0.f);
+    CHECK_THROWS_AS(towers.forward(wrong, Mode::Train), ShapeError);
+    CHECK_THROWS_WITH(towers.forward(wrong, Mode::Train), Catch::Contains("expects input"));
+    Tensor<float> x = make_tensor<float>({4, 3, 32, 32}, fmt);
+    x.fill(0.5f);
+    towers.forward(x, Mode::Train);
+    Tensor<float> bad = make_tensor<float>(towers.output_shape(3), fmt);
+    CHECK_THROWS_WITH(towers.backward(bad), Catch::Contains("last forward's output"));
+    towers.backward(dy);  // still usable after the errors
+  }
+  CHECK_THROWS_WITH(dist::Towers<ResNet>(0, {3, 32, 32}, fmt, resnet_options(8), 3),
+                    Catch::Contains("at least 1"));
+}
