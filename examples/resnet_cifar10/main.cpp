@@ -158,7 +158,8 @@ int main(int argc, char** argv) {
   }
   try {
 #ifdef CIFARNET_WITH_CUDA
-    if (f.num_gpus > 0) return run_cuda(f, cl);
+    if (f.num_gpus > 1) return run_cuda_towers(f, cl);
+    if (f.num_gpus == 1) return run_cuda(f, cl);
 #endif
     return run<backend::OneDnn>(f, cl);
   } catch (const ConfigError& e) {

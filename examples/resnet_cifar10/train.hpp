@@ -21,6 +21,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/data/recipes.hpp>
 #include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/distributed/towers.hpp>
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
 #include <cifarnet/models/resnet.hpp>
@@ -100,12 +101,14 @@ inline void validate(const Flags& f, const Cluster& cl) {
       throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
                         ": GPUs were requested but none is available (" + backend::cuda::no_device_reason() +
                         "). Use --num-gpus 0 to train on the CPU.");
-    if (f.num_gpus > 1)
-      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
-                        ": towers over several GPUs in one process are not implemented; run one process per "
-                        "GPU instead: mpirun -np " +
-                        std::to_string(f.num_gpus) + " resnet_cifar10 --num-gpus 1 ... (" +
-                        std::to_string(present) + " GPU(s) present)");
+    if (f.num_gpus > present)
+      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) + ": " + std::to_string(present) +
+                        " GPU(s) present. Ask for at most " + std::to_string(present) + ".");
+    if (f.num_gpus > 1 && cl.size > 1)
+      throw ConfigError(
+          "--num-gpus " + std::to_string(f.num_gpus) +
+          " under mpirun: give each process one GPU (--num-gpus 1, one process per GPU); towers "
+          "over several GPUs are for a single process.");
 #else
     throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
                       ": GPUs were requested but none is available to this build (it has no CUDA backend: "
@@ -198,8 +201,28 @@ DataFormat measure_data_format(const NetOptions& opts) {
   return pick;
 }
 
-/// The whole run on backend B (backend::OneDnn, or backend::Cuda for --num-gpus 1).
-template <class B>
+/// The towers' gradient sum for --num-gpus N > 1: NCCL when the build has
+/// it, else on the host (cuda_towers.cpp).
+std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer(int gpus);
+
+/// The network of a run: one model, or (kTowers, --num-gpus N > 1) N towers,
+/// tower i on GPU i, their gradients summed with NCCL when the build has it.
+template <class Net, bool kTowers>
+std::unique_ptr<Net> make_net(const Flags& f, DataFormat fmt, const NetOptions& opts) {
+  const InputShape in{3, 32, 32};
+  if constexpr (kTowers) {
+    using Dev = Device<typename Net::Backend>;
+    return std::make_unique<Net>(
+        std::size_t(f.num_gpus), in, fmt, opts, f.seed,
+        [](std::size_t i) { return std::make_unique<Dev>(int(i)); }, make_tower_reducer(f.num_gpus));
+  } else {
+    return std::make_unique<Net>(in, fmt, opts, f.seed);
+  }
+}
+
+/// The whole run on backend B (backend::OneDnn, or backend::Cuda for
+/// --num-gpus 1, or with kTowers one tower per GPU for --num-gpus N > 1).
+template <class B, bool kTowers = false>
 int run(const Flags& f, Cluster& cl) {
   if (f.num_intra_threads > 0) {
     omp_set_num_threads(f.num_intra_threads);
@@ -282,8 +305,10 @@ int run(const Flags& f, Cluster& cl) {
     fmt = DataFormat(code);
   }
 #endif
-  using Net = Model<ResNetCifar<>, B>;
-  Net net({3, 32, 32}, fmt, opts, f.seed);
+  using One = Model<ResNetCifar<>, B>;
+  using Net = std::conditional_t<kTowers, distributed::Towers<One>, One>;
+  const std::unique_ptr<Net> net_owner = make_net<Net, kTowers>(f, fmt, opts);
+  Net& net = *net_owner;
   optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(f.momentum));
 #ifdef CIFARNET_WITH_MPI
   // Distributed: gradients averaged over the processes before the momentum
@@ -304,7 +329,7 @@ int run(const Flags& f, Cluster& cl) {
           std::make_unique<DistOpt>(net.parameters(), ar, optim::MomentumOptions().momentum(f.momentum));
     if (f.sync_batch_norm) {
       sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
-      net.set_cross_replica(sync_bn.get());
+      if constexpr (!kTowers) net.set_cross_replica(sync_bn.get());  // (towers: never under mpirun)
     }
   }
 #endif
@@ -328,6 +353,11 @@ int run(const Flags& f, Cluster& cl) {
       plain->restore(p);
   };
 
+  std::string towers_text;
+  if constexpr (kTowers)
+    towers_text = ", " + std::to_string(net.size()) + " towers (one per GPU) of batch " +
+                  std::to_string(f.train_batch_size / f.num_gpus) + ", gradients summed by " +
+                  net.reducer().name();
   std::cout << "ResNet-" << f.num_layers << " (" << net.parameters().num_trainable() << " parameters), "
             << (data.synthetic ? "SYNTHETIC data" : "CIFAR-10 split '" + f.train_split + "'") << " ("
             << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
@@ -340,7 +370,7 @@ int run(const Flags& f, Cluster& cl) {
                                   (f.overlap_allreduce ? ", all-reduce overlapped with backward"
                                                        : ", all-reduce after backward")
                             : std::string())
-            << "\n";
+            << towers_text << "\n";
 
   // Distributed, the chief decides when to stop (max_seconds), for every rank.
   train::Trainer<Net> trainer(net, {train_steps, f.weight_decay, true, cl.size > 1 ? 0.0 : f.max_seconds});
@@ -475,6 +505,8 @@ int run(const Flags& f, Cluster& cl) {
 #ifdef CIFARNET_WITH_CUDA
 /// Defined in cuda.cpp (its own translation unit).
 int run_cuda(const Flags& f, Cluster& cl);
+/// --num-gpus N > 1: one tower per GPU in this process (cuda_towers.cpp).
+int run_cuda_towers(const Flags& f, Cluster& cl);
 #endif
 
 }  // namespace resnet_cifar10
