@@ -17,6 +17,7 @@
 
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/core/fp_contract.hpp"
 #include "cifarnet/core/tensor.hpp"
 
 namespace cifarnet {
@@ -65,8 +66,11 @@ T softmax_cross_entropy(const Tensor<T>& logits, const std::vector<std::int32_t>
 
 /// wd · Σ v²/2 over parameters with weight_decay set; with add_grad, adds
 /// wd · v to their gradients.
+/// The gradient is added as TF adds it (wd · v rounded, then the sum; never
+/// one fused multiply-add).
 template <class T>
-T weight_decay(Parameters<T>& params, double wd, bool add_grad = true) {
+CIFARNET_NO_FP_CONTRACT T weight_decay(Parameters<T>& params, double wd, bool add_grad = true) {
+  CIFARNET_NO_FP_CONTRACT_BODY
   double total = 0;
   params.for_each([&](const ParamInfo& p, T* v, T* g) {
     if (!p.trainable || !p.weight_decay) return;

@@ -26,20 +26,9 @@
 #endif
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/fp_contract.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/optim/select.hpp"
-
-/// On a function: evaluate a*b+c as two rounded operations, never one FMA.
-#if defined(__clang__)
-#define CIFARNET_NO_FP_CONTRACT
-#define CIFARNET_NO_FP_CONTRACT_BODY _Pragma("clang fp contract(off)")
-#elif defined(__GNUC__)
-#define CIFARNET_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
-#define CIFARNET_NO_FP_CONTRACT_BODY
-#else
-#define CIFARNET_NO_FP_CONTRACT
-#define CIFARNET_NO_FP_CONTRACT_BODY
-#endif
 
 namespace cifarnet::optim::detail {
 

@@ -1,0 +1,457 @@
+// cifarnet/backend/cuda/kernels.hpp — the CUDA backend's own kernels (the
+// parts cuDNN and cuBLAS do not cover: optimizer updates, EMA, weight decay,
+// gradient norms and scaling, the softmax cross-entropy loss, image copies),
+// compiled at run time with NVRTC so the library stays header-only and user
+// code needs no nvcc.
+//
+// One source, two compilers: the per-element math is written once inside
+// CIFARNET_CUDA_SHARED(...). The host compiles it as ordinary inline
+// functions (namespace cifarnet::backend::cuda::shared), which the CPU tests
+// check against the library's CPU optimizers and loss; the same text,
+// stringified, is the body of the NVRTC program, whose __global__ kernels are
+// thin loops around it. NVRTC compiles with --fmad=false, so each product and
+// sum is rounded separately, as in TensorFlow's CPU kernels and in the CPU
+// optimizers here (CIFARNET_NO_FP_CONTRACT).
+//
+// Run time: compile_ptx() needs no GPU (CI compiles every kernel to PTX on
+// its GPU-less machines). KernelLibrary::get(dev) compiles once per compute
+// capability (PTX for min(device, newest NVRTC target); the driver JIT-
+// compiles it), loads it with cudaLibraryLoadData (context-independent: one
+// library serves every GPU of that capability) and launches kernels with
+// cudaLaunchKernel on the device's stream. Errors (NVRTC log included) are
+// BackendError.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/optim/layout.hpp"  // CIFARNET_NO_FP_CONTRACT
+
+// The shared element functions: host inline functions here, device functions
+// in the NVRTC program (where CN_FN is `__device__ inline`). Write them in
+// the common subset of C++ and CUDA, without preprocessor directives.
+#define CN_FN inline CIFARNET_NO_FP_CONTRACT
+#define CIFARNET_CUDA_SHARED(...)                                   \
+  namespace cifarnet::backend::cuda::shared {                       \
+  __VA_ARGS__                                                       \
+  }                                                                 \
+  namespace cifarnet::backend::cuda::kernel_detail {                \
+  inline const char* shared_source() { return #__VA_ARGS__; }       \
+  }
+
+CIFARNET_CUDA_SHARED(
+    /* TF ApplyMomentum: accum = accum * m + g; var -= accum * lr, or with
+       Nesterov var -= g * lr + accum * m * lr. */
+    CN_FN void momentum(float& var, float& acc, float g, float lr, float m, int nesterov) {
+      acc = acc * m + g;
+      if (nesterov)
+        var -= g * lr + acc * m * lr;
+      else
+        var -= acc * lr;
+    }
+    /* TF ApplyAdam with alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t). */
+    CN_FN void adam(float& var, float& m, float& v, float g, float alpha, float omb1, float omb2, float eps) {
+      m += (g - m) * omb1;
+      v += (g * g - v) * omb2;
+      var -= (m * alpha) / (sqrtf(v) + eps);
+    }
+    /* tf.train.ExponentialMovingAverage: shadow -= (shadow - var) * (1 - decay). */
+    CN_FN void ema(float& shadow, float var, float one_minus_decay) { shadow -= (shadow - var) * one_minus_decay; }
+    /* L2 weight decay's gradient: g += wd * var. */
+    CN_FN void decay_grad(float& g, float var, float wd) { g += wd * var; }
+    /* One row of the mean sparse softmax cross-entropy over a batch of n:
+       returns the row's loss (double, as the CPU loss) and writes
+       d(mean loss)/d(logits) when dz is not null (n: the batch size). */
+    CN_FN double softmax_xent_row(const float* z, int k, int label, double n, float* dz) {
+      double mx = double(z[0]);
+      for (int j = 1; j < k; ++j) mx = fmax(mx, double(z[j]));
+      double sum = 0;
+      for (int j = 0; j < k; ++j) sum += exp(double(z[j]) - mx);
+      const double lse = mx + log(sum);
+      if (dz)
+        for (int j = 0; j < k; ++j) dz[j] = float((exp(double(z[j]) - lse) - (j == label ? 1.0 : 0.0)) / n);
+      return lse - double(z[label]);
+    }
+    /* Pixel (y, x, ch) of an interleaved uint8 image (h, w, c) to its place
+       in a float batch tensor at example `img`, NCHW (nchw != 0) or NHWC. */
+    CN_FN void image_to_float(const unsigned char* src, float* dst, long long img, int c, int h, int w, int nchw,
+                              long long idx) {
+      const long long per = (long long)c * h * w;
+      const int ch = int(idx % c), x = int((idx / c) % w), y = int(idx / ((long long)c * w));
+      const long long out = nchw ? img * per + ((long long)ch * h + y) * w + x : img * per + idx;
+      dst[out] = float(src[idx]);
+    })
+
+#undef CN_FN
+
+namespace cifarnet::backend::cuda {
+
+namespace kernel_detail {
+
+/// The NVRTC program: the shared functions, then the kernels. Sizes are
+/// long long; every kernel is a grid-stride loop.
+inline std::string kernel_source() {
+  std::string s =
+      "#define CN_FN __device__ inline\n"
+      "namespace shared {\n";
+  s += shared_source();
+  s += R"(
+}
+#define CN_LOOP(n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+                        i += (long long)blockDim.x * gridDim.x)
+extern "C" __global__ void cn_momentum(float* var, float* acc, const float* g, long long n, float lr, float m,
+                                       int nesterov) {
+  CN_LOOP(n) shared::momentum(var[i], acc[i], g[i], lr, m, nesterov);
+}
+extern "C" __global__ void cn_adam(float* var, float* m, float* v, const float* g, long long n, float alpha,
+                                   float omb1, float omb2, float eps) {
+  CN_LOOP(n) shared::adam(var[i], m[i], v[i], g[i], alpha, omb1, omb2, eps);
+}
+extern "C" __global__ void cn_ema(float* shadow, const float* var, long long n, float one_minus_decay) {
+  CN_LOOP(n) shared::ema(shadow[i], var[i], one_minus_decay);
+}
+extern "C" __global__ void cn_decay_grad(float* g, const float* var, long long n, float wd) {
+  CN_LOOP(n) shared::decay_grad(g[i], var[i], wd);
+}
+extern "C" __global__ void cn_scale(float* x, long long n, float s) {
+  CN_LOOP(n) x[i] = x[i] * s;
+}
+/* partial[b] = sum of x[i]^2 (in double) over the elements block b visits;
+   blockDim.x must be 256. */
+extern "C" __global__ void cn_sum_squares(const float* x, long long n, double* partial) {
+  __shared__ double acc[256];
+  double s = 0;
+  CN_LOOP(n) s += double(x[i]) * double(x[i]);
+  acc[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) acc[threadIdx.x] += acc[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
+}
+/* One thread per example; loss[i] is example i's loss; bad[0] counts labels
+   outside [0, k). */
+extern "C" __global__ void cn_softmax_xent(const float* z, const int* labels, long long n, int k, double rows,
+                                           double* loss, float* dz, int* bad) {
+  CN_LOOP(n) {
+    const int y = labels[i];
+    if (y < 0 || y >= k) {
+      atomicAdd(bad, 1);
+      loss[i] = 0;
+      continue;
+    }
+    loss[i] = shared::softmax_xent_row(z + i * k, k, y, rows, dz ? dz + i * k : nullptr);
+  }
+}
+extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long img, int c, int h,
+                                             int w, int nchw) {
+  CN_LOOP((long long)c * h * w) shared::image_to_float(src, dst, img, c, h, w, nchw, i);
+}
+)";
+  return s;
+}
+
+inline void check_nvrtc(nvrtcResult r, const char* what) {
+  if (r != NVRTC_SUCCESS)
+    throw BackendError(cifarnet::detail::concat("NVRTC ", what, ": ", nvrtcGetErrorString(r)));
+}
+
+/// Owns an nvrtcProgram.
+struct Program {
+  nvrtcProgram p = nullptr;
+  ~Program() {
+    if (p) (void)nvrtcDestroyProgram(&p);
+  }
+};
+
+}  // namespace kernel_detail
+
+/// Names of every kernel in the program (tests, and eager loading).
+inline const std::vector<std::string>& kernel_names() {
+  static const std::vector<std::string> names{"cn_momentum",    "cn_adam",         "cn_ema",
+                                              "cn_decay_grad",  "cn_scale",        "cn_sum_squares",
+                                              "cn_softmax_xent", "cn_image_to_float"};
+  return names;
+}
+
+/// Newest compute capability (major*10 + minor) NVRTC can target that is
+/// not above `wanted`; the oldest one it supports if all are above.
+inline int nvrtc_target(int wanted) {
+  int count = 0;
+  kernel_detail::check_nvrtc(nvrtcGetNumSupportedArchs(&count), "nvrtcGetNumSupportedArchs");
+  std::vector<int> archs(std::size_t(std::max(count, 0)));
+  if (count > 0) kernel_detail::check_nvrtc(nvrtcGetSupportedArchs(archs.data()), "nvrtcGetSupportedArchs");
+  if (archs.empty()) throw BackendError("NVRTC supports no GPU architecture");
+  std::sort(archs.begin(), archs.end());
+  int best = archs.front();
+  for (int a : archs)
+    if (a <= wanted) best = a;
+  return best;
+}
+
+/// PTX of the kernel program for compute capability `arch` (e.g. 80);
+/// needs no GPU. Throws BackendError with NVRTC's log on failure.
+inline std::string compile_ptx(int arch) {
+  const std::string src = kernel_detail::kernel_source();
+  kernel_detail::Program prog;
+  kernel_detail::check_nvrtc(nvrtcCreateProgram(&prog.p, src.c_str(), "cifarnet_kernels.cu", 0, nullptr, nullptr),
+                      "nvrtcCreateProgram");
+  const std::string arch_opt = "--gpu-arch=compute_" + std::to_string(arch);
+  const char* opts[] = {arch_opt.c_str(), "--fmad=false", "--std=c++17"};
+  const nvrtcResult r = nvrtcCompileProgram(prog.p, 3, opts);
+  if (r != NVRTC_SUCCESS) {
+    std::size_t n = 0;
+    std::string log;
+    if (nvrtcGetProgramLogSize(prog.p, &n) == NVRTC_SUCCESS && n > 1) {
+      log.resize(n);
+      (void)nvrtcGetProgramLog(prog.p, &log[0]);
+    }
+    throw BackendError(cifarnet::detail::concat("NVRTC compile of cifarnet's kernels for compute_", arch, ": ",
+                                                nvrtcGetErrorString(r), "\n", log));
+  }
+  std::size_t n = 0;
+  kernel_detail::check_nvrtc(nvrtcGetPTXSize(prog.p, &n), "nvrtcGetPTXSize");
+  std::string ptx(n, '\0');
+  kernel_detail::check_nvrtc(nvrtcGetPTX(prog.p, &ptx[0]), "nvrtcGetPTX");
+  return ptx;
+}
+
+/// The loaded kernels for one compute capability; launch on a Device's stream.
+class KernelLibrary {
+ public:
+  /// The library for `dev`'s GPU, compiled and loaded on first use (thread-safe).
+  static KernelLibrary& get(const Dev& dev) {
+    int major = 0, minor = 0;
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev.ordinal()),
+          "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev.ordinal()),
+          "cudaDeviceGetAttribute");
+    const int arch = nvrtc_target(major * 10 + minor);
+    static std::mutex mu;
+    static std::map<int, std::unique_ptr<KernelLibrary>> libs;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = libs[arch];
+    if (!slot) slot.reset(new KernelLibrary(arch));
+    return *slot;
+  }
+
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+  ~KernelLibrary() {
+    if (lib_) (void)cudaLibraryUnload(lib_);
+  }
+
+  int arch() const { return arch_; }
+
+  /// Launches kernel `name` over `n` elements (grid-stride, 256 threads per
+  /// block, at most `max_blocks` blocks) on dev's stream with `args`.
+  template <class... A>
+  void launch(Dev& dev, const char* name, std::size_t n, std::size_t max_blocks, A... args) {
+    if (n == 0) return;
+    void* ptrs[] = {static_cast<void*>(&args)...};
+    const std::size_t blocks = std::min(max_blocks, (n + kThreads - 1) / kThreads);
+    dev.make_current();
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(name)), dim3(unsigned(blocks)), dim3(kThreads),
+                           ptrs, 0, dev.stream()),
+          name);
+  }
+
+  static constexpr unsigned kThreads = 256;
+  static constexpr std::size_t kMaxBlocks = 4096;
+
+ private:
+  explicit KernelLibrary(int arch) : arch_(arch) {
+    const std::string ptx = compile_ptx(arch);
+    check(cudaLibraryLoadData(&lib_, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "cudaLibraryLoadData of cifarnet's kernels (a driver older than the toolkit's PTX?)");
+    for (const auto& k : kernel_names()) {
+      cudaKernel_t h = nullptr;
+      check(cudaLibraryGetKernel(&h, lib_, k.c_str()), "cudaLibraryGetKernel");
+      kernels_[k] = h;
+    }
+  }
+  cudaKernel_t kernel(const char* name) const {
+    const auto it = kernels_.find(name);
+    if (it == kernels_.end()) throw BackendError(cifarnet::detail::concat("no CUDA kernel named ", name));
+    return it->second;
+  }
+
+  int arch_;
+  cudaLibrary_t lib_ = nullptr;
+  std::map<std::string, cudaKernel_t> kernels_;
+};
+
+// ------------------------------------------------------------ operations
+// Every operation takes device pointers, or host pointers it stages (as the
+// other ops of this backend), and returns when its result is ready. Their
+// temporaries live in the Device's op slots (no allocation once grown).
+
+inline constexpr std::size_t kSlotA = 5, kSlotB = 6;
+
+/// Device slot `slot` as room for `n` values of type V (cudaMalloc'd, so
+/// aligned for any V).
+template <class V>
+V* scratch(Dev& dev, std::size_t slot, std::size_t n) {
+  return reinterpret_cast<V*>(dev.buffer(slot, (n * sizeof(V) + sizeof(float) - 1) / sizeof(float)));
+}
+
+/// Σ x² over n floats at x, accumulated in double.
+inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
+  if (n == 0) return 0.0;
+  Staging st(dev);
+  const float* dx = st.in(x, n);
+  constexpr std::size_t kBlocks = 256;
+  double* partial = scratch<double>(dev, kSlotA, kBlocks);
+  KernelLibrary::get(dev).launch(dev, "cn_sum_squares", n, kBlocks, dx, static_cast<long long>(n), partial);
+  std::vector<double> h(kBlocks, 0.0);
+  const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
+  check(cudaMemcpyAsync(h.data(), partial, blocks * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
+        "copy of partial sums to the host");
+  st.finish();
+  double s = 0;
+  for (std::size_t i = 0; i < blocks; ++i) s += h[i];
+  return s;
+}
+
+/// x *= s over n floats.
+inline void scale(Dev& dev, float* x, std::size_t n, float s) {
+  Staging st(dev);
+  float* dx = st.inout(x, n);
+  KernelLibrary::get(dev).launch(dev, "cn_scale", n, KernelLibrary::kMaxBlocks, dx, static_cast<long long>(n), s);
+  st.finish();
+}
+
+/// One TF ApplyMomentum over n elements (var, acc read and written; g read).
+inline void momentum_update(Dev& dev, float* var, float* acc, const float* g, std::size_t n, float lr, float m,
+                            bool nesterov) {
+  Staging st(dev);
+  float* v = st.inout(var, n);
+  float* a = st.inout(acc, n);
+  const float* gr = st.in(g, n);
+  KernelLibrary::get(dev).launch(dev, "cn_momentum", n, KernelLibrary::kMaxBlocks, v, a, gr,
+                                 static_cast<long long>(n), lr, m, nesterov ? 1 : 0);
+  st.finish();
+}
+
+/// One TF ApplyAdam over n elements with alpha = lr·sqrt(1-β2^t)/(1-β1^t).
+inline void adam_update(Dev& dev, float* var, float* m, float* v, const float* g, std::size_t n, float alpha,
+                        float one_minus_beta1, float one_minus_beta2, float eps) {
+  Staging st(dev);
+  float* dv = st.inout(var, n);
+  float* dm = st.inout(m, n);
+  float* dvv = st.inout(v, n);
+  const float* gr = st.in(g, n);
+  KernelLibrary::get(dev).launch(dev, "cn_adam", n, KernelLibrary::kMaxBlocks, dv, dm, dvv, gr,
+                                 static_cast<long long>(n), alpha, one_minus_beta1, one_minus_beta2, eps);
+  st.finish();
+}
+
+/// shadow -= (shadow - var) · (1 - decay) over n elements.
+inline void ema_update(Dev& dev, float* shadow, const float* var, std::size_t n, float one_minus_decay) {
+  Staging st(dev);
+  float* sh = st.inout(shadow, n);
+  const float* v = st.in(var, n);
+  KernelLibrary::get(dev).launch(dev, "cn_ema", n, KernelLibrary::kMaxBlocks, sh, v, static_cast<long long>(n),
+                                 one_minus_decay);
+  st.finish();
+}
+
+/// g += wd · var over n elements (L2 weight decay's gradient).
+inline void add_weight_decay(Dev& dev, float* g, const float* var, std::size_t n, float wd) {
+  Staging st(dev);
+  float* dg = st.inout(g, n);
+  const float* v = st.in(var, n);
+  KernelLibrary::get(dev).launch(dev, "cn_decay_grad", n, KernelLibrary::kMaxBlocks, dg, v,
+                                 static_cast<long long>(n), wd);
+  st.finish();
+}
+
+/// tf.clip_by_global_norm over one flat gradient buffer, as
+/// optim::ClipByGlobalNorm: g *= clip · min(1/norm, 1/clip) in float (also
+/// when the norm is below clip, as TF); a NaN or infinite norm makes every
+/// element NaN. Returns the norm before clipping.
+inline double clip_by_global_norm(Dev& dev, float* g, std::size_t n, double clip_norm) {
+  const double norm = std::sqrt(sum_squares(dev, g, n));
+  const float clip = float(clip_norm), use_norm = float(norm);
+  const float s = clip * std::min(1.0f / use_norm, 1.0f / clip) + (use_norm - use_norm);
+  scale(dev, g, n, std::isfinite(s) ? s : std::numeric_limits<float>::quiet_NaN());
+  return norm;
+}
+
+/// Mean sparse softmax cross-entropy of a batch of n rows of k logits (row-
+/// major, as the library's (n, k, 1, 1) logits), with d(mean)/d(logits) in
+/// dz when not null. Labels outside [0, k) are a DataError.
+inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t* labels, std::size_t n,
+                                    std::size_t k, float* dz) {
+  if (n == 0 || k == 0) throw ShapeError("softmax_cross_entropy on the GPU: empty logits");
+  Staging st(dev);
+  const float* d_z = st.in(z, n * k);
+  float* d_dz = dz ? st.out(dz, n * k) : nullptr;
+  int* d_labels = scratch<int>(dev, kSlotA, n + 1);  // the labels, then the count of bad ones
+  int* bad = d_labels + n;
+  double* loss = scratch<double>(dev, kSlotB, n);
+  check(cudaMemcpyAsync(d_labels, labels, n * sizeof(int), cudaMemcpyHostToDevice, dev.stream()),
+        "copy of labels to the device");
+  check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
+  KernelLibrary::get(dev).launch(dev, "cn_softmax_xent", n, KernelLibrary::kMaxBlocks, d_z, d_labels,
+                                 static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
+  std::vector<double> h(n);
+  int h_bad = 0;
+  check(cudaMemcpyAsync(h.data(), loss, n * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
+        "copy of losses to the host");
+  check(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, dev.stream()),
+        "copy of a count to the host");
+  st.finish();
+  if (h_bad) {
+    for (std::size_t i = 0; i < n; ++i)
+      if (labels[i] < 0 || std::size_t(labels[i]) >= k)
+        throw DataError(cifarnet::detail::concat("label ", labels[i], " of example ", i, " is outside [0, ", k,
+                                                 ")"));
+  }
+  double total = 0;
+  for (double v : h) total += v;
+  return total / double(n);
+}
+
+/// `count` interleaved uint8 images (h, w, c) at src (host or device) into
+/// the float batch tensor dst (count, c, h, w) in format `fmt`, starting at
+/// example `first`: the pipeline's augmentation-free copy, on the GPU.
+inline void images_to_float(Dev& dev, const unsigned char* src, std::size_t count, std::size_t c,
+                            std::size_t h, std::size_t w, DataFormat fmt, float* dst, std::size_t first = 0) {
+  const std::size_t per = c * h * w;
+  if (count == 0 || per == 0) return;
+  const unsigned char* s = src;
+  if (!is_device_pointer(src)) {
+    unsigned char* d_src = scratch<unsigned char>(dev, kSlotA, count * per);
+    check(cudaMemcpyAsync(d_src, src, count * per, cudaMemcpyHostToDevice, dev.stream()),
+          "copy of images to the device");
+    s = d_src;
+  }
+  Staging st(dev);
+  float* d = st.out(dst, (first + count) * per);
+  if (d != dst) {  // staged: keep the examples before `first` as they are
+    check(cudaMemcpyAsync(d, dst, first * per * sizeof(float), cudaMemcpyHostToDevice, dev.stream()),
+          "copy of a batch tensor to the device");
+  }
+  auto& lib = KernelLibrary::get(dev);
+  for (std::size_t i = 0; i < count; ++i)
+    lib.launch(dev, "cn_image_to_float", per, KernelLibrary::kMaxBlocks, s + i * per, d,
+               static_cast<long long>(first + i), to_int(c, "c"), to_int(h, "h"), to_int(w, "w"),
+               fmt == DataFormat::NCHW ? 1 : 0);
+  st.finish();
+}
+
+}  // namespace cifarnet::backend::cuda
