@@ -34,7 +34,7 @@ std::vector<float> random_vec(std::size_t n, std::uint64_t seed, double scale = 
 
 bool gpu_present(const char* what) {
   if (cu::device_count() > 0) return true;
-  WARN("SKIPPED: " << what << " needs a GPU (" << cu::no_device_reason() << ")");
+  WARN("SKIPPED: " << what << ": no GPU (" << cu::no_device_reason() << ")");
   return false;
 }
 
@@ -105,7 +105,8 @@ TEST_CASE("The kernels' element functions are the CPU optimizers' and loss's ari
     if (!g) return;
     const float* s = ema.average(p.name);
     REQUIRE(s);
-    ema_equal = ema_equal && std::memcmp(s, shadow.data() + (val - P.values().data()), p.size * sizeof(float)) == 0;
+    ema_equal =
+        ema_equal && std::memcmp(s, shadow.data() + (val - P.values().data()), p.size * sizeof(float)) == 0;
   });
   CHECK(ema_equal);
 
@@ -144,13 +145,15 @@ TEST_CASE("The kernels' element functions are the CPU optimizers' and loss's ari
     std::vector<float> out(img.size(), -1.0f);
     for (long long im = 0; im < 2; ++im)
       for (long long idx = 0; idx < 60; ++idx)
-        cu::shared::image_to_float(img.data() + im * 60, out.data(), im, 3, 4, 5, fmt == DataFormat::NCHW, idx);
+        cu::shared::image_to_float(img.data() + im * 60, out.data(), im, 3, 4, 5, fmt == DataFormat::NCHW,
+                                   idx);
     bool ok = true;
     for (std::size_t im = 0; im < 2; ++im)
       for (std::size_t y = 0; y < 4; ++y)
         for (std::size_t x = 0; x < 5; ++x)
           for (std::size_t c = 0; c < 3; ++c)
-            ok = ok && out[offset({2, 3, 4, 5}, fmt, im, c, y, x)] == float(img[((im * 4 + y) * 5 + x) * 3 + c]);
+            ok = ok &&
+                 out[offset({2, 3, 4, 5}, fmt, im, c, y, x)] == float(img[((im * 4 + y) * 5 + x) * 3 + c]);
     CHECK(ok);
   }
 }
@@ -222,7 +225,8 @@ TEST_CASE("Every CUDA kernel matches the CPU implementation", "[backend][cuda][k
       for (std::size_t yy = 0; yy < 32; ++yy)
         for (std::size_t xx = 0; xx < 32; ++xx)
           for (std::size_t c = 0; c < 3; ++c)
-            ok = ok && out[offset({4, 3, 32, 32}, fmt, im, c, yy, xx)] == float(img[((im * 32 + yy) * 32 + xx) * 3 + c]);
+            ok = ok && out[offset({4, 3, 32, 32}, fmt, im, c, yy, xx)] ==
+                           float(img[((im * 32 + yy) * 32 + xx) * 3 + c]);
     CHECK(ok);
   }
 }
@@ -231,7 +235,8 @@ TEST_CASE("The GPU optimizers train like the CPU ones and keep TensorFlow's chec
           "[backend][cuda][kernels][optim]") {
   if (!gpu_present("the GPU optimizers")) return;
   Device<backend::Cuda> dev;
-  Net a({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3), b({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3);
+  Net a({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3),
+      b({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3);
   const std::size_t n = std::size_t(a.parameters().grads().size());
   auto set_grads = [&](std::uint64_t seed) {
     const auto g = random_vec(n, seed, 0.1);
@@ -249,7 +254,8 @@ TEST_CASE("The GPU optimizers train like the CPU ones and keep TensorFlow's chec
       gpu.step(b.parameters(), 0.1);
       if (k == 1) optim::load_state_dict(gpu, optim::state_dict(cpu));  // equal already: a no-op restore
     }
-    CHECK(std::memcmp(a.parameters().values().data(), b.parameters().values().data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.parameters().values().data(), b.parameters().values().data(), n * sizeof(float)) ==
+          0);
     const auto sc = optim::state_dict(cpu), sg = optim::state_dict(gpu);
     REQUIRE(sc.size() == sg.size());
     for (const auto& [name, vals] : sc) {
@@ -265,7 +271,8 @@ TEST_CASE("The GPU optimizers train like the CPU ones and keep TensorFlow's chec
     set_grads(99);
     cpu.step(a.parameters(), 0.1);
     gpu.step(b.parameters(), 0.1);
-    CHECK(std::memcmp(a.parameters().values().data(), b.parameters().values().data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.parameters().values().data(), b.parameters().values().data(), n * sizeof(float)) ==
+          0);
   }
   SECTION("Adam") {
     optim::Adam<float> cpu(a.parameters(), optim::AdamOptions());

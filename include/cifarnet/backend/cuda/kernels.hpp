@@ -37,18 +37,18 @@
 #include <vector>
 
 #include "cifarnet/backend/cuda/common.hpp"
-#include "cifarnet/optim/layout.hpp"  // CIFARNET_NO_FP_CONTRACT
+#include "cifarnet/core/fp_contract.hpp"
 
 // The shared element functions: host inline functions here, device functions
 // in the NVRTC program (where CN_FN is `__device__ inline`). Write them in
 // the common subset of C++ and CUDA, without preprocessor directives.
 #define CN_FN inline CIFARNET_NO_FP_CONTRACT
-#define CIFARNET_CUDA_SHARED(...)                                   \
-  namespace cifarnet::backend::cuda::shared {                       \
-  __VA_ARGS__                                                       \
-  }                                                                 \
-  namespace cifarnet::backend::cuda::kernel_detail {                \
-  inline const char* shared_source() { return #__VA_ARGS__; }       \
+#define CIFARNET_CUDA_SHARED(...)                             \
+  namespace cifarnet::backend::cuda::shared {                 \
+  __VA_ARGS__                                                 \
+  }                                                           \
+  namespace cifarnet::backend::cuda::kernel_detail {          \
+  inline const char* shared_source() { return #__VA_ARGS__; } \
   }
 
 CIFARNET_CUDA_SHARED(
@@ -68,7 +68,9 @@ CIFARNET_CUDA_SHARED(
       var -= (m * alpha) / (sqrtf(v) + eps);
     }
     /* tf.train.ExponentialMovingAverage: shadow -= (shadow - var) * (1 - decay). */
-    CN_FN void ema(float& shadow, float var, float one_minus_decay) { shadow -= (shadow - var) * one_minus_decay; }
+    CN_FN void ema(float& shadow, float var, float one_minus_decay) {
+      shadow -= (shadow - var) * one_minus_decay;
+    }
     /* L2 weight decay's gradient: g += wd * var. */
     CN_FN void decay_grad(float& g, float var, float wd) { g += wd * var; }
     /* One row of the mean sparse softmax cross-entropy over a batch of n:
@@ -86,8 +88,8 @@ CIFARNET_CUDA_SHARED(
     }
     /* Pixel (y, x, ch) of an interleaved uint8 image (h, w, c) to its place
        in a float batch tensor at example `img`, NCHW (nchw != 0) or NHWC. */
-    CN_FN void image_to_float(const unsigned char* src, float* dst, long long img, int c, int h, int w, int nchw,
-                              long long idx) {
+    CN_FN void image_to_float(const unsigned char* src, float* dst, long long img, int c, int h, int w,
+                              int nchw, long long idx) {
       const long long per = (long long)c * h * w;
       const int ch = int(idx % c), x = int((idx / c) % w), y = int(idx / ((long long)c * w));
       const long long out = nchw ? img * per + ((long long)ch * h + y) * w + x : img * per + idx;
@@ -181,8 +183,8 @@ struct Program {
 
 /// Names of every kernel in the program (tests, and eager loading).
 inline const std::vector<std::string>& kernel_names() {
-  static const std::vector<std::string> names{"cn_momentum",    "cn_adam",         "cn_ema",
-                                              "cn_decay_grad",  "cn_scale",        "cn_sum_squares",
+  static const std::vector<std::string> names{"cn_momentum",     "cn_adam",          "cn_ema",
+                                              "cn_decay_grad",   "cn_scale",         "cn_sum_squares",
                                               "cn_softmax_xent", "cn_image_to_float"};
   return names;
 }
@@ -207,9 +209,10 @@ inline int nvrtc_target(int wanted) {
 inline std::string compile_ptx(int arch) {
   const std::string src = kernel_detail::kernel_source();
   kernel_detail::Program prog;
-  kernel_detail::check_nvrtc(nvrtcCreateProgram(&prog.p, src.c_str(), "cifarnet_kernels.cu", 0, nullptr, nullptr),
-                      "nvrtcCreateProgram");
-  const std::string arch_opt = "--gpu-arch=compute_" + std::to_string(arch);
+  kernel_detail::check_nvrtc(
+      nvrtcCreateProgram(&prog.p, src.c_str(), "cifarnet_kernels.cu", 0, nullptr, nullptr),
+      "nvrtcCreateProgram");
+  const std::string arch_opt = "--gpu-architecture=compute_" + std::to_string(arch);
   const char* opts[] = {arch_opt.c_str(), "--fmad=false", "--std=c++17"};
   const nvrtcResult r = nvrtcCompileProgram(prog.p, 3, opts);
   if (r != NVRTC_SUCCESS) {
@@ -219,8 +222,8 @@ inline std::string compile_ptx(int arch) {
       log.resize(n);
       (void)nvrtcGetProgramLog(prog.p, &log[0]);
     }
-    throw BackendError(cifarnet::detail::concat("NVRTC compile of cifarnet's kernels for compute_", arch, ": ",
-                                                nvrtcGetErrorString(r), "\n", log));
+    throw BackendError(cifarnet::detail::concat("NVRTC compile of cifarnet's kernels for compute_", arch,
+                                                ": ", nvrtcGetErrorString(r), "\n", log));
   }
   std::size_t n = 0;
   kernel_detail::check_nvrtc(nvrtcGetPTXSize(prog.p, &n), "nvrtcGetPTXSize");
@@ -264,8 +267,8 @@ class KernelLibrary {
     void* ptrs[] = {static_cast<void*>(&args)...};
     const std::size_t blocks = std::min(max_blocks, (n + kThreads - 1) / kThreads);
     dev.make_current();
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(name)), dim3(unsigned(blocks)), dim3(kThreads),
-                           ptrs, 0, dev.stream()),
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(name)), dim3(unsigned(blocks)),
+                           dim3(kThreads), ptrs, 0, dev.stream()),
           name);
   }
 
@@ -330,13 +333,14 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
 inline void scale(Dev& dev, float* x, std::size_t n, float s) {
   Staging st(dev);
   float* dx = st.inout(x, n);
-  KernelLibrary::get(dev).launch(dev, "cn_scale", n, KernelLibrary::kMaxBlocks, dx, static_cast<long long>(n), s);
+  KernelLibrary::get(dev).launch(dev, "cn_scale", n, KernelLibrary::kMaxBlocks, dx, static_cast<long long>(n),
+                                 s);
   st.finish();
 }
 
 /// One TF ApplyMomentum over n elements (var, acc read and written; g read).
-inline void momentum_update(Dev& dev, float* var, float* acc, const float* g, std::size_t n, float lr, float m,
-                            bool nesterov) {
+inline void momentum_update(Dev& dev, float* var, float* acc, const float* g, std::size_t n, float lr,
+                            float m, bool nesterov) {
   Staging st(dev);
   float* v = st.inout(var, n);
   float* a = st.inout(acc, n);
@@ -364,8 +368,8 @@ inline void ema_update(Dev& dev, float* shadow, const float* var, std::size_t n,
   Staging st(dev);
   float* sh = st.inout(shadow, n);
   const float* v = st.in(var, n);
-  KernelLibrary::get(dev).launch(dev, "cn_ema", n, KernelLibrary::kMaxBlocks, sh, v, static_cast<long long>(n),
-                                 one_minus_decay);
+  KernelLibrary::get(dev).launch(dev, "cn_ema", n, KernelLibrary::kMaxBlocks, sh, v,
+                                 static_cast<long long>(n), one_minus_decay);
   st.finish();
 }
 
@@ -418,8 +422,8 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
   if (h_bad) {
     for (std::size_t i = 0; i < n; ++i)
       if (labels[i] < 0 || std::size_t(labels[i]) >= k)
-        throw DataError(cifarnet::detail::concat("label ", labels[i], " of example ", i, " is outside [0, ", k,
-                                                 ")"));
+        throw DataError(
+            cifarnet::detail::concat("label ", labels[i], " of example ", i, " is outside [0, ", k, ")"));
   }
   double total = 0;
   for (double v : h) total += v;

@@ -47,8 +47,9 @@ class DeviceSlot {
   float* device() {
     if (host_written_) {
       dev_->make_current();
-      cu::check(cudaMemcpyAsync(d_.data(), h_.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, dev_->stream()),
-                "copy of an optimizer slot to the device");
+      cu::check(
+          cudaMemcpyAsync(d_.data(), h_.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, dev_->stream()),
+          "copy of an optimizer slot to the device");
       dev_->sync();
       host_written_ = false;
     }
@@ -59,8 +60,9 @@ class DeviceSlot {
   float* host() {
     if (!host_current_) {
       dev_->make_current();
-      cu::check(cudaMemcpyAsync(h_.data(), d_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, dev_->stream()),
-                "copy of an optimizer slot to the host");
+      cu::check(
+          cudaMemcpyAsync(h_.data(), d_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, dev_->stream()),
+          "copy of an optimizer slot to the host");
       dev_->sync();
       host_current_ = true;
     }
@@ -99,8 +101,12 @@ class Momentum {
   using Options = MomentumOptions;
   static constexpr bool is_optimizer = true;
 
-  Momentum(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {}, const Selection& train = {})
-      : dev_(&dev), opts_(std::move(opts)), layout_(init(opts_, params, train)), accum_(dev, layout_.buffer_size()) {}
+  Momentum(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {},
+           const Selection& train = {})
+      : dev_(&dev),
+        opts_(std::move(opts)),
+        layout_(init(opts_, params, train)),
+        accum_(dev, layout_.buffer_size()) {}
 
   /// One update with learning rate `lr` (finite, >= 0).
   void step(Parameters<T>& params, double lr) {
@@ -149,7 +155,8 @@ class Adam {
   using Options = AdamOptions;
   static constexpr bool is_optimizer = true;
 
-  Adam(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {}, const Selection& train = {})
+  Adam(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {},
+       const Selection& train = {})
       : dev_(&dev),
         opts_(std::move(opts)),
         layout_(init(opts_, params, train)),
