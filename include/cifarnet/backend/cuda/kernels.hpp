@@ -363,24 +363,26 @@ inline void adam_update(Dev& dev, float* var, float* m, float* v, const float* g
   st.finish();
 }
 
+/// Kernel `name` over n elements of x (read and written) and y (read), with
+/// the trailing `scalars`: the shape of the two-operand updates below.
+template <class... S>
+void update_with(Dev& dev, const char* name, float* x, const float* y, std::size_t n, S... scalars) {
+  Staging st(dev);
+  float* dx = st.inout(x, n);
+  const float* dy = st.in(y, n);
+  KernelLibrary::get(dev).launch(dev, name, n, KernelLibrary::kMaxBlocks, dx, dy, static_cast<long long>(n),
+                                 scalars...);
+  st.finish();
+}
+
 /// shadow -= (shadow - var) · (1 - decay) over n elements.
 inline void ema_update(Dev& dev, float* shadow, const float* var, std::size_t n, float one_minus_decay) {
-  Staging st(dev);
-  float* sh = st.inout(shadow, n);
-  const float* v = st.in(var, n);
-  KernelLibrary::get(dev).launch(dev, "cn_ema", n, KernelLibrary::kMaxBlocks, sh, v,
-                                 static_cast<long long>(n), one_minus_decay);
-  st.finish();
+  update_with(dev, "cn_ema", shadow, var, n, one_minus_decay);
 }
 
 /// g += wd · var over n elements (L2 weight decay's gradient).
 inline void add_weight_decay(Dev& dev, float* g, const float* var, std::size_t n, float wd) {
-  Staging st(dev);
-  float* dg = st.inout(g, n);
-  const float* v = st.in(var, n);
-  KernelLibrary::get(dev).launch(dev, "cn_decay_grad", n, KernelLibrary::kMaxBlocks, dg, v,
-                                 static_cast<long long>(n), wd);
-  st.finish();
+  update_with(dev, "cn_decay_grad", g, var, n, wd);
 }
 
 /// tf.clip_by_global_norm over one flat gradient buffer, as

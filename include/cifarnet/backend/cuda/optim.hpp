@@ -45,32 +45,27 @@ class DeviceSlot {
   /// The device copy, current (sends the host mirror first if a visit may
   /// have written it).
   float* device() {
-    if (host_written_) {
-      dev_->make_current();
-      cu::check(
-          cudaMemcpyAsync(d_.data(), h_.data(), n_ * sizeof(float), cudaMemcpyHostToDevice, dev_->stream()),
-          "copy of an optimizer slot to the device");
-      dev_->sync();
-      host_written_ = false;
-    }
+    if (host_written_)
+      copy(d_.data(), h_.data(), cudaMemcpyHostToDevice, "copy of an optimizer slot to the device");
+    host_written_ = false;
     host_current_ = false;
     return d_.data();
   }
   /// The host mirror, current; the caller may write it.
   float* host() {
-    if (!host_current_) {
-      dev_->make_current();
-      cu::check(
-          cudaMemcpyAsync(h_.data(), d_.data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, dev_->stream()),
-          "copy of an optimizer slot to the host");
-      dev_->sync();
-      host_current_ = true;
-    }
+    if (!host_current_)
+      copy(h_.data(), d_.data(), cudaMemcpyDeviceToHost, "copy of an optimizer slot to the host");
+    host_current_ = true;
     host_written_ = true;
     return h_.data();
   }
 
  private:
+  void copy(float* dst, const float* src, cudaMemcpyKind kind, const char* what) {
+    dev_->make_current();
+    cu::check(cudaMemcpyAsync(dst, src, n_ * sizeof(float), kind, dev_->stream()), what);
+    dev_->sync();
+  }
   cu::Dev* dev_;
   cu::DeviceBuffer<float> d_;
   cifarnet::detail::AlignedBuffer<float> h_;
@@ -89,40 +84,69 @@ void for_spans(const optim::detail::Layout& l, F&& f) {
   for (const auto& e : l.entries()) f(e.offset, e.size);
 }
 
-}  // namespace detail
-
-/// optim::Momentum on the GPU `dev` (TF ApplyMomentum; slot "<param>/Momentum").
-template <class T = float>
-class Momentum {
-  static_assert(std::is_same_v<T, float>, "optim::cuda::Momentum: the CUDA backend is float only");
-
+/// What the GPU optimizers share: the device, the options, the layout of
+/// the trained parameters, and one staged pass over the arena.
+template <class Options>
+class DeviceOptimizer {
  public:
-  using Scalar = T;
-  using Options = MomentumOptions;
+  using Scalar = float;
   static constexpr bool is_optimizer = true;
+  const Options& options() const { return opts_; }
 
-  Momentum(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {},
-           const Selection& train = {})
-      : dev_(&dev),
-        opts_(std::move(opts)),
-        layout_(init(opts_, params, train)),
-        accum_(dev, layout_.buffer_size()) {}
+ protected:
+  DeviceOptimizer(Device<backend::Cuda>& dev, const Parameters<float>& params, Options opts,
+                  const Selection& train)
+      : dev_(&dev), opts_(std::move(opts)), layout_(init(opts_, params, train)) {}
 
-  /// One update with learning rate `lr` (finite, >= 0).
-  void step(Parameters<T>& params, double lr) {
+  /// Stages the values (read, written) and gradients (read), then calls
+  /// launch(lib, var, g, begin, size) for every span of trained elements
+  /// (var and g already offset to the span).
+  template <class F>
+  void run(Parameters<float>& params, F&& launch) {
     layout_.check(params, opts_.name());
-    const float a = optim::detail::checked_lr<T>(lr, opts_.name());
     const std::size_t n = layout_.buffer_size();
     cu::Staging st(*dev_);
     float* var = st.inout(params.values().data(), n);
     const float* g = st.in(params.grads().data(), n);
-    float* acc = accum_.device();
     auto& lib = cu::KernelLibrary::get(*dev_);
-    detail::for_spans(layout_, [&](std::size_t b, std::size_t len) {
-      lib.launch(*dev_, "cn_momentum", len, cu::KernelLibrary::kMaxBlocks, var + b, acc + b, g + b,
+    for_spans(layout_, [&](std::size_t b, std::size_t len) { launch(lib, var + b, g + b, b, len); });
+    st.finish();
+  }
+
+  Device<backend::Cuda>* dev_;
+  Options opts_;
+  optim::detail::Layout layout_;
+
+ private:
+  static optim::detail::Layout init(const Options& o, const Parameters<float>& params,
+                                    const Selection& train) {
+    o.validate();
+    return optim::detail::Layout::trainable(params, train);
+  }
+};
+
+}  // namespace detail
+
+/// optim::Momentum on the GPU `dev` (TF ApplyMomentum; slot "<param>/Momentum").
+template <class T = float>
+class Momentum : public detail::DeviceOptimizer<MomentumOptions> {
+  static_assert(std::is_same_v<T, float>, "optim::cuda::Momentum: the CUDA backend is float only");
+
+ public:
+  using Options = MomentumOptions;
+
+  Momentum(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {},
+           const Selection& train = {})
+      : DeviceOptimizer(dev, params, std::move(opts), train), accum_(dev, layout_.buffer_size()) {}
+
+  /// One update with learning rate `lr` (finite, >= 0).
+  void step(Parameters<T>& params, double lr) {
+    const float a = optim::detail::checked_lr<T>(lr, opts_.name());
+    float* acc = accum_.device();
+    run(params, [&](cu::KernelLibrary& lib, float* var, const float* g, std::size_t b, std::size_t len) {
+      lib.launch(*dev_, "cn_momentum", len, cu::KernelLibrary::kMaxBlocks, var, acc + b, g,
                  static_cast<long long>(len), a, float(opts_.momentum()), opts_.nesterov() ? 1 : 0);
     });
-    st.finish();
   }
 
   template <class F>
@@ -131,59 +155,39 @@ class Momentum {
     for (const auto& e : layout_.entries()) f(e.name + "/" + opts_.name(), h + e.offset, e.shape);
   }
 
-  const Options& options() const { return opts_; }
-
  private:
-  static optim::detail::Layout init(const Options& o, const Parameters<T>& params, const Selection& train) {
-    o.validate();
-    return optim::detail::Layout::trainable(params, train);
-  }
-  Device<backend::Cuda>* dev_;
-  Options opts_;
-  optim::detail::Layout layout_;
   detail::DeviceSlot accum_;
 };
 
 /// optim::Adam on the GPU `dev` (TF ApplyAdam; slots "<param>/Adam",
 /// "<param>/Adam_1", "beta1_power", "beta2_power").
 template <class T = float>
-class Adam {
+class Adam : public detail::DeviceOptimizer<AdamOptions> {
   static_assert(std::is_same_v<T, float>, "optim::cuda::Adam: the CUDA backend is float only");
 
  public:
-  using Scalar = T;
   using Options = AdamOptions;
-  static constexpr bool is_optimizer = true;
 
   Adam(Device<backend::Cuda>& dev, const Parameters<T>& params, Options opts = {},
        const Selection& train = {})
-      : dev_(&dev),
-        opts_(std::move(opts)),
-        layout_(init(opts_, params, train)),
+      : DeviceOptimizer(dev, params, std::move(opts), train),
         m_(dev, layout_.buffer_size()),
         v_(dev, layout_.buffer_size()),
         beta1_power_(T(opts_.beta1())),
         beta2_power_(T(opts_.beta2())) {}
 
   void step(Parameters<T>& params, double lr) {
-    layout_.check(params, opts_.name());
     const T lr_t = optim::detail::checked_lr<T>(lr, opts_.name());
     const T b1 = T(opts_.beta1()), b2 = T(opts_.beta2()), eps = T(opts_.epsilon());
     // The scalars exactly as optim::Adam computes them.
     const T alpha = lr_t * std::sqrt(T(1) - beta2_power_) / (T(1) - beta1_power_);
     const T omb1 = T(1) - b1, omb2 = T(1) - b2;
-    const std::size_t n = layout_.buffer_size();
-    cu::Staging st(*dev_);
-    float* var = st.inout(params.values().data(), n);
-    const float* g = st.in(params.grads().data(), n);
     float* m = m_.device();
     float* v = v_.device();
-    auto& lib = cu::KernelLibrary::get(*dev_);
-    detail::for_spans(layout_, [&](std::size_t b, std::size_t len) {
-      lib.launch(*dev_, "cn_adam", len, cu::KernelLibrary::kMaxBlocks, var + b, m + b, v + b, g + b,
+    run(params, [&](cu::KernelLibrary& lib, float* var, const float* g, std::size_t b, std::size_t len) {
+      lib.launch(*dev_, "cn_adam", len, cu::KernelLibrary::kMaxBlocks, var, m + b, v + b, g,
                  static_cast<long long>(len), alpha, omb1, omb2, eps);
     });
-    st.finish();
     beta1_power_ = beta1_power_ * b1;
     beta2_power_ = beta2_power_ * b2;
   }
@@ -204,16 +208,8 @@ class Adam {
 
   T beta1_power() const { return beta1_power_; }
   T beta2_power() const { return beta2_power_; }
-  const Options& options() const { return opts_; }
 
  private:
-  static optim::detail::Layout init(const Options& o, const Parameters<T>& params, const Selection& train) {
-    o.validate();
-    return optim::detail::Layout::trainable(params, train);
-  }
-  Device<backend::Cuda>* dev_;
-  Options opts_;
-  optim::detail::Layout layout_;
   detail::DeviceSlot m_, v_;
   T beta1_power_, beta2_power_;
 };
