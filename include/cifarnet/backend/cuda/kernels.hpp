@@ -39,6 +39,11 @@
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/core/fp_contract.hpp"
 
+// cudaLaunchKernel takes a library's cudaKernel_t from CUDA 12.8 on.
+static_assert(CUDART_VERSION >= 12080,
+              "cifarnet's CUDA kernels need CUDA 12.8 or newer (cudaLibraryLoadData + cudaLaunchKernel of a "
+              "cudaKernel_t); configure with -DCIFARNET_CUDA=OFF for an older toolkit");
+
 // The shared element functions: host inline functions here, device functions
 // in the NVRTC program (where CN_FN is `__device__ inline`). Write them in
 // the common subset of C++ and CUDA, without preprocessor directives.
