@@ -179,3 +179,22 @@ TEST_CASE("Towers report a tower's error after every tower stopped, and misuse c
   CHECK_THROWS_WITH(dist::Towers<ResNet>(0, {3, 32, 32}, fmt, resnet_options(8), 3),
                     Catch::Contains("at least 1"));
 }
+
+TEST_CASE("The towers' worker threads run every active tower once per call, for any number of towers",
+          "[towers][threads]") {
+  dist::TowerThreads pool;
+  std::vector<int> calls(5, 0), expected(5, 0);
+  const std::size_t ks[] = {2, 1, 4, 3, 5, 2, 5, 1, 3};
+  for (int round = 0; round < 50; ++round)
+    for (std::size_t k : ks) {
+      std::vector<int> seen(5, 0);
+      auto f = [&](std::size_t i) { ++seen[i]; };
+      pool.run(k, f);
+      for (std::size_t i = 0; i < 5; ++i) {
+        REQUIRE(seen[i] == (i < k ? 1 : 0));  // each active tower once, no other
+        calls[i] += seen[i];
+        expected[i] += i < k ? 1 : 0;
+      }
+    }
+  CHECK(calls == expected);
+}

@@ -25,20 +25,21 @@
 // per-tower batch statistics with it.
 //
 // Threads: on the CUDA backend each tower's forward and backward run on a
-// thread of their own (tower 0 on the caller's), which keeps N GPUs busy at
-// once; on CPU backends the towers run one after the other by default
-// (TowersOptions::parallel). A tower that throws makes forward()/backward()
-// rethrow its exception after every tower has stopped (the lowest tower's
-// error first).
+// thread of their own (tower 0 on the caller's; the others on TowerThreads'
+// workers, kept between calls), which keeps N GPUs busy at once; on CPU backends the towers run one after the
+// other by default (TowersOptions::parallel). A tower that throws makes forward()/backward() rethrow its
+// exception after every tower has stopped (the lowest tower's error first).
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -124,6 +125,79 @@ auto make_current(D& d, int) -> decltype(d.make_current(), void()) {
 template <class D>
 void make_current(D&, long) {}
 }  // namespace towers_detail
+
+/// Worker threads 1..n-1 that live as long as the towers (tower 0 runs on
+/// the caller's thread): run(k, f) calls f(i) for i < k, f(0) on the caller,
+/// and returns when all are done. Starting a thread per call would put two
+/// thread creations on every training step; these wait on a condition
+/// variable between calls, and a call allocates nothing.
+class TowerThreads {
+ public:
+  TowerThreads() = default;
+  TowerThreads(const TowerThreads&) = delete;
+  TowerThreads& operator=(const TowerThreads&) = delete;
+  ~TowerThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  /// f(i) for i in [0, k): i = 0 here, the others on workers (started on
+  /// first use). f must not throw (Towers catches inside it).
+  template <class F>
+  void run(std::size_t k, F& f) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (threads_.size() + 1 < k) {  // a new worker waits for the next call
+        const std::size_t id = threads_.size() + 1, seen = generation_;
+        threads_.emplace_back([this, id, seen] { work(id, seen); });
+      }
+      fn_ = [](void* c, std::size_t i) { (*static_cast<F*>(c))(i); };
+      ctx_ = &f;
+      active_ = k;
+      pending_ = k - 1;
+      ++generation_;
+    }
+    start_.notify_all();
+    f(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void work(std::size_t id, std::size_t seen) {
+    for (;;) {
+      void (*fn)(void*, std::size_t) = nullptr;
+      void* ctx = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        if (id >= active_) continue;
+        fn = fn_;
+        ctx = ctx_;
+      }
+      fn(ctx, id);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --pending_;
+      }
+      done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> threads_;
+  void (*fn_)(void*, std::size_t) = nullptr;
+  void* ctx_ = nullptr;
+  std::size_t active_ = 0, pending_ = 0, generation_ = 0;
+  bool stop_ = false;
+};
 
 /// N replicas of ModelT (a Model<Net, B, T>) trained as one; see the header.
 template <class ModelT>
@@ -263,11 +337,7 @@ class Towers {
     if (!topts_.template parallel_for<Backend>() || active_ == 1) {
       for (std::size_t i = 0; i < active_; ++i) one(i);
     } else {
-      std::vector<std::thread> threads;
-      threads.reserve(active_ - 1);
-      for (std::size_t i = 1; i < active_; ++i) threads.emplace_back(one, i);
-      one(0);
-      for (auto& t : threads) t.join();
+      threads_.run(active_, one);
     }
     for (const auto& e : errors_)
       if (e) std::rethrow_exception(e);
@@ -275,6 +345,7 @@ class Towers {
 
   std::vector<std::unique_ptr<ModelT>> replicas_;
   std::unique_ptr<TowerReducer<T>> reducer_;
+  TowerThreads threads_;  // (declared after the replicas: joined before they go)
   TowersOptions topts_;
   std::vector<Tensor<T>> inputs_, douts_;
   std::vector<const Tensor<T>*> outs_;
