@@ -242,17 +242,21 @@ class KernelLibrary {
  public:
   /// The library for `dev`'s GPU, compiled and loaded on first use (thread-safe).
   static KernelLibrary& get(const Dev& dev) {
+    static std::mutex mu;
+    static std::map<int, std::unique_ptr<KernelLibrary>> by_arch;
+    static std::map<int, KernelLibrary*> by_device;  // ordinal -> its arch's library
+    std::lock_guard<std::mutex> lock(mu);
+    const auto known = by_device.find(dev.ordinal());
+    if (known != by_device.end()) return *known->second;  // the steady state: one lookup
     int major = 0, minor = 0;
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev.ordinal()),
           "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev.ordinal()),
           "cudaDeviceGetAttribute");
     const int arch = nvrtc_target(major * 10 + minor);
-    static std::mutex mu;
-    static std::map<int, std::unique_ptr<KernelLibrary>> libs;
-    std::lock_guard<std::mutex> lock(mu);
-    auto& slot = libs[arch];
+    auto& slot = by_arch[arch];
     if (!slot) slot.reset(new KernelLibrary(arch));
+    by_device[dev.ordinal()] = slot.get();
     return *slot;
   }
 
@@ -324,7 +328,8 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
   constexpr std::size_t kBlocks = 256;
   double* partial = scratch<double>(dev, kSlotA, kBlocks);
   KernelLibrary::get(dev).launch(dev, "cn_sum_squares", n, kBlocks, dx, static_cast<long long>(n), partial);
-  std::vector<double> h(kBlocks, 0.0);
+  thread_local std::vector<double> h;  // keeps its capacity: no allocation per call
+  h.assign(kBlocks, 0.0);
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
   check(cudaMemcpyAsync(h.data(), partial, blocks * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
         "copy of partial sums to the host");
@@ -419,7 +424,8 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
   check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
   KernelLibrary::get(dev).launch(dev, "cn_softmax_xent", n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
-  std::vector<double> h(n);
+  thread_local std::vector<double> h;
+  h.resize(n);
   int h_bad = 0;
   check(cudaMemcpyAsync(h.data(), loss, n * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
         "copy of losses to the host");
