@@ -152,7 +152,9 @@ Outcome run_child(pid_t pid, const Options& o, const std::string& job, bool wait
     if (kill_at && now >= *kill_at) {
       ::kill(pid, SIGKILL);
       if (::waitpid(pid, &status, 0) != pid) fail("waitpid failed");
-      return {status, true};
+      // The child may have finished on its own between the poll above and
+      // the kill (a kill aimed at its last moments): then it was not killed.
+      return {status, WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL};
     }
     std::this_thread::sleep_for(std::chrono::microseconds(300));
   }
