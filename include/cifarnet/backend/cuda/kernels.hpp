@@ -163,9 +163,11 @@ extern "C" __global__ void cn_softmax_xent(const float* z, const int* labels, lo
     loss[i] = shared::softmax_xent_row(z + i * k, k, y, rows, dz ? dz + i * k : nullptr);
   }
 }
-extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long img, int c, int h,
+/* count images, one thread per byte of the whole batch. */
+extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long count, int c, int h,
                                              int w, int nchw) {
-  CN_LOOP((long long)c * h * w) shared::image_to_float(src, dst, img, c, h, w, nchw, i);
+  const long long per = (long long)c * h * w;
+  CN_LOOP(count * per) shared::image_to_float(src + (i / per) * per, dst, i / per, c, h, w, nchw, i % per);
 }
 )";
   return s;
@@ -458,16 +460,10 @@ inline void images_to_float(Dev& dev, const unsigned char* src, std::size_t coun
     s = d_src;
   }
   Staging st(dev);
-  float* d = st.out(dst, (first + count) * per);
-  if (d != dst) {  // staged: keep the examples before `first` as they are
-    check(cudaMemcpyAsync(d, dst, first * per * sizeof(float), cudaMemcpyHostToDevice, dev.stream()),
-          "copy of a batch tensor to the device");
-  }
-  auto& lib = KernelLibrary::get(dev);
-  for (std::size_t i = 0; i < count; ++i)
-    lib.launch(dev, "cn_image_to_float", per, KernelLibrary::kMaxBlocks, s + i * per, d,
-               static_cast<long long>(first + i), to_int(c, "c"), to_int(h, "h"), to_int(w, "w"),
-               fmt == DataFormat::NCHW ? 1 : 0);
+  float* d = st.out(dst + first * per, count * per);  // only the examples written
+  KernelLibrary::get(dev).launch(dev, "cn_image_to_float", count * per, KernelLibrary::kMaxBlocks, s, d,
+                                 static_cast<long long>(count), to_int(c, "c"), to_int(h, "h"),
+                                 to_int(w, "w"), fmt == DataFormat::NCHW ? 1 : 0);
   st.finish();
 }
 
