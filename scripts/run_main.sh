@@ -27,8 +27,6 @@ fi
 job=${JOB_DIR:-runs/synthetic-demo}
 rm -rf "$job"
 echo "== No --data-dir: synthetic demo. Part 1: train ResNet-8 for 150 steps, checkpoint"
-"$bin" --job-dir "$job" --num-gpus 0 --num-layers 8 --train-steps 150 --batch-norm-decay 0.9 \
-  --data-format channels_last "$@"
+"$bin" --job-dir "$job" --num-gpus 0 --num-layers 8 --train-steps 150 --batch-norm-decay 0.9 "$@"
 echo "== Part 2: a new process resumes from the checkpoint, trains to step 300, evaluates"
-"$bin" --job-dir "$job" --num-gpus 0 --num-layers 8 --train-steps 300 --batch-norm-decay 0.9 \
-  --data-format channels_last "$@"
+"$bin" --job-dir "$job" --num-gpus 0 --num-layers 8 --train-steps 300 --batch-norm-decay 0.9 "$@"

@@ -67,9 +67,15 @@ int main(int argc, char** argv) {
                  "Number of input-pipeline worker threads; 0 = one.")
       ->capture_default_str();
   app.add_option("--data-format", f.data_format,
-                 "channels_first (NCHW) or channels_last (NHWC). Default: the faster one on this machine, "
-                 "measured at start-up.")
+                 "channels_first (NCHW) or channels_last (NHWC). Default: the layout recorded in the job "
+                 "dir's checkpoint when resuming, else channels_first on GPUs and channels_last on the CPU. "
+                 "Given and different from the checkpoint's, the job resumes in the new layout.")
       ->check(CLI::IsMember({"channels_first", "channels_last"}));
+  app.add_flag("--soft-placement,!--no-soft-placement", f.soft_placement,
+               "With fewer GPUs present than --num-gpus, train on the ones present (the CPU when none) and "
+               "say so (default, as the seed's allow_soft_placement), or stop with an error "
+               "(--no-soft-placement).")
+      ->capture_default_str();
   app.add_flag("--log-device-placement", f.log_device_placement, "Whether to log device placement.");
   app.add_option("--batch-norm-decay", f.batch_norm_decay, "Decay for batch norm.")->capture_default_str();
   app.add_option("--batch-norm-epsilon", f.batch_norm_epsilon, "Epsilon for batch norm.")
@@ -152,6 +158,7 @@ int main(int argc, char** argv) {
 #endif
     if (!cl.chief()) std::cout.rdbuf(nullptr);  // only rank 0 prints
     validate(f, cl);
+    cl.gpus = place_devices(f, cl);
   } catch (const ConfigError& e) {  // the same on every rank: each exits cleanly
     if (cl.chief()) std::cerr << "resnet_cifar10: " << e.what() << "\n";
     return 2;

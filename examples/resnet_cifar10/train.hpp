@@ -27,6 +27,7 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
 #include <cifarnet/train/hooks.hpp>
+#include <cifarnet/train/placement.hpp>
 #include <cifarnet/train/trainer.hpp>
 #ifdef CIFARNET_WITH_MPI
 #include <cifarnet/distributed/data_parallel.hpp>
@@ -55,7 +56,7 @@ struct Flags {
   double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
-  bool overlap_allreduce = true;
+  bool overlap_allreduce = true, soft_placement = true;
   double collective_timeout = 600;
   int allreduce_bucket_kb = 1024;
   std::uint64_t seed = 0;
@@ -64,6 +65,7 @@ struct Flags {
 /// The processes of this run: one, or the ranks of an MPI job.
 struct Cluster {
   int rank = 0, size = 1;
+  train::GpuPlacement gpus;  ///< this process's devices (place_devices)
 #ifdef CIFARNET_WITH_MPI
   std::unique_ptr<distributed::Communicator> comm;  // set under mpirun
 #endif
@@ -90,32 +92,6 @@ inline void validate(const Flags& f, const Cluster& cl) {
                       std::to_string(f.allreduce_bucket_kb) + ".");
   if (f.precision != "fp32" && f.precision != "bf16")
     throw ConfigError("--precision '" + f.precision + "': expected fp32 or bf16.");
-  if (f.precision == "bf16" && f.num_gpus > 0)
-    throw ConfigError(
-        "--precision bf16: bf16 convolutions are a CPU (oneDNN) option; use --num-gpus 0, or "
-        "--precision fp32 on the GPU.");
-  if (f.num_gpus > 0) {
-#ifdef CIFARNET_WITH_CUDA
-    const int present = backend::cuda::device_count();
-    if (present == 0)
-      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
-                        ": GPUs were requested but none is available (" + backend::cuda::no_device_reason() +
-                        "). Use --num-gpus 0 to train on the CPU.");
-    if (f.num_gpus > present)
-      throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) + ": " + std::to_string(present) +
-                        " GPU(s) present. Ask for at most " + std::to_string(present) + ".");
-    if (f.num_gpus > 1 && cl.size > 1)
-      throw ConfigError(
-          "--num-gpus " + std::to_string(f.num_gpus) +
-          " under mpirun: give each process one GPU (--num-gpus 1, one process per GPU); towers "
-          "over several GPUs are for a single process.");
-#else
-    throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
-                      ": GPUs were requested but none is available to this build (it has no CUDA backend: "
-                      "the CUDA toolkit and cuDNN were not found, or -DCIFARNET_CUDA=OFF). "
-                      "Use --num-gpus 0 to train on the CPU.");
-#endif
-  }
   if (f.train_batch_size <= 0) throw ConfigError("--train-batch-size must be positive.");
   if (f.eval_batch_size <= 0) throw ConfigError("--eval-batch-size must be positive.");
   if (f.train_steps < 0) throw ConfigError("--train-steps must be >= 0.");
@@ -136,6 +112,34 @@ inline void validate(const Flags& f, const Cluster& cl) {
     std::cerr << "note: " << cl.size
               << " MPI processes train synchronously (--sync); asynchronous parameter-server training is "
                  "not implemented\n";
+}
+
+/// Soft placement (the seed's allow_soft_placement=True): with fewer GPUs
+/// present than --num-gpus asks for, the ones present are used (the CPU when
+/// none) and run() says so; --no-soft-placement makes it an error. Sets
+/// f.num_gpus to the GPUs used. The checks that depend on the device follow.
+inline train::GpuPlacement place_devices(Flags& f, const Cluster& cl) {
+  int present = 0;
+  std::string why;
+  if (f.num_gpus > 0) {
+#ifdef CIFARNET_WITH_CUDA
+    present = backend::cuda::device_count();
+    why = backend::cuda::no_device_reason();
+#else
+    why = "this build has no CUDA backend: the CUDA toolkit and cuDNN were not found, or -DCIFARNET_CUDA=OFF";
+#endif
+  }
+  train::GpuPlacement p = train::place_on_gpus(f.num_gpus, present, why, f.soft_placement);
+  f.num_gpus = p.used;
+  if (f.num_gpus > 1 && cl.size > 1)
+    throw ConfigError("--num-gpus " + std::to_string(f.num_gpus) +
+                      " under mpirun: give each process one GPU (--num-gpus 1, one process per GPU); towers "
+                      "over several GPUs are for a single process.");
+  if (f.precision == "bf16" && f.num_gpus > 0)
+    throw ConfigError(
+        "--precision bf16: bf16 convolutions are a CPU (oneDNN) option; use --num-gpus 0, or "
+        "--precision fp32 on the GPU.");
+  return p;
 }
 
 /// The training split's source: real CIFAR-10 or the built-in synthetic set.
@@ -166,41 +170,6 @@ inline DataSet load_data(const Flags& f) {
   return d;
 }
 
-/// Times a training step of the real model (batch 32) in each format, after
-/// one warm-up step that builds the primitives; the faster format wins.
-template <class B, class Net>
-DataFormat measure_data_format(const NetOptions& opts) {
-  const std::size_t batch = 32;
-  double best = 1e300;
-  DataFormat pick = DataFormat::NHWC;
-  std::string report;
-  for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
-    Model<Net, B> net({3, 32, 32}, fmt, opts, 0);
-    Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
-    Rng rng(3);
-    for (auto& v : x) v = float(rng.uniform(0, 255));
-    std::vector<std::int32_t> y(batch, 1);
-    Tensor<float> d;
-    double t = 1e300;
-    for (int i = 0; i < 2; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      softmax_cross_entropy(net.forward(x, Mode::Train), y, &d);
-      net.backward(d);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i > 0) t = std::min(t, s);  // the first step builds the primitives
-    }
-    report += std::string(report.empty() ? "" : ", ") + to_string(fmt) + " " +
-              std::to_string(t).substr(0, 5) + " s";
-    if (t < best) {
-      best = t;
-      pick = fmt;
-    }
-  }
-  std::cout << "--data-format not given: measured a training step of batch 32 (" << report << "); using "
-            << (pick == DataFormat::NHWC ? "channels_last" : "channels_first") << "\n";
-  return pick;
-}
-
 /// The towers' gradient sum for --num-gpus N > 1: NCCL when the build has
 /// it, else on the host (cuda_towers.cpp).
 std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer(int gpus);
@@ -224,6 +193,25 @@ std::unique_ptr<Net> make_net(const Flags& f, DataFormat fmt, const NetOptions& 
 /// --num-gpus 1, or with kTowers one tower per GPU for --num-gpus N > 1).
 template <class B, bool kTowers = false>
 int run(const Flags& f, Cluster& cl) {
+  // The layout, decided by the chief (given, recorded in the job's
+  // checkpoint, or the default for the device) and said on the first line.
+  train::FormatChoice layout;
+  if (cl.chief()) {
+    std::optional<DataFormat> given;
+    if (!f.data_format.empty()) given = parse_data_format(f.data_format);
+    layout = train::choose_data_format(given, f.num_gpus > 0, f.job_dir);
+  }
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) {  // every rank takes the chief's choice
+    int code = int(layout.format);
+    cl.comm->broadcast(&code, 1, 0, "data format broadcast");
+    layout.format = DataFormat(code);
+  }
+#endif
+  const DataFormat fmt = layout.format;
+  std::cout << layout.describe() << "\n";
+  if (!cl.gpus.notice.empty()) std::cout << cl.gpus.notice << "\n";
+
   if (f.num_intra_threads > 0) {
     omp_set_num_threads(f.num_intra_threads);
   } else if (cl.size > 1) {  // auto: the node's cores shared by the processes on it
@@ -293,18 +281,6 @@ int run(const Flags& f, Cluster& cl) {
             : "fp32 (--precision bf16 asked, but oneDNN has no bf16 kernels on this CPU: it needs "
               "AVX-512)";
   }
-  DataFormat fmt = DataFormat::NHWC;
-  if (!f.data_format.empty())
-    fmt = parse_data_format(f.data_format);
-  else if (cl.chief())
-    fmt = measure_data_format<B, ResNetCifar<>>(opts);
-#ifdef CIFARNET_WITH_MPI
-  if (cl.comm && f.data_format.empty()) {  // every rank takes the chief's measured choice
-    int code = int(fmt);
-    cl.comm->broadcast(&code, 1, 0, "data format broadcast");
-    fmt = DataFormat(code);
-  }
-#endif
   using One = Model<ResNetCifar<>, B>;
   using Net = std::conditional_t<kTowers, distributed::Towers<One>, One>;
   const std::unique_ptr<Net> net_owner = make_net<Net, kTowers>(f, fmt, opts);
@@ -391,6 +367,7 @@ int run(const Flags& f, Cluster& cl) {
           throw DataError("checkpoint " + io::detail::source_of(d) + " has no 'pipeline/train' position");
         restore_position(data::PipelinePosition::parse(it->second));
       }));
+  trainer.add_state(train::data_format_saveable(fmt));  // a resume takes the job's layout from here
 
   // Checkpoints and events: the chief's alone; the others get its state.
   std::optional<io::CheckpointManager> mgr;
