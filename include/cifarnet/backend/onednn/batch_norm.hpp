@@ -1,29 +1,34 @@
-// cifarnet/backend/onednn/batch_norm.hpp — batch normalization on oneDNN
-// (float), per channel over (n, h, w), with separate scale (gamma) and shift
-// (beta): batch_normalization_forward in training (batch mean and the biased
-// batch variance, both written to the caller's buffers) and in inference
-// (use_global_stats with the caller's mean and variance), and
-// batch_normalization_backward (prop_kind::backward: dx, dgamma, dbeta, all
-// overwritten). Primitives are cached per (geometry, epsilon, relu).
+// cifarnet/backend/onednn/batch_norm.hpp — batch normalization on the oneDNN
+// backend (float), per channel over (n, h, w), with separate scale (gamma)
+// and shift (beta).
 //
-// With relu = true the ReLU that follows is fused (oneDNN fuse_norm_relu):
-// forward writes max(bn(x), 0); the training forward records which outputs
-// were positive in a workspace kept per geometry, and backward takes the
-// gradient of the ReLU's output (dy) and applies that mask itself, so a
-// fused backward must follow the training forward of the same geometry.
+// Training forward and backward are the project's own kernels
+// (onednn/bn_kernels.hpp): their per-channel sums run in double, because
+// oneDNN 2.6's primitives sum in float and lost two to three digits of the
+// gradients at training size (docs/NUMERICS.md). The inference forward (no
+// reduction) is oneDNN's batch_normalization_forward with use_global_stats,
+// cached per (geometry, epsilon, relu).
+//
+// With relu = true the ReLU that follows is fused: forward writes
+// max(bn(x), 0); the training forward records which outputs were positive in
+// a mask kept by this op, and backward takes the gradient of the ReLU's
+// output (dy) and applies that mask itself, so a fused backward must follow
+// the training forward of the same geometry.
 #pragma once
 
 #include <algorithm>
 #include <optional>
 #include <tuple>
 
+#include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 namespace ops {
 
-/// Batch normalization with oneDNN primitives cached per ChannelGeom (float).
+/// Batch normalization on the oneDNN backend (float): own training kernels
+/// with double sums, oneDNN inference primitives cached per geometry.
 template <>
 struct BatchNorm<backend::OneDnn, float> {
   using Dev = Device<backend::OneDnn>;
@@ -39,16 +44,14 @@ struct BatchNorm<backend::OneDnn, float> {
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
-    on::guarded(op, [&] {
-      State& s = state(dev, g, eps, relu);
-      dnnl::primitive& p = s.train(cache_, dev.engine);
-      on::Args args{{DNNL_ARG_SRC, on::bind(s.x, x)},         {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
-                    {DNNL_ARG_SHIFT, on::bind(s.beta, beta)}, {DNNL_ARG_DST, on::bind(s.y, y)},
-                    {DNNL_ARG_MEAN, on::bind(s.mean, mean)},  {DNNL_ARG_VARIANCE, on::bind(s.var, var)}};
-      if (s.workspace) args.emplace(DNNL_ARG_WORKSPACE, *s.workspace);
-      p.execute(dev.stream, args);
-      dev.stream.wait();
-    });
+    (void)dev;
+    std::uint8_t* m = nullptr;
+    if (relu) {
+      mask_.resize(g.size());
+      mask_geom_ = g;
+      m = mask_.data();
+    }
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m);
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -90,25 +93,12 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dx, "dx"},
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
-    on::guarded(op, [&] {
-      State& s = state(dev, g, eps, relu);
-      if (relu && !s.trained)
-        throw ConfigError(
-            detail::concat(op, ": fused ReLU backward without a training forward (", on::describe(g), ")"));
-      dnnl::primitive& p = s.backward(cache_, dev.engine);
-      on::Args args{{DNNL_ARG_SRC, on::bind(s.x, x)},
-                    {DNNL_ARG_DIFF_DST, on::bind(s.y, dy)},
-                    {DNNL_ARG_SCALE, on::bind(s.gamma, gamma)},
-                    {DNNL_ARG_SHIFT, s.backward_shift(dev.engine)},
-                    {DNNL_ARG_MEAN, on::bind(s.mean, mean)},
-                    {DNNL_ARG_VARIANCE, on::bind(s.var, var)},
-                    {DNNL_ARG_DIFF_SRC, on::bind(s.dx, dx)},
-                    {DNNL_ARG_DIFF_SCALE, on::bind(s.dgamma, dgamma)},
-                    {DNNL_ARG_DIFF_SHIFT, on::bind(s.dbeta, dbeta)}};
-      if (s.workspace) args.emplace(DNNL_ARG_WORKSPACE, *s.workspace);
-      p.execute(dev.stream, args);
-      dev.stream.wait();
-    });
+    (void)dev;
+    if (relu && (!mask_geom_ || *mask_geom_ != g))
+      throw ConfigError(
+          detail::concat(op, ": fused ReLU backward without a training forward (", on::describe(g), ")"));
+    backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+                                  relu ? mask_.data() : nullptr);
   }
 
   /// Geometries whose primitives are cached now.
@@ -124,12 +114,9 @@ struct BatchNorm<backend::OneDnn, float> {
   struct State {
     dnnl::memory::desc data, stat;
     float eps;
-    bool relu;             // fuse_norm_relu
-    bool trained = false;  // a training forward has filled the workspace
-    dnnl::memory x, y, dx, gamma, beta, mean, var, dgamma, dbeta;
-    std::optional<dnnl::batch_normalization_forward::primitive_desc> train_pd;
-    std::optional<dnnl::primitive> train_p, infer_p, bwd_p;
-    std::optional<dnnl::memory> zero_shift, workspace;
+    bool relu;  // fuse_norm_relu
+    dnnl::memory x, y, gamma, beta, mean, var;
+    std::optional<dnnl::primitive> infer_p;
 
     State(const ChannelGeom& g, double epsilon, bool fuse_relu, const dnnl::engine& eng)
         : eps(float(epsilon)), relu(fuse_relu) {
@@ -138,65 +125,19 @@ struct BatchNorm<backend::OneDnn, float> {
       stat = on::vec_desc(g.c);
       x = on::user_memory(data, eng);
       y = on::user_memory(data, eng);
-      dx = on::user_memory(data, eng);
-      for (dnnl::memory* m : {&gamma, &beta, &mean, &var, &dgamma, &dbeta}) *m = on::user_memory(stat, eng);
-    }
-
-    dnnl::normalization_flags scale_shift() const {
-      const auto f = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-      return relu ? f | dnnl::normalization_flags::fuse_norm_relu : f;
-    }
-
-    // oneDNN 2.6's backward with use_shift insists on a DNNL_ARG_SHIFT input
-    // although the gradients do not depend on beta; it gets a zero vector.
-    dnnl::memory& backward_shift(const dnnl::engine& eng) {
-      if (!zero_shift) {
-        zero_shift = dnnl::memory(stat, eng);
-        auto* p = static_cast<float*>(zero_shift->get_data_handle());
-        std::fill(p, p + stat.get_size() / sizeof(float), 0.f);
-      }
-      return *zero_shift;
-    }
-
-    const dnnl::batch_normalization_forward::primitive_desc& training_pd(const dnnl::engine& eng) {
-      using bf = dnnl::batch_normalization_forward;
-      if (!train_pd) {
-        train_pd =
-            bf::primitive_desc(bf::desc(dnnl::prop_kind::forward_training, data, eps, scale_shift()), eng);
-        if (train_pd->workspace_desc().get_size() != 0)
-          workspace = dnnl::memory(train_pd->workspace_desc(), eng);
-      }
-      return *train_pd;
-    }
-
-    dnnl::primitive& train(Cache& c, const dnnl::engine& eng) {
-      if (!train_p) {
-        const auto& pd = training_pd(eng);
-        train_p = c.build<dnnl::batch_normalization_forward>(pd);
-      }
-      trained = true;
-      return *train_p;
+      for (dnnl::memory* m : {&gamma, &beta, &mean, &var}) *m = on::user_memory(stat, eng);
     }
 
     dnnl::primitive& infer(Cache& c, const dnnl::engine& eng) {
       if (!infer_p) {
         using bf = dnnl::batch_normalization_forward;
-        bf::primitive_desc pd(bf::desc(dnnl::prop_kind::forward_inference, data, eps,
-                                       scale_shift() | dnnl::normalization_flags::use_global_stats),
-                              eng);
+        auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift |
+                     dnnl::normalization_flags::use_global_stats;
+        if (relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
+        bf::primitive_desc pd(bf::desc(dnnl::prop_kind::forward_inference, data, eps, flags), eng);
         infer_p = c.build<bf>(pd);
       }
       return *infer_p;
-    }
-
-    dnnl::primitive& backward(Cache& c, const dnnl::engine& eng) {
-      if (!bwd_p) {
-        using bb = dnnl::batch_normalization_backward;
-        bb::primitive_desc pd(bb::desc(dnnl::prop_kind::backward, data, data, eps, scale_shift()), eng,
-                              training_pd(eng));
-        bwd_p = c.build<bb>(pd);
-      }
-      return *bwd_p;
     }
   };
 
@@ -205,6 +146,8 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   Cache cache_;
+  std::vector<std::uint8_t> mask_;        // the fused ReLU's mask of the last training forward
+  std::optional<ChannelGeom> mask_geom_;  // its geometry
 };
 
 }  // namespace ops

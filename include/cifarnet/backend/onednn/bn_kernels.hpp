@@ -1,0 +1,279 @@
+// cifarnet/backend/onednn/bn_kernels.hpp — batch normalization's reductions
+// and element-wise passes in the project's own OpenMP loops (float data,
+// double sums), used by the oneDNN backend's BatchNorm for the training
+// forward and the backward.
+//
+// Why not oneDNN's primitives: oneDNN 2.6's batch normalization sums each
+// channel's n*h*w values in float, one after the other in NHWC (131,072 terms
+// per channel for a ResNet stage-1 map at batch 128). Its mean and variance
+// were off by up to 7e-6 and 2.4e-5 of their size there (NHWC), and these
+// errors, amplified through the backward pass, put one ResNet-20 step's
+// gradients 10-40x further from exact arithmetic than an fp32 step needs to be
+// (docs/NUMERICS.md). Here every per-channel sum is blocked: float sums of 16
+// rows (NHWC) or 256 values (NCHW), added into double totals, of values
+// shifted by a sample of the channel so the variance does not cancel. Each
+// thread sums a fixed contiguous share of the data and the shares are added
+// in thread order, so results depend on the thread count only, not on
+// timing. The element-wise passes are float. The data is read once per pass,
+// as oneDNN reads it, in loops the compiler vectorizes.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace bn {
+
+/// A contiguous share [begin, end) of `total` items for thread t of nt.
+inline std::size_t share(std::size_t total, int t, int nt) {
+  return total * std::size_t(t) / std::size_t(nt);
+}
+
+/// Rows (NHWC) or planes (NCHW) summed in float before their sums are added
+/// to the double totals: short float sums keep the loops at float SIMD width
+/// while their rounding stays at the level of a few float ulps.
+inline constexpr std::size_t kBlockRows = 16;
+
+/// The four per-channel sums of one pass, over (n, h, w), in double:
+///   s1[c] = sum u, s2[c] = sum u * v
+/// with u = x - k[c] and v = x - k[c] (statistics: kind Stats), or
+/// u = dy * mask and v = x - k[c] (backward: kind Grad). Each thread sums a
+/// contiguous share of the rows (NHWC) or planes (NCHW) into its own
+/// partial sums; the partials are added in thread order.
+enum class SumKind { Stats, Grad };
+
+template <SumKind K, std::size_t CC = 0>
+void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
+                  const std::uint8_t* __restrict mask, const float* __restrict k, std::vector<double>& out) {
+  const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
+  const int nt = std::max(1, omp_get_max_threads());
+  std::vector<double> part(std::size_t(nt) * 2 * C, 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), n_threads = omp_get_num_threads();
+    double* __restrict s1 = part.data() + std::size_t(t) * 2 * C;
+    double* __restrict s2 = s1 + C;
+    std::vector<float> blk(2 * C);
+    float* __restrict b1 = blk.data();
+    float* __restrict b2 = b1 + C;
+    auto term = [&](std::size_t i, float kc, float& u, float& v) {
+      v = x[i] - kc;
+      if constexpr (K == SumKind::Stats) {
+        u = v;
+      } else {
+        u = mask ? dy[i] * float(mask[i]) : dy[i];
+      }
+    };
+    if (g.fmt == DataFormat::NHWC) {
+      const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
+      for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
+        const std::size_t re = std::min(r1, rb + kBlockRows);
+        for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
+        for (std::size_t r = rb; r < re; ++r) {
+          const std::size_t base = r * C;
+#pragma omp simd
+          for (std::size_t c = 0; c < C; ++c) {
+            float u, v;
+            term(base + c, k[c], u, v);
+            b1[c] += u;
+            b2[c] += u * v;
+          }
+        }
+        for (std::size_t c = 0; c < C; ++c) {
+          s1[c] += double(b1[c]);
+          s2[c] += double(b2[c]);
+        }
+      }
+    } else {
+      const std::size_t planes = g.n * C, p0 = share(planes, t, n_threads),
+                        p1 = share(planes, t + 1, n_threads);
+      for (std::size_t p = p0; p < p1; ++p) {
+        const std::size_t c = p % C, base = p * hw;
+        const float kc = k[c];
+        double a = 0, b = 0;
+        for (std::size_t ib = 0; ib < hw; ib += 256) {  // float sums of 256 values, then double
+          const std::size_t ie = std::min(hw, ib + 256);
+          float fa = 0.f, fb = 0.f;
+#pragma omp simd reduction(+ : fa, fb)
+          for (std::size_t i = ib; i < ie; ++i) {
+            float u, v;
+            term(base + i, kc, u, v);
+            fa += u;
+            fb += u * v;
+          }
+          a += double(fa);
+          b += double(fb);
+        }
+        s1[c] += a;
+        s2[c] += b;
+      }
+    }
+  }
+  out.assign(2 * C, 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (std::size_t j = 0; j < 2 * C; ++j) out[j] += part[std::size_t(t) * 2 * C + j];
+}
+
+/// y[i] = x[i] * a[c] + b[c] (with `mask`: max(., 0), and mask[i] = (. > 0)),
+/// parallel over rows (NHWC) or planes (NCHW).
+template <std::size_t CC = 0>
+void affine(const ChannelGeom& g, const float* __restrict x, const float* __restrict a,
+            const float* __restrict b, float* __restrict y, std::uint8_t* __restrict mask) {
+  const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
+  const bool nhwc = g.fmt == DataFormat::NHWC;
+  const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t u = 0; u < units; ++u) {
+    const std::size_t len = nhwc ? C : hw, base = std::size_t(u) * len;
+    const float* __restrict xs = x + base;
+    float* __restrict ys = y + base;
+    if (nhwc) {
+      if (mask) {
+        std::uint8_t* __restrict ms = mask + base;
+#pragma omp simd
+        for (std::size_t c = 0; c < C; ++c) {
+          const float v = xs[c] * a[c] + b[c];
+          ys[c] = v > 0.f ? v : 0.f;
+          ms[c] = v > 0.f;
+        }
+      } else {
+#pragma omp simd
+        for (std::size_t c = 0; c < C; ++c) ys[c] = xs[c] * a[c] + b[c];
+      }
+    } else {
+      const std::size_t c = std::size_t(u) % C;
+      const float ac = a[c], bc = b[c];
+      if (mask) {
+        std::uint8_t* __restrict ms = mask + base;
+#pragma omp simd
+        for (std::size_t i = 0; i < hw; ++i) {
+          const float v = xs[i] * ac + bc;
+          ys[i] = v > 0.f ? v : 0.f;
+          ms[i] = v > 0.f;
+        }
+      } else {
+#pragma omp simd
+        for (std::size_t i = 0; i < hw; ++i) ys[i] = xs[i] * ac + bc;
+      }
+    }
+  }
+}
+
+/// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or dy * mask),
+/// parallel over rows (NHWC) or planes (NCHW).
+template <std::size_t CC = 0>
+void input_gradient(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
+                    const std::uint8_t* __restrict mask, const float* __restrict mean,
+                    const float* __restrict A, const float* __restrict B, const float* __restrict D,
+                    float* __restrict dx) {
+  const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
+  const bool nhwc = g.fmt == DataFormat::NHWC;
+  const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
+#pragma omp parallel for schedule(static)
+  for (std::size_t u = 0; u < std::size_t(units); ++u) {
+    const std::size_t len = nhwc ? C : hw, base = u * len;
+    if (nhwc) {
+#pragma omp simd
+      for (std::size_t c = 0; c < C; ++c) {
+        const std::size_t i = base + c;
+        const float d = mask ? dy[i] * float(mask[i]) : dy[i];
+        dx[i] = A[c] * d + B[c] * (x[i] - mean[c]) + D[c];
+      }
+    } else {
+      const std::size_t c = u % C;
+      const float ac = A[c], bc = B[c], dc = D[c], mc = mean[c];
+#pragma omp simd
+      for (std::size_t i = base; i < base + hw; ++i) {
+        const float d = mask ? dy[i] * float(mask[i]) : dy[i];
+        dx[i] = ac * d + bc * (x[i] - mc) + dc;
+      }
+    }
+  }
+}
+
+/// f(std::integral_constant<std::size_t, C>) with C = the channel count when
+/// it is one of ResNet's (16, 32, 64) and the layout is NHWC, so the
+/// per-row loops have a trip count known at compile time; else C = 0 (any).
+template <class F>
+void with_channels(const ChannelGeom& g, F&& f) {
+  if (g.fmt == DataFormat::NHWC) {
+    if (g.c == 16) return f(std::integral_constant<std::size_t, 16>{});
+    if (g.c == 32) return f(std::integral_constant<std::size_t, 32>{});
+    if (g.c == 64) return f(std::integral_constant<std::size_t, 64>{});
+  }
+  f(std::integral_constant<std::size_t, 0>{});
+}
+
+/// Offset of the first element of channel c (the shift of its sums).
+inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
+  return g.fmt == DataFormat::NHWC ? c : c * g.h * g.w;
+}
+
+/// Training forward: the batch mean and biased variance of each channel
+/// (sums of x - x0 and (x - x0)^2, x0 the channel's first value), then
+/// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
+/// `mask`, y = max(y, 0) and mask[i] = (y > 0).
+inline void forward_train(const ChannelGeom& g, double eps, const float* x, const float* gamma,
+                          const float* beta, float* y, float* mean, float* var, std::uint8_t* mask) {
+  const std::size_t C = g.c;
+  const double m = double(g.n * g.h * g.w);
+  std::vector<float> shift(C), a(C), b(C);
+  for (std::size_t c = 0; c < C; ++c) shift[c] = x[first_of_channel(g, c)];
+  std::vector<double> sums;
+  with_channels(g, [&](auto cc) {
+    channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift.data(), sums);
+  });
+  for (std::size_t c = 0; c < C; ++c) {
+    const double d = sums[c] / m, mu = double(shift[c]) + d, v = std::max(0.0, sums[C + c] / m - d * d);
+    mean[c] = float(mu);
+    var[c] = float(v);
+    const double scale = double(gamma[c]) / std::sqrt(v + eps);
+    a[c] = float(scale);
+    b[c] = float(double(beta[c]) - mu * scale);
+  }
+  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a.data(), b.data(), y, mask); });
+}
+
+/// Backward of the training forward, given its batch statistics: with
+/// inv = 1/sqrt(var + eps), xhat = (x - mean) inv and dyr = dy (or dy where
+/// mask, with the fused ReLU):
+///   dbeta = sum dyr, dgamma = inv * sum dyr (x - mean)
+///   dx = gamma inv / m * (m dyr - dbeta - xhat dgamma)
+/// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
+inline void backward(const ChannelGeom& g, double eps, const float* x, const float* dy, const float* gamma,
+                     const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
+                     const std::uint8_t* mask) {
+  const std::size_t C = g.c;
+  const double m = double(g.n * g.h * g.w);
+  std::vector<double> sums;
+  with_channels(
+      g, [&](auto cc) { channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sums); });
+  std::vector<float> A(C), B(C), D(C);
+  for (std::size_t c = 0; c < C; ++c) {
+    const double inv = 1.0 / std::sqrt(double(var[c]) + eps), sdy = sums[c], dg = sums[C + c] * inv;
+    dbeta[c] = float(sdy);
+    dgamma[c] = float(dg);
+    const double a = double(gamma[c]) * inv;
+    A[c] = float(a);
+    B[c] = float(-a * inv * dg / m);
+    D[c] = float(-a * sdy / m);
+  }
+  with_channels(g, [&](auto cc) {
+    input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A.data(), B.data(), D.data(), dx);
+  });
+}
+
+}  // namespace bn
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet
