@@ -425,3 +425,31 @@ TEST_CASE("Under ConvAlgorithm::Auto weights train with the direct algorithm at 
   const auto yw = wino.forward(x, Mode::Train);
   CHECK(same_bits(std::vector<float>(ya.begin(), ya.end()), std::vector<float>(yw.begin(), yw.end())));
 }
+
+TEST_CASE("BatchNorm's fused ReLU backward needs the training forward of the same geometry",
+          "[backend][onednn][batchnorm]") {
+  Device<B> dev;
+  Rng rng = Rng::stream(7, 9);
+  ops::BatchNorm<B, float> op;
+  const ChannelGeom g{DataFormat::NHWC, 2, 3, 4, 4};
+  ChannelGeom other = g;
+  other.n = 1;
+  const auto x = random_vec(rng, g.size()), gamma = random_vec(rng, g.c), beta = random_vec(rng, g.c),
+             dy = random_cotangent(rng, g.size());
+  auto y = poisoned(g.size()), mean = poisoned(g.c), var = poisoned(g.c), dx = poisoned(g.size()),
+       dg = poisoned(g.c), db = poisoned(g.c);
+  auto backward = [&](const ChannelGeom& geom) {
+    op.backward(dev, geom, 1e-3, x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(),
+                dg.data(), db.data(), true);
+  };
+  CHECK_THROWS_WITH(backward(g), Catch::Contains("fused ReLU backward without a training forward"));
+  op.forward_train(dev, g, 1e-3, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                   true);
+  CHECK_THROWS_AS(backward(other), ConfigError);
+  CHECK_NOTHROW(backward(g));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    CHECK(y[i] >= 0.f);              // the fused ReLU
+    CHECK_FALSE(std::isnan(dx[i]));  // every element written
+  }
+}
