@@ -338,8 +338,7 @@ int run(const Flags& f, Cluster& cl) {
             << (data.synthetic ? "SYNTHETIC data" : "CIFAR-10 split '" + f.train_split + "'") << " ("
             << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
             << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr " << lr
-            << " " << schedule_text << ", format "
-            << (fmt == DataFormat::NHWC ? "channels_last" : "channels_first") << ", " << precision_text
+            << " " << schedule_text << ", format " << layout_name(fmt) << ", " << precision_text
             << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
                                   std::to_string(f.train_batch_size / cl.size) +
                                   (f.sync_batch_norm ? " (synchronized batch norm)" : "") +

@@ -24,6 +24,11 @@ enum class DataFormat { NCHW, NHWC };
 
 inline const char* to_string(DataFormat f) { return f == DataFormat::NCHW ? "NCHW" : "NHWC"; }
 
+/// TF's name of a format: "channels_first" (NCHW) or "channels_last" (NHWC).
+inline const char* layout_name(DataFormat f) {
+  return f == DataFormat::NCHW ? "channels_first" : "channels_last";
+}
+
 /// Parses "channels_first"/"NCHW" and "channels_last"/"NHWC".
 inline DataFormat parse_data_format(const std::string& s) {
   if (s == "channels_first" || s == "NCHW" || s == "nchw") return DataFormat::NCHW;

@@ -78,21 +78,18 @@ inline GpuPlacement place_on_gpus(int requested, int present, const std::string&
 /// The checkpoint metadata key that records the layout a job trains in.
 inline constexpr const char* kDataFormatKey = "data_format";
 
-/// The seed's name of a layout: "channels_first" or "channels_last".
-inline const char* layout_name(DataFormat f) {
-  return f == DataFormat::NCHW ? "channels_first" : "channels_last";
-}
-
 /// The layout recorded in a checkpoint's metadata; nullopt when it has none
 /// (checkpoints written before the key existed). DataError naming the file
 /// when the value is not a layout.
 inline std::optional<DataFormat> recorded_data_format(const io::StateDict& d) {
   const auto it = d.metadata.find(kDataFormatKey);
   if (it == d.metadata.end()) return std::nullopt;
-  if (it->second == "channels_first") return DataFormat::NCHW;
-  if (it->second == "channels_last") return DataFormat::NHWC;
-  throw DataError("checkpoint " + io::detail::source_of(d) + ": metadata '" + kDataFormatKey + "' = '" +
-                  it->second + "' (expected channels_first or channels_last)");
+  try {
+    return parse_data_format(it->second);
+  } catch (const ConfigError&) {
+    throw DataError("checkpoint " + io::detail::source_of(d) + ": metadata '" + kDataFormatKey + "' = '" +
+                    it->second + "' (expected channels_first or channels_last)");
+  }
 }
 
 /// Why a job uses its layout.

@@ -3,9 +3,10 @@
 // and shift (beta).
 //
 // Training forward and backward are the project's own kernels
-// (onednn/bn_kernels.hpp): their per-channel sums run in double, because
-// oneDNN 2.6's primitives sum in float and lost two to three digits of the
-// gradients at training size (docs/NUMERICS.md). The inference forward (no
+// (onednn/bn_kernels.hpp): their per-channel sums are blocked, float blocks
+// added into double totals, because oneDNN 2.6's primitives sum in float and
+// lost two to three digits of the gradients at training size
+// (docs/NUMERICS.md). The inference forward (no
 // reduction) is oneDNN's batch_normalization_forward with use_global_stats,
 // cached per (geometry, epsilon, relu).
 //
@@ -28,7 +29,8 @@ namespace cifarnet {
 namespace ops {
 
 /// Batch normalization on the oneDNN backend (float): own training kernels
-/// with double sums, oneDNN inference primitives cached per geometry.
+/// with blocked float/double sums, oneDNN inference primitives cached per
+/// geometry.
 template <>
 struct BatchNorm<backend::OneDnn, float> {
   using Dev = Device<backend::OneDnn>;
@@ -51,7 +53,7 @@ struct BatchNorm<backend::OneDnn, float> {
       mask_geom_ = g;
       m = mask_.data();
     }
-    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m);
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_);
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -98,7 +100,7 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": fused ReLU backward without a training forward (", on::describe(g), ")"));
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  relu ? mask_.data() : nullptr);
+                                  relu ? mask_.data() : nullptr, scratch_);
   }
 
   /// Geometries whose primitives are cached now.
@@ -148,6 +150,7 @@ struct BatchNorm<backend::OneDnn, float> {
   Cache cache_;
   std::vector<std::uint8_t> mask_;        // the fused ReLU's mask of the last training forward
   std::optional<ChannelGeom> mask_geom_;  // its geometry
+  backend::onednn::bn::Scratch scratch_;  // the kernels' buffers, kept between calls
 };
 
 }  // namespace ops

@@ -1,7 +1,7 @@
 // cifarnet/backend/onednn/bn_kernels.hpp — batch normalization's reductions
 // and element-wise passes in the project's own OpenMP loops (float data,
-// double sums), used by the oneDNN backend's BatchNorm for the training
-// forward and the backward.
+// float blocks summed in double), used by the oneDNN backend's BatchNorm for
+// the training forward and the backward.
 //
 // Why not oneDNN's primitives: oneDNN 2.6's batch normalization sums each
 // channel's n*h*w values in float, one after the other in NHWC (131,072 terms
@@ -39,32 +39,42 @@ inline std::size_t share(std::size_t total, int t, int nt) {
   return total * std::size_t(t) / std::size_t(nt);
 }
 
+/// Buffers of the passes, kept by the op between calls so that a training
+/// step allocates nothing here once the sizes are known.
+struct Scratch {
+  std::vector<double> part;  ///< per thread: 2C double partial sums
+  std::vector<float> block;  ///< per thread: 2C float block sums
+  std::vector<double> sums;  ///< 2C totals
+  std::vector<float> coef;   ///< 3C per-channel constants (shift/scale/offset, A/B/D)
+};
+
 /// Rows (NHWC) or planes (NCHW) summed in float before their sums are added
 /// to the double totals: short float sums keep the loops at float SIMD width
 /// while their rounding stays at the level of a few float ulps.
 inline constexpr std::size_t kBlockRows = 16;
 
-/// The four per-channel sums of one pass, over (n, h, w), in double:
-///   s1[c] = sum u, s2[c] = sum u * v
+/// The two per-channel sums of one pass over (n, h, w), into sc.sums:
+///   sums[c] = sum u, sums[C + c] = sum u * v
 /// with u = x - k[c] and v = x - k[c] (statistics: kind Stats), or
 /// u = dy * mask and v = x - k[c] (backward: kind Grad). Each thread sums a
-/// contiguous share of the rows (NHWC) or planes (NCHW) into its own
-/// partial sums; the partials are added in thread order.
+/// contiguous share of the rows (NHWC) or planes (NCHW), in float blocks
+/// added into its own double partial sums; the partials are added in thread
+/// order.
 enum class SumKind { Stats, Grad };
 
 template <SumKind K, std::size_t CC = 0>
 void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
-                  const std::uint8_t* __restrict mask, const float* __restrict k, std::vector<double>& out) {
+                  const std::uint8_t* __restrict mask, const float* __restrict k, Scratch& sc) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const int nt = std::max(1, omp_get_max_threads());
-  std::vector<double> part(std::size_t(nt) * 2 * C, 0.0);
+  sc.part.assign(std::size_t(nt) * 2 * C, 0.0);
+  sc.block.resize(std::size_t(nt) * 2 * C);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), n_threads = omp_get_num_threads();
-    double* __restrict s1 = part.data() + std::size_t(t) * 2 * C;
+    double* __restrict s1 = sc.part.data() + std::size_t(t) * 2 * C;
     double* __restrict s2 = s1 + C;
-    std::vector<float> blk(2 * C);
-    float* __restrict b1 = blk.data();
+    float* __restrict b1 = sc.block.data() + std::size_t(t) * 2 * C;
     float* __restrict b2 = b1 + C;
     auto term = [&](std::size_t i, float kc, float& u, float& v) {
       v = x[i] - kc;
@@ -119,9 +129,9 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
       }
     }
   }
-  out.assign(2 * C, 0.0);
+  sc.sums.assign(2 * C, 0.0);
   for (int t = 0; t < nt; ++t)
-    for (std::size_t j = 0; j < 2 * C; ++j) out[j] += part[std::size_t(t) * 2 * C + j];
+    for (std::size_t j = 0; j < 2 * C; ++j) sc.sums[j] += sc.part[std::size_t(t) * 2 * C + j];
 }
 
 /// y[i] = x[i] * a[c] + b[c] (with `mask`: max(., 0), and mask[i] = (. > 0)),
@@ -224,15 +234,17 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
 /// `mask`, y = max(y, 0) and mask[i] = (y > 0).
 inline void forward_train(const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                          const float* beta, float* y, float* mean, float* var, std::uint8_t* mask) {
+                          const float* beta, float* y, float* mean, float* var, std::uint8_t* mask,
+                          Scratch& sc) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
-  std::vector<float> shift(C), a(C), b(C);
+  sc.coef.resize(3 * C);
+  float *shift = sc.coef.data(), *a = shift + C, *b = a + C;
   for (std::size_t c = 0; c < C; ++c) shift[c] = x[first_of_channel(g, c)];
-  std::vector<double> sums;
   with_channels(g, [&](auto cc) {
-    channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift.data(), sums);
+    channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift, sc);
   });
+  const std::vector<double>& sums = sc.sums;
   for (std::size_t c = 0; c < C; ++c) {
     const double d = sums[c] / m, mu = double(shift[c]) + d, v = std::max(0.0, sums[C + c] / m - d * d);
     mean[c] = float(mu);
@@ -241,7 +253,7 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
     a[c] = float(scale);
     b[c] = float(double(beta[c]) - mu * scale);
   }
-  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a.data(), b.data(), y, mask); });
+  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask); });
 }
 
 /// Backward of the training forward, given its batch statistics: with
@@ -252,13 +264,14 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
 /// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
 inline void backward(const ChannelGeom& g, double eps, const float* x, const float* dy, const float* gamma,
                      const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
-                     const std::uint8_t* mask) {
+                     const std::uint8_t* mask, Scratch& sc) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
-  std::vector<double> sums;
-  with_channels(
-      g, [&](auto cc) { channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sums); });
-  std::vector<float> A(C), B(C), D(C);
+  with_channels(g,
+                [&](auto cc) { channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sc); });
+  const std::vector<double>& sums = sc.sums;
+  sc.coef.resize(3 * C);
+  float *A = sc.coef.data(), *B = A + C, *D = B + C;
   for (std::size_t c = 0; c < C; ++c) {
     const double inv = 1.0 / std::sqrt(double(var[c]) + eps), sdy = sums[c], dg = sums[C + c] * inv;
     dbeta[c] = float(sdy);
@@ -268,9 +281,7 @@ inline void backward(const ChannelGeom& g, double eps, const float* x, const flo
     B[c] = float(-a * inv * dg / m);
     D[c] = float(-a * sdy / m);
   }
-  with_channels(g, [&](auto cc) {
-    input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A.data(), B.data(), D.data(), dx);
-  });
+  with_channels(g, [&](auto cc) { input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A, B, D, dx); });
 }
 
 }  // namespace bn
