@@ -1,7 +1,7 @@
-// step_numerics — one ResNet training step on oneDNN in float against the
-// reference backend in double (tests/backend/step_numerics.hpp), printed
-// tensor by tensor: the error of every gradient and BN moving statistic,
-// relative to the tensor's largest exact element (max and median).
+// step_numerics — one ResNet training step on oneDNN (or, with --backend
+// reference, the reference backend) in float against the reference backend
+// in double (tests/backend/step_numerics.hpp), printed tensor by tensor: the error of every gradient and BN
+// moving statistic, relative to the tensor's largest exact element (max and median).
 //
 //   OMP_NUM_THREADS=1 build/tests/backend/step_numerics [--depth 20] [--batch 128]
 //       [--formats nhwc,nchw] [--data-dir ../shared/data/cifar-10-batches-bin]
@@ -24,13 +24,19 @@ using namespace cifarnet;
 int main(int argc, char** argv) {
   int depth = 20;
   std::size_t batch = 128;
-  std::string formats = "nhwc,nchw", data_dir;
+  std::string formats = "nhwc,nchw", data_dir, backend_name = "onednn";
   bool all = false;
   CLI::App app{"One ResNet training step, oneDNN float vs reference double"};
   app.add_option("--depth", depth, "ResNet depth (6n+2)")->capture_default_str();
   app.add_option("--batch", batch, "batch size")->capture_default_str();
   app.add_option("--formats", formats, "comma-separated layouts (nhwc, nchw)")->capture_default_str();
   app.add_option("--data-dir", data_dir, "cifar-10-batches-bin: use the first images of data_batch_1.bin");
+  app.add_option(
+         "--backend", backend_name,
+         "backend under test in float: onednn, or reference (plain loops with double sums: what float "
+         "storage alone costs)")
+      ->check(CLI::IsMember({"onednn", "reference"}))
+      ->capture_default_str();
   app.add_flag("--all", all, "print every tensor (default: a summary per layer kind and stage)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -53,14 +59,16 @@ int main(int argc, char** argv) {
     std::stringstream ss(formats);
     for (std::string f; std::getline(ss, f, ',');) fmts.push_back(parse_data_format(f));
     const auto t0 = std::chrono::steady_clock::now();
-    const auto errors = test::compare_resnet_step<backend::OneDnn>(depth, fmts, b);
+    const auto errors = backend_name == "reference"
+                            ? test::compare_resnet_step<backend::Reference>(depth, fmts, b)
+                            : test::compare_resnet_step<backend::OneDnn>(depth, fmts, b);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("(%.1f s)\n", secs);
     for (std::size_t fi = 0; fi < fmts.size(); ++fi) {
       const DataFormat fmt = fmts[fi];
       const auto& e = errors[fi];
-      std::printf("\n== ResNet-%d, batch %zu, %s, oneDNN float vs reference double\n", depth, batch,
-                  to_string(fmt));
+      std::printf("\n== ResNet-%d, batch %zu, %s, %s float vs reference double\n", depth, batch,
+                  to_string(fmt), backend_name.c_str());
       std::printf("%-44s %9s %9s %9s\n", "tensor", "max", "median", "max|g64|");
       auto row = [](const test::TensorError& t) {
         std::printf("%-44s %9.2e %9.2e %9.2e\n", t.name.c_str(), t.max, t.median, t.scale);
