@@ -5,6 +5,9 @@
 // once and run on both sides through OpPair::both.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <type_traits>
+
 #include <cifarnet/backend/reference.hpp>
 
 #include "agreement.hpp"
@@ -226,5 +229,187 @@ TEMPLATE_TEST_CASE("Dense forward and both backward passes agree with the refere
         EXPECT_AGREES(dx);
         EXPECT_AGREES(dw);
         if (bias) EXPECT_AGREES(db);
+      }
+}
+
+TEMPLATE_TEST_CASE("Eltwise add (with and without ReLU, in place) and affine agree with the reference",
+                   "[backend][agreement][eltwise]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::Eltwise, TestType> t;
+  Rng rng = Rng::stream(2024, 7);
+  for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(4099)}) {
+    INFO("n=" << n);
+    const Both a = Both::input(random_vec(rng, n)), b = Both::input(random_vec(rng, n));
+    Both sum = Both::output(n), sum_relu = Both::output(n), in_place = a, in_place_b = b,
+         affine = Both::output(n), affine_in_place = b;
+    t.both([&](auto& dev, auto& op, auto side) {
+      using S = std::remove_pointer_t<decltype(side(sum))>;
+      op.add(dev, n, side(a), side(b), side(sum), false);
+      op.add(dev, n, side(a), side(b), side(sum_relu), true);
+      op.add(dev, n, side(in_place), side(b), side(in_place), true);
+      op.add(dev, n, side(a), side(in_place_b), side(in_place_b), false);
+      op.affine(dev, n, side(a), S(1.0 / 128), S(-1), side(affine));
+      op.affine(dev, n, side(affine_in_place), S(0.75), S(0), side(affine_in_place));
+    });
+    EXPECT_AGREES(sum);
+    EXPECT_AGREES(sum_relu);
+    EXPECT_AGREES(in_place);
+    EXPECT_AGREES(in_place_b);
+    EXPECT_AGREES(affine);
+    EXPECT_AGREES(affine_in_place);
+    std::size_t zeros = 0;
+    for (float v : sum_relu.f) zeros += v == 0.0f;
+    CHECK(zeros > 0);  // the ReLU did cut something
+  }
+}
+
+TEMPLATE_TEST_CASE("ChannelPad and GlobalAvgPool, forward and backward, agree with the reference",
+                   "[backend][agreement][channel_pad][global_pool]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::ChannelPad, TestType> pad;
+  OpPair<ops::GlobalAvgPool, TestType> pool;
+  Rng rng = Rng::stream(2024, 8);
+  const std::size_t pads[][2] = {{0, 3}, {2, 2}, {4, 0}, {1, 5}};
+  std::size_t i = 0;
+  for (const ChannelGeom& g : channel_cases()) {
+    const std::size_t before = pads[i % 4][0], after = pads[i % 4][1], oc = before + g.c + after;
+    ++i;
+    INFO(str(g) << " pad " << before << "+" << after);
+    const std::size_t padded = g.n * oc * g.h * g.w;
+    const Both x = Both::input(random_vec(rng, g.size())), dpad = Both::input(random_cotangent(rng, padded)),
+               dmean = Both::input(random_cotangent(rng, g.n * g.c));
+    Both y = Both::output(padded), dx = Both::output(g.size()), mean = Both::output(g.n * g.c),
+         dx_pool = Both::output(g.size());
+    pad.both([&](auto& dev, auto& op, auto side) {
+      op.forward(dev, g, before, after, side(x), side(y));
+      op.backward(dev, g, before, after, side(dpad), side(dx));
+    });
+    pool.both([&](auto& dev, auto& op, auto side) {
+      op.forward(dev, g, side(x), side(mean));
+      op.backward(dev, g, side(dmean), side(dx_pool));
+    });
+    EXPECT_AGREES(y);
+    EXPECT_AGREES(dx);
+    EXPECT_AGREES(mean);
+    EXPECT_AGREES(dx_pool);
+  }
+}
+
+TEMPLATE_TEST_CASE("SoftmaxCrossEntropy's loss, gradient and predictions agree with the reference",
+                   "[backend][agreement][loss]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::SoftmaxCrossEntropy, TestType> t;
+  Rng rng = Rng::stream(2024, 9);
+  const std::size_t sizes[][2] = {{1, 10}, {7, 3}, {128, 10}, {5, 1000}};
+  for (const auto& nk : sizes) {
+    const std::size_t n = nk[0], k = nk[1];
+    INFO("n=" << n << " k=" << k);
+    std::vector<std::int32_t> labels(n);
+    for (auto& l : labels) l = std::int32_t(rng.uniform_int(k));
+    auto zv = random_vec(rng, n * k, -8.0, 8.0);
+    zv[0] = 60.0f;  // large logits stay finite (the log-sum-exp shift)
+    const Both z = Both::input(std::move(zv));
+    Both dz = Both::output(n * k), p = Both::output(n * k);
+    double loss[2] = {0, 0};
+    std::vector<std::int32_t> top[2] = {std::vector<std::int32_t>(n), std::vector<std::int32_t>(n)};
+    std::vector<std::uint8_t> hits[2] = {std::vector<std::uint8_t>(n), std::vector<std::uint8_t>(n)};
+    int s = 0;
+    t.both([&](auto& dev, auto& op, auto side) {
+      loss[s] = op.loss(dev, n, k, side(z), labels.data(), side(dz));
+      op.softmax(dev, n, k, side(z), side(p));
+      op.argmax(dev, n, k, side(z), top[s].data());
+      op.in_top1(dev, n, k, side(z), labels.data(), hits[s].data());
+      ++s;
+    });
+    CHECK(std::abs(loss[0] - loss[1]) <= kTolerance * std::abs(loss[1]));
+    EXPECT_AGREES(dz);
+    EXPECT_AGREES(p);
+    CHECK(top[0] == top[1]);
+    CHECK(hits[0] == hits[1]);
+  }
+  SECTION("a label outside [0, k) is a DataError naming the example") {
+    const Both z = Both::input(random_vec(rng, 20));
+    const std::vector<std::int32_t> bad{1, 10};
+    CHECK_THROWS_WITH(t.op.loss(t.dev, 2, 10, z.f.data(), bad.data(), nullptr),
+                      Catch::Contains("label 10 of example 1 is outside [0, 10)"));
+  }
+}
+
+namespace {
+/// A CrossReplicaSum over one replica: the sums are the values.
+struct OneReplica : CrossReplicaSum {
+  void sum(double*, std::size_t) override {}
+};
+}  // namespace
+
+TEMPLATE_TEST_CASE("BnStats (moving statistics, conv+BN fold) and SyncBatchNorm agree with the reference",
+                   "[backend][agreement][batchnorm]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::BnStats, TestType> stats;
+  OpPair<ops::SyncBatchNorm, TestType> sync;
+  Rng rng = Rng::stream(2024, 10);
+  OneReplica one;
+  for (const ChannelGeom& g : channel_cases()) {
+    INFO(str(g));
+    const std::size_t c = g.c, rows = 3 * 3 * 4;
+    const Both mean = Both::input(random_vec(rng, c)), var = Both::input(random_vec(rng, c, 0.1, 2.0)),
+               gamma = Both::input(random_vec(rng, c, 0.5, 1.5)), beta = Both::input(random_vec(rng, c)),
+               w = Both::input(random_vec(rng, rows * c)),
+               x = Both::input(random_vec(rng, g.size(), -2.0, 3.0)),
+               dy = Both::input(random_cotangent(rng, g.size()));
+    Both mm = Both::input(random_vec(rng, c)), mv = Both::input(random_vec(rng, c, 0.5, 1.5)),
+         fw = Both::output(rows * c), fb = Both::output(c);
+    stats.both([&](auto& dev, auto& op, auto side) {
+      op.update_moving(dev, c, 0.997, 1.25, side(mean), side(var), side(mm), side(mv));
+      op.fold(dev, rows, c, 1e-5, side(w), side(gamma), side(beta), side(mean), side(var), side(fw),
+              side(fb));
+    });
+    EXPECT_AGREES(mm);
+    EXPECT_AGREES(mv);
+    EXPECT_AGREES(fw);
+    EXPECT_AGREES(fb);
+
+    Both smean = Both::output(c), svar = Both::output(c), dx = Both::output(g.size()),
+         dgamma = Both::output(c), dbeta = Both::output(c);
+    double count[2] = {0, 0};
+    int s = 0;
+    sync.both([&](auto& dev, auto& op, auto side) {
+      count[s++] = op.statistics(dev, g, side(x), one, side(smean), side(svar));
+    });
+    CHECK(count[0] == double(g.n * g.h * g.w));
+    CHECK(count[1] == count[0]);
+    EXPECT_AGREES(smean);
+    EXPECT_AGREES(svar);
+    const Both batch_mean = Both::input({smean.d.begin(), smean.d.end()}),
+               batch_var = Both::input({svar.d.begin(), svar.d.end()});
+    sync.both([&](auto& dev, auto& op, auto side) {
+      op.backward(dev, g, 1e-3, side(x), side(dy), side(gamma), side(batch_mean), side(batch_var), one,
+                  side(dx), side(dgamma), side(dbeta));
+    });
+    EXPECT_AGREES(dx);
+    EXPECT_AGREES(dgamma);
+    EXPECT_AGREES(dbeta);
+  }
+}
+
+TEMPLATE_TEST_CASE("Gemm agrees with the reference in every transpose combination, with and without beta",
+                   "[backend][agreement][gemm]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::Gemm, TestType> t;
+  Rng rng = Rng::stream(2024, 11);
+  const std::size_t sizes[][3] = {{1, 1, 1}, {7, 3, 5}, {64, 64, 256}, {16, 33, 9}};
+  for (const auto& s : sizes)
+    for (int trans = 0; trans < 4; ++trans)
+      for (double beta : {0.0, 0.5}) {
+        const std::size_t m = s[0], n = s[1], k = s[2];
+        const bool ta = trans & 1, tb = trans & 2;
+        INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+        const Both a = Both::input(random_vec(rng, m * k)), b = Both::input(random_vec(rng, k * n));
+        Both c = beta == 0.0 ? Both::output(m * n) : Both::input(random_vec(rng, m * n));
+        t.both([&](auto& dev, auto& op, auto side) {
+          using S = std::remove_pointer_t<decltype(side(c))>;
+          op.run(dev, ta, tb, m, n, k, S(0.75), side(a), side(b), S(beta), side(c));
+        });
+        EXPECT_AGREES(c);
       }
 }

@@ -165,7 +165,7 @@ TEST_CASE("Towers on two GPUs with NCCL train like towers on the CPU (the seed's
 }
 #endif
 
-#include <cifarnet/vision/cuda_gemm.hpp>
+#include <cifarnet/vision/losses.hpp>
 
 TEST_CASE("Gram matrices and the style loss's gradient on the GPU match oneDNN's",
           "[backend][cuda][vision]") {

@@ -12,6 +12,8 @@
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/backend/cuda/conv2d.hpp"
 #include "cifarnet/backend/cuda/dense.hpp"
+#include "cifarnet/backend/cuda/elementwise.hpp"
+#include "cifarnet/backend/cuda/gemm.hpp"
 #include "cifarnet/backend/cuda/kernels.hpp"
 #include "cifarnet/backend/cuda/lrn.hpp"
 #include "cifarnet/backend/cuda/optim.hpp"

@@ -8,6 +8,8 @@
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/conv2d.hpp"
 #include "cifarnet/backend/onednn/dense.hpp"
+#include "cifarnet/backend/onednn/elementwise.hpp"
+#include "cifarnet/backend/onednn/gemm.hpp"
 #include "cifarnet/backend/onednn/lrn.hpp"
 #include "cifarnet/backend/onednn/pool2d.hpp"
 #include "cifarnet/backend/onednn/relu.hpp"

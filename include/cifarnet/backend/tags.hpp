@@ -30,17 +30,50 @@ struct Cuda {
   static constexpr const char* name = "cuda";
 };
 
-/// Whether replicas of one model on backend B (distributed::Towers, one
-/// device each) may run at the same time on threads of their own: true for
-/// CUDA (one GPU per replica); false on the CPU backends, where each replica
-/// already uses every core and oneDNN's library-managed scratchpad makes one
-/// cached primitive unsafe to execute from two threads at once.
-template <class B>
-inline constexpr bool kConcurrentReplicas = false;
-template <>
-inline constexpr bool kConcurrentReplicas<Cuda> = true;
-
 }  // namespace backend
+
+/// What a backend offers beyond the ops every backend has, declared once per
+/// backend (layers, containers and the trainer read these instead of probing
+/// the op types). A trait set to true promises the matching op interface:
+///   conv_algorithms     ops::Conv2d has set_algorithm(ConvAlgorithm)
+///   bf16_convolutions   ops::Conv2d has set_precision(ConvPrecision) and
+///                       set_keep_input(bool)
+///   joint_conv_backward ops::Conv2d has backward(dev, g, x, dy, w, dx, dw, db):
+///                       both backward passes in one call
+///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
+///                       trailing `bool relu` (the ReLU as a post-op)
+///   concurrent_replicas replicas of one model (distributed::Towers, one device
+///                       each) may run at the same time on threads of their
+///                       own: true for CUDA (one GPU per replica); false on the
+///                       CPU backends, where each replica already uses every
+///                       core and oneDNN's library-managed scratchpad makes one
+///                       cached primitive unsafe to run from two threads at once
+template <class B>
+struct backend_traits {
+  static constexpr bool conv_algorithms = false;
+  static constexpr bool bf16_convolutions = false;
+  static constexpr bool joint_conv_backward = false;
+  static constexpr bool fused_relu = false;
+  static constexpr bool concurrent_replicas = false;
+};
+
+template <>
+struct backend_traits<backend::OneDnn> {
+  static constexpr bool conv_algorithms = true;
+  static constexpr bool bf16_convolutions = true;
+  static constexpr bool joint_conv_backward = true;
+  static constexpr bool fused_relu = true;
+  static constexpr bool concurrent_replicas = false;
+};
+
+template <>
+struct backend_traits<backend::Cuda> {
+  static constexpr bool conv_algorithms = false;
+  static constexpr bool bf16_convolutions = false;
+  static constexpr bool joint_conv_backward = false;
+  static constexpr bool fused_relu = false;
+  static constexpr bool concurrent_replicas = true;
+};
 
 /// Resources a backend needs at run time (engine, stream); one per model.
 template <class B>

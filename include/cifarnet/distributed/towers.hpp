@@ -97,7 +97,7 @@ class TowersOptions {
  public:
   /// Run the towers on threads of their own, or one after the other on the
   /// caller's thread. Unset (the default): threads on backends whose replicas
-  /// may run concurrently (backend::kConcurrentReplicas: CUDA, one GPU per
+  /// may run concurrently (backend_traits<B>::concurrent_replicas: CUDA, one GPU per
   /// tower), one after the other elsewhere: on the CPU every tower already
   /// uses every core, and oneDNN's library-managed scratchpad makes one
   /// cached primitive unsafe to run from two threads at once.
@@ -108,7 +108,7 @@ class TowersOptions {
   /// Whether towers of backend B run on threads under these options.
   template <class B>
   bool parallel_for() const {
-    return parallel_ < 0 ? backend::kConcurrentReplicas<B> : parallel_ == 1;
+    return parallel_ < 0 ? backend_traits<B>::concurrent_replicas : parallel_ == 1;
   }
 
  private:
@@ -237,6 +237,9 @@ class Towers {
   /// Tower 0's arena: the variables (optimizer, checkpoints, EMA, logs).
   Parameters<T>& parameters() { return replicas_[0]->parameters(); }
   const Parameters<T>& parameters() const { return replicas_[0]->parameters(); }
+  /// Tower 0's device: where the Trainer runs the loss on the concatenated
+  /// logits (and, with tower 0's arena, the update).
+  Device<Backend>& device() { return replicas_[0]->device(); }
   DataFormat format() const { return replicas_[0]->format(); }
   Shape output_shape(std::size_t n = 1) const { return replicas_[0]->output_shape(n); }
   Shape input_shape(std::size_t n = 1) const { return replicas_[0]->input_shape(n); }

@@ -12,26 +12,19 @@
 // fuse_norm_relu) skip the separate ReLU passes; others apply the ReLU and
 // its mask here.
 // With RunContext::cross_replica set, training uses the global batch's
-// statistics over all data-parallel replicas (layers/sync_batch_norm.hpp).
+// statistics over all data-parallel replicas (ops::SyncBatchNorm).
+// Every pass is a backend op: ops::BatchNorm, ops::Relu (the ReLU and its
+// mask where the backend does not fuse them: backend_traits<B>::fused_relu),
+// ops::BnStats (moving statistics), ops::SyncBatchNorm.
 #pragma once
 
 #include <array>
-#include <type_traits>
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
-#include "cifarnet/layers/sync_batch_norm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
-
-namespace detail {
-/// Does a backend op take a fused-ReLU flag (Op::fuses_relu: batch norm, convolution)?
-template <class Op, class = void>
-struct fuses_relu : std::false_type {};
-template <class Op>
-struct fuses_relu<Op, std::enable_if_t<Op::fuses_relu>> : std::true_type {};
-}  // namespace detail
 
 /// Batch normalization over channels; Relu = true applies max(., 0) after it.
 template <int C = 0, bool Relu = false>
@@ -44,7 +37,7 @@ struct BatchNorm2d : LayerBase {
   class Node : detail::NodeBase<T> {
     using B_ = detail::NodeBase<T>;
     using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
-    static constexpr bool kFused = Relu && detail::fuses_relu<ops::BatchNorm<B, T>>::value;
+    static constexpr bool kFused = Relu && backend_traits<B>::fused_relu;
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -72,8 +65,7 @@ struct BatchNorm2d : LayerBase {
         x_ = &x;
         double m = double(s.n * s.h * s.w);
         if (rc.cross_replica) {  // synchronized BN: global statistics, then the inference op
-          m = detail::sync_bn_statistics(geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data(),
-                                         sync_);
+          m = sync_.statistics(*rc.device, geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data());
           infer(rc, x, mean_.data(), var_.data());
         } else {
           if constexpr (kFused)
@@ -82,15 +74,11 @@ struct BatchNorm2d : LayerBase {
           else
             op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
                               mean_.data(), var_.data());
-          if constexpr (Relu && !kFused) relu_in_place();
+          if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
         }
         const double bessel = m > 1 ? m / (m - 1) : 1.0;
-        T* mm = P.value(mmean_);
-        T* mv = P.value(mvar_);
-        for (std::size_t c = 0; c < s.c; ++c) {
-          mm[c] = T(decay_ * double(mm[c]) + (1 - decay_) * double(mean_[c]));
-          mv[c] = T(decay_ * double(mv[c]) + (1 - decay_) * double(var_[c]) * bessel);
-        }
+        stats_.update_moving(*rc.device, s.c, decay_, bessel, mean_.data(), var_.data(), P.value(mmean_),
+                             P.value(mvar_));
       } else {
         infer(rc, x, P.value(mmean_), P.value(mvar_));
       }
@@ -113,12 +101,12 @@ struct BatchNorm2d : LayerBase {
       const T* g = dy.data();
       if (Relu && !(kFused && !rc.cross_replica)) {
         ensure_shape(masked_, geom_.shape(), fmt_);
-        detail::relu_mask(y_.data(), dy.data(), masked_.data(), masked_.size());
+        relu_.backward(*rc.device, masked_.size(), y_.data(), dy.data(), masked_.data());
         g = masked_.data();
       }
-      if (rc.cross_replica)  // synchronized BN (layers/sync_batch_norm.hpp)
-        detail::sync_bn_backward(geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
-                                 *rc.cross_replica, dx_.data(), dg, db, sync_);
+      if (rc.cross_replica)  // synchronized BN (ops::SyncBatchNorm)
+        sync_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
+                       *rc.cross_replica, dx_.data(), dg, db);
       else if constexpr (kFused)
         op_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
                      dx_.data(), dg, db, true);
@@ -142,22 +130,17 @@ struct BatchNorm2d : LayerBase {
       else
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data());
-      if constexpr (Relu && !kFused) relu_in_place();
+      if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
     }
-    void relu_in_place() {
-      T* py = y_.data();
-      const long n = long(y_.size());
-#pragma omp parallel for simd schedule(static)
-      for (long i = 0; i < n; ++i) py[i] = py[i] > T(0) ? py[i] : T(0);
-    }
-
     ops::BatchNorm<B, T> op_;
+    ops::Relu<B, T> relu_;  // the ReLU and its mask where the op does not fuse them
+    ops::BnStats<B, T> stats_;
+    ops::SyncBatchNorm<B, T> sync_;
     ChannelGeom geom_;
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
     std::vector<T> mean_, var_, scratch_;
-    std::vector<double> sync_;  // synchronized BN's per-channel sums
-    Tensor<T> masked_;          // dy masked by the ReLU when the op does not fuse it
+    Tensor<T> masked_;  // dy masked by the ReLU when the op does not fuse it
     const Tensor<T>* x_ = nullptr;
   };
 };

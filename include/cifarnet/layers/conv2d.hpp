@@ -9,36 +9,10 @@
 // backends that offer a choice (oneDNN).
 #pragma once
 
-#include <type_traits>
-
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
-
-namespace detail {
-/// Does the backend's convolution op take an algorithm (set_algorithm)?
-template <class Op, class = void>
-struct has_conv_algorithm : std::false_type {};
-template <class Op>
-struct has_conv_algorithm<Op, std::void_t<decltype(std::declval<Op&>().set_algorithm(ConvAlgorithm::Auto))>>
-    : std::true_type {};
-/// Does the backend's convolution op offer bf16 (set_precision)?
-template <class Op, class = void>
-struct has_conv_precision : std::false_type {};
-template <class Op>
-struct has_conv_precision<Op, std::void_t<decltype(std::declval<Op&>().set_precision(ConvPrecision::F32))>>
-    : std::true_type {};
-/// Does the backend's convolution op compute both backward passes in one
-/// call (backward(dev, g, x, dy, w, dx, dw, db))?
-template <class Op, class B, class = void>
-struct has_joint_backward : std::false_type {};
-template <class Op, class B>
-struct has_joint_backward<Op, B,
-                          std::void_t<decltype(std::declval<Op&>().backward(
-                              std::declval<Device<B>&>(), std::declval<const ConvGeom&>(), nullptr, nullptr,
-                              nullptr, nullptr, nullptr, nullptr))>> : std::true_type {};
-}  // namespace detail
 
 template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Bias = false>
 struct Conv2d : LayerBase {
@@ -62,9 +36,9 @@ struct Conv2d : LayerBase {
         throw ShapeError("layer '" + name_ + "' (Conv2d) expects " + std::to_string(In) +
                          " input channels but the input shape is " + in.str());
       geom_ = ConvGeom::make(fmt_, in, Out, K, S, P);
-      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
+      if constexpr (backend_traits<B>::conv_algorithms)
         policy_ = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
-      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
+      if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
@@ -79,19 +53,18 @@ struct Conv2d : LayerBase {
       x_ = &x;
       // Auto never trains weights with Winograd: a replica's result must not
       // depend on how many images it holds (nn/conv_algorithm.hpp).
-      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value)
+      if constexpr (backend_traits<B>::conv_algorithms)
         op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
                               ? ConvAlgorithm::Direct
                               : policy_);
-      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
-        op_.set_keep_input(rc.training() && rc.param_grads);
+      if constexpr (backend_traits<B>::bf16_convolutions) op_.set_keep_input(rc.training() && rc.param_grads);
       op_.forward(*rc.device, geom_, x.data(), rc.params->value(w_), Bias ? rc.params->value(b_) : nullptr,
                   y_.data());
       return y_;
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if constexpr (detail::has_joint_backward<ops::Conv2d<B, T>, B>::value) {
+      if constexpr (backend_traits<B>::joint_conv_backward) {
         if (down_) ensure_shape(dx_, geom_.in_shape(), fmt_);
         op_.backward(*rc.device, geom_, x_->data(), dy.data(), rc.params->value(w_),
                      down_ ? dx_.data() : nullptr, rc.param_grads ? rc.params->grad(w_) : nullptr,

@@ -16,9 +16,7 @@
 // has it (3x3, stride 1, at least 8 input channels), whatever the batch size.
 #pragma once
 
-#include <cmath>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "cifarnet/layers/batch_norm.hpp"
@@ -42,7 +40,7 @@ struct ConvBatchNorm : LayerBase {
 
   template <class B, class T>
   class Node {
-    static constexpr bool kFusedRelu = Relu && detail::fuses_relu<ops::Conv2d<B, T>>::value;
+    static constexpr bool kFusedRelu = Relu && backend_traits<B>::fused_relu;
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -56,16 +54,15 @@ struct ConvBatchNorm : LayerBase {
       // training, where backward_data and the layout conversions outweigh it),
       // except on inputs of fewer than 8 channels (ResNet's stem on the RGB
       // image: 2.9 ms with Winograd against 0.5 ms direct per batch of 100).
-      if constexpr (detail::has_conv_algorithm<ops::Conv2d<B, T>>::value) {
+      if constexpr (backend_traits<B>::conv_algorithms) {
         const ConvAlgorithm a = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
         const ConvAlgorithm wide = in.c >= 8 ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
         op_.set_algorithm(a == ConvAlgorithm::Auto ? wide : a);
       }
-      if constexpr (detail::has_conv_precision<ops::Conv2d<B, T>>::value)
+      if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
-      scale_.assign(std::size_t(Out), T(0));
       return b;
     }
 
@@ -93,44 +90,30 @@ struct ConvBatchNorm : LayerBase {
       const Shape s = detail::check_input(conv_name_, Shape{1, g.ic, g.ih, g.iw}, x, g.fmt);
       g.n = s.n;
       ensure_shape(y_, g.out_shape(), g.fmt);
-      fold(*rc.params);
+      fold(rc);
       if constexpr (kFusedRelu) {
         op_.forward(*rc.device, g, x.data(), folded_w_.data(), folded_b_.data(), y_.data(), true);
       } else {
         op_.forward(*rc.device, g, x.data(), folded_w_.data(), folded_b_.data(), y_.data());
-        if constexpr (Relu) {
-          T* py = y_.data();
-          const long n = long(y_.size());
-#pragma omp parallel for simd schedule(static)
-          for (long i = 0; i < n; ++i) py[i] = py[i] > T(0) ? py[i] : T(0);
-        }
+        if constexpr (Relu) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
       }
       return y_;
     }
 
-    void fold(const Parameters<T>& params) {
+    void fold(RunContext<B, T>& rc) {
       const auto ids = bn_.param_ids();
-      const T* gamma = params.value(ids[0]);
-      const T* beta = params.value(ids[1]);
-      const T* mean = params.value(ids[2]);
-      const T* var = params.value(ids[3]);
-      const double eps = bn_.epsilon();
-      for (std::size_t o = 0; o < std::size_t(Out); ++o) {
-        const double sc = double(gamma[o]) / std::sqrt(double(var[o]) + eps);
-        scale_[o] = T(sc);
-        folded_b_[o] = T(double(beta[o]) - double(mean[o]) * sc);
-      }
-      const T* w = params.value(conv_.weights_id());  // HWIO: the output channel is the fastest index
-      const std::size_t rows = folded_w_.size() / std::size_t(Out);
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t o = 0; o < std::size_t(Out); ++o)
-          folded_w_[r * Out + o] = w[r * Out + o] * scale_[o];
+      const Parameters<T>& p = *rc.params;
+      stats_.fold(*rc.device, folded_w_.size() / std::size_t(Out), std::size_t(Out), bn_.epsilon(),
+                  p.value(conv_.weights_id()), p.value(ids[0]), p.value(ids[1]), p.value(ids[2]),
+                  p.value(ids[3]), folded_w_.data(), folded_b_.data());
     }
 
     node_t<ConvL, B, T> conv_;
     node_t<BnL, B, T> bn_;
     ops::Conv2d<B, T> op_;  // the folded inference convolution (with bias)
-    std::vector<T> folded_w_, folded_b_, scale_;
+    ops::BnStats<B, T> stats_;
+    ops::Relu<B, T> relu_;  // where the convolution does not fuse it
+    std::vector<T> folded_w_, folded_b_;
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

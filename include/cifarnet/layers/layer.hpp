@@ -81,15 +81,6 @@ class NodeBase {
   Tensor<T> y_, dx_;
 };
 
-/// out = dy where y > 0, else 0: ReLU's backward through its output y, for
-/// layers that fuse a ReLU (n elements; out may alias dy).
-template <class T>
-void relu_mask(const T* y, const T* dy, T* out, std::size_t n) {
-  const long m = long(n);
-#pragma omp parallel for simd schedule(static)
-  for (long i = 0; i < m; ++i) out[i] = y[i] > T(0) ? dy[i] : T(0);
-}
-
 /// Trait: does L define a fixed name (Named<Tag, ...>)?
 template <class L, class = void>
 struct has_fixed_name : std::false_type {};

@@ -69,56 +69,23 @@ struct GlobalAvgPool : LayerBase {
       this->bind(in, scope, ctx);
       return {in.n, in.c, 1, 1};
     }
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
-      n_ = s.n;
+      geom_ = ChannelGeom::make(fmt_, s);
       ensure_shape(y_, {s.n, s.c, 1, 1}, fmt_);
-      const std::size_t hw = s.h * s.w, C = s.c;
-      const T inv = T(1) / T(hw);
-      const T* px = x.data();
-      T* py = y_.data();
-      for (std::size_t n = 0; n < s.n; ++n) {
-        T* out = py + n * C;
-        for (std::size_t c = 0; c < C; ++c) out[c] = 0;
-        const T* in = px + n * C * hw;
-        if (fmt_ == DataFormat::NCHW) {
-          for (std::size_t c = 0; c < C; ++c) {
-            T acc = 0;
-            for (std::size_t i = 0; i < hw; ++i) acc += in[c * hw + i];
-            out[c] = acc * inv;
-          }
-        } else {
-          for (std::size_t i = 0; i < hw; ++i)
-            for (std::size_t c = 0; c < C; ++c) out[c] += in[i * C + c];
-          for (std::size_t c = 0; c < C; ++c) out[c] *= inv;
-        }
-      }
+      op_.forward(*rc.device, geom_, x.data(), y_.data());
       return y_;
     }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!down_) return dx_;
-      const Shape s{n_, in_.c, in_.h, in_.w};
-      ensure_shape(dx_, s, fmt_);
-      const std::size_t hw = s.h * s.w, C = s.c;
-      const T inv = T(1) / T(hw);
-      const T* pdy = dy.data();
-      T* pdx = dx_.data();
-      for (std::size_t n = 0; n < s.n; ++n) {
-        const T* g = pdy + n * C;
-        T* out = pdx + n * C * hw;
-        if (fmt_ == DataFormat::NCHW) {
-          for (std::size_t c = 0; c < C; ++c)
-            for (std::size_t i = 0; i < hw; ++i) out[c * hw + i] = g[c] * inv;
-        } else {
-          for (std::size_t i = 0; i < hw; ++i)
-            for (std::size_t c = 0; c < C; ++c) out[i * C + c] = g[c] * inv;
-        }
-      }
+      ensure_shape(dx_, geom_.shape(), fmt_);
+      op_.backward(*rc.device, geom_, dy.data(), dx_.data());
       return dx_;
     }
 
    private:
-    std::size_t n_ = 0;
+    ops::GlobalAvgPool<B, T> op_;
+    ChannelGeom geom_;
   };
 };
 

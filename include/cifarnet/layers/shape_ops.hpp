@@ -5,8 +5,6 @@
 // channels by (Out − In)/2 on both sides; identity when In == Out, S == 1).
 #pragma once
 
-#include <algorithm>
-#include <cstring>
 #include <ratio>
 #include <type_traits>
 
@@ -33,42 +31,23 @@ struct ChannelPad : LayerBase {
       this->bind(in, scope, ctx);
       return {in.n, in.c + Before + After, in.h, in.w};
     }
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
-      n_ = s.n;
-      const Shape o{s.n, s.c + Before + After, s.h, s.w};
-      ensure_shape(y_, o, fmt_);
-      std::fill(y_.begin(), y_.end(), T(0));
-      const std::size_t hw = s.h * s.w, C = s.c, OC = o.c;
-      for (std::size_t n = 0; n < s.n; ++n) {
-        const T* in = x.data() + n * C * hw;
-        T* out = y_.data() + n * OC * hw;
-        if (fmt_ == DataFormat::NCHW)
-          std::copy(in, in + C * hw, out + Before * hw);
-        else
-          for (std::size_t i = 0; i < hw; ++i) std::copy(in + i * C, in + (i + 1) * C, out + i * OC + Before);
-      }
+      geom_ = ChannelGeom::make(fmt_, s);
+      ensure_shape(y_, {s.n, s.c + Before + After, s.h, s.w}, fmt_);
+      op_.forward(*rc.device, geom_, Before, After, x.data(), y_.data());
       return y_;
     }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!down_) return dx_;
-      const Shape s{n_, in_.c, in_.h, in_.w};
-      ensure_shape(dx_, s, fmt_);
-      const std::size_t hw = s.h * s.w, C = s.c, OC = C + Before + After;
-      for (std::size_t n = 0; n < s.n; ++n) {
-        const T* g = dy.data() + n * OC * hw;
-        T* out = dx_.data() + n * C * hw;
-        if (fmt_ == DataFormat::NCHW)
-          std::copy(g + Before * hw, g + (Before + C) * hw, out);
-        else
-          for (std::size_t i = 0; i < hw; ++i)
-            std::copy(g + i * OC + Before, g + i * OC + Before + C, out + i * C);
-      }
+      ensure_shape(dx_, geom_.shape(), fmt_);
+      op_.backward(*rc.device, geom_, Before, After, dy.data(), dx_.data());
       return dx_;
     }
 
    private:
-    std::size_t n_ = 0;
+    ops::ChannelPad<B, T> op_;
+    ChannelGeom geom_;
   };
 };
 
@@ -88,30 +67,23 @@ struct Rescale : LayerBase {
       this->bind(in, scope, ctx);
       return in;
     }
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       detail::check_input(name_, in_, x, fmt_);
       if (y_.shape() != x.shape()) y_.resize(x.shape());
-      const T a = T(double(Mul::num) / double(Mul::den)), b = T(double(Add::num) / double(Add::den));
-      const T* px = x.data();
-      T* py = y_.data();
-      const long n = long(x.size());
-#pragma omp parallel for simd schedule(static)
-      for (long i = 0; i < n; ++i) py[i] = px[i] * a + b;
+      op_.affine(*rc.device, x.size(), x.data(), kMul, kAdd, y_.data());
       return y_;
     }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!down_) return dx_;
       if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
-      const T a = T(double(Mul::num) / double(Mul::den));
-      const T* pg = dy.data();
-      T* pd = dx_.data();
-      const long n = long(dy.size());
-#pragma omp parallel for simd schedule(static)
-      for (long i = 0; i < n; ++i) pd[i] = pg[i] * a;
+      op_.affine(*rc.device, dy.size(), dy.data(), kMul, T(0), dx_.data());
       return dx_;
     }
 
    private:
+    static constexpr T kMul = T(double(Mul::num) / double(Mul::den));
+    static constexpr T kAdd = T(double(Add::num) / double(Add::den));
+    ops::Eltwise<B, T> op_;
   };
 };
 

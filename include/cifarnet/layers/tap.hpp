@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
@@ -34,23 +35,19 @@ struct Tap : LayerBase {
       slot_->activation = &x;
       return x;
     }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!slot_->has_grad) return dy;
       if (slot_->grad.shape() != dy.shape())
         throw ShapeError(std::string("tap '") + Tag::name +
                          "': injected gradient shape differs from the activation's");
       if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
-      const T* a = dy.data();
-      const T* b = slot_->grad.data();
-      T* o = dx_.data();
-      const long n = long(dy.size());
-#pragma omp parallel for simd schedule(static)
-      for (long i = 0; i < n; ++i) o[i] = a[i] + b[i];
+      add_.add(*rc.device, dy.size(), dy.data(), slot_->grad.data(), dx_.data(), false);
       return dx_;
     }
 
    private:
     TapSlot<T>* slot_ = nullptr;
+    ops::Eltwise<B, T> add_;
     Tensor<T> dx_;
   };
 };

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cifarnet/backend/host/classify.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/fp_contract.hpp"
@@ -35,33 +36,16 @@ void check_logits(const Tensor<T>& logits, std::size_t labels) {
 }  // namespace detail
 
 /// Mean sparse softmax cross-entropy. If `dlogits` is given it receives the
-/// gradient of the mean loss (resized to the logits' shape).
+/// gradient of the mean loss (resized to the logits' shape). Host memory;
+/// the Trainer runs the backend's ops::SoftmaxCrossEntropy instead.
 template <class T>
 T softmax_cross_entropy(const Tensor<T>& logits, const std::vector<std::int32_t>& labels,
                         Tensor<T>* dlogits = nullptr) {
   detail::check_logits(logits, labels.size());
   const std::size_t n = logits.shape()[0], k = logits.size() / n;
   if (dlogits && dlogits->shape() != logits.shape()) dlogits->resize(logits.shape());
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const T* z = logits.data() + i * k;
-    const std::int32_t y = labels[i];
-    if (y < 0 || std::size_t(y) >= k)
-      throw DataError("label " + std::to_string(y) + " of example " + std::to_string(i) + " is outside [0, " +
-                      std::to_string(k) + ")");
-    double mx = double(z[0]);
-    for (std::size_t j = 1; j < k; ++j) mx = std::max(mx, double(z[j]));
-    double sum = 0;
-    for (std::size_t j = 0; j < k; ++j) sum += std::exp(double(z[j]) - mx);
-    const double lse = mx + std::log(sum);
-    total += lse - double(z[y]);
-    if (dlogits) {
-      T* g = dlogits->data() + i * k;
-      for (std::size_t j = 0; j < k; ++j)
-        g[j] = T((std::exp(double(z[j]) - lse) - (std::size_t(y) == j ? 1.0 : 0.0)) / double(n));
-    }
-  }
-  return T(total / double(n));
+  return T(backend::host::softmax_cross_entropy(n, k, logits.data(), labels.data(),
+                                                dlogits ? dlogits->data() : nullptr));
 }
 
 /// wd · Σ v²/2 over parameters with weight_decay set; with add_grad, adds
@@ -88,13 +72,7 @@ template <class T>
 std::vector<std::int32_t> argmax(const Tensor<T>& logits) {
   const std::size_t n = logits.shape()[0], k = logits.size() / n;
   std::vector<std::int32_t> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const T* z = logits.data() + i * k;
-    std::size_t best = 0;
-    for (std::size_t j = 1; j < k; ++j)
-      if (z[j] > z[best]) best = j;
-    out[i] = std::int32_t(best);
-  }
+  backend::host::argmax(n, k, logits.data(), out.data());
   return out;
 }
 
@@ -103,15 +81,7 @@ template <class T>
 Tensor<T> softmax(const Tensor<T>& logits) {
   Tensor<T> p(logits.shape());
   const std::size_t n = logits.shape()[0], k = logits.size() / n;
-  for (std::size_t i = 0; i < n; ++i) {
-    const T* z = logits.data() + i * k;
-    T* q = p.data() + i * k;
-    double mx = double(z[0]);
-    for (std::size_t j = 1; j < k; ++j) mx = std::max(mx, double(z[j]));
-    double sum = 0;
-    for (std::size_t j = 0; j < k; ++j) sum += std::exp(double(z[j]) - mx);
-    for (std::size_t j = 0; j < k; ++j) q[j] = T(std::exp(double(z[j]) - mx) / sum);
-  }
+  backend::host::softmax(n, k, logits.data(), p.data());
   return p;
 }
 
@@ -122,16 +92,9 @@ template <class T>
 std::vector<bool> in_top_1(const Tensor<T>& logits, const std::vector<std::int32_t>& labels) {
   detail::check_logits(logits, labels.size());
   const std::size_t n = logits.shape()[0], k = logits.size() / n;
-  std::vector<bool> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const T* z = logits.data() + i * k;
-    const std::int32_t y = labels[i];
-    bool top = y >= 0 && std::size_t(y) < k && std::isfinite(double(z[y]));
-    for (std::size_t j = 0; top && j < k; ++j)
-      if (!std::isfinite(double(z[j])) || z[j] > z[y]) top = false;
-    out[i] = top;
-  }
-  return out;
+  std::vector<std::uint8_t> hits(n);
+  backend::host::in_top1(n, k, logits.data(), labels.data(), hits.data());
+  return std::vector<bool>(hits.begin(), hits.end());
 }
 
 /// Number of examples whose label is the top-1 prediction.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/cross_replica.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/names.hpp"
 #include "cifarnet/core/params.hpp"
@@ -128,18 +129,6 @@ struct BuildContext {
     }
     return params->add(std::move(s));
   }
-};
-
-/// Sums values over the replicas of a data-parallel run, in place; every
-/// replica calls it at the same points with the same count. Synchronized batch
-/// norm (layers/sync_batch_norm.hpp) calls it when RunContext::cross_replica
-/// is set; distributed/data_parallel.hpp implements it over MPI. The rest of
-/// the library never depends on MPI.
-class CrossReplicaSum {
- public:
-  virtual ~CrossReplicaSum() = default;
-  /// Replaces values[0, n) by their sums over all replicas (same order everywhere).
-  virtual void sum(double* values, std::size_t n) = 0;
 };
 
 /// Synchronizes gradients across replicas while backward runs (overlap of

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
@@ -202,7 +203,8 @@ struct Residual : LayerBase {
       const Tensor<T>& a = body_.forward(x, rc);
       const Tensor<T>& b = shortcut_.forward(x, rc);
       return detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
-        add(a, b, y_, Relu);
+        if (y_.shape() != a.shape()) y_.resize(a.shape());
+        add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), Relu);
         return y_;
       });
     }
@@ -212,7 +214,7 @@ struct Residual : LayerBase {
         // sum below is elementwise, so it may overwrite it in place: one buffer less)
         detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
           if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
-          detail::relu_mask(y_.data(), dy.data(), dx_.data(), dy.size());
+          relu_.backward(*rc.device, dy.size(), y_.data(), dy.data(), dx_.data());
           return dx_;
         });
         g = &dx_;
@@ -224,29 +226,15 @@ struct Residual : LayerBase {
       const Tensor<T>& da = body_.backward(*g, rc);
       if (!propagate_down_) return da;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
-        add(da, db, dx_, false);
+        if (dx_.shape() != da.shape()) dx_.resize(da.shape());
+        add_.add(*rc.device, da.size(), da.data(), db.data(), dx_.data(), false);
         return dx_;
       });
     }
 
    private:
-    static void add(const Tensor<T>& a, const Tensor<T>& b, Tensor<T>& out, bool relu) {
-      if (out.shape() != a.shape()) out.resize(a.shape());
-      const T* pa = a.data();
-      const T* pb = b.data();
-      T* po = out.data();
-      const long n = long(a.size());
-      if (relu) {
-#pragma omp parallel for simd schedule(static)
-        for (long i = 0; i < n; ++i) {
-          const T v = pa[i] + pb[i];
-          po[i] = v > T(0) ? v : T(0);
-        }
-      } else {
-#pragma omp parallel for simd schedule(static)
-        for (long i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
-      }
-    }
+    ops::Eltwise<B, T> add_;  // the sum (with ReLU)
+    ops::Relu<B, T> relu_;    // the ReLU's mask in backward
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
     Tensor<T> y_, dx_;

@@ -29,9 +29,37 @@
 //  Dense       forward(dev, n, in, out, x, w, b|nullptr, y)
 //              backward_data(dev, n, in, out, dy, w, dx)
 //              backward_weights(dev, n, in, out, x, dy, dw, db|nullptr)
+//  Gemm        run(dev, ta, tb, m, n, k, alpha, a, b, beta, c)   row-major
+//                  C (m×n) = alpha·op(A)·op(B) + beta·C, op(A) m×k (A stored k×m when ta),
+//                  op(B) k×n (B stored n×k when tb); beta = 0 ignores C's contents
+//  Eltwise     add(dev, n, a, b, y, relu)   y = a + b, then max(., 0) when relu
+//                                           (y may alias a or b; NaN propagates)
+//              affine(dev, n, x, a, b, y)   y = x·a + b with scalars a, b (x == y allowed)
+//  ChannelPad  forward(dev, g, before, after, x, y)   g: the input's geometry; y has
+//                                           before + g.c + after channels, the new ones zero
+//              backward(dev, g, before, after, dy, dx)
+//  GlobalAvgPool forward(dev, g, x, y)      y (n, c): the mean of each channel over h·w
+//              backward(dev, g, dy, dx)     dx = dy / (h·w) broadcast over h·w
+//  SoftmaxCrossEntropy                      logits z: n rows of k (row-major), labels int32
+//              loss(dev, n, k, z, labels, dz|nullptr) -> double: the mean sparse softmax
+//                  cross-entropy; dz = d(mean)/dz; DataError for a label outside [0, k)
+//              softmax(dev, n, k, z, p)     row-wise probabilities
+//              argmax(dev, n, k, z, out)    int32 index of each row's largest logit
+//              in_top1(dev, n, k, z, labels, hits)   TF's in_top_k(1): uint8 0/1 per row
+//  BnStats     update_moving(dev, c, decay, bessel, mean, var, moving_mean, moving_var)
+//                  moving = decay·moving + (1 − decay)·batch (var × bessel), in double
+//              fold(dev, rows, c, eps, w, gamma, beta, mean, var, folded_w, folded_b)
+//                  conv+BN folding: s = γ/√(var+ε), w'[r, o] = w[r, o]·s[o], b' = β − mean·s
+//  SyncBatchNorm statistics(dev, g, x, reducer, mean, var) -> double: global batch
+//                  mean and biased variance over every replica; returns the global count
+//              backward(dev, g, eps, x, dy, gamma, mean, var, reducer, dx, dgamma, dbeta)
+//                  (collective: every replica calls both at the same points)
+//
+// Which backend implements each op how: docs/ARCHITECTURE.md.
 #pragma once
 
 #include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/cross_replica.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
@@ -54,6 +82,13 @@ CIFARNET_OP_PRIMARY(Pool2d)
 CIFARNET_OP_PRIMARY(Lrn)
 CIFARNET_OP_PRIMARY(Relu)
 CIFARNET_OP_PRIMARY(Dense)
+CIFARNET_OP_PRIMARY(Gemm)
+CIFARNET_OP_PRIMARY(Eltwise)
+CIFARNET_OP_PRIMARY(ChannelPad)
+CIFARNET_OP_PRIMARY(GlobalAvgPool)
+CIFARNET_OP_PRIMARY(SoftmaxCrossEntropy)
+CIFARNET_OP_PRIMARY(BnStats)
+CIFARNET_OP_PRIMARY(SyncBatchNorm)
 
 #undef CIFARNET_OP_PRIMARY
 

@@ -39,6 +39,7 @@
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/loss/losses.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/ops/ops.hpp"
 #include "cifarnet/train/state.hpp"
 
 namespace cifarnet::train {
@@ -205,7 +206,11 @@ class Trainer : public TrainerBase {
     r.learning_rate = schedule_(step_);
     r.batch_size = b.labels.size();
     const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
-    r.loss = softmax_cross_entropy(logits, b.labels, &dlogits_);
+    detail::check_logits(logits, b.labels.size());
+    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
+    const std::size_t n = logits.shape()[0];
+    r.loss = double(T(
+        xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(), dlogits_.data())));
     if (grad_sync_) grad_sync_->begin();
     model_->backward(dlogits_);
     if (grad_sync_) grad_sync_->finish();
@@ -296,6 +301,7 @@ class Trainer : public TrainerBase {
   CheckpointErrorPolicy policy_ = CheckpointErrorPolicy::Stop;
   std::ostream* policy_log_ = &std::cerr;
   std::int64_t checkpoint_failures_ = 0;
+  ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
   Tensor<T> dlogits_;
 };
 
@@ -310,15 +316,23 @@ struct EvalResult {
 /// empty batch).
 template <class ModelT>
 EvalResult evaluate(ModelT& model, const std::function<const Batch&()>& next, std::size_t num_batches = 0) {
+  using T = typename ModelT::Scalar;
   EvalResult r;
   double loss_sum = 0;
+  ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent;
+  std::vector<std::uint8_t> hits;
   for (std::size_t i = 0; num_batches == 0 || i < num_batches; ++i) {
     const Batch& b = next();
     if (b.labels.empty()) break;
     const auto& logits = model.forward(b.images, Mode::Infer);
-    loss_sum += double(softmax_cross_entropy(logits, b.labels)) * double(b.labels.size());
-    r.correct += count_correct(logits, b.labels);
-    r.total += b.labels.size();
+    detail::check_logits(logits, b.labels.size());
+    const std::size_t n = logits.shape()[0], k = logits.size() / n;
+    loss_sum +=
+        double(T(xent.loss(model.device(), n, k, logits.data(), b.labels.data(), nullptr))) * double(n);
+    hits.resize(n);
+    xent.in_top1(model.device(), n, k, logits.data(), b.labels.data(), hits.data());
+    for (std::uint8_t h : hits) r.correct += h;
+    r.total += n;
   }
   r.loss = r.total ? loss_sum / double(r.total) : 0.0;
   return r;

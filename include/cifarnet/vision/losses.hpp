@@ -9,67 +9,35 @@
 // F and P are one example's activations (batch 1) in the network's data
 // format; A is the style image's Gram matrix. Losses are summed in double;
 // gradients are ADDED, scaled, into a caller's buffer (several losses share
-// a tap's gradient). Matrix products go through Gemm<Backend, T>: the
-// reference backend uses xtensor-blas (xt::linalg::dot, any BLAS scalar), the
-// oneDNN backend dnnl_sgemm (row-major, float).
+// a tap's gradient). Matrix products go through the backend's ops::Gemm:
+// xtensor-blas on the reference backend (any BLAS scalar), dnnl_sgemm on
+// oneDNN, cuBLAS on CUDA.
 #pragma once
-
-#include <dnnl.h>
-#include <xtensor-blas/xlinalg.hpp>
-#include <xtensor/xadapt.hpp>
 
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <vector>
 
+#include "cifarnet/backend/reference/gemm.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/tensor.hpp"
 
 namespace cifarnet::vision {
 
-/// Row-major C (m x n) = alpha·op(A)·op(B) + beta·C, with op(A) (m x k) and
-/// op(B) (k x n); A is stored k x m when ta, B n x k when tb. Reference path:
-/// xtensor-blas.
+namespace detail {
+/// ops::Gemm<B, T> on this thread's own device of backend B (the losses take
+/// no device: a CUDA device, its stream and cuBLAS handle, is made once per
+/// thread on first use; the CPU backends' are cheap).
 template <class B, class T>
-struct Gemm {
-  static void run(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-                  const T* b, T beta, T* c) {
-    const auto A = adapt(a, ta ? k : m, ta ? m : k);
-    const auto Bm = adapt(b, tb ? n : k, tb ? k : n);
-    xt::xtensor<T, 2> prod;
-    if (ta && tb)
-      prod = xt::linalg::dot(xt::transpose(A), xt::transpose(Bm));
-    else if (ta)
-      prod = xt::linalg::dot(xt::transpose(A), Bm);
-    else if (tb)
-      prod = xt::linalg::dot(A, xt::transpose(Bm));
-    else
-      prod = xt::linalg::dot(A, Bm);
-    const T* p = prod.data();
-    for (std::size_t i = 0; i < m * n; ++i) c[i] = alpha * p[i] + (beta == T(0) ? T(0) : beta * c[i]);
-  }
-
- private:
-  static auto adapt(const T* p, std::size_t r, std::size_t cols) {
-    return xt::adapt(p, r * cols, xt::no_ownership(), std::array<std::size_t, 2>{r, cols});
-  }
-};
-
-/// The oneDNN path: dnnl_sgemm (row-major, multi-threaded, float).
-template <>
-struct Gemm<backend::OneDnn, float> {
-  static void run(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
-                  const float* b, float beta, float* c) {
-    using dim = dnnl_dim_t;
-    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', dim(m), dim(n), dim(k), alpha, a,
-                                        dim(ta ? m : k), b, dim(tb ? k : n), beta, c, dim(n));
-    if (st != dnnl_success)
-      throw BackendError(cifarnet::detail::concat("oneDNN dnnl_sgemm failed in the Gram matrix (status ",
-                                                  int(st), ", ", m, "x", n, "x", k, ")"));
-  }
-};
+void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, const T* b,
+          T beta, T* c) {
+  thread_local Device<B> dev;
+  thread_local ops::Gemm<B, T> op;
+  op.run(dev, ta, tb, m, n, k, alpha, a, b, beta, c);
+}
+}  // namespace detail
 
 /// (M, N) of one example's activation: M = H·W positions, N = channels.
 inline std::array<std::size_t, 2> gram_dims(const Shape& s) { return {s.h * s.w, s.c}; }
@@ -94,9 +62,9 @@ void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g) {
   g.resize(N * N);
   // NHWC stores F as (M, N): G = FᵀF. NCHW stores Fᵀ as (N, M): G = Fᵀ(Fᵀ)ᵀ.
   if (fmt == DataFormat::NHWC)
-    Gemm<B, T>::run(true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
   else
-    Gemm<B, T>::run(false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
 }
 
 /// A style target: the style image's Gram matrix at one layer, with the
@@ -161,9 +129,9 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
   if (df) {
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
-      Gemm<B, T>::run(false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
+      detail::gemm<B, T>(false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
     else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
-      Gemm<B, T>::run(false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
+      detail::gemm<B, T>(false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
   }
   return sum / (denom * denom);
 }

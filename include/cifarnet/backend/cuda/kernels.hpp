@@ -163,6 +163,75 @@ extern "C" __global__ void cn_softmax_xent(const float* z, const int* labels, lo
     loss[i] = shared::softmax_xent_row(z + i * k, k, y, rows, dz ? dz + i * k : nullptr);
   }
 }
+/* y = a + b, then max(., 0) when relu (NaN propagates). */
+extern "C" __global__ void cn_add(const float* a, const float* b, float* y, long long n, int relu) {
+  CN_LOOP(n) {
+    const float v = a[i] + b[i];
+    y[i] = (relu && v < 0.f) ? 0.f : v;
+  }
+}
+extern "C" __global__ void cn_affine(const float* x, float* y, long long n, float a, float b) {
+  CN_LOOP(n) y[i] = x[i] * a + b;
+}
+/* Element i of a (n, c, h·w) tensor: its example e, channel ch, position q. */
+__device__ inline void cn_split(long long i, int c, int hw, int nchw, long long& e, int& ch, int& q) {
+  e = i / ((long long)c * hw);
+  const long long r = i % ((long long)c * hw);
+  ch = nchw ? int(r / hw) : int(r % c);
+  q = nchw ? int(r % hw) : int(r / c);
+}
+__device__ inline long long cn_index(long long e, int ch, int q, int c, int hw, int nchw) {
+  return nchw ? (e * c + ch) * hw + q : (e * hw + q) * c + ch;
+}
+/* One thread per (example, channel): the mean over h·w, summed in double. */
+extern "C" __global__ void cn_global_avg_pool(const float* x, float* y, long long nc, int c, int hw, int nchw) {
+  CN_LOOP(nc) {
+    const long long e = i / c;
+    const int ch = int(i % c);
+    double acc = 0;
+    for (int q = 0; q < hw; ++q) acc += double(x[cn_index(e, ch, q, c, hw, nchw)]);
+    y[i] = float(acc / hw);
+  }
+}
+/* One thread per element of dx. */
+extern "C" __global__ void cn_global_avg_pool_bwd(const float* dy, float* dx, long long total, int c, int hw,
+                                                  int nchw) {
+  CN_LOOP(total) {
+    long long e;
+    int ch, q;
+    cn_split(i, c, hw, nchw, e, ch, q);
+    dx[i] = float(double(dy[e * c + ch]) / hw);
+  }
+}
+/* One thread per element of y (oc = before + c + after channels). */
+extern "C" __global__ void cn_channel_pad(const float* x, float* y, long long total, int c, int before, int oc,
+                                          int hw, int nchw) {
+  CN_LOOP(total) {
+    long long e;
+    int ch, q;
+    cn_split(i, oc, hw, nchw, e, ch, q);
+    const int src = ch - before;
+    y[i] = (src >= 0 && src < c) ? x[cn_index(e, src, q, c, hw, nchw)] : 0.f;
+  }
+}
+/* One thread per element of dx. */
+extern "C" __global__ void cn_channel_unpad(const float* dy, float* dx, long long total, int c, int before,
+                                            int oc, int hw, int nchw) {
+  CN_LOOP(total) {
+    long long e;
+    int ch, q;
+    cn_split(i, c, hw, nchw, e, ch, q);
+    dx[i] = dy[cn_index(e, ch + before, q, oc, hw, nchw)];
+  }
+}
+/* Batch norm's moving statistics, in double (as the CPU backends). */
+extern "C" __global__ void cn_bn_moving(float* mm, float* mv, const float* mean, const float* var, long long c,
+                                        double decay, double bessel) {
+  CN_LOOP(c) {
+    mm[i] = float(decay * double(mm[i]) + (1 - decay) * double(mean[i]));
+    mv[i] = float(decay * double(mv[i]) + (1 - decay) * double(var[i]) * bessel);
+  }
+}
 /* count images, one thread per byte of the whole batch. */
 extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long count, int c, int h,
                                              int w, int nchw) {
@@ -190,9 +259,21 @@ struct Program {
 
 /// Names of every kernel in the program (tests, and eager loading).
 inline const std::vector<std::string>& kernel_names() {
-  static const std::vector<std::string> names{"cn_momentum",     "cn_adam",          "cn_ema",
-                                              "cn_decay_grad",   "cn_scale",         "cn_sum_squares",
-                                              "cn_softmax_xent", "cn_image_to_float"};
+  static const std::vector<std::string> names{"cn_momentum",
+                                              "cn_adam",
+                                              "cn_ema",
+                                              "cn_decay_grad",
+                                              "cn_scale",
+                                              "cn_sum_squares",
+                                              "cn_softmax_xent",
+                                              "cn_image_to_float",
+                                              "cn_add",
+                                              "cn_affine",
+                                              "cn_global_avg_pool",
+                                              "cn_global_avg_pool_bwd",
+                                              "cn_channel_pad",
+                                              "cn_channel_unpad",
+                                              "cn_bn_moving"};
   return names;
 }
 

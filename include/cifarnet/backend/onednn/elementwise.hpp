@@ -1,0 +1,141 @@
+// cifarnet/backend/onednn/elementwise.hpp — the oneDNN backend's parameter-
+// free ops outside convolution and normalization (float):
+//  - Eltwise::add: oneDNN's binary_add primitive, with the ReLU as an
+//    eltwise post-op (one pass); Eltwise::affine: eltwise_linear. Flat 1-D
+//    tensors (tag a), primitives cached per element count (and constants).
+//  - GlobalAvgPool: oneDNN average pooling with the window the whole h×w
+//    plane (ops::Pool2d<OneDnn> over that geometry), forward and backward.
+//  - ChannelPad: host copies (backend/host/channel_pad.hpp: oneDNN has no
+//    padding primitive).
+//  - SoftmaxCrossEntropy, BnStats, SyncBatchNorm: host loops in double
+//    (backend/host/): n×k logits and per-channel vectors are tiny, and
+//    oneDNN's softmax would round the loss in float.
+#pragma once
+
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "cifarnet/backend/host/bn_stats.hpp"
+#include "cifarnet/backend/host/channel_pad.hpp"
+#include "cifarnet/backend/host/classify.hpp"
+#include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/backend/onednn/pool2d.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+namespace ops {
+
+template <>
+struct Eltwise<backend::OneDnn, float> {
+  using Dev = Device<backend::OneDnn>;
+
+  /// y = a + b (then ReLU); y may alias a or b.
+  void add(Dev& dev, std::size_t n, const float* a, const float* b, float* y, bool relu) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Eltwise add";
+    check(n, op);
+    on::require(op, {{a, "a"}, {b, "b"}, {y, "y"}});
+    // oneDNN's binary runs in place only on source 0, and a float sum is the
+    // same either way round: the operand y aliases goes first.
+    if (y == b) std::swap(a, b);
+    on::guarded(op, [&] {
+      Flat& s = flat(dev, {n, relu ? 1 : 0, 0.f, 0.f});
+      if (!s.p) {
+        dnnl::primitive_attr attr;
+        if (relu) {
+          dnnl::post_ops po;
+          po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+          attr.set_post_ops(po);
+        }
+        s.p = cache_.build<dnnl::binary>(dnnl::binary::primitive_desc(
+            dnnl::binary::desc(dnnl::algorithm::binary_add, s.data, s.data, s.data), attr, dev.engine));
+      }
+      s.p->execute(dev.stream, {{DNNL_ARG_SRC_0, on::bind(s.a, a)},
+                                {DNNL_ARG_SRC_1, on::bind(s.b, b)},
+                                {DNNL_ARG_DST, on::bind(s.c, y)}});
+      dev.stream.wait();
+    });
+  }
+
+  /// y = x·a + b; x == y allowed.
+  void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Eltwise affine";
+    check(n, op);
+    on::require(op, {{x, "x"}, {y, "y"}});
+    on::guarded(op, [&] {
+      Flat& s = flat(dev, {n, 2, a, b});
+      if (!s.p) {
+        using ef = dnnl::eltwise_forward;
+        s.p = cache_.build<ef>(ef::primitive_desc(
+            ef::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_linear, s.data, a, b),
+            dev.engine));
+      }
+      s.p->execute(dev.stream, {{DNNL_ARG_SRC, on::bind(s.a, x)}, {DNNL_ARG_DST, on::bind(s.c, y)}});
+      dev.stream.wait();
+    });
+  }
+
+  /// Primitives built so far.
+  std::size_t primitive_builds() const { return cache_.builds(); }
+
+ private:
+  // (element count, kind: 0 add, 1 add+ReLU, 2 affine, affine's a and b)
+  using Key = std::tuple<std::size_t, int, float, float>;
+  struct Flat {
+    dnnl::memory::desc data;
+    dnnl::memory a, b, c;  // caller buffers, re-pointed per call
+    std::optional<dnnl::primitive> p;
+    Flat(std::size_t n, const dnnl::engine& eng) : data(backend::onednn::vec_desc(n)) {
+      for (dnnl::memory* m : {&a, &b, &c}) *m = backend::onednn::user_memory(data, eng);
+    }
+  };
+  static void check(std::size_t n, const char* op) {
+    if (n == 0) throw ShapeError(detail::concat(op, ": empty tensor (n = 0)"));
+  }
+  Flat& flat(Dev& dev, const Key& k) {
+    return cache_.get(dev.engine, k, [&] { return Flat(std::get<0>(k), dev.engine); });
+  }
+  backend::onednn::PrimitiveCache<Key, Flat> cache_{16};
+};
+
+/// The mean over h·w as oneDNN average pooling with an h×w window.
+template <>
+struct GlobalAvgPool<backend::OneDnn, float> {
+  using Dev = Device<backend::OneDnn>;
+  void forward(Dev& dev, const ChannelGeom& g, const float* x, float* y) {
+    pool_.forward(dev, window(g), PoolKind::Avg, false, x, y);
+  }
+  void backward(Dev& dev, const ChannelGeom& g, const float* dy, float* dx) {
+    // Average pooling's backward reads no input values: dx (the input's
+    // size) stands in for x.
+    pool_.backward(dev, window(g), PoolKind::Avg, dx, nullptr, dy, dx);
+  }
+  std::size_t primitive_builds() const { return pool_.primitive_builds(); }
+
+ private:
+  static ConvGeom window(const ChannelGeom& g) {
+    ConvGeom p;
+    p.fmt = g.fmt;
+    p.n = g.n;
+    p.ic = p.oc = g.c;
+    p.ih = p.kh = p.sh = g.h;
+    p.iw = p.kw = p.sw = g.w;
+    p.oh = p.ow = 1;
+    return p;
+  }
+  Pool2d<backend::OneDnn, float> pool_;
+};
+
+template <>
+struct ChannelPad<backend::OneDnn, float> : backend::host::ChannelPadOp<float> {};
+template <>
+struct SoftmaxCrossEntropy<backend::OneDnn, float> : backend::host::SoftmaxCrossEntropyOp<float> {};
+template <>
+struct BnStats<backend::OneDnn, float> : backend::host::BnStatsOp<float> {};
+template <>
+struct SyncBatchNorm<backend::OneDnn, float> : backend::host::SyncBatchNormOp<float> {};
+
+}  // namespace ops
+}  // namespace cifarnet

@@ -1,0 +1,44 @@
+// cifarnet/backend/reference/gemm.hpp — row-major matrix products through
+// xtensor-blas (xt::linalg::dot: any BLAS scalar, so double for the
+// gradient checks).
+#pragma once
+
+#include <xtensor-blas/xlinalg.hpp>
+#include <xtensor/xadapt.hpp>
+
+#include <array>
+#include <cstddef>
+
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+namespace ops {
+
+template <class T>
+struct Gemm<backend::Reference, T> {
+  using Dev = Device<backend::Reference>;
+  void run(Dev&, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+           const T* b, T beta, T* c) {
+    const auto A = adapt(a, ta ? k : m, ta ? m : k);
+    const auto Bm = adapt(b, tb ? n : k, tb ? k : n);
+    xt::xtensor<T, 2> prod;
+    if (ta && tb)
+      prod = xt::linalg::dot(xt::transpose(A), xt::transpose(Bm));
+    else if (ta)
+      prod = xt::linalg::dot(xt::transpose(A), Bm);
+    else if (tb)
+      prod = xt::linalg::dot(A, xt::transpose(Bm));
+    else
+      prod = xt::linalg::dot(A, Bm);
+    const T* p = prod.data();
+    for (std::size_t i = 0; i < m * n; ++i) c[i] = alpha * p[i] + (beta == T(0) ? T(0) : beta * c[i]);
+  }
+
+ private:
+  static auto adapt(const T* p, std::size_t r, std::size_t cols) {
+    return xt::adapt(p, r * cols, xt::no_ownership(), std::array<std::size_t, 2>{r, cols});
+  }
+};
+
+}  // namespace ops
+}  // namespace cifarnet
