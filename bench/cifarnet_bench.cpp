@@ -125,7 +125,8 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
   std::vector<std::int32_t> y(batch);
   for (auto& l : y) l = std::int32_t(rng.uniform_int(10));
-  optim::Momentum<float> mom(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  optim::Chain<optim::WeightDecay, optim::Momentum> mom(net.parameters(), optim::WeightDecayOptions(2e-4),
+                                                        optim::MomentumOptions().momentum(0.9));
   optim::GradientDescent<float> sgd(net.parameters());
   Tensor<float> d;
   Profiler prof;
@@ -137,8 +138,7 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
     net.backward(d);
     t0 = Clock::now();
     if (momentum_wd) {
-      weight_decay(net.parameters(), 2e-4);
-      mom.step(net.parameters(), 0.1);
+      mom.step(net.parameters(), 0.1);  // weight decay, then momentum
     } else {
       sgd.step(net.parameters(), 0.1);
     }

@@ -82,7 +82,11 @@ int run_training(const Flags& f) {
                                          cifar10::kLearningRateDecayFactor, /*staircase=*/true);
 
   cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), f.seed);
-  optim::GradientDescent<float> opt(net.parameters());
+  // Every variable is trained; only local3/local4 weights are decayed (the tutorial's
+  // _variable_with_weight_decay).
+  optim::Chain<optim::WeightDecay, optim::GradientDescent> opt(
+      net.parameters(),
+      optim::WeightDecayOptions(cifar10::kWeightDecay).decay(optim::Selection(cifar10_cnn_decayed())), {});
   optim::ExponentialMovingAverage<float> ema(
       net.parameters(), optim::ExponentialMovingAverageOptions(cifar10::kMovingAverageDecay));
   // The tutorial's _add_loss_summaries: 0.9 averages of the losses (shadows
@@ -95,7 +99,7 @@ int run_training(const Flags& f) {
   po.num_workers = std::size_t(f.num_preprocess_threads);
   data::recipes::TutorialTrainT<data::ImageSetSource> pipe(src.images, po);
 
-  train::Trainer<cifar10::Net> trainer(net, {f.max_steps, cifar10::kWeightDecay, true, 0});
+  train::Trainer<cifar10::Net> trainer(net, train::TrainerOptions().max_steps(f.max_steps));
   trainer.set_optimizer(opt, schedule);
   trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
   trainer.add_state_slots(ema);

@@ -52,7 +52,11 @@ int main(int argc, char** argv) {
   app.add_option("--train-batch-size", f.train_batch_size, "Batch size for training.")->capture_default_str();
   app.add_option("--eval-batch-size", f.eval_batch_size, "Batch size for validation.")->capture_default_str();
   app.add_option("--momentum", f.momentum, "Momentum for MomentumOptimizer.")->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "Weight decay for convolutions.")->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay,
+                 "L2 weight decay wd (adds wd * sum(v^2)/2 to the loss) on every trainable variable, as the "
+                 "seed's tf.trainable_variables(): the convolution and dense weights, the dense biases, "
+                 "batch norm gamma and beta.")
+      ->capture_default_str();
   app.add_option("--learning-rate", f.learning_rate,
                  "This is the inital learning rate value. The learning rate will decrease during training.")
       ->capture_default_str();

@@ -285,11 +285,15 @@ int run(const Flags& f, Cluster& cl) {
   using Net = std::conditional_t<kTowers, distributed::Towers<One>, One>;
   const std::unique_ptr<Net> net_owner = make_net<Net, kTowers>(f, fmt, opts);
   Net& net = *net_owner;
-  optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(f.momentum));
+  // The seed's L2 term over tf.trainable_variables() (every trainable
+  // parameter), then momentum.
+  const auto decay = optim::WeightDecayOptions(f.weight_decay);
+  optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), decay,
+                                                        optim::MomentumOptions().momentum(f.momentum));
 #ifdef CIFARNET_WITH_MPI
   // Distributed: gradients averaged over the processes before the momentum
   // step (same checkpoint slots as the single-process optimizer).
-  using DistOpt = optim::Chain<distributed::AllReduceMean, optim::Momentum>;
+  using DistOpt = optim::Chain<optim::WeightDecay, distributed::AllReduceMean, optim::Momentum>;
   // Overlapped (the default), the all-reduce runs during backward and the
   // plain optimizer follows it.
   std::unique_ptr<DistOpt> dist_opt;
@@ -301,8 +305,8 @@ int run(const Flags& f, Cluster& cl) {
     if (f.overlap_allreduce)
       overlap = std::make_unique<distributed::OverlappedAllReduce<float>>(net.parameters(), ar);
     else
-      dist_opt =
-          std::make_unique<DistOpt>(net.parameters(), ar, optim::MomentumOptions().momentum(f.momentum));
+      dist_opt = std::make_unique<DistOpt>(net.parameters(), decay, ar,
+                                           optim::MomentumOptions().momentum(f.momentum));
     if (f.sync_batch_norm) {
       sync_bn = std::make_unique<distributed::SyncBatchNorm>(*cl.comm);
       if constexpr (!kTowers) net.set_cross_replica(sync_bn.get());  // (towers: never under mpirun)
@@ -348,7 +352,8 @@ int run(const Flags& f, Cluster& cl) {
             << towers_text << "\n";
 
   // Distributed, the chief decides when to stop (max_seconds), for every rank.
-  train::Trainer<Net> trainer(net, {train_steps, f.weight_decay, true, cl.size > 1 ? 0.0 : f.max_seconds});
+  train::Trainer<Net> trainer(
+      net, train::TrainerOptions().max_steps(train_steps).max_seconds(cl.size > 1 ? 0.0 : f.max_seconds));
 #ifdef CIFARNET_WITH_MPI
   if (dist_opt)
     trainer.set_optimizer(*dist_opt, schedule);

@@ -72,9 +72,10 @@ int main(int argc, char** argv) {
     using Net = Model<ResNetCifar<10>, backend::OneDnn>;
     Net net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), /*seed=*/7);
 
-    // Recipe as one type: clip the global norm at 2, then momentum 0.9.
-    using Optimizer = optim::Chain<optim::ClipByGlobalNorm, optim::Momentum>;
-    Optimizer opt(net.parameters(), optim::ClipByGlobalNormOptions(2.0),
+    // Recipe as one type: weight decay 2e-4 on every trainable parameter,
+    // clip the global norm at 2, then momentum 0.9.
+    using Optimizer = optim::Chain<optim::WeightDecay, optim::ClipByGlobalNorm, optim::Momentum>;
+    Optimizer opt(net.parameters(), optim::WeightDecayOptions(2e-4), optim::ClipByGlobalNormOptions(2.0),
                   optim::MomentumOptions().momentum(0.9));
     const auto lr = optim::piecewise_constant({steps / 2, steps * 3 / 4}, {0.1, 0.01, 0.001});
     optim::ExponentialMovingAverage<float> ema(net.parameters(),
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     po.num_workers = 1;
     Pipe pipe(data::ImageSetSource(data::synthetic_cifar(1024, 3)), po);
 
-    train::Trainer<Net> trainer(net, {steps, 2e-4, true, 0});
+    train::Trainer<Net> trainer(net, train::TrainerOptions().max_steps(steps));
     trainer.set_optimizer(opt, lr);
     trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
     trainer.add_state_slots(ema);

@@ -112,10 +112,10 @@ TEST_CASE("The kernels' element functions are the CPU optimizers' and loss's ari
 
   // Weight decay's gradient.
   std::vector<float> g(P.grads().data(), P.grads().data() + n);
-  weight_decay(P, 2e-4);
+  optim::weight_decay(P, 2e-4);
   bool wd_equal = true;
   P.for_each([&](const ParamInfo& p, float* val, float* gr) {
-    if (!gr || !p.weight_decay) return;
+    if (!gr) return;
     const std::size_t off = std::size_t(val - P.values().data());
     for (std::size_t i = 0; i < p.size; ++i) {
       float x = g[off + i];

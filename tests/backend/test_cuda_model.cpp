@@ -146,8 +146,9 @@ TEST_CASE("Towers on two GPUs with NCCL train like towers on the CPU (the seed's
   }
   auto train = [&](auto& net) {
     using N = std::decay_t<decltype(net)>;
-    optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
-    train::Trainer<N> t(net, {3, 2e-4, true, 0});
+    optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
+                                                          optim::MomentumOptions().momentum(0.9));
+    train::Trainer<N> t(net, train::TrainerOptions().max_steps(3));
     t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
     std::size_t i = 0;
     t.run([&]() -> const train::Batch& { return batches[i++]; });

@@ -32,7 +32,8 @@ namespace dist = cifarnet::distributed;
 namespace {
 
 using Net = Model<ResNetCifar<>, backend::OneDnn>;
-using DistOpt = optim::Chain<dist::AllReduceMean, optim::Momentum>;
+using Recipe = optim::Chain<optim::WeightDecay, optim::Momentum>;
+using DistOpt = optim::Chain<optim::WeightDecay, dist::AllReduceMean, optim::Momentum>;
 
 dist::Communicator& world() {
   static dist::Communicator c(MPI_COMM_WORLD, 120);
@@ -78,8 +79,8 @@ struct OneReplica : CrossReplicaSum {
 void train_reference(Net& net, const std::vector<train::Batch>& batches, bool one_replica = false) {
   OneReplica r;
   if (one_replica) net.set_cross_replica(&r);
-  optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
-  train::Trainer<Net> t(net, {std::int64_t(batches.size()), kWd, true, 0});
+  Recipe opt(net.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions().momentum(0.9));
+  train::Trainer<Net> t(net, train::TrainerOptions().max_steps(std::int64_t(batches.size())));
   t.set_optimizer(opt, [](std::int64_t) { return kLr; });
   std::size_t i = 0;
   t.run([&]() -> const train::Batch& { return batches[i++]; });
@@ -97,10 +98,11 @@ std::size_t train_distributed(Net& net, const std::vector<train::Batch>& batches
   dist::SyncBatchNorm sbn(c);
   if (sync_bn) net.set_cross_replica(&sbn);
   const auto ar = dist::AllReduceOptions(c).bucket_bytes(64 * 1024);
-  DistOpt chained(net.parameters(), ar, optim::MomentumOptions().momentum(0.9));
-  optim::Momentum<float> plain(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  DistOpt chained(net.parameters(), optim::WeightDecayOptions(kWd), ar,
+                  optim::MomentumOptions().momentum(0.9));
+  Recipe plain(net.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions().momentum(0.9));
   dist::OverlappedAllReduce<float> sync(net.parameters(), ar);
-  train::Trainer<Net> t(net, {std::int64_t(batches.size()), kWd, true, 0});
+  train::Trainer<Net> t(net, train::TrainerOptions().max_steps(std::int64_t(batches.size())));
   auto lr = [](std::int64_t) { return kLr; };
   if (overlap) {
     t.set_optimizer(plain, lr);
@@ -287,8 +289,8 @@ TEST_CASE("A checkpoint the chief restores reaches every rank, optimizer slots a
   if (c.is_chief()) {  // the chief trains alone and saves
     fs::remove_all(dir);
     Net a({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3);
-    optim::Momentum<float> opt(a.parameters(), optim::MomentumOptions().momentum(0.9));
-    train::Trainer<Net> t(a, {2, kWd, true, 0});
+    Recipe opt(a.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions().momentum(0.9));
+    train::Trainer<Net> t(a, train::TrainerOptions().max_steps(2));
     t.set_optimizer(opt, [](std::int64_t) { return kLr; });
     std::size_t i = 0;
     t.run([&]() -> const train::Batch& { return batches[i++]; });
@@ -299,8 +301,9 @@ TEST_CASE("A checkpoint the chief restores reaches every rank, optimizer slots a
   c.barrier();
   // Fresh replicas, different on each rank; only the chief reads the checkpoint.
   Net b({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 50 + std::uint64_t(c.rank()));
-  DistOpt opt(b.parameters(), dist::AllReduceOptions(c), optim::MomentumOptions().momentum(0.9));
-  train::Trainer<Net> t(b, {10, kWd, true, 0});
+  DistOpt opt(b.parameters(), optim::WeightDecayOptions(kWd), dist::AllReduceOptions(c),
+              optim::MomentumOptions().momentum(0.9));
+  train::Trainer<Net> t(b, train::TrainerOptions().max_steps(10));
   t.set_optimizer(opt, [](std::int64_t) { return kLr; });
   if (c.is_chief()) {
     io::CheckpointManager mgr(dir.string(), 2);

@@ -37,9 +37,9 @@ std::string index_text(const std::string& dir) {
 /// A small arena: two trainable tensors and one BN-style state buffer.
 Parameters<float> make_params(std::uint64_t seed) {
   Parameters<float> p;
-  p.add({"conv1/weights", {3, 3, 2, 4}, true, true, Initializer::truncated_normal(0.05)});
-  p.add({"conv1/biases", {4}, true, false, Initializer::constant(0.1)});
-  p.add({"bn/moving_mean", {4}, false, false, Initializer::uniform(-1, 1)});
+  p.add({"conv1/weights", {3, 3, 2, 4}, true, Initializer::truncated_normal(0.05)});
+  p.add({"conv1/biases", {4}, true, Initializer::constant(0.1)});
+  p.add({"bn/moving_mean", {4}, false, Initializer::uniform(-1, 1)});
   p.allocate();
   Rng rng(seed);
   p.initialize(rng);
@@ -417,7 +417,7 @@ TEST_CASE("parameters save and restore bit for bit, and strict loads name what i
   }
   SECTION("a double arena writes F64") {
     Parameters<double> p;
-    p.add({"x", {2}, true, true, Initializer::constant(0.25)});
+    p.add({"x", {2}, true, Initializer::constant(0.25)});
     p.allocate();
     Rng rng(1);
     p.initialize(rng);
@@ -492,8 +492,8 @@ TEST_CASE("assign_from_checkpoint warm-starts a selected subset with shape check
   }
   SECTION("a shape mismatch changes nothing and names both shapes") {
     Parameters<float> p;
-    p.add({"conv1/biases", {4}, true, true, Initializer::constant(7)});
-    p.add({"conv1/weights", {5, 5, 2, 4}, true, true, Initializer::constant(7)});
+    p.add({"conv1/biases", {4}, true, Initializer::constant(7)});
+    p.add({"conv1/weights", {5, 5, 2, 4}, true, Initializer::constant(7)});
     p.allocate();
     Rng rng(1);
     p.initialize(rng);

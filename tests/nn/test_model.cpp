@@ -5,6 +5,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
+#include <cifarnet/optim/weight_decay.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -38,7 +39,14 @@ TEST_CASE("ResNet-20 parameters have stable hierarchical names", "[nn][names]") 
   CHECK(w.shape == std::vector<std::size_t>{3, 3, 16, 32});
   CHECK(P.info(P.id("head/dense1/weights")).shape == std::vector<std::size_t>{64, 11});
   CHECK_FALSE(P.info(P.id("stage1/block0/bn1/moving_mean")).trainable);
-  CHECK(P.info(P.id("stage1/block0/bn1/gamma")).weight_decay);  // the seed decays every trainable variable
+  // the seed decays every trainable variable: the default weight decay does too
+  const optim::WeightDecay<float> wd(P, optim::WeightDecayOptions(2e-4));
+  CHECK(wd.decays("stage1/block0/bn1/gamma"));
+  CHECK(wd.decays("head/dense1/biases"));
+  CHECK_FALSE(wd.decays("stage1/block0/bn1/moving_mean"));
+  std::size_t trainable = 0;
+  for (const auto& p : P.infos()) trainable += p.trainable;
+  CHECK(wd.decayed().size() == trainable);
   CHECK(net.output_shape(7) == Shape{7, 11, 1, 1});
 }
 
@@ -167,17 +175,17 @@ TEST_CASE("Weight decay is wd * sum(v^2)/2 with gradient wd * v", "[nn][loss]") 
   P.value(P.id("bn1/gamma"))[0] = 3.0;
   P.value(P.id("bn1/beta"))[0] = 0.5;
   P.zero_grad();
-  const double l = weight_decay(P, 0.1);
+  const double l = optim::weight_decay(P, 0.1);
   CHECK(l == Approx(0.1 * (4 + 1 + 9 + 0.25) / 2));
   CHECK(P.grad(P.id("bn1/gamma"))[0] == Approx(0.3));
   CHECK(P.grad(P.id("conv1/biases"))[0] == Approx(-0.1));
   // Restrict decay by name, as the tutorial does for local3/local4.
-  NetOptions o;
-  o.decay_only({"*/weights"});
-  Model<Net, backend::Reference, double> m({1, 1, 1}, DataFormat::NCHW, o);
-  auto& Q = m.parameters();
-  Q.value(Q.id("conv1/weights"))[0] = 2.0;
-  CHECK(weight_decay(Q, 0.1, false) == Approx(0.1 * 4 / 2));
+  P.zero_grad();
+  optim::WeightDecay<double> weights_only(
+      P, optim::WeightDecayOptions(0.1).decay(optim::Selection({"*/weights"})));
+  CHECK(weights_only.apply(P) == Approx(0.1 * 4 / 2));
+  CHECK(P.grad(P.id("conv1/weights"))[0] == Approx(0.2));
+  CHECK(P.grad(P.id("bn1/gamma"))[0] == 0.0);
 }
 
 namespace {

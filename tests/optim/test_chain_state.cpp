@@ -86,6 +86,59 @@ TEST_CASE("A Chain runs its transforms in order, then the optimizer", "[optim][c
   CHECK(chain.get<Momentum>().options().nesterov());
 }
 
+TEST_CASE("Chain<WeightDecay, Momentum> equals weight decay then momentum, bit for bit",
+          "[optim][chain][weight_decay]") {
+  for (const double wd : {2e-4, 0.0}) {
+    auto a = model<float>(), b = model<float>(), c = model<float>();
+    Chain<WeightDecay, Momentum> chain(a, WeightDecayOptions(wd), MomentumOptions().momentum(0.9));
+    Chain<WeightDecay, Momentum> phases(c, WeightDecayOptions(wd), MomentumOptions().momentum(0.9));
+    Momentum<float> mom(b, MomentumOptions().momentum(0.9));
+    for (int s = 0; s < 6; ++s) {
+      fake_backward(a, s);
+      fake_backward(b, s);
+      fake_backward(c, s);
+      chain.step(a, 0.05);
+      const double loss = wd > 0 ? weight_decay(b, wd) : 0.0;
+      mom.step(b, 0.05);
+      // the Trainer's way: regularize (its term), then update
+      CHECK(phases.regularize(c) == loss);
+      CHECK(chain.get<WeightDecay>().loss() == loss);
+      phases.update(c, 0.05);
+      REQUIRE(optim_test::same_bits(a.values().data(), b.values().data(), std::size_t(a.values().size())));
+      REQUIRE(optim_test::same_bits(c.values().data(), b.values().data(), std::size_t(c.values().size())));
+    }
+    CHECK(state_dict(chain) == state_dict(mom));  // no state of its own: checkpoints are unchanged
+  }
+  // a Chain without regularizers regularizes nothing
+  auto p = model<float>();
+  Chain<ClipByGlobalNorm, Momentum> plain(p, ClipByGlobalNormOptions(1.0), MomentumOptions());
+  fake_backward(p, 0);
+  const auto grads = optim_test::copy_of(p.grads().data(), std::size_t(p.grads().size()));
+  CHECK(plain.regularize(p) == 0.0);
+  CHECK(optim_test::same_bits(p.grads().data(), grads.data(), grads.size()));
+}
+
+TEST_CASE("A Chain's weight decay comes before its transforms and decays the chain's selection",
+          "[optim][chain][weight_decay][select]") {
+  auto a = model<double>(), b = model<double>();
+  BasicChain<double, WeightDecay, ClipByGlobalNorm, Momentum> chain(
+      a, variables_to_train({"logits/*"}), WeightDecayOptions(0.01).decay(Selection({"*/weights"})),
+      ClipByGlobalNormOptions(1.0), MomentumOptions());
+  CHECK(chain.get<WeightDecay>().decayed() == std::vector<std::string>{"logits/weights"});
+  fake_backward(a, 3);
+  fake_backward(b, 3);
+  chain.step(a, 0.1);
+  WeightDecay<double>(b, WeightDecayOptions(0.01).decay(Selection({"logits/weights"}))).apply(b);
+  ClipByGlobalNorm<double>(b, ClipByGlobalNormOptions(1.0), variables_to_train({"logits/*"})).apply(b);
+  Momentum<double>(b, MomentumOptions(), variables_to_train({"logits/*"})).step(b, 0.1);
+  CHECK(optim_test::same_bits(a.values().data(), b.values().data(), std::size_t(a.values().size())));
+  // a decay pattern outside the chain's selection matches no trained parameter
+  CHECK_THROWS_WITH((BasicChain<double, WeightDecay, Momentum>(
+                        a, variables_to_train({"logits/*"}),
+                        WeightDecayOptions(0.01).decay(Selection({"conv1/weights"})), MomentumOptions())),
+                    Catch::Contains("decay pattern 'conv1/weights' matches no trained parameter"));
+}
+
 TEST_CASE("A Chain over variables_to_train builds every stage over the selection", "[optim][chain][select]") {
   auto p = model<float>();
   const auto before = all_values(p);

@@ -1,14 +1,16 @@
 // Gradient transforms: clip_by_norm / clip_by_global_norm against TF's
 // golden values, gradient multipliers by name, glob and regex,
-// variables_to_train, check_numerics, and name patterns.
+// variables_to_train, check_numerics, name patterns, and weight decay.
 #include <catch2/catch.hpp>
 
+#include <cifarnet/core/rng.hpp>
 #include <cifarnet/optim/adam.hpp>
 #include <cifarnet/optim/momentum.hpp>
 #include <cifarnet/optim/select.hpp>
 #include <cifarnet/optim/sgd.hpp>
 #include <cifarnet/optim/state.hpp>
 #include <cifarnet/optim/transforms.hpp>
+#include <cifarnet/optim/weight_decay.hpp>
 
 #include <cmath>
 #include <limits>
@@ -261,4 +263,113 @@ TEST_CASE("Clip options are validated up front, naming the option", "[optim][opt
                     Catch::Contains("ClipByGlobalNormOptions: option 'clip_norm'"));
   CHECK_THROWS_AS(clip_by_global_norm(p, std::numeric_limits<double>::infinity()), ConfigError);
   CHECK(ClipByGlobalNormOptions(1.0).clip_norm(2.5).clip_norm() == 2.5);
+}
+
+namespace {
+/// A small arena with random values and gradients (a BN state between).
+template <class T>
+Parameters<T> decay_arena() {
+  Parameters<T> p;
+  p.add({"conv0/weights", {3, 3, 2, 5}});
+  p.add({"bn/moving_mean", {3}, false});
+  p.add({"fc8/weights", {45, 7}});
+  p.add({"fc8/biases", {7}});
+  p.allocate();
+  Rng rng(11);
+  for (std::size_t i = 0; i < p.count(); ++i)
+    for (std::size_t j = 0; j < p.info(i).size; ++j) {
+      p.value(i)[j] = T(rng.normal() * 0.5);
+      if (p.info(i).trainable) p.grad(i)[j] = T(rng.normal() * 1e-2);
+    }
+  return p;
+}
+
+/// TF's l2_loss weight decay by scalar loops, every product rounded on its
+/// own (volatile: no fused multiply-add whatever the compiler flags):
+/// g := g + T(wd) * v, and T(wd * sum over parameters of (sum v^2) / 2).
+template <class T>
+double decay_by_hand(Parameters<T>& p, double wd, const std::vector<std::string>& decayed) {
+  double total = 0;
+  for (const auto& name : decayed) {
+    const std::size_t id = p.id(name);
+    const T* v = p.value(id);
+    T* g = p.grad(id);
+    double s = 0;
+    for (std::size_t i = 0; i < p.info(id).size; ++i) {
+      volatile double sq = double(v[i]) * double(v[i]);
+      s += sq;
+      volatile T prod = T(wd) * v[i];
+      g[i] = g[i] + prod;
+    }
+    total += s / 2;
+  }
+  return double(T(wd * total));
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("WeightDecay adds T(wd) * v to the gradients and reports wd * sum(v^2) / 2 exactly",
+                   "[optim][weight_decay]", float, double) {
+  using T = TestType;
+  auto got = decay_arena<T>(), want = decay_arena<T>();
+  const std::vector<std::string> all{"conv0/weights", "fc8/weights", "fc8/biases"};
+  const double wd = 2e-4;
+  WeightDecay<T> stage(got, WeightDecayOptions(wd));
+  CHECK(stage.decayed() == all);
+  CHECK(stage.loss() == 0.0);
+  for (int k = 0; k < 3; ++k) {  // the gradients accumulate: each apply adds once more
+    const double loss = stage.apply(got);
+    CHECK(loss == decay_by_hand(want, wd, all));
+    CHECK(stage.loss() == loss);
+    CHECK(optim_test::same_bits(got.grads().data(), want.grads().data(), std::size_t(got.grads().size())));
+  }
+  CHECK(optim_test::same_bits(got.values().data(), want.values().data(), std::size_t(got.values().size())));
+  // the free function decays every trainable parameter once
+  CHECK(weight_decay(got, wd) == decay_by_hand(want, wd, all));
+  CHECK(optim_test::same_bits(got.grads().data(), want.grads().data(), std::size_t(got.grads().size())));
+  // a known value: 0.5 * (2^2 + 1) / 2
+  Parameters<T> one;
+  one.add({"w", {2}});
+  one.allocate();
+  one.value(0)[0] = T(2);
+  one.value(0)[1] = T(-1);
+  CHECK(weight_decay(one, 0.5) == 1.25);
+  CHECK(one.grad(0)[0] == T(1));
+  CHECK(one.grad(0)[1] == T(-0.5));
+}
+
+TEST_CASE("WeightDecay decays the selected parameters only, and a pattern matching nothing is an error",
+          "[optim][weight_decay][select]") {
+  auto got = decay_arena<float>(), want = decay_arena<float>();
+  // as the tutorial CNN: every variable trained, only the weights decayed
+  WeightDecay<float> weights(got, WeightDecayOptions(0.004).decay(Selection({"*/weights"})));
+  CHECK(weights.decayed() == std::vector<std::string>{"conv0/weights", "fc8/weights"});
+  CHECK(weights.decays("fc8/weights"));
+  CHECK_FALSE(weights.decays("fc8/biases"));
+  CHECK(weights.apply(got) == decay_by_hand(want, 0.004, {"conv0/weights", "fc8/weights"}));
+  CHECK(optim_test::same_bits(got.grads().data(), want.grads().data(), std::size_t(got.grads().size())));
+  // only trained parameters are decayed (the stage's variables_to_train)
+  WeightDecay<float> fc(got, WeightDecayOptions(0.1), variables_to_train({"fc8/*"}));
+  CHECK(fc.decayed() == std::vector<std::string>{"fc8/weights", "fc8/biases"});
+  // a decay pattern matching no trained parameter: a typo, named
+  CHECK_THROWS_WITH(WeightDecay<float>(got, WeightDecayOptions(0.1).decay(Selection({"local3/weights"}))),
+                    Catch::Contains("decay pattern 'local3/weights' matches no trained parameter"));
+  CHECK_THROWS_WITH(WeightDecay<float>(got, WeightDecayOptions(0.1).decay(Selection({"conv0/*"})),
+                                       variables_to_train({"fc8/*"})),
+                    Catch::Contains("'conv0/*' matches no trained parameter"));
+  CHECK_THROWS_AS(WeightDecay<float>(got, WeightDecayOptions(0.1).decay(Selection({"bn/moving_mean"}))),
+                  ConfigError);
+}
+
+TEST_CASE("WeightDecay options are validated up front, naming the option; wd = 0 does nothing",
+          "[optim][weight_decay][options]") {
+  auto p = decay_arena<double>();
+  for (double bad : {-1e-4, std::nan(""), std::numeric_limits<double>::infinity()})
+    CHECK_THROWS_WITH(WeightDecay<double>(p, WeightDecayOptions(bad)),
+                      Catch::Contains("WeightDecayOptions: option 'weight_decay' must be finite and >= 0"));
+  CHECK_THROWS_AS(weight_decay(p, -1.0), ConfigError);
+  CHECK(WeightDecayOptions(1.0).weight_decay(3e-4).weight_decay() == 3e-4);
+  CHECK(WeightDecayOptions(1.0).decayed().is_all());
+  const auto before = optim_test::copy_of(p.grads().data(), std::size_t(p.grads().size()));
+  CHECK(weight_decay(p, 0.0) == 0.0);
+  CHECK(optim_test::same_bits(p.grads().data(), before.data(), before.size()));
 }

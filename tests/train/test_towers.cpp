@@ -55,8 +55,9 @@ const double kLr = 0.05, kWd = 2e-4;
 /// Trainer with momentum on `net` (a Model or Towers) over `batches`.
 template <class NetT>
 void train_on(NetT& net, const std::vector<train::Batch>& batches) {
-  optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
-  train::Trainer<NetT> t(net, {std::int64_t(batches.size()), kWd, true, 0});
+  optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(kWd),
+                                                        optim::MomentumOptions().momentum(0.9));
+  train::Trainer<NetT> t(net, train::TrainerOptions().max_steps(std::int64_t(batches.size())));
   t.set_optimizer(opt, [](std::int64_t) { return kLr; });
   std::size_t i = 0;
   t.run([&]() -> const train::Batch& { return batches[i++]; });
@@ -93,7 +94,7 @@ void check_seed_procedure(const dist::TowersOptions& topts) {
     a.backward(rows(dlogits, 0, 3));
     b.backward(rows(dlogits, 3, 3));
     a.parameters().grads() += b.parameters().grads();
-    weight_decay(a.parameters(), kWd);
+    optim::weight_decay(a.parameters(), kWd);
     opt.step(a.parameters(), kLr);
   }
   dist::Towers<M> towers(2, {3, 32, 32}, fmt, resnet_options(8), 7, {}, nullptr, topts);

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 using Net = Sequential<resnet::ConvBN<3, 4>, ReLU, resnet::BlockV1<4, 8, 2>, GlobalAvgPool, Dense<8, 5>>;
 using M = Model<Net, backend::Reference>;
-using Opt = optim::Chain<optim::ClipByGlobalNorm, optim::Momentum>;
+using Opt = optim::Chain<optim::WeightDecay, optim::ClipByGlobalNorm, optim::Momentum>;
 
 struct TempDir {
   fs::path path;
@@ -48,12 +48,15 @@ struct Source {
 
 /// One complete run: model, optimizer (clip + momentum), piecewise LR, EMA.
 struct Run {
+  double wd;
   M net{{3, 6, 6}, DataFormat::NHWC, {}, 3};
-  Opt opt{net.parameters(), optim::ClipByGlobalNormOptions(5.0), optim::MomentumOptions().momentum(0.9)};
+  Opt opt{net.parameters(), optim::WeightDecayOptions(wd), optim::ClipByGlobalNormOptions(5.0),
+          optim::MomentumOptions().momentum(0.9)};
   optim::ExponentialMovingAverage<float> ema{net.parameters(), optim::ExponentialMovingAverageOptions(0.99)};
   Source src;
   train::Trainer<M> trainer;
-  explicit Run(std::int64_t max_steps, double lr0 = 0.05) : trainer(net, {max_steps, 1e-3, true, 0}) {
+  explicit Run(std::int64_t max_steps, double lr0 = 0.05, double weight_decay = 1e-3)
+      : wd(weight_decay), trainer(net, train::TrainerOptions().max_steps(max_steps)) {
     trainer.set_optimizer(opt, optim::piecewise_constant({6, 14}, {lr0, lr0 / 10, lr0 / 100}));
     trainer.add_update([this](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
     trainer.add_state_slots(ema);
@@ -118,6 +121,38 @@ TEST_CASE("A diverging run stops with 'Model diverged with loss = NaN' and keeps
   REQUIRE(r);
   CHECK(r->warnings.empty());
   CHECK(*io::global_step(r->dict) == stopped);
+}
+
+TEST_CASE(
+    "The trainer reports the chain's weight decay as the regularization, added before the numerics check",
+    "[train][weight_decay]") {
+  // By hand: cross-entropy, backward, weight decay, clip, momentum.
+  M ref{{3, 6, 6}, DataFormat::NHWC, {}, 3};
+  Source src;
+  const train::Batch& b = src.next();
+  Tensor<float> dlogits;
+  const double ce = softmax_cross_entropy(ref.forward(b.images, Mode::Train), b.labels, &dlogits);
+  ref.backward(dlogits);
+  auto& P = ref.parameters();
+  const double reg = optim::weight_decay(P, 1e-3);
+  optim::clip_by_global_norm(P, 5.0);
+  optim::Momentum<float>(P, optim::MomentumOptions().momentum(0.9)).step(P, 0.05);
+
+  Run run(1);
+  const train::StepResult r = run.trainer.step(run.src.next());
+  CHECK(r.loss == ce);
+  CHECK(reg > 0);
+  CHECK(r.regularization == reg);
+  CHECK(r.total_loss == ce + reg);
+  CHECK(r.regularization == run.opt.get<optim::WeightDecay>().loss());
+  CHECK((run.net.parameters().values() == P.values()).all());
+
+  // A regularization that overflows stops the step before any update.
+  Run huge(1, 0.05, 1e38);
+  const Eigen::ArrayXf before = huge.net.parameters().values();
+  CHECK_THROWS_WITH(huge.trainer.step(huge.src.next()), Catch::Contains("Model diverged with loss = NaN"));
+  CHECK((huge.net.parameters().values() == before).all());
+  CHECK(huge.trainer.global_step() == 0);
 }
 
 TEST_CASE("Hooks log like the seeds, checkpoint every N steps keeping K, and write TensorBoard summaries",

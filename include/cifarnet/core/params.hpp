@@ -35,7 +35,6 @@ struct ParamSpec {
   std::string name;                ///< full hierarchical name
   std::vector<std::size_t> shape;  ///< TF order: conv HWIO, dense (in, out)
   bool trainable = true;           ///< false: state such as BN moving statistics
-  bool weight_decay = true;        ///< included in the L2 weight-decay term
   Initializer init = Initializer::zeros();
 };
 

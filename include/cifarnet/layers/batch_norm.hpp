@@ -49,8 +49,8 @@ struct BatchNorm2d : LayerBase {
       eps_ = ctx.options ? ctx.options->bn_epsilon : 1e-5;
       gamma_ = ctx.add_param(scope, "gamma", {in.c}, Initializer::ones());
       beta_ = ctx.add_param(scope, "beta", {in.c}, Initializer::zeros());
-      mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false, false);
-      mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false, false);
+      mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false);
+      mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false);
       mean_.assign(in.c, T(0));
       var_.assign(in.c, T(0));
       return in;

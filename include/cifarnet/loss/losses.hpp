@@ -5,9 +5,8 @@
 //  - softmax_cross_entropy: mean sparse softmax cross-entropy, computed with
 //    the log-sum-exp shift (stable for large logits); optionally writes
 //    d(loss)/d(logits) = (softmax − onehot) / n.
-//  - weight_decay: wd · Σ l2_loss(v) = wd · Σ v²/2 over parameters flagged
-//    for weight decay; optionally adds wd · v to their gradients.
 //  - argmax, softmax, in_top_k(1) and accuracy for predictions.
+// (Weight decay is an optimizer stage: optim::WeightDecay, optim/weight_decay.hpp.)
 #pragma once
 
 #include <cmath>
@@ -18,7 +17,6 @@
 #include "cifarnet/backend/host/classify.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
-#include "cifarnet/core/fp_contract.hpp"
 #include "cifarnet/core/tensor.hpp"
 
 namespace cifarnet {
@@ -46,25 +44,6 @@ T softmax_cross_entropy(const Tensor<T>& logits, const std::vector<std::int32_t>
   if (dlogits && dlogits->shape() != logits.shape()) dlogits->resize(logits.shape());
   return T(backend::host::softmax_cross_entropy(n, k, logits.data(), labels.data(),
                                                 dlogits ? dlogits->data() : nullptr));
-}
-
-/// wd · Σ v²/2 over parameters with weight_decay set; with add_grad, adds
-/// wd · v to their gradients.
-/// The gradient is added as TF adds it (wd · v rounded, then the sum; never
-/// one fused multiply-add).
-template <class T>
-CIFARNET_NO_FP_CONTRACT T weight_decay(Parameters<T>& params, double wd, bool add_grad = true) {
-  CIFARNET_NO_FP_CONTRACT_BODY
-  double total = 0;
-  params.for_each([&](const ParamInfo& p, T* v, T* g) {
-    if (!p.trainable || !p.weight_decay) return;
-    double s = 0;
-    for (std::size_t i = 0; i < p.size; ++i) s += double(v[i]) * double(v[i]);
-    total += s / 2;
-    if (add_grad)
-      for (std::size_t i = 0; i < p.size; ++i) g[i] += T(wd) * v[i];
-  });
-  return T(wd * total);
 }
 
 /// Index of the largest logit per example.

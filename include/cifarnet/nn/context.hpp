@@ -3,7 +3,7 @@
 //
 // BuildContext: the parameter arena to register into, the current name scope,
 // the data format, the network options (run-time repeat counts, initializer
-// and weight-decay overrides by name pattern) and whether the layer must
+// overrides by name pattern) and whether the layer must
 // compute the gradient of its input (false for the first layer).
 // RunContext: train or inference mode, the arena, and the backend's device.
 #pragma once
@@ -36,9 +36,6 @@ struct NetOptions {
   /// Initializer overrides: the first pattern (glob on the full parameter name)
   /// that matches replaces the layer's default initializer.
   std::vector<std::pair<std::string, Initializer>> initializers;
-  /// If not empty, only parameters whose name matches one of these globs get
-  /// weight decay (default: every trainable parameter, as the ResNet seed).
-  std::vector<std::string> weight_decay_only;
   /// Batch norm moving-average decay and epsilon (TF ResNet: 0.997, 1e-5).
   double bn_decay = 0.997, bn_epsilon = 1e-5;
   /// Convolution algorithm on backends that offer a choice (nn/conv_algorithm.hpp).
@@ -61,10 +58,6 @@ struct NetOptions {
   }
   NetOptions& with_conv_precision(ConvPrecision p) {
     conv_precision = p;
-    return *this;
-  }
-  NetOptions& decay_only(std::vector<std::string> patterns) {
-    weight_decay_only = std::move(patterns);
     return *this;
   }
 };
@@ -111,21 +104,18 @@ struct BuildContext {
 
   /// Registers a parameter under `scope`, applying the option overrides.
   std::size_t add_param(const Scope& scope, const std::string& leaf, std::vector<std::size_t> shape,
-                        Initializer init, bool trainable = true, bool weight_decay = true) {
+                        Initializer init, bool trainable = true) {
     ParamSpec s;
     s.name = scope.name(leaf);
     s.shape = std::move(shape);
     s.trainable = trainable;
     s.init = init;
-    s.weight_decay = trainable && weight_decay;
     if (options) {
       for (const auto& [pattern, i] : options->initializers)
         if (glob_match(pattern, s.name)) {
           s.init = i;
           break;
         }
-      if (s.trainable && !options->weight_decay_only.empty())
-        s.weight_decay = glob_match_any(options->weight_decay_only, s.name);
     }
     return params->add(std::move(s));
   }

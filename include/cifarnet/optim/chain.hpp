@@ -9,9 +9,16 @@
 // scalar type. Every stage is built over the same Selection
 // (variables_to_train), so transforms see only the gradients of the
 // parameters being trained, as in TF-Slim. The last stage must be an
-// optimizer and only the last. step() checks the learning rate, then runs
-// each transform's apply(), then the optimizer's step(). visit_state visits
-// every stage's state, in order.
+// optimizer and only the last. Regularizers (WeightDecay: stages with
+// `is_regularizer`, whose apply() adds their term's gradient and returns the
+// term) come first, before every other transform, since TF adds their term to
+// the loss before any gradient is transformed.
+//   regularize(params)  runs the regularizers, returns the sum of their terms;
+//   update(params, lr)  checks lr, runs the other transforms, then the optimizer;
+//   step(params, lr)    checks lr, then regularize and update.
+// The Trainer calls regularize() and update() apart, to report the terms and
+// check the total loss and the gradients in between. visit_state visits every
+// stage's state, in order.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +33,26 @@
 
 namespace cifarnet::optim {
 
+namespace detail {
+/// Whether stage S is a regularizer (declares `is_regularizer = true`).
+template <class S, class = void>
+struct is_regularizer : std::false_type {};
+template <class S>
+struct is_regularizer<S, std::enable_if_t<S::is_regularizer>> : std::true_type {};
+
+/// True when no regularizer follows a stage that is not one.
+template <bool... Regularizer>
+constexpr bool regularizers_first() {
+  const bool flags[] = {Regularizer...};
+  bool other = false;
+  for (bool r : flags) {
+    if (r && other) return false;
+    other = other || !r;
+  }
+  return true;
+}
+}  // namespace detail
+
 /// Transforms then an optimizer, over parameters of type T.
 template <class T, template <class> class... Stages>
 class BasicChain {
@@ -38,6 +65,8 @@ class BasicChain {
   static_assert(
       (int(Stages<T>::is_optimizer) + ...) <= 1,
       "cifarnet: only the last stage of a Chain may be an optimizer; gradient transforms go before it");
+  static_assert(detail::regularizers_first<detail::is_regularizer<Stages<T>>::value...>(),
+                "cifarnet: regularizers (WeightDecay) go first in a Chain, before the gradient transforms");
 
  public:
   using Scalar = T;
@@ -50,10 +79,26 @@ class BasicChain {
   BasicChain(const Parameters<T>& params, const Selection& train, typename Stages<T>::Options... opts)
       : stages_(Stages<T>(params, std::move(opts), train)...) {}
 
-  /// Transforms in order, then the optimizer with learning rate `lr`.
+  /// Regularizers, transforms in order, then the optimizer with learning rate `lr`.
   void step(Parameters<T>& params, double lr) {
     detail::checked_lr<T>(lr, "Chain");
-    std::apply([&](auto&... s) { (run(s, params, lr), ...); }, stages_);
+    regularize(params);
+    run_updates(params, lr);
+  }
+
+  /// The regularizer stages only: adds their gradients and returns the sum
+  /// of their loss terms (0 without regularizers).
+  double regularize(Parameters<T>& params) {
+    double total = 0;
+    std::apply([&](auto&... s) { ((total += regularize_one(s, params)), ...); }, stages_);
+    return total;
+  }
+
+  /// Every stage but the regularizers: checks `lr`, runs the transforms in
+  /// order, then the optimizer.
+  void update(Parameters<T>& params, double lr) {
+    detail::checked_lr<T>(lr, "Chain");
+    run_updates(params, lr);
   }
 
   /// Stage by index.
@@ -76,12 +121,24 @@ class BasicChain {
   }
 
  private:
+  void run_updates(Parameters<T>& params, double lr) {
+    std::apply([&](auto&... s) { (run(s, params, lr), ...); }, stages_);
+  }
+
   template <class S>
   static void run(S& s, Parameters<T>& params, double lr) {
     if constexpr (S::is_optimizer)
       s.step(params, lr);
-    else
+    else if constexpr (!detail::is_regularizer<S>::value)
       s.apply(params);
+  }
+
+  template <class S>
+  static double regularize_one(S& s, Parameters<T>& params) {
+    if constexpr (detail::is_regularizer<S>::value)
+      return s.apply(params);
+    else
+      return 0.0;
   }
 
   Tuple stages_;

@@ -1,6 +1,6 @@
 // cifarnet/optim/optim.hpp — everything for training updates: optimizers
-// (GradientDescent, Momentum, Adam), gradient transforms (clipping,
-// multipliers, check_numerics, variables_to_train), Chain, learning-rate
+// (GradientDescent, Momentum, Adam), gradient transforms (weight decay,
+// clipping, multipliers, check_numerics, variables_to_train), Chain, learning-rate
 // schedules and exponential moving averages, all with TensorFlow 1.x
 // semantics. See docs/OPTIM.md for a tour.
 #pragma once
@@ -15,3 +15,4 @@
 #include "cifarnet/optim/sgd.hpp"
 #include "cifarnet/optim/state.hpp"
 #include "cifarnet/optim/transforms.hpp"
+#include "cifarnet/optim/weight_decay.hpp"

@@ -1,13 +1,15 @@
 // cifarnet/train/trainer.hpp — the training loop.
 //
-// One step: take a batch, forward in Mode::Train, mean softmax cross-entropy
-// (+ weight decay over the decayed parameters), backward, check the loss is
-// finite (else NumericsError "Model diverged with loss = NaN" before any
-// update, so parameters and the last checkpoint stay good), apply the
-// gradient transforms and the optimizer with lr = schedule(step), run the
-// update ops (EMA...), increment the global step, then the hooks in the
-// order they were added. Hooks (train/hooks.hpp) log, write summaries,
-// checkpoint and stop, in the spirit of TensorFlow's SessionRunHooks.
+// One step: take a batch, forward in Mode::Train, mean softmax cross-entropy,
+// backward, the optimizer chain's regularizers (optim::WeightDecay: adds
+// wd · v to the gradients, its wd · Σ v²/2 is StepResult::regularization),
+// check the total loss and the gradients are finite (else NumericsError
+// "Model diverged with loss = NaN" before any update, so parameters and the
+// last checkpoint stay good), the chain's other transforms and its optimizer
+// with lr = schedule(step), the update ops (EMA...), increment the global
+// step, then the hooks in the order they were added. Hooks (train/hooks.hpp)
+// log, write summaries, checkpoint and stop, in the spirit of TensorFlow's
+// SessionRunHooks.
 //
 // A checkpoint that cannot be saved (io::CheckpointSaveError from a hook:
 // disk full, file-size limit) follows the trainer's CheckpointErrorPolicy:
@@ -17,7 +19,9 @@
 // error, since nothing would retry it). restore_latest() resumes from the
 // newest checkpoint that verifies and sets corrupt newer ones aside.
 //
-//   Trainer<decltype(net)> trainer(net, {.max_steps = 1000, .weight_decay = 2e-4});
+//   optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
+//                                                        optim::MomentumOptions().momentum(0.9));
+//   Trainer<decltype(net)> trainer(net, TrainerOptions().max_steps(1000));
 //   trainer.set_optimizer(opt, [&](std::int64_t s) { return schedule(s); });
 //   trainer.add_hook(std::make_shared<LoggingHook>(100));
 //   trainer.restore_or_init(manager);   // resume from the latest checkpoint
@@ -32,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,7 +59,7 @@ struct Batch {
 struct StepResult {
   std::int64_t step = 0;      ///< global step after the update
   double loss = 0;            ///< mean cross-entropy
-  double regularization = 0;  ///< weight-decay term
+  double regularization = 0;  ///< the optimizer chain's regularizers' terms (weight decay)
   double total_loss = 0;      ///< loss + regularization
   double learning_rate = 0;
   std::size_t batch_size = 0;
@@ -62,6 +67,46 @@ struct StepResult {
 };
 
 class TrainerBase;
+
+/// Options of a Trainer, by name: `TrainerOptions().max_steps(1000).max_seconds(3600)`.
+/// (Weight decay is a stage of the optimizer chain: optim::WeightDecay.)
+class TrainerOptions {
+ public:
+  /// Stop when the global step reaches this (default 1000).
+  TrainerOptions& max_steps(std::int64_t n) {
+    max_steps_ = n;
+    return *this;
+  }
+  /// A NaN/Inf loss or gradient stops training with NumericsError (default on).
+  TrainerOptions& check_numerics(bool on) {
+    check_numerics_ = on;
+    return *this;
+  }
+  /// > 0: also stop after this much wall time in run() (default 0: no limit).
+  TrainerOptions& max_seconds(double s) {
+    max_seconds_ = s;
+    return *this;
+  }
+  std::int64_t max_steps() const { return max_steps_; }
+  bool check_numerics() const { return check_numerics_; }
+  double max_seconds() const { return max_seconds_; }
+
+ private:
+  std::int64_t max_steps_ = 1000;
+  bool check_numerics_ = true;
+  double max_seconds_ = 0;
+};
+
+namespace detail {
+/// Whether Opt has regularize(params) (an optim::Chain): then the trainer
+/// runs its regularizers before the numerics check and update() after it.
+template <class Opt, class T, class = void>
+struct has_regularize : std::false_type {};
+template <class Opt, class T>
+struct has_regularize<Opt, T,
+                      std::void_t<decltype(std::declval<Opt&>().regularize(std::declval<Parameters<T>&>()))>>
+    : std::true_type {};
+}  // namespace detail
 
 /// What the trainer does when a checkpoint cannot be saved.
 enum class CheckpointErrorPolicy {
@@ -113,22 +158,26 @@ class Trainer : public TrainerBase {
   using T = typename ModelT::Scalar;
   static_assert(std::is_same_v<T, float>, "cifarnet: Trainer trains float models");
 
-  struct Options {
-    std::int64_t max_steps = 1000;  ///< stop when the global step reaches this
-    double weight_decay = 0.0;      ///< wd of wd · Σ v²/2 over the decayed parameters
-    bool check_numerics = true;     ///< NaN/Inf loss stops training (NumericsError)
-    double max_seconds = 0;         ///< > 0: also stop after this much wall time
-  };
+  using Options = TrainerOptions;
 
-  Trainer(ModelT& model, Options opts) : model_(&model), opts_(opts), state_(model.parameters()) {
-    max_steps_ = opts.max_steps;
+  explicit Trainer(ModelT& model, Options opts = Options())
+      : model_(&model), opts_(opts), state_(model.parameters()) {
+    max_steps_ = opts.max_steps();
   }
 
   /// Sets the optimizer (or Chain of transforms + optimizer) and the
-  /// learning-rate schedule; the optimizer's slots join the checkpoint.
+  /// learning-rate schedule; the optimizer's slots join the checkpoint. A
+  /// Chain's regularizers (optim::WeightDecay) run before the numerics
+  /// check, and their terms are the step's regularization.
   template <class Opt, class Schedule>
   void set_optimizer(Opt& opt, Schedule schedule) {
-    apply_ = [&opt](Parameters<T>& p, double lr) { opt.step(p, lr); };
+    if constexpr (detail::has_regularize<Opt, T>::value) {
+      regularize_ = [&opt](Parameters<T>& p) { return opt.regularize(p); };
+      apply_ = [&opt](Parameters<T>& p, double lr) { opt.update(p, lr); };
+    } else {
+      regularize_ = nullptr;
+      apply_ = [&opt](Parameters<T>& p, double lr) { opt.step(p, lr); };
+    }
     schedule_ = std::move(schedule);
     state_.add_slots(opt);
   }
@@ -136,7 +185,7 @@ class Trainer : public TrainerBase {
   /// Gradient synchronization overlapped with backward (data-parallel
   /// training: distributed::OverlappedAllReduce): the model reports final
   /// gradients to `s` during backward, and every step waits for `s` to finish
-  /// before weight decay, the numerics check and the optimizer, so the
+  /// before the regularizers, the numerics check and the optimizer, so the
   /// optimizer sees synchronized gradients. Null turns it off. `s` must
   /// outlive the trainer's steps.
   void set_gradient_sync(GradientSync* s) {
@@ -214,9 +263,9 @@ class Trainer : public TrainerBase {
     if (grad_sync_) grad_sync_->begin();
     model_->backward(dlogits_);
     if (grad_sync_) grad_sync_->finish();
-    r.regularization = opts_.weight_decay > 0 ? double(weight_decay(P, opts_.weight_decay)) : 0.0;
+    r.regularization = regularize_ ? regularize_(P) : 0.0;
     r.total_loss = r.loss + r.regularization;
-    if (opts_.check_numerics) check_numerics(r);
+    if (opts_.check_numerics()) check_numerics(r);
     apply_(P, r.learning_rate);
     ++step_;
     for (auto& u : updates_) u(P, step_);
@@ -231,7 +280,7 @@ class Trainer : public TrainerBase {
     stop_ = false;
     const auto start = std::chrono::steady_clock::now();
     for (auto& h : hooks_) h->begin(*this);
-    while (step_ < opts_.max_steps && !stop_) {
+    while (step_ < opts_.max_steps() && !stop_) {
       const Batch& b = next();
       const StepResult r = step(b);
       for (auto& h : hooks_) {
@@ -246,9 +295,9 @@ class Trainer : public TrainerBase {
                          << std::flush;
         }
       }
-      if (opts_.max_seconds > 0 &&
+      if (opts_.max_seconds() > 0 &&
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >=
-              opts_.max_seconds)
+              opts_.max_seconds())
         stop_ = true;
     }
     // Every hook ends; a failed final checkpoint is rethrown after them
@@ -294,6 +343,7 @@ class Trainer : public TrainerBase {
   GradientSync* grad_sync_ = nullptr;
   Options opts_;
   TrainingState<T> state_;
+  std::function<double(Parameters<T>&)> regularize_;
   std::function<void(Parameters<T>&, double)> apply_;
   std::function<double(std::int64_t)> schedule_;
   std::vector<std::function<void(Parameters<T>&, std::int64_t)>> updates_;

@@ -233,7 +233,6 @@ class StyleTransfer {
     ParamSpec spec;
     spec.name = kImageName;
     spec.shape = {1, opt_.height, opt_.width, 3};
-    spec.weight_decay = false;
     image_.add(spec);
     image_.allocate();
     adam_.emplace(image_);
