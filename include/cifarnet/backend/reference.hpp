@@ -2,6 +2,7 @@
 // C++ loops (matrix products through xtensor-blas), for any scalar type.
 #pragma once
 
+#include "cifarnet/backend/reference/arena.hpp"
 #include "cifarnet/backend/reference/batch_norm.hpp"
 #include "cifarnet/backend/reference/conv2d.hpp"
 #include "cifarnet/backend/reference/dense.hpp"

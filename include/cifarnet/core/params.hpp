@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cifarnet/core/arena.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/init.hpp"
 #include "cifarnet/core/rng.hpp"
@@ -163,6 +164,12 @@ class Parameters {
   ConstFlatMap grads() const { return ConstFlatMap(grads_.data(), Eigen::Index(grads_.size())); }
   ConstFlatMap state() const { return ConstFlatMap(state_.data(), Eigen::Index(state_.size())); }
 
+  /// The flat-arena kernels of the backend this arena lives on (a Model
+  /// installs its backend's); null until then (optim/ then runs the
+  /// reference backend's host kernels).
+  ArenaKernels<T>* kernels() const { return kernels_.get(); }
+  void set_kernels(std::shared_ptr<ArenaKernels<T>> k) { kernels_ = std::move(k); }
+
   void zero_grad() {
     if (grads_.size()) std::memset(static_cast<void*>(grads_.data()), 0, grads_.size() * sizeof(T));
   }
@@ -190,6 +197,7 @@ class Parameters {
   std::unordered_map<std::string, std::size_t> index_;
   std::size_t trainable_end_ = 0, state_end_ = 0;
   detail::AlignedBuffer<T> values_, grads_, state_;
+  std::shared_ptr<ArenaKernels<T>> kernels_;
   bool allocated_ = false;
 };
 

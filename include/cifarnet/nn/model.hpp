@@ -27,6 +27,7 @@
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
@@ -67,6 +68,7 @@ class Model {
     Scope root;
     output_ = detail::build_child<Net>(*node_, input_, root, ctx);
     params_.allocate();
+    params_.set_kernels(std::make_shared<ops::BackendArenaKernels<B, T>>(*device_));
     reset(seed);
   }
 

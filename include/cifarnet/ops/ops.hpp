@@ -54,11 +54,17 @@
 //                  mean and biased variance over every replica; returns the global count
 //              backward(dev, g, eps, x, dy, gamma, mean, var, reducer, dx, dgamma, dbeta)
 //                  (collective: every replica calls both at the same points)
+//  Arena       flat passes over the parameter arena (core/arena.hpp, ArenaKernels
+//              lists them): sgd, momentum, adam, ema, scale, scale_div, fill, copy,
+//              swap, sum_squares, all_finite, find_non_finite, weight_decay — each
+//              (dev, runs, pointers..., scalars); the optimizers, transforms, EMA
+//              and the Trainer run through them (a Model installs its backend's)
 //
 // Which backend implements each op how: docs/ARCHITECTURE.md.
 #pragma once
 
 #include "cifarnet/backend/tags.hpp"
+#include "cifarnet/core/arena.hpp"
 #include "cifarnet/core/cross_replica.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/ops/geometry.hpp"
@@ -89,8 +95,44 @@ CIFARNET_OP_PRIMARY(GlobalAvgPool)
 CIFARNET_OP_PRIMARY(SoftmaxCrossEntropy)
 CIFARNET_OP_PRIMARY(BnStats)
 CIFARNET_OP_PRIMARY(SyncBatchNorm)
+CIFARNET_OP_PRIMARY(Arena)
 
 #undef CIFARNET_OP_PRIMARY
+
+/// The ArenaKernels of backend B on `dev` (what a Model installs into its
+/// Parameters): ops::Arena<B, T> behind the type-erased interface.
+template <class B, class T>
+class BackendArenaKernels final : public ArenaKernels<T> {
+ public:
+  explicit BackendArenaKernels(Device<B>& dev) : dev_(&dev) {}
+  void sgd(const ArenaRuns& r, T* var, const T* g, T lr) override { op_.sgd(*dev_, r, var, g, lr); }
+  void momentum(const ArenaRuns& r, T* var, T* acc, const T* g, T lr, T m, bool nesterov) override {
+    op_.momentum(*dev_, r, var, acc, g, lr, m, nesterov);
+  }
+  void adam(const ArenaRuns& r, T* var, T* m, T* v, const T* g, T alpha, T omb1, T omb2, T eps) override {
+    op_.adam(*dev_, r, var, m, v, g, alpha, omb1, omb2, eps);
+  }
+  void ema(const ArenaRuns& r, T* shadow, const T* value, T omd) override {
+    op_.ema(*dev_, r, shadow, value, omd);
+  }
+  void scale(const ArenaRuns& r, T* x, T s) override { op_.scale(*dev_, r, x, s); }
+  void scale_div(const ArenaRuns& r, T* x, T a, T b) override { op_.scale_div(*dev_, r, x, a, b); }
+  void fill(const ArenaRuns& r, T* x, T value) override { op_.fill(*dev_, r, x, value); }
+  void copy(const ArenaRuns& r, const T* src, T* dst) override { op_.copy(*dev_, r, src, dst); }
+  void swap(const ArenaRuns& r, T* a, T* b) override { op_.swap(*dev_, r, a, b); }
+  double sum_squares(const ArenaRuns& r, const T* x) override { return op_.sum_squares(*dev_, r, x); }
+  bool all_finite(const ArenaRuns& r, const T* x) override { return op_.all_finite(*dev_, r, x); }
+  NonFinite find_non_finite(const ArenaRuns& r, const T* x) override {
+    return op_.find_non_finite(*dev_, r, x);
+  }
+  double weight_decay(std::size_t begin, std::size_t end, T* g, const T* v, T wd) override {
+    return op_.weight_decay(*dev_, begin, end, g, v, wd);
+  }
+
+ private:
+  Device<B>* dev_;
+  Arena<B, T> op_;
+};
 
 }  // namespace ops
 }  // namespace cifarnet

@@ -14,8 +14,6 @@
 // epsilon 1e-8 (TF's).
 #pragma once
 
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -93,13 +91,8 @@ class Adam {
     const T b1 = T(opts_.beta1()), b2 = T(opts_.beta2()), eps = T(opts_.epsilon());
     const T alpha = lr_t * std::sqrt(T(1) - beta2_power_) / (T(1) - beta1_power_);
     const T omb1 = T(1) - b1, omb2 = T(1) - b2;
-    T* var = params.values().data();
-    const T* g = params.grads().data();
-    T* mp = m_.data();
-    T* vp = v_.data();
-    layout_.run([&](std::size_t b, std::size_t e) {
-      kernel(var + b, mp + b, vp + b, g + b, Eigen::Index(e - b), alpha, omb1, omb2, eps);
-    });
+    detail::kernels(params).adam(layout_.runs(), params.values().data(), m_.data(), v_.data(),
+                                 params.grads().data(), alpha, omb1, omb2, eps);
     beta1_power_ = beta1_power_ * b1;
     beta2_power_ = beta2_power_ * b2;
   }
@@ -133,24 +126,6 @@ class Adam {
   const Options& options() const { return opts_; }
 
  private:
-  // TF ApplyAdam, expression for expression; sqrt exact (see exact_sqrt).
-  CIFARNET_NO_FP_CONTRACT static void kernel(T* var, T* mp, T* vp, const T* g, Eigen::Index n, T alpha,
-                                             T omb1, T omb2, T eps) {
-    CIFARNET_NO_FP_CONTRACT_BODY
-    using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-    Map w(var, n), m(mp, n), v(vp, n);
-    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> gr(g, n);
-    m += (gr - m) * omb1;
-    v += (gr.square() - v) * omb2;
-    constexpr Eigen::Index kBlock = 256;
-    alignas(64) T root[kBlock];
-    for (Eigen::Index i = 0; i < n; i += kBlock) {
-      const Eigen::Index k = std::min(kBlock, n - i);
-      detail::exact_sqrt(vp + i, root, std::size_t(k));
-      w.segment(i, k) -= (m.segment(i, k) * alpha) / (Map(root, k) + eps);
-    }
-  }
-
   Options opts_;
   detail::Layout layout_;
   cifarnet::detail::AlignedBuffer<T> m_, v_;

@@ -20,8 +20,6 @@
 // for the tutorial's ExponentialMovingAverage(0.9, name='avg')).
 #pragma once
 
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -125,8 +123,9 @@ class ExponentialMovingAverage {
   /// Shadows := current values.
   void reset(const Parameters<T>& params) {
     check(params);
-    copy(train_, params.values().data(), shadow_.data());
-    copy(state_, params.state().data(), shadow_state_.data());
+    auto& k = detail::kernels(params);
+    k.copy(train_.runs(), params.values().data(), shadow_.data());
+    k.copy(state_.runs(), params.state().data(), shadow_state_.data());
   }
 
   /// One update with the fixed decay.
@@ -175,8 +174,9 @@ class ExponentialMovingAverage {
   void copy_to(Parameters<T>& params) const {
     check(params);
     if (swapped_) throw Error("ExponentialMovingAverage: copy_to while the averages are swapped in");
-    copy(train_, shadow_.data(), params.values().data());
-    copy(state_, shadow_state_.data(), params.state().data());
+    auto& k = detail::kernels(params);
+    k.copy(train_.runs(), shadow_.data(), params.values().data());
+    k.copy(state_.runs(), shadow_state_.data(), params.state().data());
   }
 
   /// The shadow of a parameter (trainable or state), or nullptr when it is not averaged.
@@ -197,9 +197,6 @@ class ExponentialMovingAverage {
   const Options& options() const { return opts_; }
 
  private:
-  using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-  using CMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
   void check(const Parameters<T>& params) const {
     train_.check(params, "ExponentialMovingAverage");
     if (opts_.include_state()) state_.check(params, "ExponentialMovingAverage");
@@ -209,29 +206,15 @@ class ExponentialMovingAverage {
     check(params);
     if (swapped_) throw Error("ExponentialMovingAverage: apply() while the averages are swapped in");
     const T omd = T(1.0f - detail::ema_decay(opts_.decay(), n));
-    blend(train_, params.values().data(), shadow_.data(), omd);
-    blend(state_, params.state().data(), shadow_state_.data(), omd);
+    auto& k = detail::kernels(params);
+    k.ema(train_.runs(), shadow_.data(), params.values().data(), omd);
+    k.ema(state_.runs(), shadow_state_.data(), params.state().data(), omd);
   }
 
-  static void blend(const detail::Layout& l, const T* value, T* shadow, T omd) {
-    l.run([&](std::size_t b, std::size_t e) { kernel(shadow + b, value + b, Eigen::Index(e - b), omd); });
-  }
-  // TF assign_moving_average: shadow -= (shadow - value) * (1 - decay).
-  CIFARNET_NO_FP_CONTRACT static void kernel(T* shadow, const T* value, Eigen::Index n, T omd) {
-    CIFARNET_NO_FP_CONTRACT_BODY
-    Map s(shadow, n);
-    s -= (s - CMap(value, n)) * omd;
-  }
-  static void copy(const detail::Layout& l, const T* src, T* dst) {
-    l.run([&](std::size_t b, std::size_t e) { std::copy(src + b, src + e, dst + b); });
-  }
   void swap(Parameters<T>& params) noexcept {
-    T* v = params.values().data();
-    T* s = shadow_.data();
-    train_.run([&](std::size_t b, std::size_t e) { std::swap_ranges(v + b, v + e, s + b); });
-    T* sv = params.state().data();
-    T* ss = shadow_state_.data();
-    state_.run([&](std::size_t b, std::size_t e) { std::swap_ranges(sv + b, sv + e, ss + b); });
+    auto& k = detail::kernels(params);
+    k.swap(train_.runs(), params.values().data(), shadow_.data());
+    k.swap(state_.runs(), params.state().data(), shadow_state_.data());
     swapped_ = !swapped_;
   }
 

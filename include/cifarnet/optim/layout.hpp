@@ -7,12 +7,10 @@
 // arena-shaped (same offsets), so one flat pass updates every parameter.
 // When every trainable parameter is selected the pass covers the whole padded
 // buffer (padding is zero and stays zero under every update here); otherwise
-// it covers exactly the selected parameters' elements. Work is cut into fixed
-// chunks run with OpenMP; reductions add per-chunk partial sums in chunk
-// order, so results do not depend on the thread count. Update kernels are
-// marked CIFARNET_NO_FP_CONTRACT: TensorFlow's CPU kernels round every
-// product and sum separately, and fusing them into FMAs (GCC's default with
-// -march=native in GNU mode) would move results by an ulp.
+// it covers exactly the selected parameters' elements, as ArenaRuns
+// (core/arena.hpp): fixed chunks that the backend's arena kernels
+// (ops::Arena, reached through kernels(params)) run; no element loop is
+// here.
 #pragma once
 
 #include <algorithm>
@@ -21,79 +19,19 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX__) || defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
+#include "cifarnet/backend/reference/arena.hpp"
+#include "cifarnet/core/arena.hpp"
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/core/fp_contract.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/optim/select.hpp"
 
 namespace cifarnet::optim::detail {
 
-/// Elements per chunk of a flat pass (a multiple of every SIMD width).
-inline constexpr std::size_t kChunk = std::size_t(1) << 14;
-/// Below this many elements a pass runs on the calling thread only.
-inline constexpr std::size_t kParallelMin = std::size_t(1) << 16;
-
-/// out[i] = sqrt(x[i]), correctly rounded. (Eigen 3.4's vectorized float
-/// sqrt under EIGEN_FAST_MATH is an approximation that also flushes
-/// denormals to zero; Adam needs the exact one, as TF computes.)
-inline void exact_sqrt(const float* x, float* out, std::size_t n) {
-  std::size_t i = 0;
-#if defined(__AVX__)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
-#elif defined(__SSE2__)
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
-inline void exact_sqrt(const double* x, double* out, std::size_t n) {
-  std::size_t i = 0;
-#if defined(__AVX__)
-  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(out + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
-#elif defined(__SSE2__)
-  for (; i + 2 <= n; i += 2) _mm_storeu_pd(out + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
-#endif
-  for (; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
+/// The flat-arena kernels of the backend `p` lives on (the reference
+/// backend's host kernels for an arena no Model owns).
 template <class T>
-void exact_sqrt(const T* x, T* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
-
-struct Span {
-  std::size_t begin = 0, end = 0;
-};
-
-/// Runs f(begin, end) over [begin, end) cut into chunks, in parallel when large.
-template <class F>
-void parallel_span(std::size_t begin, std::size_t end, F&& f) {
-  const std::size_t n = end > begin ? end - begin : 0;
-  const long chunks = long((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (long c = 0; c < chunks; ++c) {
-    const std::size_t b = begin + std::size_t(c) * kChunk;
-    f(b, std::min(end, b + kChunk));
-  }
-}
-
-/// Sum of f(begin, end) (a double) over chunks of [begin, end), added in
-/// chunk order: the same result for any number of threads.
-template <class F>
-double parallel_span_sum(std::size_t begin, std::size_t end, F&& f) {
-  const std::size_t n = end > begin ? end - begin : 0;
-  const long chunks = long((n + kChunk - 1) / kChunk);
-  std::vector<double> part(std::size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (long c = 0; c < chunks; ++c) {
-    const std::size_t b = begin + std::size_t(c) * kChunk;
-    part[std::size_t(c)] = f(b, std::min(end, b + kChunk));
-  }
-  double s = 0;
-  for (double v : part) s += v;
-  return s;
+ArenaKernels<T>& kernels(const Parameters<T>& p) {
+  return p.kernels() ? *p.kernels() : default_arena_kernels<T>();
 }
 
 /// One selected parameter.
@@ -169,27 +107,10 @@ class Layout {
     }
   }
 
-  /// f(begin, end) over every chunk of the selected elements, in parallel.
-  template <class F>
-  void run(F&& f) const {
-    const long n = long(chunks_.size());
-#pragma omp parallel for schedule(static) if (elements_ >= kParallelMin)
-    for (long c = 0; c < n; ++c) f(chunks_[std::size_t(c)].begin, chunks_[std::size_t(c)].end);
-  }
-
-  /// Sum of f(begin, end) over the chunks, in chunk order (thread-count
-  /// independent).
-  template <class F>
-  double sum(F&& f) const {
-    const long n = long(chunks_.size());
-    std::vector<double> part(chunks_.size(), 0.0);
-#pragma omp parallel for schedule(static) if (elements_ >= kParallelMin)
-    for (long c = 0; c < n; ++c)
-      part[std::size_t(c)] = f(chunks_[std::size_t(c)].begin, chunks_[std::size_t(c)].end);
-    double s = 0;
-    for (double v : part) s += v;
-    return s;
-  }
+  /// The selected elements as chunks, for the arena kernels.
+  const ArenaRuns& runs() const { return runs_; }
+  /// One selected parameter's elements as chunks.
+  static ArenaRuns runs_of(const Entry& e) { return ArenaRuns::span(e.offset, e.offset + e.size); }
 
  private:
   template <class T>
@@ -198,14 +119,15 @@ class Layout {
       const auto& info = p.info(id);
       entries_.push_back(Entry{info.name, info.shape, id, info.offset, info.size});
     }
-    std::vector<Span> spans;
+    std::vector<ArenaChunk> spans;
     if (all_ && buffer_ == Buffer::Trainable) {
       if (buffer_size_) spans.push_back({0, buffer_size_});
     } else {
-      std::vector<Span> sorted;
+      std::vector<ArenaChunk> sorted;
       for (const auto& e : entries_)
         if (e.size) sorted.push_back({e.offset, e.offset + e.size});
-      std::sort(sorted.begin(), sorted.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+      std::sort(sorted.begin(), sorted.end(),
+                [](const ArenaChunk& a, const ArenaChunk& b) { return a.begin < b.begin; });
       for (const auto& s : sorted) {
         if (!spans.empty() && spans.back().end == s.begin)
           spans.back().end = s.end;
@@ -213,17 +135,13 @@ class Layout {
           spans.push_back(s);
       }
     }
-    for (const auto& s : spans) {
-      elements_ += s.end - s.begin;
-      for (std::size_t b = s.begin; b < s.end; b += kChunk)
-        chunks_.push_back({b, std::min(s.end, b + kChunk)});
-    }
+    for (const auto& s : spans) runs_.add_span(s.begin, s.end);
   }
 
   Buffer buffer_ = Buffer::Trainable;
   std::vector<Entry> entries_;
-  std::vector<Span> chunks_;
-  std::size_t buffer_size_ = 0, count_ = 0, elements_ = 0;
+  ArenaRuns runs_;
+  std::size_t buffer_size_ = 0, count_ = 0;
   bool all_ = true;
 };
 

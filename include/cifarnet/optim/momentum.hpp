@@ -6,10 +6,9 @@
 //   var  -= grad * lr + accum * momentum * lr       (use_nesterov = true)
 // with lr and momentum cast to the parameter type. The accumulator slot
 // "<param>/Momentum" starts at zero and is arena-shaped (same offsets as the
-// values); only the selected parameters' slots are updated and exposed.
+// values); only the selected parameters' slots are updated and exposed. The
+// update is one pass of the arena's backend kernels (ops::Arena).
 #pragma once
-
-#include <Eigen/Core>
 
 #include <cmath>
 #include <cstddef>
@@ -78,13 +77,8 @@ class Momentum {
     layout_.check(params, opts_.name());
     const T a = detail::checked_lr<T>(lr, opts_.name());
     const T m = T(opts_.momentum());
-    T* var = params.values().data();
-    const T* g = params.grads().data();
-    T* acc = accum_.data();
-    const bool nesterov = opts_.nesterov();
-    layout_.run([&](std::size_t b, std::size_t e) {
-      kernel(var + b, acc + b, g + b, Eigen::Index(e - b), a, m, nesterov);
-    });
+    detail::kernels(params).momentum(layout_.runs(), params.values().data(), accum_.data(),
+                                     params.grads().data(), a, m, opts_.nesterov());
   }
 
   /// f(name, data, shape) for each "<param>/<name>" accumulator.
@@ -102,19 +96,6 @@ class Momentum {
   const Options& options() const { return opts_; }
 
  private:
-  // TF ApplyMomentum, expression for expression.
-  CIFARNET_NO_FP_CONTRACT static void kernel(T* var, T* acc, const T* g, Eigen::Index n, T a, T m,
-                                             bool nesterov) {
-    CIFARNET_NO_FP_CONTRACT_BODY
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> v(var, n), ac(acc, n);
-    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> gr(g, n);
-    ac = ac * m + gr;
-    if (nesterov)
-      v -= gr * a + ac * m * a;
-    else
-      v -= ac * a;
-  }
-
   Options opts_;
   detail::Layout layout_;
   cifarnet::detail::AlignedBuffer<T> accum_;

@@ -6,8 +6,6 @@
 // rate is passed to every step, usually from a schedule.
 #pragma once
 
-#include <Eigen/Core>
-
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -54,9 +52,7 @@ class GradientDescent {
   void step(Parameters<T>& params, double lr) {
     layout_.check(params, opts_.name());
     const T a = detail::checked_lr<T>(lr, opts_.name());
-    T* var = params.values().data();
-    const T* g = params.grads().data();
-    layout_.run([&](std::size_t b, std::size_t e) { kernel(var + b, g + b, Eigen::Index(e - b), a); });
+    detail::kernels(params).sgd(layout_.runs(), params.values().data(), params.grads().data(), a);
   }
 
   /// No state: f is never called.
@@ -66,12 +62,6 @@ class GradientDescent {
   const Options& options() const { return opts_; }
 
  private:
-  CIFARNET_NO_FP_CONTRACT static void kernel(T* var, const T* g, Eigen::Index n, T a) {
-    CIFARNET_NO_FP_CONTRACT_BODY
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> v(var, n);
-    v -= Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(g, n) * a;
-  }
-
   Options opts_;
   detail::Layout layout_;
 };

@@ -14,10 +14,9 @@
 //    pattern (first matching pattern wins).
 //  - CheckNumerics: NumericsError naming the first parameter whose gradient
 //    holds NaN or Inf; check_numerics(loss) does the same for the loss.
-// Sums of squares are accumulated in double, in a fixed order.
+// Sums of squares are accumulated in double, in a fixed order. Every pass
+// runs on the arena's backend kernels (ops::Arena).
 #pragma once
-
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <cmath>
@@ -37,52 +36,20 @@
 namespace cifarnet::optim {
 
 namespace detail {
-template <class T>
-using ArrMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using CArrMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-/// Sum of squares of g[b, e) in double with eight interleaved accumulators
-/// (vectorizable; the order depends only on b and e, not on alignment).
-template <class T>
-double sum_squares(const T* g, std::size_t b, std::size_t e) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::size_t i = b;
-  for (; i + 8 <= e; i += 8)
-    for (int k = 0; k < 8; ++k) {
-      const double x = double(g[i + std::size_t(k)]);
-      acc[k] += x * x;
-    }
-  for (int k = 0; i < e; ++i, ++k) acc[k] += double(g[i]) * double(g[i]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/// Whether g[b, e) holds only finite values: x - x is 0 for a finite x and
-/// NaN for NaN or Inf, so the sum stays 0 exactly when all are finite (in any
-/// order, hence a SIMD reduction with no early exit).
-template <class T>
-bool all_finite(const T* g, std::size_t b, std::size_t e) {
-  T acc = 0;
-#pragma omp simd reduction(+ : acc)
-  for (std::size_t i = b; i < e; ++i) acc += g[i] - g[i];
-  return acc == T(0);
-}
-
 /// "NaN" / "+Inf" / "-Inf" for a non-finite value.
 inline std::string non_finite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf"); }
 
 /// Throws NumericsError naming the first entry whose gradient is not finite.
 template <class T>
-void check_gradients(const Layout& layout, const T* g) {
-  const double bad =
-      layout.sum([&](std::size_t b, std::size_t e) { return all_finite(g, b, e) ? 0.0 : 1.0; });
-  if (bad == 0) return;
-  for (const auto& en : layout.entries())
-    for (std::size_t i = 0; i < en.size; ++i)
-      if (!std::isfinite(g[en.offset + i]))
-        throw NumericsError("check_numerics: gradient of '" + en.name + "' is " +
-                            non_finite_name(double(g[en.offset + i])) + " at element " + std::to_string(i) +
-                            " of " + std::to_string(en.size));
+void check_gradients(ArenaKernels<T>& k, const Layout& layout, const T* g) {
+  if (k.all_finite(layout.runs(), g)) return;
+  for (const auto& en : layout.entries()) {
+    const NonFinite bad = k.find_non_finite(Layout::runs_of(en), g);
+    if (bad.found)
+      throw NumericsError("check_numerics: gradient of '" + en.name + "' is " + non_finite_name(bad.value) +
+                          " at element " + std::to_string(bad.index - en.offset) + " of " +
+                          std::to_string(en.size));
+  }
   throw NumericsError("check_numerics: a gradient holds NaN or Inf outside every parameter (arena padding)");
 }
 
@@ -159,19 +126,16 @@ class ClipByNorm : public detail::TransformBase<T, ClipByNormOptions> {
 
   void apply(Parameters<T>& params) {
     layout_.check(params, "ClipByNorm");
+    auto& k = detail::kernels(params);
     T* g = params.grads().data();
     const T clip = T(opts_.clip_norm());
     for (const auto& en : layout_.entries()) {
-      const std::size_t b = en.offset, e = en.offset + en.size;
+      const ArenaRuns runs = detail::Layout::runs_of(en);
       // TF clip_by_norm: l2sum > 0 ? sqrt(l2sum) : l2sum, then t * clip / max(l2norm, clip).
-      const T l2sum = T(detail::parallel_span_sum(
-          b, e, [&](std::size_t x, std::size_t y) { return detail::sum_squares(g, x, y); }));
+      const T l2sum = T(k.sum_squares(runs, g));
       const T l2norm = l2sum > T(0) ? std::sqrt(l2sum) : l2sum;
       const T denom = std::isnan(l2norm) ? l2norm : std::max(l2norm, clip);
-      detail::parallel_span(b, e, [&](std::size_t x, std::size_t y) {
-        detail::ArrMap<T> gr(g + x, Eigen::Index(y - x));
-        gr = (gr * clip) / denom;
-      });
+      k.scale_div(runs, g, clip, denom);
     }
   }
 };
@@ -207,22 +171,19 @@ class ClipByGlobalNorm : public detail::TransformBase<T, ClipByGlobalNormOptions
   /// Clips in place and returns the global norm before clipping.
   double apply(Parameters<T>& params) {
     layout_.check(params, "ClipByGlobalNorm");
+    auto& k = detail::kernels(params);
     T* g = params.grads().data();
-    const double norm =
-        std::sqrt(layout_.sum([&](std::size_t b, std::size_t e) { return detail::sum_squares(g, b, e); }));
+    const double norm = std::sqrt(k.sum_squares(layout_.runs(), g));
     last_norm_ = norm;
     const T clip = T(opts_.clip_norm());
     const T use_norm = T(norm);
     // TF: scale = clip * min(1 / use_norm, 1 / clip) + (use_norm - use_norm).
     const T scale = clip * std::min(T(1) / use_norm, T(1) / clip) + (use_norm - use_norm);
     if (std::isfinite(scale)) {
-      layout_.run([&](std::size_t b, std::size_t e) {
-        detail::ArrMap<T> gr(g + b, Eigen::Index(e - b));
-        gr *= scale;
-      });
+      k.scale(layout_.runs(), g, scale);
     } else {  // every gradient becomes NaN, the arena padding stays zero
       const T nan = std::numeric_limits<T>::quiet_NaN();
-      for (const auto& en : layout_.entries()) std::fill(g + en.offset, g + en.offset + en.size, nan);
+      for (const auto& en : layout_.entries()) k.fill(detail::Layout::runs_of(en), g, nan);
     }
     return norm;
   }
@@ -237,10 +198,8 @@ class ClipByGlobalNorm : public detail::TransformBase<T, ClipByGlobalNormOptions
 /// The L2 norm of all trainable gradients together (tf.global_norm).
 template <class T>
 double global_norm(const Parameters<T>& params) {
-  const T* g = params.grads().data();
   const std::size_t n = std::size_t(params.grads().size());
-  return std::sqrt(detail::parallel_span_sum(
-      0, n, [&](std::size_t b, std::size_t e) { return detail::sum_squares(g, b, e); }));
+  return std::sqrt(detail::kernels(params).sum_squares(ArenaRuns::span(0, n), params.grads().data()));
 }
 
 /// Free function (as torch::nn::utils::clip_grad_norm_): clips all trainable
@@ -306,15 +265,10 @@ class GradientMultipliers : public detail::TransformBase<T, GradientMultipliersO
 
   void apply(Parameters<T>& params) {
     layout_.check(params, "GradientMultipliers");
+    auto& kern = detail::kernels(params);
     T* g = params.grads().data();
-    for (const auto& [k, mult] : scaled_) {
-      const auto& en = layout_.entries()[k];
-      const T m = T(mult);
-      detail::parallel_span(en.offset, en.offset + en.size, [&](std::size_t b, std::size_t e) {
-        detail::ArrMap<T> gr(g + b, Eigen::Index(e - b));
-        gr *= m;
-      });
-    }
+    for (const auto& [k, mult] : scaled_)
+      kern.scale(detail::Layout::runs_of(layout_.entries()[k]), g, T(mult));
   }
 
   /// The multiplier applied to a parameter's gradient (1 when none).
@@ -355,7 +309,7 @@ class CheckNumerics : public detail::TransformBase<T, CheckNumericsOptions> {
 
   void apply(Parameters<T>& params) {
     layout_.check(params, "CheckNumerics");
-    detail::check_gradients(layout_, params.grads().data());
+    detail::check_gradients(detail::kernels(params), layout_, params.grads().data());
   }
 };
 
@@ -363,7 +317,8 @@ class CheckNumerics : public detail::TransformBase<T, CheckNumericsOptions> {
 /// gradient holds NaN or Inf.
 template <class T>
 void check_numerics(const Parameters<T>& params) {
-  detail::check_gradients(detail::Layout::trainable(params, Selection::all()), params.grads().data());
+  detail::check_gradients(detail::kernels(params), detail::Layout::trainable(params, Selection::all()),
+                          params.grads().data());
 }
 
 }  // namespace cifarnet::optim

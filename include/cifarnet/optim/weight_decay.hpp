@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/core/fp_contract.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/optim/state.hpp"
@@ -92,24 +91,18 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
 
   /// Adds wd · v to the decayed gradients; returns wd · Σ v²/2 (also kept
   /// in loss()). wd = 0 touches nothing and returns 0.
-  CIFARNET_NO_FP_CONTRACT double apply(Parameters<T>& params) {
-    CIFARNET_NO_FP_CONTRACT_BODY
+  double apply(Parameters<T>& params) {
     layout_.check(params, "WeightDecay");
     last_loss_ = 0;
     const double wd = opts_.weight_decay();
     if (wd == 0) return last_loss_;
+    auto& kern = detail::kernels(params);
     const T* values = params.values().data();
     T* grads = params.grads().data();
-    const T w = T(wd);
     double total = 0;
     for (std::size_t k : decayed_) {
       const auto& en = layout_.entries()[k];
-      const T* v = values + en.offset;
-      T* g = grads + en.offset;
-      double s = 0;
-      for (std::size_t i = 0; i < en.size; ++i) s += double(v[i]) * double(v[i]);
-      total += s / 2;
-      for (std::size_t i = 0; i < en.size; ++i) g[i] += w * v[i];
+      total += kern.weight_decay(en.offset, en.offset + en.size, grads, values, T(wd)) / 2;
     }
     last_loss_ = double(T(wd * total));
     return last_loss_;

@@ -28,6 +28,7 @@
 //   trainer.run([&]() -> const Batch& { return pipeline.next(); });
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +46,7 @@
 #include "cifarnet/loss/losses.hpp"
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/ops.hpp"
+#include "cifarnet/optim/layout.hpp"
 #include "cifarnet/train/state.hpp"
 
 namespace cifarnet::train {
@@ -255,7 +257,7 @@ class Trainer : public TrainerBase {
     r.learning_rate = schedule_(step_);
     r.batch_size = b.labels.size();
     const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
-    detail::check_logits(logits, b.labels.size());
+    cifarnet::detail::check_logits(logits, b.labels.size());
     if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
     const std::size_t n = logits.shape()[0];
     r.loss = double(T(
@@ -325,16 +327,15 @@ class Trainer : public TrainerBase {
       throw NumericsError("Model diverged with loss = NaN (step " + std::to_string(step_) +
                           ", cross-entropy " + std::to_string(r.loss) + ")");
     auto& P = model_->parameters();
-    if (P.grads().isFinite().all()) return;
+    auto& kern = optim::detail::kernels(P);
+    if (kern.all_finite(ArenaRuns::span(0, std::size_t(P.grads().size())), P.grads().data())) return;
     std::string bad;
-    P.for_each([&](const ParamInfo& p, const T*, const T* g) {
-      if (!g || !bad.empty()) return;
-      for (std::size_t i = 0; i < p.size; ++i)
-        if (!std::isfinite(g[i])) {
-          bad = p.name;
-          return;
-        }
-    });
+    for (std::size_t id = 0; id < P.count() && bad.empty(); ++id) {
+      const ParamInfo& p = P.info(id);
+      if (p.trainable &&
+          kern.find_non_finite(ArenaRuns::span(p.offset, p.offset + p.size), P.grads().data()).found)
+        bad = p.name;
+    }
     throw NumericsError("Model diverged with loss = NaN: the gradient of '" + bad + "' is not finite (step " +
                         std::to_string(step_) + ")");
   }
@@ -375,13 +376,13 @@ EvalResult evaluate(ModelT& model, const std::function<const Batch&()>& next, st
     const Batch& b = next();
     if (b.labels.empty()) break;
     const auto& logits = model.forward(b.images, Mode::Infer);
-    detail::check_logits(logits, b.labels.size());
+    cifarnet::detail::check_logits(logits, b.labels.size());
     const std::size_t n = logits.shape()[0], k = logits.size() / n;
     loss_sum +=
         double(T(xent.loss(model.device(), n, k, logits.data(), b.labels.data(), nullptr))) * double(n);
     hits.resize(n);
     xent.in_top1(model.device(), n, k, logits.data(), b.labels.data(), hits.data());
-    for (std::uint8_t h : hits) r.correct += h;
+    r.correct += std::size_t(std::count(hits.begin(), hits.end(), std::uint8_t(1)));
     r.total += n;
   }
   r.loss = r.total ? loss_sum / double(r.total) : 0.0;

@@ -6,7 +6,7 @@
 // pointers, staged as every op of this backend.
 //
 // On the host, for now (the data they read are host arrays in this backend
-// today): the conv+BN fold (BnStats::fold, inference only), synchronized
+// today): the optimizers' flat passes (Arena), the conv+BN fold (BnStats::fold, inference only), synchronized
 // batch norm (its reducer sums over MPI on the host), and the predictions
 // softmax/argmax/in_top1 on n×k logits.
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/backend/cuda/kernels.hpp"
+#include "cifarnet/backend/host/arena.hpp"
 #include "cifarnet/backend/host/bn_stats.hpp"
 #include "cifarnet/backend/host/classify.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -128,6 +129,12 @@ struct BnStats<backend::Cuda, float> : backend::host::BnStatsOp<float> {
 
 template <>
 struct SyncBatchNorm<backend::Cuda, float> : backend::host::SyncBatchNormOp<float> {};
+
+/// The optimizers' flat passes on the host arena (this backend's parameter
+/// arena is host memory today, staged per op; optim::cuda::Momentum and
+/// ::Adam run the same updates on the GPU with backend/cuda/kernels.hpp).
+template <>
+struct Arena<backend::Cuda, float> : backend::host::ArenaOp<float> {};
 
 }  // namespace ops
 }  // namespace cifarnet

@@ -7,6 +7,7 @@
 //    plane (ops::Pool2d<OneDnn> over that geometry), forward and backward.
 //  - ChannelPad: host copies (backend/host/channel_pad.hpp: oneDNN has no
 //    padding primitive).
+//  - Arena (the optimizers' flat passes): host OpenMP loops.
 //  - SoftmaxCrossEntropy, BnStats, SyncBatchNorm: host loops in double
 //    (backend/host/): n×k logits and per-channel vectors are tiny, and
 //    oneDNN's softmax would round the loss in float.
@@ -16,6 +17,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cifarnet/backend/host/arena.hpp"
 #include "cifarnet/backend/host/bn_stats.hpp"
 #include "cifarnet/backend/host/channel_pad.hpp"
 #include "cifarnet/backend/host/classify.hpp"
@@ -136,6 +138,10 @@ template <>
 struct BnStats<backend::OneDnn, float> : backend::host::BnStatsOp<float> {};
 template <>
 struct SyncBatchNorm<backend::OneDnn, float> : backend::host::SyncBatchNormOp<float> {};
+/// The optimizers' flat passes: host loops (backend/host/arena.hpp; oneDNN
+/// has no optimizer primitives).
+template <>
+struct Arena<backend::OneDnn, float> : backend::host::ArenaOp<float> {};
 
 }  // namespace ops
 }  // namespace cifarnet

@@ -1,0 +1,100 @@
+// The flat-arena kernels (core/arena.hpp, ops::Arena): how a pass is cut
+// into chunks, the reductions and finite checks against plain loops, the
+// weight-decay kernel against TF's expression, and a Model installing its
+// backend's kernels into its arena (an arena no Model owns uses the
+// reference backend's).
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/reference.hpp>
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/optim/momentum.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+using namespace cifarnet;
+
+TEST_CASE("ArenaRuns cuts each span into fixed chunks from its first element", "[optim][arena]") {
+  ArenaRuns r = ArenaRuns::span(5, 5 + 2 * kArenaChunk + 3);
+  r.add_span(100000, 100010);
+  r.add_span(7, 7);  // empty: nothing added
+  REQUIRE(r.chunks.size() == 4);
+  CHECK(r.chunks[0].begin == 5);
+  CHECK(r.chunks[1].begin == 5 + kArenaChunk);
+  CHECK(r.chunks[2].end == 5 + 2 * kArenaChunk + 3);
+  CHECK(r.chunks[3].begin == 100000);
+  CHECK(r.elements == 2 * kArenaChunk + 3 + 10);
+}
+
+TEST_CASE("The arena kernels' reductions, finite checks and weight decay match plain loops",
+          "[optim][arena]") {
+  Device<backend::OneDnn> dev;
+  ops::BackendArenaKernels<backend::OneDnn, float> k(dev);
+  Rng rng(7);
+  const std::size_t n = 3 * kArenaChunk + 1000;  // several chunks, run in parallel
+  std::vector<float> x(n);
+  for (auto& v : x) v = float(rng.uniform(-2.0, 2.0));
+  const ArenaRuns all = ArenaRuns::span(0, n);
+
+  double plain = 0;
+  for (float v : x) plain += double(v) * double(v);
+  CHECK(k.sum_squares(all, x.data()) == Approx(plain).epsilon(1e-12));
+  CHECK(k.all_finite(all, x.data()));
+  CHECK_FALSE(k.find_non_finite(all, x.data()).found);
+
+  x[2 * kArenaChunk + 17] = -std::numeric_limits<float>::infinity();
+  x[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(k.all_finite(all, x.data()));
+  const NonFinite bad = k.find_non_finite(all, x.data());
+  CHECK(bad.found);
+  CHECK(bad.index == 2 * kArenaChunk + 17);
+  CHECK(bad.value == -std::numeric_limits<double>::infinity());
+  CHECK(k.all_finite(ArenaRuns::span(0, kArenaChunk), x.data()));
+
+  // g += T(wd)·v, rounded then added (no FMA), and Σ v² in order.
+  std::vector<float> v(1000), g(1000), want(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = float(rng.uniform(-1.0, 1.0));
+    g[i] = want[i] = float(rng.uniform(-1.0, 1.0));
+  }
+  const float wd = 2e-4f;
+  double s = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    s += double(v[i]) * double(v[i]);
+    volatile float prod = wd * v[i];  // rounded on its own
+    want[i] = want[i] + prod;
+  }
+  CHECK(k.weight_decay(0, v.size(), g.data(), v.data(), wd) == s);
+  CHECK(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("A Model installs its backend's arena kernels; an arena no Model owns uses the reference's",
+          "[optim][arena]") {
+  using Net = Sequential<Flatten, Dense<0, 4>>;
+  Model<Net, backend::OneDnn> net({2, 3, 3}, DataFormat::NHWC, {}, 3);
+  REQUIRE(net.parameters().kernels() != nullptr);
+  CHECK(dynamic_cast<ops::BackendArenaKernels<backend::OneDnn, float>*>(net.parameters().kernels()));
+
+  Parameters<float> loose;
+  loose.add({"w", {3}, true, Initializer::ones()});
+  loose.allocate();
+  CHECK(loose.kernels() == nullptr);
+  CHECK(&optim::detail::kernels(loose) == &default_arena_kernels<float>());
+
+  // The same momentum step through either: bit-identical.
+  Parameters<float>& p = net.parameters();
+  Rng rng(9);
+  for (float* a : {p.values().data(), p.grads().data()})
+    for (Eigen::Index i = 0; i < p.values().size(); ++i) a[i] = float(rng.uniform(-1.0, 1.0));
+  std::vector<float> values(p.values().data(), p.values().data() + p.values().size());
+  std::vector<float> grads(p.grads().data(), p.grads().data() + p.grads().size());
+  optim::Momentum<float> m1(p, optim::MomentumOptions().momentum(0.9));
+  m1.step(p, 0.1);
+  std::vector<float> acc(values.size(), 0.0f), by_default = values;
+  default_arena_kernels<float>().momentum(ArenaRuns::span(0, values.size()), by_default.data(), acc.data(),
+                                          grads.data(), 0.1f, 0.9f, false);
+  CHECK(std::memcmp(by_default.data(), p.values().data(), values.size() * sizeof(float)) == 0);
+}
