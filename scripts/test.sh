@@ -5,7 +5,7 @@
 #         examples again without the CUDA backend (compiled only). When the
 #         asan stage runs too, the test areas it runs (below) that need
 #         nothing of the main build are left to it: each test is compiled
-#         once, not twice (CI on 2 cores stays under 35 minutes)
+#         once, not twice (docs/RELIABILITY.md has the stage times)
 #   asan  the library's test areas (core, backend, nn, optim, io, data, train,
 #         vision, fuzz-input replay) built with AddressSanitizer + UBSan
 #         (warnings are errors here too), ctest; the example programs,
