@@ -109,8 +109,8 @@ class Layout {
 
   /// The selected elements as chunks, for the arena kernels.
   const ArenaRuns& runs() const { return runs_; }
-  /// One selected parameter's elements as chunks.
-  static ArenaRuns runs_of(const Entry& e) { return ArenaRuns::span(e.offset, e.offset + e.size); }
+  /// Entry k's elements as chunks (built once, with the layout).
+  const ArenaRuns& entry_runs(std::size_t k) const { return entry_runs_[k]; }
 
  private:
   template <class T>
@@ -118,6 +118,7 @@ class Layout {
     for (auto id : ids) {
       const auto& info = p.info(id);
       entries_.push_back(Entry{info.name, info.shape, id, info.offset, info.size});
+      entry_runs_.push_back(ArenaRuns::span(info.offset, info.offset + info.size));
     }
     std::vector<ArenaChunk> spans;
     if (all_ && buffer_ == Buffer::Trainable) {
@@ -141,6 +142,7 @@ class Layout {
   Buffer buffer_ = Buffer::Trainable;
   std::vector<Entry> entries_;
   ArenaRuns runs_;
+  std::vector<ArenaRuns> entry_runs_;  // parallel to entries_
   std::size_t buffer_size_ = 0, count_ = 0;
   bool all_ = true;
 };

@@ -43,8 +43,9 @@ inline std::string non_finite_name(double v) { return std::isnan(v) ? "NaN" : (v
 template <class T>
 void check_gradients(ArenaKernels<T>& k, const Layout& layout, const T* g) {
   if (k.all_finite(layout.runs(), g)) return;
-  for (const auto& en : layout.entries()) {
-    const NonFinite bad = k.find_non_finite(Layout::runs_of(en), g);
+  for (std::size_t i = 0; i < layout.entries().size(); ++i) {
+    const auto& en = layout.entries()[i];
+    const NonFinite bad = k.find_non_finite(layout.entry_runs(i), g);
     if (bad.found)
       throw NumericsError("check_numerics: gradient of '" + en.name + "' is " + non_finite_name(bad.value) +
                           " at element " + std::to_string(bad.index - en.offset) + " of " +
@@ -129,8 +130,8 @@ class ClipByNorm : public detail::TransformBase<T, ClipByNormOptions> {
     auto& k = detail::kernels(params);
     T* g = params.grads().data();
     const T clip = T(opts_.clip_norm());
-    for (const auto& en : layout_.entries()) {
-      const ArenaRuns runs = detail::Layout::runs_of(en);
+    for (std::size_t i = 0; i < layout_.entries().size(); ++i) {
+      const ArenaRuns& runs = layout_.entry_runs(i);
       // TF clip_by_norm: l2sum > 0 ? sqrt(l2sum) : l2sum, then t * clip / max(l2norm, clip).
       const T l2sum = T(k.sum_squares(runs, g));
       const T l2norm = l2sum > T(0) ? std::sqrt(l2sum) : l2sum;
@@ -183,7 +184,7 @@ class ClipByGlobalNorm : public detail::TransformBase<T, ClipByGlobalNormOptions
       k.scale(layout_.runs(), g, scale);
     } else {  // every gradient becomes NaN, the arena padding stays zero
       const T nan = std::numeric_limits<T>::quiet_NaN();
-      for (const auto& en : layout_.entries()) k.fill(detail::Layout::runs_of(en), g, nan);
+      for (std::size_t i = 0; i < layout_.entries().size(); ++i) k.fill(layout_.entry_runs(i), g, nan);
     }
     return norm;
   }
@@ -267,8 +268,7 @@ class GradientMultipliers : public detail::TransformBase<T, GradientMultipliersO
     layout_.check(params, "GradientMultipliers");
     auto& kern = detail::kernels(params);
     T* g = params.grads().data();
-    for (const auto& [k, mult] : scaled_)
-      kern.scale(detail::Layout::runs_of(layout_.entries()[k]), g, T(mult));
+    for (const auto& [k, mult] : scaled_) kern.scale(layout_.entry_runs(k), g, T(mult));
   }
 
   /// The multiplier applied to a parameter's gradient (1 when none).

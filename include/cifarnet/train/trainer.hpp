@@ -328,7 +328,9 @@ class Trainer : public TrainerBase {
                           ", cross-entropy " + std::to_string(r.loss) + ")");
     auto& P = model_->parameters();
     auto& kern = optim::detail::kernels(P);
-    if (kern.all_finite(ArenaRuns::span(0, std::size_t(P.grads().size())), P.grads().data())) return;
+    const std::size_t n = std::size_t(P.grads().size());
+    if (grad_runs_.elements != n) grad_runs_ = ArenaRuns::span(0, n);  // built once
+    if (kern.all_finite(grad_runs_, P.grads().data())) return;
     std::string bad;
     for (std::size_t id = 0; id < P.count() && bad.empty(); ++id) {
       const ParamInfo& p = P.info(id);
@@ -354,6 +356,7 @@ class Trainer : public TrainerBase {
   std::int64_t checkpoint_failures_ = 0;
   ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
   Tensor<T> dlogits_;
+  ArenaRuns grad_runs_;  // the whole gradient buffer, for the numerics check
 };
 
 /// Precision@1 of a model over batches (Mode::Infer), TF's in_top_k.

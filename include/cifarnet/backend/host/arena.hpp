@@ -90,10 +90,11 @@ void for_chunks(const ArenaRuns& r, F&& f) {
 template <class F>
 double sum_chunks(const ArenaRuns& r, F&& f) {
   const long n = long(r.chunks.size());
-  std::vector<double> part(r.chunks.size(), 0.0);
+  thread_local std::vector<double> part;  // the caller's; keeps its capacity (no allocation per step)
+  part.assign(r.chunks.size(), 0.0);
+  double* out = part.data();  // inside the region `part` would name each worker's own
 #pragma omp parallel for schedule(static) if (r.elements >= kArenaParallelMin)
-  for (long c = 0; c < n; ++c)
-    part[std::size_t(c)] = f(r.chunks[std::size_t(c)].begin, r.chunks[std::size_t(c)].end);
+  for (long c = 0; c < n; ++c) out[c] = f(r.chunks[std::size_t(c)].begin, r.chunks[std::size_t(c)].end);
   double s = 0;
   for (double v : part) s += v;
   return s;
