@@ -56,13 +56,21 @@ void gradcheck(InputShape in, std::size_t n, DataFormat fmt, NetOptions opts = {
   std::vector<double> grads(net.parameters().grads().data(),
                             net.parameters().grads().data() + net.parameters().grads().size());
 
-  auto check = [&](const std::string& what, double* value, double analytic) {
+  auto& P = net.parameters();
+  // `param`: the arena id `value` belongs to, marked as written after each
+  // write through the pointer (caches keyed on Parameters::version).
+  auto check = [&](const std::string& what, double* value, double analytic,
+                   std::size_t param = ~std::size_t(0)) {
+    auto set = [&](double v) {
+      *value = v;
+      if (param != ~std::size_t(0)) P.touch(param);
+    };
     const double keep = *value;
-    *value = keep + o.eps;
+    set(keep + o.eps);
     const double fp = f();
-    *value = keep - o.eps;
+    set(keep - o.eps);
     const double fm = f();
-    *value = keep;
+    set(keep);
     const double numeric = (fp - fm) / (2 * o.eps);
     const double tol = o.atol + o.rtol * std::max({std::fabs(analytic), std::fabs(numeric), 1e-3});
     INFO(what << ": analytic " << analytic << " numeric " << numeric);
@@ -80,12 +88,11 @@ void gradcheck(InputShape in, std::size_t n, DataFormat fmt, NetOptions opts = {
   };
   for (std::size_t i : sample(x.size()))
     check("input[" + std::to_string(i) + "]", x.data() + i, dx.data()[i]);
-  auto& P = net.parameters();
   for (std::size_t id = 0; id < P.count(); ++id) {
     const auto& info = P.info(id);
     if (!info.trainable) continue;
     for (std::size_t i : sample(info.size))
-      check(info.name + "[" + std::to_string(i) + "]", P.value(id) + i, grads[info.offset + i]);
+      check(info.name + "[" + std::to_string(i) + "]", P.value(id) + i, grads[info.offset + i], id);
   }
 }
 

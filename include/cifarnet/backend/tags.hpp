@@ -48,6 +48,9 @@ struct Cuda {
 ///                       CPU backends, where each replica already uses every
 ///                       core and oneDNN's library-managed scratchpad makes one
 ///                       cached primitive unsafe to run from two threads at once
+///   versioned_weights   ops::Conv2d has set_weights_version(std::uint64_t): it
+///                       keeps the weights in a layout of its own and reuses
+///                       that copy while Parameters::version is unchanged
 template <class B>
 struct backend_traits {
   static constexpr bool conv_algorithms = false;
@@ -55,6 +58,7 @@ struct backend_traits {
   static constexpr bool joint_conv_backward = false;
   static constexpr bool fused_relu = false;
   static constexpr bool concurrent_replicas = false;
+  static constexpr bool versioned_weights = false;
 };
 
 template <>
@@ -64,6 +68,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool joint_conv_backward = true;
   static constexpr bool fused_relu = true;
   static constexpr bool concurrent_replicas = false;
+  static constexpr bool versioned_weights = true;
 };
 
 template <>
@@ -73,6 +78,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool joint_conv_backward = false;
   static constexpr bool fused_relu = false;
   static constexpr bool concurrent_replicas = true;
+  static constexpr bool versioned_weights = false;
 };
 
 /// Resources a backend needs at run time (engine, stream); one per model.

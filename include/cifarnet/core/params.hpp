@@ -11,11 +11,21 @@
 // Life cycle: layers add() their parameters while the model is built, then
 // allocate() fixes the layout (no more add()), then initialize() fills them.
 // Offsets are padded to 64 bytes; the padding is always zero.
+//
+// Versions: every parameter has a write counter, version(id), that changes
+// whenever its values may have been written: a non-const access to it
+// (value(id), for_each, initialize) or to a flat buffer holding it (values(),
+// state()). Caches derived from a parameter (oneDNN's weights reordered into
+// a primitive's layout, a conv+BN fold) compare versions, not values. Reads
+// go through a const Parameters (std::as_const). A caller that keeps a
+// pointer from a non-const access and writes through it again after the
+// parameter was used calls touch(id) (or takes a fresh non-const access).
 #pragma once
 
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -98,6 +108,7 @@ class Parameters {
     end += (info.size + kAlign - 1) / kAlign * kAlign;
     index_.emplace(info.name, infos_.size());
     infos_.push_back(std::move(info));
+    writes_.push_back(0);
     return infos_.size() - 1;
   }
 
@@ -133,9 +144,11 @@ class Parameters {
     return it->second;
   }
 
-  /// Values of parameter `id` (trainable or state).
+  /// Values of parameter `id` (trainable or state). The non-const access
+  /// counts as a write (version(id) changes).
   T* value(std::size_t id) {
     const auto& p = infos_[id];
+    ++writes_[id];
     return (p.trainable ? values_.data() : state_.data()) + p.offset;
   }
   const T* value(std::size_t id) const {
@@ -152,14 +165,29 @@ class Parameters {
     return p.trainable ? grads_.data() + p.offset : nullptr;
   }
 
+  /// Write counter of parameter `id` (never 0): equal versions mean the
+  /// values were not written in between (see the file comment).
+  std::uint64_t version(std::size_t id) const { return epoch_ + writes_[id]; }
+  /// Marks parameter `id` (or every parameter) as written, for writes made
+  /// through a pointer kept from an earlier non-const access.
+  void touch(std::size_t id) { ++writes_.at(id); }
+  void touch() { ++epoch_; }
+
   /// Element counts (without padding).
   std::size_t num_trainable() const { return sum_sizes(true); }
   std::size_t num_state() const { return sum_sizes(false); }
 
-  /// The flat buffers (padded lengths; padding is zero).
-  FlatMap values() { return FlatMap(values_.data(), Eigen::Index(values_.size())); }
+  /// The flat buffers (padded lengths; padding is zero). The non-const
+  /// values() and state() count as a write of every parameter.
+  FlatMap values() {
+    ++epoch_;
+    return FlatMap(values_.data(), Eigen::Index(values_.size()));
+  }
   FlatMap grads() { return FlatMap(grads_.data(), Eigen::Index(grads_.size())); }
-  FlatMap state() { return FlatMap(state_.data(), Eigen::Index(state_.size())); }
+  FlatMap state() {
+    ++epoch_;
+    return FlatMap(state_.data(), Eigen::Index(state_.size()));
+  }
   ConstFlatMap values() const { return ConstFlatMap(values_.data(), Eigen::Index(values_.size())); }
   ConstFlatMap grads() const { return ConstFlatMap(grads_.data(), Eigen::Index(grads_.size())); }
   ConstFlatMap state() const { return ConstFlatMap(state_.data(), Eigen::Index(state_.size())); }
@@ -197,6 +225,8 @@ class Parameters {
   std::unordered_map<std::string, std::size_t> index_;
   std::size_t trainable_end_ = 0, state_end_ = 0;
   detail::AlignedBuffer<T> values_, grads_, state_;
+  std::vector<std::uint64_t> writes_;  // per parameter; version = epoch_ + writes_
+  std::uint64_t epoch_ = 1;
   std::shared_ptr<ArenaKernels<T>> kernels_;
   bool allocated_ = false;
 };

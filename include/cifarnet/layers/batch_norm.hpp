@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
@@ -61,6 +62,7 @@ struct BatchNorm2d : LayerBase {
       geom_ = ChannelGeom::make(fmt_, s);
       ensure_shape(y_, s, fmt_);
       auto& P = *rc.params;
+      const Parameters<T>& cp = P;  // reads (a non-const access counts as a write)
       if (rc.training()) {
         x_ = &x;
         double m = double(s.n * s.h * s.w);
@@ -69,10 +71,10 @@ struct BatchNorm2d : LayerBase {
           infer(rc, x, mean_.data(), var_.data());
         } else {
           if constexpr (kFused)
-            op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
           else
-            op_.forward_train(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), y_.data(),
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data());
           if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
         }
@@ -80,13 +82,14 @@ struct BatchNorm2d : LayerBase {
         stats_.update_moving(*rc.device, s.c, decay_, bessel, mean_.data(), var_.data(), P.value(mmean_),
                              P.value(mvar_));
       } else {
-        infer(rc, x, P.value(mmean_), P.value(mvar_));
+        infer(rc, x, cp.value(mmean_), cp.value(mvar_));
       }
       return y_;
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       auto& P = *rc.params;
+      const T* gamma = std::as_const(P).value(gamma_);
       ensure_shape(dx_, geom_.shape(), fmt_);
       // The op computes dx together with dgamma/dbeta; frozen weights write
       // their gradients into scratch.
@@ -105,14 +108,14 @@ struct BatchNorm2d : LayerBase {
         g = masked_.data();
       }
       if (rc.cross_replica)  // synchronized BN (ops::SyncBatchNorm)
-        sync_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
+        sync_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(),
                        *rc.cross_replica, dx_.data(), dg, db);
       else if constexpr (kFused)
-        op_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
-                     dx_.data(), dg, db, true);
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
+                     db, true);
       else
-        op_.backward(*rc.device, geom_, eps_, x_->data(), g, P.value(gamma_), mean_.data(), var_.data(),
-                     dx_.data(), dg, db);
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
+                     db);
       return dx_;
     }
 
@@ -123,7 +126,7 @@ struct BatchNorm2d : LayerBase {
    private:
     // y_ = bn(x) with the given statistics (+ ReLU).
     void infer(RunContext<B, T>& rc, const Tensor<T>& x, const T* mean, const T* var) {
-      auto& P = *rc.params;
+      const Parameters<T>& P = *rc.params;
       if constexpr (kFused)
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data(), true);

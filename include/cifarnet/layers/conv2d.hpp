@@ -9,6 +9,8 @@
 // backends that offer a choice (oneDNN).
 #pragma once
 
+#include <utility>
+
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -58,15 +60,15 @@ struct Conv2d : LayerBase {
                               ? ConvAlgorithm::Direct
                               : policy_);
       if constexpr (backend_traits<B>::bf16_convolutions) op_.set_keep_input(rc.training() && rc.param_grads);
-      op_.forward(*rc.device, geom_, x.data(), rc.params->value(w_), Bias ? rc.params->value(b_) : nullptr,
-                  y_.data());
+      const Parameters<T>& params = *rc.params;
+      op_.forward(*rc.device, geom_, x.data(), weights(params), Bias ? params.value(b_) : nullptr, y_.data());
       return y_;
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if constexpr (backend_traits<B>::joint_conv_backward) {
         if (down_) ensure_shape(dx_, geom_.in_shape(), fmt_);
-        op_.backward(*rc.device, geom_, x_->data(), dy.data(), rc.params->value(w_),
+        op_.backward(*rc.device, geom_, x_->data(), dy.data(), weights(std::as_const(*rc.params)),
                      down_ ? dx_.data() : nullptr, rc.param_grads ? rc.params->grad(w_) : nullptr,
                      rc.param_grads && Bias ? rc.params->grad(b_) : nullptr);
         return dx_;
@@ -76,7 +78,7 @@ struct Conv2d : LayerBase {
                              Bias ? rc.params->grad(b_) : nullptr);
       if (!down_) return dx_;
       ensure_shape(dx_, geom_.in_shape(), fmt_);
-      op_.backward_data(*rc.device, geom_, dy.data(), rc.params->value(w_), dx_.data());
+      op_.backward_data(*rc.device, geom_, dy.data(), weights(std::as_const(*rc.params)), dx_.data());
       return dx_;
     }
 
@@ -85,6 +87,13 @@ struct Conv2d : LayerBase {
     std::size_t weights_id() const { return w_; }
 
    private:
+    // The weights for the op; a backend that caches a copy of them in its own
+    // layout gets their version (core/params.hpp).
+    const T* weights(const Parameters<T>& params) {
+      if constexpr (backend_traits<B>::versioned_weights) op_.set_weights_version(params.version(w_));
+      return params.value(w_);
+    }
+
     ops::Conv2d<B, T> op_;
     ConvGeom geom_;
     std::size_t w_ = 0, b_ = 0;

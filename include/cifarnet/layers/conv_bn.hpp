@@ -16,6 +16,7 @@
 // has it (3x3, stride 1, at least 8 input channels), whatever the batch size.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,7 @@ struct ConvBatchNorm : LayerBase {
       g.n = s.n;
       ensure_shape(y_, g.out_shape(), g.fmt);
       fold(rc);
+      if constexpr (backend_traits<B>::versioned_weights) op_.set_weights_version(fold_stamp_);
       if constexpr (kFusedRelu) {
         op_.forward(*rc.device, g, x.data(), folded_w_.data(), folded_b_.data(), y_.data(), true);
       } else {
@@ -100,9 +102,15 @@ struct ConvBatchNorm : LayerBase {
       return y_;
     }
 
+    // Folds again only when one of the five parameters was written since the
+    // last fold (the sum of their versions changes exactly then).
     void fold(RunContext<B, T>& rc) {
       const auto ids = bn_.param_ids();
       const Parameters<T>& p = *rc.params;
+      std::uint64_t stamp = p.version(conv_.weights_id());
+      for (std::size_t id : ids) stamp += p.version(id);
+      if (stamp == fold_stamp_) return;
+      fold_stamp_ = stamp;
       stats_.fold(*rc.device, folded_w_.size() / std::size_t(Out), std::size_t(Out), bn_.epsilon(),
                   p.value(conv_.weights_id()), p.value(ids[0]), p.value(ids[1]), p.value(ids[2]),
                   p.value(ids[3]), folded_w_.data(), folded_b_.data());
@@ -114,6 +122,7 @@ struct ConvBatchNorm : LayerBase {
     ops::BnStats<B, T> stats_;
     ops::Relu<B, T> relu_;  // where the convolution does not fuse it
     std::vector<T> folded_w_, folded_b_;
+    std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -45,8 +46,8 @@ struct Dense : LayerBase {
       n_ = s.n;
       ensure_shape(y_, {s.n, std::size_t(Out), 1, 1}, fmt_);
       x_ = &x;
-      op_.forward(*rc.device, n_, in_.c, Out, x.data(), rc.params->value(w_),
-                  Bias ? rc.params->value(b_) : nullptr, y_.data());
+      const Parameters<T>& P = *rc.params;
+      op_.forward(*rc.device, n_, in_.c, Out, x.data(), P.value(w_), Bias ? P.value(b_) : nullptr, y_.data());
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
@@ -55,7 +56,8 @@ struct Dense : LayerBase {
                              Bias ? rc.params->grad(b_) : nullptr);
       if (!down_) return dx_;
       ensure_shape(dx_, {n_, in_.c, 1, 1}, fmt_);
-      op_.backward_data(*rc.device, n_, in_.c, Out, dy.data(), rc.params->value(w_), dx_.data());
+      op_.backward_data(*rc.device, n_, in_.c, Out, dy.data(), std::as_const(*rc.params).value(w_),
+                        dx_.data());
       return dx_;
     }
 

@@ -16,6 +16,7 @@
 #include <dnnl.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <list>
@@ -182,9 +183,10 @@ inline void check_geometry(const ChannelGeom& g, const char* op) {
 /// layout (user -> primitive for weights read, primitive -> user for weight
 /// gradients written). When both layouts agree no copy is made (`direct()`).
 struct Staged {
-  dnnl::memory mem;          ///< primitive-layout buffer (empty when direct)
-  dnnl::reorder reorder;     ///< user->mem or mem->user (empty when direct)
-  std::vector<float> shown;  ///< for weights: the user values `mem` holds now
+  dnnl::memory mem;                 ///< primitive-layout buffer (empty when direct)
+  dnnl::reorder reorder;            ///< user->mem or mem->user (empty when direct)
+  const void* shown = nullptr;      ///< for weights: the user buffer `mem` holds a copy of
+  std::uint64_t shown_version = 0;  ///< ... at this Parameters::version (0: none)
   bool direct() const { return !mem; }
 };
 

@@ -5,8 +5,10 @@
 // Activations stay in the plain nchw/nhwc layout of the geometry. The weights
 // descriptor is format_tag::any: the caller's HWIO weights are reordered into
 // the primitive's layout, and that copy is reused for as long as the
-// caller's values are unchanged (checked by comparison with a copy, so a
-// weight update is always seen); weight gradients come back into HWIO.
+// caller's buffer and Parameters::version are unchanged (set_weights_version;
+// the layers pass it, so an optimizer step or any other write through
+// Parameters is seen; without a version every call reorders); weight
+// gradients come back into HWIO.
 // Padding may be asymmetric: padding_l = {pt, pl}, padding_r = {pb, pr}.
 // oneDNN 2.6 workaround: the jit_1x1 backward_weights kernels index their
 // reduce-to-unit-stride buffer with the channel block instead of the channel
@@ -43,7 +45,7 @@
 // and backward_weights.
 #pragma once
 
-#include <cstring>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -89,6 +91,12 @@ struct Conv2d<backend::OneDnn, float> {
   /// Whether forward keeps its bf16 copy of x for backward_weights (set
   /// while training; without it the copy lives in device scratch only).
   void set_keep_input(bool keep) { keep_input_ = keep; }
+  /// The Parameters::version of the weights the calls that follow get (0,
+  /// the default: unknown, so every call reorders them). The reordered copy
+  /// of the weights is reused while buffer and version stay the same.
+  void set_weights_version(std::uint64_t v) { w_version_ = v; }
+  /// How many times the weights were reordered into a primitive's layout.
+  std::size_t weight_reorders() const { return weight_reorders_; }
   /// Whether any pass built so far for geometry `g` runs in bf16.
   bool uses_bf16(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
@@ -508,17 +516,18 @@ struct Conv2d<backend::OneDnn, float> {
   }
 
   // The weights as the primitive wants them: the caller's HWIO buffer, or its
-  // copy reordered into the primitive's layout.
-  // The reordered copy is reused while the caller's values stay the same
-  // (frozen weights, repeated inference): a compare is far cheaper than a
-  // reorder, above all into Winograd's transformed layout.
-  static dnnl::memory weights_in(Dev& dev, dnnl::memory& user, const float* w, backend::onednn::Staged& st) {
+  // copy reordered into the primitive's layout. The reordered copy is reused
+  // while the caller's buffer and its Parameters::version stay the same
+  // (between the passes of a step, frozen weights, repeated inference):
+  // reorders into Winograd's transformed layout are expensive.
+  dnnl::memory weights_in(Dev& dev, dnnl::memory& user, const float* w, backend::onednn::Staged& st) {
     backend::onednn::bind(user, w);
     if (st.direct()) return user;
-    const std::size_t n = user.get_desc().get_size() / sizeof(float);
-    if (st.shown.size() == n && std::memcmp(st.shown.data(), w, n * sizeof(float)) == 0) return st.mem;
+    if (w_version_ != 0 && st.shown == w && st.shown_version == w_version_) return st.mem;
     st.reorder.execute(dev.stream, user, st.mem);
-    st.shown.assign(w, w + n);
+    ++weight_reorders_;
+    st.shown = w;
+    st.shown_version = w_version_;
     return st.mem;
   }
 
@@ -526,6 +535,8 @@ struct Conv2d<backend::OneDnn, float> {
   ConvAlgorithm alg_ = ConvAlgorithm::Direct;
   ConvPrecision prec_ = ConvPrecision::F32;
   bool keep_input_ = false;
+  std::uint64_t w_version_ = 0;
+  std::size_t weight_reorders_ = 0;
 };
 
 }  // namespace ops
