@@ -31,11 +31,4 @@ inline bool glob_match(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
-/// True when any pattern matches.
-inline bool glob_match_any(const std::vector<std::string>& patterns, const std::string& name) {
-  for (const auto& p : patterns)
-    if (glob_match(p, name)) return true;
-  return false;
-}
-
 }  // namespace cifarnet

@@ -158,10 +158,4 @@ struct RunContext {
   bool training() const { return mode == Mode::Train; }
 };
 
-/// Throws ShapeError naming the layer and both shapes.
-inline void expect_shape(const std::string& layer, const Shape& expected, const Shape& got) {
-  if (expected != got)
-    throw ShapeError("layer '" + layer + "' expects input " + expected.str() + " but got " + got.str());
-}
-
 }  // namespace cifarnet

@@ -52,6 +52,79 @@ struct ChannelChain {
      ...);
     return c;
   }
+  /// The first layer whose input channels differ from what the layer before
+  /// it gives: {position (0-based; -1: none), expected, given}.
+  static constexpr std::array<int, 3> first_mismatch(int in) {
+    std::array<int, 3> m{-1, 0, 0};
+    int c = in, i = 0;
+    ((note(m, i, Ls::in_channels, c),
+      c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c))),
+      ++i),
+     ...);
+    return m;
+  }
+  static constexpr void note(std::array<int, 3>& m, int i, int wants, int gets) {
+    if (m[0] < 0 && wants >= 0 && gets >= 0 && wants != gets) m = {i, wants, gets};
+  }
+};
+
+// The names the compiler prints with a failed channel check: the values
+// that disagree are these templates' arguments.
+template <int I>
+struct layer_at_position {};
+template <int C>
+struct expects_input_channels {};
+template <int C>
+struct previous_layer_outputs {};
+template <int C>
+struct block_input_channels {};
+template <int C>
+struct body_outputs_channels {};
+template <int C>
+struct shortcut_outputs_channels {};
+
+template <class Position, class Expects, class Gets>
+struct SequentialChannelMismatch {
+  static_assert(sizeof(Position) == 0,
+                "cifarnet: Sequential: a layer's input channel count differs from the previous layer's "
+                "output channel count: see layer_at_position<I> (0-based, within this Sequential), "
+                "expects_input_channels<C> and previous_layer_outputs<C> in the template arguments above.");
+  static constexpr bool ok = false;
+};
+template <>
+struct SequentialChannelMismatch<layer_at_position<-1>, expects_input_channels<0>,
+                                 previous_layer_outputs<0>> {
+  static constexpr bool ok = true;
+};
+
+template <class In, class BodyOut, class ShortcutOut>
+struct ResidualChannelMismatch {
+  static_assert(sizeof(In) == 0,
+                "cifarnet: Residual<Body, Shortcut>: body and shortcut produce different channel counts, "
+                "so they cannot be added (use a shortcut that maps In to Out channels): see "
+                "block_input_channels<C>, body_outputs_channels<C> and shortcut_outputs_channels<C> in the "
+                "template arguments above.");
+  static constexpr bool ok = false;
+};
+template <int In, int Out>
+struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<Out>,
+                               shortcut_outputs_channels<Out>> {
+  static constexpr bool ok = true;
+};
+template <int In, int Out>
+struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<Out>,
+                               shortcut_outputs_channels<-1>> {
+  static constexpr bool ok = true;
+};
+template <int In, int Out>
+struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-1>,
+                               shortcut_outputs_channels<Out>> {
+  static constexpr bool ok = true;
+};
+template <int In>
+struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-1>,
+                               shortcut_outputs_channels<-1>> {
+  static constexpr bool ok = true;
 };
 /// "No parameter id": a container built without an arena never reports
 /// gradients as final before the end of backward.
@@ -79,9 +152,12 @@ struct Identity : LayerBase {
 template <class... Ls>
 struct Sequential : LayerBase {
   static_assert(sizeof...(Ls) > 0, "cifarnet: Sequential<> needs at least one layer.");
-  static_assert(detail::ChannelChain<Ls...>::ok(-1),
-                "cifarnet: Sequential: a layer's input channel count differs from the previous layer's "
-                "output channel count (check the In/Out template arguments of consecutive layers).");
+  static constexpr std::array<int, 3> kMismatch = detail::ChannelChain<Ls...>::first_mismatch(-1);
+  // Fails naming the position and both channel counts (detail::SequentialChannelMismatch).
+  static_assert(detail::SequentialChannelMismatch<detail::layer_at_position<kMismatch[0]>,
+                                                  detail::expects_input_channels<kMismatch[1]>,
+                                                  detail::previous_layer_outputs<kMismatch[2]>>::ok,
+                "cifarnet: Sequential: channel counts of consecutive layers differ (see above).");
   static constexpr const char* kind = "sequential";
   static constexpr bool transparent = true;
   static constexpr bool container = true;
@@ -170,10 +246,13 @@ struct Sequential : LayerBase {
 /// Sequential<Residual<Body, Shortcut>, ReLU> with the same parameter names.
 template <class Body, class Shortcut = Identity, bool Relu = false>
 struct Residual : LayerBase {
-  static_assert(Body::in_channels < 0 || Shortcut::out_channels(Body::in_channels) < 0 ||
-                    Body::out_channels(Body::in_channels) == Shortcut::out_channels(Body::in_channels),
-                "cifarnet: Residual<Body, Shortcut>: body and shortcut produce different channel counts, "
-                "so they cannot be added (use a shortcut that maps In to Out channels).");
+  // Fails naming the three channel counts (detail::ResidualChannelMismatch).
+  static_assert(Body::in_channels < 0 ||
+                    detail::ResidualChannelMismatch<
+                        detail::block_input_channels<Body::in_channels>,
+                        detail::body_outputs_channels<Body::out_channels(Body::in_channels)>,
+                        detail::shortcut_outputs_channels<Shortcut::out_channels(Body::in_channels)>>::ok,
+                "cifarnet: Residual<Body, Shortcut>: body and shortcut channel counts differ (see above).");
   static constexpr const char* kind = "block";
   static constexpr bool container = true;
   static constexpr int first_index = 0;

@@ -24,7 +24,7 @@
 //   Trainer<decltype(net)> trainer(net, TrainerOptions().max_steps(1000));
 //   trainer.set_optimizer(opt, [&](std::int64_t s) { return schedule(s); });
 //   trainer.add_hook(std::make_shared<LoggingHook>(100));
-//   trainer.restore_or_init(manager);   // resume from the latest checkpoint
+//   trainer.restore_latest(manager);   // resume from the latest checkpoint, if any
 //   trainer.run([&]() -> const Batch& { return pipeline.next(); });
 #pragma once
 

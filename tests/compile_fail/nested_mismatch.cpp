@@ -1,0 +1,10 @@
+// Must NOT compile: inside the second stage, the third layer expects 32 input
+// channels but the one before it gives 16.
+#include <cifarnet/cifarnet.hpp>
+using namespace cifarnet;
+using Stage2 = Sequential<Conv2d<16, 16, 3>, ReLU, Conv2d<32, 32, 3>>;
+using Bad = Sequential<Conv2d<3, 16, 3>, Stage2>;
+int main() {
+  Model<Bad> m({3, 8, 8});
+  return 0;
+}
