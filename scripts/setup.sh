@@ -17,6 +17,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin # data-parallel training
   libcli11-dev           # command-line flags in the examples
   nlohmann-json3-dev     # safetensors headers, configs
+  clang                  # the sanitizer (ASan+UBSan) and libFuzzer builds
   libomp-dev             # OpenMP runtime for clang builds (sanitizers, fuzzing)
   clang-format
 )
