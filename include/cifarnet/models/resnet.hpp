@@ -15,9 +15,21 @@
 // Parameter names: stem/conv1/weights, stem/bn1/{gamma,beta,moving_mean,
 // moving_variance}, stage1/block0/conv1/weights, stage1/block0/bn2/gamma, …,
 // head/dense1/{weights,biases}.
+//
+// ResNet<Block, Depths...>: the ImageNet ResNets' stage layout for CIFAR-size
+// inputs (a 3×3/64 stem, no max pooling), one stage per depth with widths
+// 64, 128, 256, 512 and strides 1, 2, 2, 2, each stage's depth fixed at
+// compile time (RepeatN):
+//
+//   using ResNet18 = ResNet<resnet::BasicBlock, 2, 2, 2, 2>;   // 11,173,962 parameters
+//   using ResNet34 = ResNet<resnet::BasicBlock, 3, 4, 6, 3>;
+//   Model<ResNet18, backend::OneDnn> net({3, 32, 32}, fmt, NetOptions(), seed);
 #pragma once
 
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "cifarnet/layers.hpp"
 #include "cifarnet/nn/context.hpp"
@@ -30,6 +42,7 @@ CIFARNET_NAME(stem);
 CIFARNET_NAME(stage1);
 CIFARNET_NAME(stage2);
 CIFARNET_NAME(stage3);
+CIFARNET_NAME(stage4);
 CIFARNET_NAME(head);
 
 /// Conv (no bias; explicit padding when strided) followed by batch norm
@@ -61,7 +74,52 @@ using BlockV1Unfused =
 template <int In, int Out, int S>
 using Stage = Sequential<BlockV1<In, Out, S>, Repeat<BlockV1<Out, Out, 1>, -1>>;
 
+/// The shortcut of the ImageNet ResNets' basic block: identity where the
+/// shape is kept, else a strided 1×1 convolution + batch norm (projection).
+template <int In, int Out, int S>
+using ProjectionShortcut =
+    std::conditional_t<In == Out && S == 1, Identity, ConvBatchNorm<In, Out, 1, S, Padding::Same, false>>;
+
+/// ResNet-18/34's basic block: conv-BN-ReLU, conv-BN, plus the projection
+/// shortcut, then ReLU.
+template <int In, int Out, int S>
+using BasicBlock =
+    Residual<Sequential<ConvBN<In, Out, S, true>, ConvBN<Out, Out>>, ProjectionShortcut<In, Out, S>,
+             /*Relu=*/true>;
+
+namespace detail {
+template <int I>
+using StageName = std::tuple_element_t<I, std::tuple<stage1, stage2, stage3, stage4>>;
+
+template <template <int, int, int> class Block, int Width, int Classes, class Indices, int... Depths>
+struct Stages;
+template <template <int, int, int> class Block, int Width, int Classes, int... I, int... Depths>
+struct Stages<Block, Width, Classes, std::integer_sequence<int, I...>, Depths...> {
+  static_assert(sizeof...(Depths) >= 1 && sizeof...(Depths) <= 4,
+                "cifarnet: ResNet<Block, Depths...>: 1 to 4 stages");
+  static_assert(((Depths >= 1) && ...),
+                "cifarnet: ResNet<Block, Depths...>: every stage needs at least one block");
+  // Stage I maps Width·2^(I-1) to Width·2^I channels (the first keeps Width)
+  // with stride 2 (the first: 1), then Depth - 1 blocks that keep the shape.
+  using type = Sequential<
+      Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<stem, ConvBN<3, Width, 1, true>>,
+      Named<StageName<I>,
+            Sequential<Block<(I == 0 ? Width : (Width << (I - 1))), (Width << I), (I == 0 ? 1 : 2)>,
+                       RepeatN<Block<(Width << I), (Width << I), 1>, Depths - 1>>>...,
+      Named<head, Sequential<GlobalAvgPool, Dense<(Width << (sizeof...(Depths) - 1)), Classes>>>>;
+};
+}  // namespace detail
+
 }  // namespace resnet
+
+/// A ResNet with a fixed depth per stage (see the file comment), 10 classes.
+template <template <int, int, int> class Block, int... Depths>
+using ResNet =
+    typename resnet::detail::Stages<Block, 64, 10, std::make_integer_sequence<int, sizeof...(Depths)>,
+                                    Depths...>::type;
+
+/// ResNet-18 for CIFAR-10 (kuangliu-style: 3×3 stem, projection shortcuts).
+using ResNet18Cifar = ResNet<resnet::BasicBlock, 2, 2, 2, 2>;
 
 /// ResNet v1 for CIFAR (6n + 2 layers; n = NetOptions::repeat).
 template <int Classes = 11>

@@ -5,6 +5,7 @@
 //                            max(., 0) when Relu (ResNet v1's block, fused)
 //   Repeat<Block, Offset>    Block repeated NetOptions::repeat + Offset times
 //                            (run-time count: ResNet depth is a flag)
+//   RepeatN<Block, N>        Block repeated exactly N times (a stage's depth)
 //   Named<Tag, L>            L under the fixed scope name Tag::name
 //   Identity                 passes x through
 //
@@ -323,9 +324,30 @@ struct Residual : LayerBase {
   };
 };
 
-/// Block repeated NetOptions::repeat + Offset times (zero times is allowed).
-template <class Block, int Offset = 0>
-struct Repeat : LayerBase {
+namespace detail {
+/// Repeat counts: NetOptions::repeat + Offset (a run-time depth, as ResNet's
+/// --num-layers), or exactly N (a fixed per-stage depth).
+template <int Offset>
+struct RepeatFromOptions {
+  static int count(const NetOptions* o, const std::string& scope) {
+    const int n = (o ? o->repeat : 1) + Offset;
+    if (n < 0)
+      throw ConfigError("Repeat in scope '" + scope + "': repeat count " + std::to_string(n) +
+                        " is negative (NetOptions::repeat too small)");
+    return n;
+  }
+};
+template <int N>
+struct RepeatExactly {
+  static_assert(N >= 0, "cifarnet: RepeatN<Block, N>: N must not be negative.");
+  static int count(const NetOptions*, const std::string&) { return N; }
+};
+}  // namespace detail
+
+/// Block repeated Count::count(options) times (zero times is allowed); see
+/// Repeat and RepeatN.
+template <class Block, class Count>
+struct RepeatOf : LayerBase {
   static_assert(Block::in_channels < 0 || Block::out_channels(Block::in_channels) == Block::in_channels,
                 "cifarnet: Repeat<Block>: a repeated block must keep its channel count (In == Out).");
   static constexpr const char* kind = "repeat";
@@ -338,11 +360,7 @@ struct Repeat : LayerBase {
   class Node {
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      const int count = (ctx.options ? ctx.options->repeat : 1) + Offset;
-      if (count < 0)
-        throw ConfigError("Repeat in scope '" + scope.prefix() + "': repeat count " + std::to_string(count) +
-                          " is negative (NetOptions::repeat too small)");
-      blocks_.resize(std::size_t(count));
+      blocks_.resize(std::size_t(Count::count(ctx.options, scope.prefix())));
       Shape s = in;
       const bool down = ctx.propagate_down;
       const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
@@ -381,6 +399,16 @@ struct Repeat : LayerBase {
     std::vector<std::size_t> first_param_;  // first parameter id of block i (as Sequential)
   };
 };
+
+/// Block repeated NetOptions::repeat + Offset times: the run-time depth of
+/// the CIFAR ResNets (6n + 2 layers, n from --num-layers).
+template <class Block, int Offset = 0>
+struct Repeat : RepeatOf<Block, detail::RepeatFromOptions<Offset>> {};
+
+/// Block repeated exactly N times: a fixed depth per stage, as ResNet-18's
+/// 2/2/2/2 or ResNet-34's 3/4/6/3 (models/resnet.hpp).
+template <class Block, int N>
+struct RepeatN : RepeatOf<Block, detail::RepeatExactly<N>> {};
 
 /// L under the fixed scope name Tag::name (see CIFARNET_NAME).
 template <class Tag, class L>
