@@ -232,7 +232,10 @@ class NcclGroup {
       aborted_ = true;
       throw;
     }
-    for (auto& st : staged) st->finish();
+    for (std::size_t i = 0; i < staged.size(); ++i) {
+      const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
+      staged[i]->finish();
+    }
   }
 
   static std::vector<int> first_devices(int n) {

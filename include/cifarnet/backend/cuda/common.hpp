@@ -145,6 +145,22 @@ struct RuntimeDeviceApi {
 /// Makes a device current for a scope, restoring the caller's after.
 using DeviceGuard = BasicDeviceGuard<RuntimeDeviceApi>;
 
+/// f() with device `ordinal` current (then the caller's again), for
+/// destructors: never throws; a failed switch runs f() on the current device.
+template <class F>
+void on_device_noexcept(int ordinal, F&& f) noexcept {
+  int previous = -1;
+  if (ordinal < 0 || cudaGetDevice(&previous) != cudaSuccess) {
+    (void)cudaGetLastError();
+    f();
+    return;
+  }
+  const bool switched = previous != ordinal && cudaSetDevice(ordinal) == cudaSuccess;
+  (void)cudaGetLastError();
+  f();
+  if (switched) (void)cudaSetDevice(previous);
+}
+
 // ------------------------------------------------------------------ memory
 
 /// Device memory for `n` elements of T, owned (cudaMalloc / cudaFree); move-only.
@@ -202,7 +218,7 @@ class DeviceBuffer {
     n_ = n;
   }
   void release() noexcept {
-    if (p_) (void)cudaFree(p_);
+    if (p_) on_device_noexcept(ordinal_, [&] { (void)cudaFree(p_); });
     p_ = nullptr;
     n_ = 0;
   }
@@ -410,10 +426,12 @@ struct Device<backend::Cuda> {
  private:
   static int default_ordinal() { return backend::cuda::choose_device(backend::cuda::device_count()).ordinal; }
   void destroy() noexcept {
-    if (cublas_) (void)cublasDestroy(cublas_);
-    if (cudnn_) (void)cudnnDestroy(cudnn_);
-    buffers_.clear();
-    if (stream_) (void)cudaStreamDestroy(stream_);
+    backend::cuda::on_device_noexcept(ordinal_, [&] {  // the handles were made on this GPU
+      if (cublas_) (void)cublasDestroy(cublas_);
+      if (cudnn_) (void)cudnnDestroy(cudnn_);
+      buffers_.clear();
+      if (stream_) (void)cudaStreamDestroy(stream_);
+    });
     cublas_ = nullptr;
     cudnn_ = nullptr;
     stream_ = nullptr;
