@@ -81,6 +81,12 @@ int main(int argc, char** argv) {
                "(--no-soft-placement).")
       ->capture_default_str();
   app.add_flag("--log-device-placement", f.log_device_placement, "Whether to log device placement.");
+  app.add_flag("--deterministic", f.deterministic,
+               "CUDA backend: only cuDNN convolution algorithms whose results are reproducible bit for bit "
+               "(also CIFARNET_CUDA_DETERMINISTIC=1); no effect on the CPU backends.");
+  app.add_flag("--allow-tf32", f.allow_tf32,
+               "CUDA backend: let cuDNN convolutions use TF32 tensor cores (faster on Ampere and newer, "
+               "about 1e-3 relative error; also CIFARNET_CUDA_TF32=1). Default: full fp32.");
   app.add_option("--batch-norm-decay", f.batch_norm_decay, "Decay for batch norm.")->capture_default_str();
   app.add_option("--batch-norm-epsilon", f.batch_norm_epsilon, "Epsilon for batch norm.")
       ->capture_default_str();

@@ -57,6 +57,7 @@ struct Flags {
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
+  bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
   double collective_timeout = 600;
   int allreduce_bucket_kb = 1024;
   std::uint64_t seed = 0;
@@ -285,6 +286,20 @@ int run(const Flags& f, Cluster& cl) {
   using Net = std::conditional_t<kTowers, distributed::Towers<One>, One>;
   const std::unique_ptr<Net> net_owner = make_net<Net, kTowers>(f, fmt, opts);
   Net& net = *net_owner;
+#ifdef CIFARNET_WITH_CUDA
+  if constexpr (std::is_same_v<B, backend::Cuda>) {  // before the first convolution picks its algorithms
+    auto with_flags = [&](Device<backend::Cuda>& d) {
+      backend::cuda::ConvOptions co = d.conv_options();  // CIFARNET_CUDA_TF32 / _DETERMINISTIC, or defaults
+      co.deterministic = co.deterministic || f.deterministic;
+      co.allow_tf32 = co.allow_tf32 || f.allow_tf32;
+      d.set_conv_options(co);
+    };
+    if constexpr (kTowers)
+      for (std::size_t i = 0; i < net.size(); ++i) with_flags(net.tower(i).device());
+    else
+      with_flags(net.device());
+  }
+#endif
   // The seed's L2 term over tf.trainable_variables() (every trainable
   // parameter), then momentum.
   const auto decay = optim::WeightDecayOptions(f.weight_decay);

@@ -144,6 +144,82 @@ TEST_CASE("Without a GPU the CUDA device is a clear error, never a crash", "[bac
                   BackendError);
 }
 
+TEST_CASE("Staged outputs start as NaN: an op that writes nothing returns NaN, not stale data",
+          "[backend][cuda]") {
+  if (!have_gpu()) return;
+  Device<backend::Cuda> dev(0);
+  std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
+  {  // an op that writes its output leaves zeros in the staging buffer
+    backend::cuda::Staging st(dev);
+    float* d = st.out(a.data(), a.size());
+    backend::cuda::check(cudaMemsetAsync(d, 0, a.size() * sizeof(float), dev.stream()), "memset");
+    st.finish();
+  }
+  CHECK(a[0] == 0.0f);
+  {  // the next op, in the same staging slot, writes nothing
+    backend::cuda::Staging st(dev);
+    (void)st.out(b.data(), b.size());
+    st.finish();
+  }
+  std::size_t nan = 0;
+  for (float v : b) nan += std::isnan(v) ? 1 : 0;
+  CHECK(nan == b.size());
+}
+
+TEST_CASE("A model built on GPU 1 runs and allocates on GPU 1 from a thread whose current GPU is 0",
+          "[backend][cuda]") {
+  const int n = backend::cuda::device_count();
+  if (n < 2) {
+    WARN("SKIPPED: needs two GPUs (" << n << " present; " << backend::cuda::no_device_reason() << ")");
+    return;
+  }
+  using Gpu = Model<ResNetCifar<>, backend::Cuda>;
+  const DataFormat fmt = DataFormat::NHWC;
+  Gpu on0(std::make_unique<Device<backend::Cuda>>(0), {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5);
+  backend::cuda::check(cudaSetDevice(0), "cudaSetDevice");
+  Gpu on1(std::make_unique<Device<backend::Cuda>>(1), {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5);
+  int current = -1;
+  backend::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+  CHECK(current == 0);
+  Rng rng(3);
+  Tensor<float> x = make_tensor<float>({8, 3, 32, 32}, fmt);
+  for (auto& v : x) v = float(rng.normal());
+  const Tensor<float> l1 = on1.forward(x, Mode::Train);
+  const Tensor<float> l0 = on0.forward(x, Mode::Train);
+  backend::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
+  CHECK(current == 0);  // the ops restored the caller's device
+  CHECK(rel(l1, l0) < 1e-5);
+  // Its buffers live on GPU 1.
+  cudaPointerAttributes a{};
+  backend::cuda::check(
+      cudaPointerGetAttributes(&a, on1.device().buffer(Device<backend::Cuda>::kWorkspace, 1)),
+      "cudaPointerGetAttributes");
+  CHECK(a.device == 1);
+}
+
+TEST_CASE("Convolution algorithms: measured once per geometry, deterministic ones reproduce bit for bit",
+          "[backend][cuda]") {
+  if (!have_gpu()) return;
+  Device<backend::Cuda> dev(0, backend::cuda::ConvOptions{false, true});
+  auto& cache = backend::cuda::ConvAlgoCache::instance();
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {32, 16, 16, 16}, 32, 3, 1, Padding::Same);
+  Rng rng(7);
+  std::vector<float> x(g.in_shape().size()), w(3 * 3 * 16 * 32), dy(g.out_shape().size());
+  for (auto& v : x) v = float(rng.normal());
+  for (auto& v : w) v = float(rng.normal());
+  for (auto& v : dy) v = float(rng.normal());
+  std::vector<float> y1(dy.size()), y2(dy.size()), dw1(w.size()), dw2(w.size());
+  const std::size_t before = cache.measured();
+  ops::Conv2d<backend::Cuda, float> a, b;  // two layers of one geometry
+  a.forward(dev, g, x.data(), w.data(), nullptr, y1.data());
+  b.forward(dev, g, x.data(), w.data(), nullptr, y2.data());
+  CHECK(cache.measured() == before + 1);
+  CHECK(y1 == y2);
+  a.backward_weights(dev, g, x.data(), dy.data(), dw1.data(), nullptr);
+  b.backward_weights(dev, g, x.data(), dy.data(), dw2.data(), nullptr);
+  CHECK(dw1 == dw2);
+}
+
 #ifdef CIFARNET_WITH_NCCL
 #include <cifarnet/distributed/nccl.hpp>
 
@@ -153,6 +229,11 @@ TEST_CASE("NcclGroup averages one buffer per GPU (host buffers, staged)", "[back
     CHECK_THROWS_WITH(distributed::NcclGroup(1), Catch::Contains("GPUs requested, 0 present"));
     WARN("SKIPPED: NCCL needs a GPU (" << backend::cuda::no_device_reason() << ")");
     return;
+  }
+  {  // one Device per GPU: the same GPU twice is refused
+    Device<backend::Cuda> d0(0);
+    CHECK_THROWS_WITH(distributed::NcclGroup(std::vector<Device<backend::Cuda>*>{&d0, &d0}, 600),
+                      Catch::Contains("given twice"));
   }
   distributed::NcclGroup group(n);
   const std::size_t len = 1000;

@@ -5,9 +5,11 @@
 //
 //  - NcclGroup: one process driving several GPUs (the seed's towers): one
 //    NCCL communicator per device (ncclCommInitAll), all_reduce_mean/_sum
-//    over one buffer per device, issued as one NCCL group.
+//    over one buffer per device, issued as one NCCL group (closed by a guard
+//    also when an enqueue throws). Its devices are its own, or borrowed.
 //  - NcclTowerReducer: distributed::Towers' gradient sum over an NcclGroup
-//    (`--num-gpus N` in one process, one GPU per tower).
+//    on the towers' own devices (Towers binds them: no second Device, stream
+//    or cuDNN handle per GPU), for `--num-gpus N` in one process.
 //  - NcclCommunicator: one GPU per process under mpirun; the NCCL unique id
 //    goes from rank 0 to the others over MPI, then every all-reduce runs on
 //    NCCL (NVLink/InfiniBand/sockets, whatever NCCL finds).
@@ -18,7 +20,9 @@
 // through the Device's buffers, as every CUDA op does). Fault behaviour: a
 // collective that does not finish within the timeout (a dead or hung peer)
 // aborts the communicator (ncclCommAbort) and throws DistributedError instead
-// of hanging; NCCL's asynchronous errors are reported the same way.
+// of hanging; NCCL's asynchronous errors are reported the same way. Any error
+// of a group's enqueue, ncclGroupEnd or wait aborts every communicator of the
+// group (ncclCommAbort), and later collectives on it throw.
 #pragma once
 
 #include <nccl.h>
@@ -54,33 +58,8 @@ inline void check(ncclResult_t r, const char* what) {
         cifarnet::detail::concat("NCCL ", what, ": ", ncclGetErrorString(r), " (", int(r), ")"));
 }
 
-/// Waits for `stream` to finish the collective `what` on `comm`, polling;
-/// past `timeout` seconds, or on an asynchronous NCCL error, aborts `comm`
-/// and throws DistributedError.
-inline void wait(cudaStream_t stream, ncclComm_t comm, double timeout, const char* what) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const cudaError_t q = cudaStreamQuery(stream);
-    if (q == cudaSuccess) return;
-    if (q != cudaErrorNotReady) backend::cuda::check(q, what);
-    ncclResult_t async = ncclSuccess;
-    check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
-    if (async != ncclSuccess && async != ncclInProgress) {
-      (void)ncclCommAbort(comm);
-      throw DistributedError(cifarnet::detail::concat("NCCL ", what, ": ", ncclGetErrorString(async),
-                                                      " (a peer failed); the communicator was aborted"));
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
-      (void)ncclCommAbort(comm);
-      throw DistributedError(
-          cifarnet::detail::concat("NCCL ", what, ": not finished after ", timeout,
-                                   " s (a peer died or hangs); the communicator was aborted"));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-/// Owns an ncclComm_t (destroyed, or left alone once aborted).
+/// Owns an ncclComm_t: destroyed when it goes, or aborted (and then left
+/// alone) by abort().
 struct Comm {
   ncclComm_t c = nullptr;
   Comm() = default;
@@ -90,28 +69,95 @@ struct Comm {
   ~Comm() {
     if (c) (void)ncclCommDestroy(c);
   }
+  /// ncclCommAbort: frees the communicator without waiting for peers.
+  void abort() noexcept {
+    if (c) (void)ncclCommAbort(c);
+    c = nullptr;
+  }
 };
+
+/// An NCCL group opened for a scope: ncclGroupEnd runs once, by end() or, when
+/// an exception leaves the scope first, by the destructor.
+class GroupGuard {
+ public:
+  GroupGuard() { check(ncclGroupStart(), "ncclGroupStart"); }
+  GroupGuard(const GroupGuard&) = delete;
+  GroupGuard& operator=(const GroupGuard&) = delete;
+  void end() {
+    open_ = false;
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  ~GroupGuard() {
+    if (open_) (void)ncclGroupEnd();
+  }
+
+ private:
+  bool open_ = true;
+};
+
+/// Waits for `stream` to finish the collective `what` on `comm`, polling;
+/// past `timeout` seconds, or on an asynchronous NCCL error, throws
+/// DistributedError (the caller aborts the communicators).
+inline void wait(cudaStream_t stream, ncclComm_t comm, double timeout, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) backend::cuda::check(q, what);
+    ncclResult_t async = ncclSuccess;
+    check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      throw DistributedError(cifarnet::detail::concat("NCCL ", what, ": ", ncclGetErrorString(async),
+                                                      " (a peer failed); the communicator was aborted"));
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout) {
+      throw DistributedError(
+          cifarnet::detail::concat("NCCL ", what, ": not finished after ", timeout,
+                                   " s (a peer died or hangs); the communicator was aborted"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// Aborts every communicator of `comms` (after an error of one collective).
+inline void abort_all(std::vector<Comm>& comms) noexcept {
+  for (Comm& c : comms) c.abort();
+}
 
 }  // namespace nccl_detail
 
-/// One process, several GPUs (devices 0..n-1, or the given list): one Device
-/// (stream, handles) and one NCCL communicator per GPU.
+/// One process, several GPUs (devices 0..n-1, or the given list): one NCCL
+/// communicator per GPU, and per GPU one Device (stream, handles): its own,
+/// or borrowed from the caller (the towers' devices, which must outlive it).
 class NcclGroup {
  public:
+  using Dev = Device<backend::Cuda>;
   explicit NcclGroup(int n, double timeout_seconds = 600) : NcclGroup(first_devices(n), timeout_seconds) {}
+  /// Opens a Device of its own on each GPU of `devices`.
   NcclGroup(std::vector<int> devices, double timeout_seconds) : timeout_(timeout_seconds) {
     if (devices.empty()) throw ConfigError("NcclGroup: no devices");
-    for (int d : devices) devices_.push_back(std::make_unique<Device<backend::Cuda>>(d));
-    std::vector<ncclComm_t> raw(devices.size());
-    nccl_detail::check(ncclCommInitAll(raw.data(), int(raw.size()), devices.data()), "ncclCommInitAll");
-    for (ncclComm_t c : raw) {
-      comms_.emplace_back();
-      comms_.back().c = c;
+    for (int d : devices) {
+      owned_.push_back(std::make_unique<Dev>(d));
+      devices_.push_back(owned_.back().get());
     }
+    init_comms();
+  }
+  /// Uses the caller's devices (one per GPU, distinct GPUs).
+  NcclGroup(std::vector<Dev*> devices, double timeout_seconds)
+      : timeout_(timeout_seconds), devices_(std::move(devices)) {
+    if (devices_.empty()) throw ConfigError("NcclGroup: no devices");
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      if (!devices_[i]) throw ConfigError("NcclGroup: a null device");
+      for (std::size_t j = 0; j < i; ++j)
+        if (devices_[j]->ordinal() == devices_[i]->ordinal())
+          throw ConfigError(cifarnet::detail::concat("NcclGroup: GPU ", devices_[i]->ordinal(),
+                                                     " given twice (one device per GPU)"));
+    }
+    init_comms();
   }
 
   std::size_t size() const { return devices_.size(); }
-  Device<backend::Cuda>& device(std::size_t i) { return *devices_.at(i); }
+  Dev& device(std::size_t i) { return *devices_.at(i); }
 
   /// buffers[i] (n floats, on device i or on the host) becomes the mean of
   /// all the buffers, on every device.
@@ -125,7 +171,22 @@ class NcclGroup {
   }
 
  private:
+  void init_comms() {
+    std::vector<int> ids;
+    for (Dev* d : devices_) ids.push_back(d->ordinal());
+    std::vector<ncclComm_t> raw(ids.size());
+    nccl_detail::check(ncclCommInitAll(raw.data(), int(raw.size()), ids.data()), "ncclCommInitAll");
+    for (ncclComm_t c : raw) {
+      comms_.emplace_back();
+      comms_.back().c = c;
+    }
+  }
+
   void all_reduce(const std::vector<float*>& buffers, std::size_t n, ncclRedOp_t op, const char* what) {
+    if (aborted_)
+      throw DistributedError(cifarnet::detail::concat(what,
+                                                      ": the group's communicators were aborted after an "
+                                                      "earlier NCCL error"));
     if (buffers.empty() || buffers.size() > devices_.size() ||
         (op == ncclAvg && buffers.size() != devices_.size()))
       throw ConfigError(
@@ -143,21 +204,36 @@ class NcclGroup {
       }
     }
     auto& comms = buffers.size() == devices_.size() ? comms_ : sub_comms_[buffers.size()];
-    std::vector<std::unique_ptr<backend::cuda::Staging>> staged;
     std::vector<float*> dev(buffers.size());
+    std::vector<std::unique_ptr<backend::cuda::Staging>> staged;
     for (std::size_t i = 0; i < buffers.size(); ++i) {
-      backend::cuda::check(cudaSetDevice(devices_[i]->ordinal()), "cudaSetDevice");
+      const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
       staged.push_back(std::make_unique<backend::cuda::Staging>(*devices_[i]));
       dev[i] = staged.back()->inout(buffers[i], n);
     }
-    nccl_detail::check(ncclGroupStart(), "ncclGroupStart");
-    for (std::size_t i = 0; i < buffers.size(); ++i)
-      nccl_detail::check(ncclAllReduce(dev[i], dev[i], n, ncclFloat, op, comms[i].c, devices_[i]->stream()),
-                         "ncclAllReduce");
-    nccl_detail::check(ncclGroupEnd(), "ncclGroupEnd");
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
-      backend::cuda::check(cudaSetDevice(devices_[i]->ordinal()), "cudaSetDevice");
-      nccl_detail::wait(devices_[i]->stream(), comms[i].c, timeout_, "all-reduce (towers)");
+    try {
+      {
+        nccl_detail::GroupGuard group;  // ncclGroupEnd also when an enqueue throws
+        for (std::size_t i = 0; i < buffers.size(); ++i)
+          nccl_detail::check(
+              ncclAllReduce(dev[i], dev[i], n, ncclFloat, op, comms[i].c, devices_[i]->stream()),
+              "ncclAllReduce");
+        group.end();
+      }
+      for (std::size_t i = 0; i < buffers.size(); ++i) {
+        const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
+        nccl_detail::wait(devices_[i]->stream(), comms[i].c, timeout_, "all-reduce (towers)");
+      }
+    } catch (...) {
+      // A failed or hung collective leaves the communicators unusable: abort
+      // them all (a destroy would wait for the peers) and refuse later calls.
+      nccl_detail::abort_all(comms_);
+      for (auto& kv : sub_comms_) nccl_detail::abort_all(kv.second);
+      aborted_ = true;
+      throw;
+    }
+    for (std::size_t i = 0; i < staged.size(); ++i) {
+      const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
       staged[i]->finish();
     }
   }
@@ -173,24 +249,41 @@ class NcclGroup {
     return d;
   }
   double timeout_;
-  std::vector<std::unique_ptr<Device<backend::Cuda>>> devices_;
+  std::vector<std::unique_ptr<Dev>> owned_;
+  std::vector<Dev*> devices_;
   std::vector<nccl_detail::Comm> comms_;
+  bool aborted_ = false;
   std::map<std::size_t, std::vector<nccl_detail::Comm>> sub_comms_;
 };
 
-/// distributed::Towers' gradient sum over NCCL, one GPU per tower (tower i
-/// on GPU i of the group): `Towers<Model<Net, backend::Cuda>>(n, ..., [](std::size_t i)
+/// distributed::Towers' gradient sum over NCCL, one GPU per tower:
+/// `Towers<Model<Net, backend::Cuda>>(n, ..., [](std::size_t i)
 /// { return std::make_unique<Device<backend::Cuda>>(int(i)); },
-/// std::make_unique<NcclTowerReducer>(n))`.
-class NcclTowerReducer final : public TowerReducer<float> {
+/// std::make_unique<NcclTowerReducer>(n))`. The Towers bind their devices
+/// (bind(): the group runs on the towers' streams, no second Device per
+/// GPU); used outside Towers, the first sum() opens GPUs 0..gpus-1 itself.
+class NcclTowerReducer final : public DeviceTowerReducer<backend::Cuda, float> {
  public:
-  explicit NcclTowerReducer(int gpus, double timeout_seconds = 600) : group_(gpus, timeout_seconds) {}
-  void sum(const std::vector<float*>& buffers, std::size_t n) override { group_.all_reduce_sum(buffers, n); }
+  explicit NcclTowerReducer(int gpus, double timeout_seconds = 600) : gpus_(gpus), timeout_(timeout_seconds) {
+    if (gpus <= 0) throw ConfigError(cifarnet::detail::concat("NcclTowerReducer: ", gpus, " GPUs"));
+  }
+  void bind(const std::vector<Device<backend::Cuda>*>& devices) override {
+    if (devices.size() != std::size_t(gpus_))
+      throw ConfigError(cifarnet::detail::concat("NcclTowerReducer: made for ", gpus_, " GPUs, bound to ",
+                                                 devices.size(), " towers"));
+    group_ = std::make_unique<NcclGroup>(devices, timeout_);
+  }
+  void sum(const std::vector<float*>& buffers, std::size_t n) override { group().all_reduce_sum(buffers, n); }
   const char* name() const override { return "NCCL"; }
-  NcclGroup& group() { return group_; }
+  NcclGroup& group() {
+    if (!group_) group_ = std::make_unique<NcclGroup>(gpus_, timeout_);
+    return *group_;
+  }
 
  private:
-  NcclGroup group_;
+  int gpus_;
+  double timeout_;
+  std::unique_ptr<NcclGroup> group_;
 };
 
 #ifdef CIFARNET_WITH_MPI
@@ -207,7 +300,7 @@ class NcclCommunicator {
     mpi.broadcast(bytes, 0, "NCCL unique id");
     if (bytes.size() != sizeof(id)) throw DistributedError("NCCL unique id: wrong size from rank 0");
     std::copy(bytes.begin(), bytes.end(), reinterpret_cast<std::uint8_t*>(&id));
-    backend::cuda::check(cudaSetDevice(dev.ordinal()), "cudaSetDevice");
+    const backend::cuda::DeviceGuard guard(dev.ordinal());
     nccl_detail::check(ncclCommInitRank(&comm_.c, size_, id, rank_), "ncclCommInitRank");
   }
 
@@ -216,10 +309,18 @@ class NcclCommunicator {
 
   /// data (n floats, device or host) becomes its mean over the processes.
   void all_reduce_mean(float* data, std::size_t n) {
+    if (!comm_.c)
+      throw DistributedError("NCCL gradient all-reduce: the communicator was aborted after an earlier error");
     backend::cuda::Staging st(*dev_);
     float* d = st.inout(data, n);
-    nccl_detail::check(ncclAllReduce(d, d, n, ncclFloat, ncclAvg, comm_.c, dev_->stream()), "ncclAllReduce");
-    nccl_detail::wait(dev_->stream(), comm_.c, timeout_, "gradient all-reduce");
+    try {
+      nccl_detail::check(ncclAllReduce(d, d, n, ncclFloat, ncclAvg, comm_.c, dev_->stream()),
+                         "ncclAllReduce");
+      nccl_detail::wait(dev_->stream(), comm_.c, timeout_, "gradient all-reduce");
+    } catch (...) {
+      comm_.abort();  // peers may be gone: never ncclCommDestroy (it would wait)
+      throw;
+    }
     st.finish();
   }
 

@@ -66,6 +66,16 @@ class TowerReducer {
   virtual const char* name() const = 0;
 };
 
+/// A reducer that works on the towers' own devices (NCCL over the towers'
+/// GPUs, on their streams): Towers calls bind() once, from its constructor,
+/// with tower i's device at index i, before any sum(). The devices outlive
+/// the reducer's use of them (the Towers own both).
+template <class B, class T>
+class DeviceTowerReducer : public TowerReducer<T> {
+ public:
+  virtual void bind(const std::vector<Device<B>*>& devices) = 0;
+};
+
 /// Sums on the host: buffers[0] += buffers[1] + ... + buffers[N-1], added in
 /// tower order element by element, so the result does not depend on the
 /// number of OpenMP threads.
@@ -221,6 +231,11 @@ class Towers {
       replicas_.push_back(std::make_unique<ModelT>(device ? device(i) : nullptr, input, fmt, options, seed));
     }
     if (!reducer_) reducer_ = std::make_unique<HostTowerReducer<T>>();
+    if (auto* r = dynamic_cast<DeviceTowerReducer<Backend, T>*>(reducer_.get())) {
+      std::vector<Device<Backend>*> devices;
+      for (auto& m : replicas_) devices.push_back(&m->device());
+      r->bind(devices);
+    }
     inputs_.resize(n);
     douts_.resize(n);
     outs_.assign(n, nullptr);

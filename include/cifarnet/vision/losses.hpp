@@ -27,15 +27,19 @@
 namespace cifarnet::vision {
 
 namespace detail {
-/// ops::Gemm<B, T> on this thread's own device of backend B (the losses take
-/// no device: a CUDA device, its stream and cuBLAS handle, is made once per
-/// thread on first use; the CPU backends' are cheap).
+/// ops::Gemm<B, T> on `dev` (the model's device: GatysLoss passes it), or
+/// when null on this thread's own default device of backend B (made once per
+/// thread on first use: for CUDA the process's GPU, Device<Cuda>()).
 template <class B, class T>
-void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, const T* b,
-          T beta, T* c) {
-  thread_local Device<B> dev;
-  thread_local ops::Gemm<B, T> op;
-  op.run(dev, ta, tb, m, n, k, alpha, a, b, beta, c);
+void gemm(Device<B>* dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+          const T* b, T beta, T* c) {
+  thread_local ops::Gemm<B, T> op;  // stateless
+  if (dev) {
+    op.run(*dev, ta, tb, m, n, k, alpha, a, b, beta, c);
+    return;
+  }
+  thread_local Device<B> own;
+  op.run(own, ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 }  // namespace detail
 
@@ -54,17 +58,18 @@ Shape single_example(const Tensor<T>& f, DataFormat fmt, const char* what) {
 }
 }  // namespace detail
 
-/// G = FᵀF (N x N, row-major) of one example's activation in format `fmt`.
+/// G = FᵀF (N x N, row-major) of one example's activation in format `fmt`,
+/// computed on `dev` (null: the thread's default device of B).
 template <class B, class T>
-void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g) {
+void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g, Device<B>* dev = nullptr) {
   const Shape s = detail::single_example(f, fmt, "gram_matrix");
   const auto [M, N] = gram_dims(s);
   g.resize(N * N);
   // NHWC stores F as (M, N): G = FᵀF. NCHW stores Fᵀ as (N, M): G = Fᵀ(Fᵀ)ᵀ.
   if (fmt == DataFormat::NHWC)
-    detail::gemm<B, T>(true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(dev, true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
   else
-    detail::gemm<B, T>(false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(dev, false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
 }
 
 /// A style target: the style image's Gram matrix at one layer, with the
@@ -76,9 +81,9 @@ struct GramTarget {
 };
 
 template <class B, class T>
-GramTarget<T> make_gram_target(const Tensor<T>& f, DataFormat fmt) {
+GramTarget<T> make_gram_target(const Tensor<T>& f, DataFormat fmt, Device<B>* dev = nullptr) {
   GramTarget<T> t;
-  gram_matrix<B>(f, fmt, t.a);
+  gram_matrix<B>(f, fmt, t.a, dev);
   const auto d = gram_dims(shape_of(f, fmt));
   t.m = d[0];
   t.n = d[1];
@@ -110,16 +115,17 @@ double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, dou
 /// One layer's style loss E = Σ(G − A)² / (2·N·M)² with G = FᵀF. With `df`,
 /// adds scale·dE/dF = scale·4·F(G − A) / (2·N·M)² into it. `work` is scratch
 /// space (N x N), kept by the caller so steady-state steps do not allocate.
+/// Products run on `dev` (null: the thread's default device of B).
 template <class B, class T>
 double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>& target, std::vector<T>& work,
-                        T* df = nullptr, double scale = 1.0) {
+                        T* df = nullptr, double scale = 1.0, Device<B>* dev = nullptr) {
   const Shape s = detail::single_example(f, fmt, "style_layer_loss");
   const auto [M, N] = gram_dims(s);
   if (M != target.m || N != target.n || target.a.size() != N * N)
     throw ShapeError(cifarnet::detail::concat("style_layer_loss: the activation has M = ", M, ", N = ", N,
                                               " but the style target has M = ", target.m,
                                               ", N = ", target.n));
-  gram_matrix<B>(f, fmt, work);
+  gram_matrix<B>(f, fmt, work, dev);
   const double denom = 2.0 * double(N) * double(M);
   double sum = 0;
   for (std::size_t i = 0; i < N * N; ++i) {
@@ -129,9 +135,9 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
   if (df) {
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
-      detail::gemm<B, T>(false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
+      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
     else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
-      detail::gemm<B, T>(false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
+      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
   }
   return sum / (denom * denom);
 }

@@ -135,7 +135,8 @@ class GatysLoss {
   void set_style(const T* style) {
     forward(style, Mode::Infer);
     for (std::size_t i = 0; i < opt_.style_layers.size(); ++i)
-      targets_[i] = make_gram_target<B>(model_.activation(opt_.style_layers[i]), model_.format());
+      targets_[i] =
+          make_gram_target<B>(model_.activation(opt_.style_layers[i]), model_.format(), &model_.device());
     has_style_ = true;
   }
 
@@ -158,8 +159,9 @@ class GatysLoss {
         content_loss(model_.activation(opt_.content_layer), content_target_, tg[0], opt_.content_weight);
     for (std::size_t i = 0; i < opt_.style_layers.size(); ++i) {
       const double w = opt_.style_layer_weights[i];
-      p.style += w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(),
-                                         targets_[i], work_, tg[i + 1], opt_.style_weight * w);
+      p.style +=
+          w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(), targets_[i],
+                                  work_, tg[i + 1], opt_.style_weight * w, &model_.device());
     }
     if (backward) {
       const Shape out = model_.output_shape(1);

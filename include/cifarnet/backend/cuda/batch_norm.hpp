@@ -25,8 +25,8 @@ struct BatchNorm<backend::Cuda, float> {
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var) {
     namespace cu = backend::cuda;
-    Plan& p = plan(g);
     cu::Staging st(dev);
+    Plan& p = plan(g);
     const float* dx = st.in(x, g.size());
     const float* dg = st.in(gamma, g.c);
     const float* dbt = st.in(beta, g.c);
@@ -55,8 +55,8 @@ struct BatchNorm<backend::Cuda, float> {
   void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
                      const float* beta, const float* mean, const float* var, float* y) {
     namespace cu = backend::cuda;
-    Plan& p = plan(g);
     cu::Staging st(dev);
+    Plan& p = plan(g);
     const float* dx = st.in(x, g.size());
     const float* dg = st.in(gamma, g.c);
     const float* dbt = st.in(beta, g.c);

@@ -13,6 +13,16 @@
 // CUDA backend unchanged, and code that keeps its tensors on the device pays
 // no copies.
 //
+// Staged outputs are poisoned (every byte 0xFF, a NaN) before the op runs, so
+// an op that leaves part of its output unwritten returns NaN there instead
+// of whatever an earlier op left in the staging buffer.
+//
+// Devices: every op makes the model's GPU current for its duration with a
+// scoped guard (DeviceGuard) and restores the caller's current device after,
+// so a model built on GPU 1 runs and allocates on GPU 1 whatever device the
+// calling thread had current. Device buffers are allocated under the same
+// guard.
+//
 // Invariants (as the oneDNN backend): descriptors and algorithm choices are
 // built once per geometry and reused; every op synchronizes its stream before
 // it returns, so the caller's buffers are ready when a call ends. An op
@@ -36,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/cuda/host_config.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/ops/geometry.hpp"
@@ -115,6 +126,41 @@ inline int to_int(std::size_t v, const char* what) {
   return int(v);
 }
 
+// ------------------------------------------------------------ device guard
+
+/// cudaGetDevice / cudaSetDevice for BasicDeviceGuard (0 on success).
+struct RuntimeDeviceApi {
+  static int get(int* d) {
+    if (cudaGetDevice(d) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return 1;
+  }
+  static int set(int d) {
+    if (cudaSetDevice(d) == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return 1;
+  }
+};
+
+/// Makes a device current for a scope, restoring the caller's after.
+using DeviceGuard = BasicDeviceGuard<RuntimeDeviceApi>;
+
+/// f() with device `ordinal` current (then the caller's again), for
+/// destructors: never throws; a failed switch runs f() on the current device.
+template <class F>
+void on_device_noexcept(int ordinal, F&& f) noexcept {
+  int previous = -1;
+  if (ordinal < 0 || cudaGetDevice(&previous) != cudaSuccess) {
+    (void)cudaGetLastError();
+    f();
+    return;
+  }
+  const bool switched = previous != ordinal && cudaSetDevice(ordinal) == cudaSuccess;
+  (void)cudaGetLastError();
+  f();
+  if (switched) (void)cudaSetDevice(previous);
+}
+
 // ------------------------------------------------------------------ memory
 
 /// Device memory for `n` elements of T, owned (cudaMalloc / cudaFree); move-only.
@@ -122,15 +168,21 @@ template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
+  /// `n` elements on the calling thread's current device.
   explicit DeviceBuffer(std::size_t n) { resize(n); }
+  /// `n` elements on device `ordinal` (made current while allocating; the
+  /// caller's current device is restored); later growth stays on it.
+  DeviceBuffer(int ordinal, std::size_t n) : ordinal_(ordinal) { resize(n); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), ordinal_(o.ordinal_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
       p_ = std::exchange(o.p_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      ordinal_ = o.ordinal_;
     }
     return *this;
   }
@@ -150,7 +202,13 @@ class DeviceBuffer {
     release();
     if (n == 0) return;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, n * sizeof(T));
+    cudaError_t e = cudaSuccess;
+    if (ordinal_ >= 0) {
+      const DeviceGuard guard(ordinal_);
+      e = cudaMalloc(&p, n * sizeof(T));
+    } else {
+      e = cudaMalloc(&p, n * sizeof(T));
+    }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw BackendError(detail::concat("CUDA cudaMalloc of ", n * sizeof(T), " bytes: ", cudaGetErrorName(e),
@@ -160,12 +218,13 @@ class DeviceBuffer {
     n_ = n;
   }
   void release() noexcept {
-    if (p_) (void)cudaFree(p_);
+    if (p_) on_device_noexcept(ordinal_, [&] { (void)cudaFree(p_); });
     p_ = nullptr;
     n_ = 0;
   }
   T* p_ = nullptr;
   std::size_t n_ = 0;
+  int ordinal_ = -1;  ///< the device it lives on; -1: the current one at allocation
 };
 
 /// True if CUDA can dereference `p` on the device (device or managed memory).
@@ -280,18 +339,33 @@ struct PaddedInput {
 
 /// The CUDA device: one stream with its cuDNN and cuBLAS handles, and
 /// grow-only device buffers shared by every op of one model (workspace and
-/// staging). The device ordinal is 0, or CIFARNET_CUDA_DEVICE when set.
-/// Throws BackendError when no GPU is usable (the message says why).
+/// staging), with the convolution options of the model's ops.
+///
+/// Which GPU: the ordinal given, or by default CIFARNET_CUDA_DEVICE when set,
+/// else the process's MPI/Slurm local rank modulo the GPUs present, else 0
+/// (backend/cuda/host_config.hpp, choose_device). The constructor, like
+/// every op, restores the calling thread's current device when it returns.
+/// Throws BackendError when no GPU is usable (the message says why), and
+/// ConfigError when CIFARNET_CUDA_DEVICE or CIFARNET_CUDA_WORKSPACE_MB is not
+/// a number.
 template <>
 struct Device<backend::Cuda> {
+  using ConvOptions = backend::cuda::ConvOptions;
+  /// The process's GPU (see above), with ConvOptions from the environment
+  /// (CIFARNET_CUDA_TF32, CIFARNET_CUDA_DETERMINISTIC; defaults: unset).
   Device() : Device(default_ordinal()) {}
-  explicit Device(int ordinal) : ordinal_(ordinal) {
+  /// GPU `ordinal`, with ConvOptions from the environment.
+  explicit Device(int ordinal) : Device(ordinal, backend::cuda::conv_options_from_env()) {}
+  Device(int ordinal, ConvOptions conv)
+      : ordinal_(ordinal),
+        conv_(conv),
+        workspace_limit_(backend::cuda::workspace_limit_bytes(std::getenv("CIFARNET_CUDA_WORKSPACE_MB"))) {
     namespace cu = backend::cuda;
     const int n = cu::device_count();
     if (n == 0) throw BackendError("CUDA backend: no usable GPU (" + cu::no_device_reason() + ")");
     if (ordinal < 0 || ordinal >= n)
       throw BackendError(detail::concat("CUDA backend: device ", ordinal, " requested, ", n, " present"));
-    cu::check(cudaSetDevice(ordinal), "cudaSetDevice");
+    const cu::DeviceGuard guard(ordinal);
     cu::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     try {
       cu::check(cudnnCreate(&cudnn_), "cudnnCreate");
@@ -312,8 +386,13 @@ struct Device<backend::Cuda> {
 
   int ordinal() const { return ordinal_; }
   /// Makes this GPU the calling thread's current device (CUDA keeps it per
-  /// thread; towers run each GPU from a thread of its own).
+  /// thread; towers run each GPU from a thread of its own). Ops do not need
+  /// it: each makes its device current for its own duration.
   void make_current() const { backend::cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+  /// How convolutions may compute (TF32 opt-in, deterministic algorithms).
+  /// Set it before the first op: choices already made for a geometry stay.
+  const ConvOptions& conv_options() const { return conv_; }
+  void set_conv_options(const ConvOptions& o) { conv_ = o; }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
@@ -323,8 +402,11 @@ struct Device<backend::Cuda> {
   /// temporaries (workspace, padded copies, transposed weights); staging uses
   /// the slots from kStagingBase up.
   float* buffer(std::size_t slot, std::size_t n) {
-    if (slot >= buffers_.size()) buffers_.resize(slot + 1);
-    buffers_[slot].reserve(n ? n : 1);
+    if (slot >= buffers_.size()) {
+      buffers_.reserve(slot + 1);
+      while (buffers_.size() <= slot) buffers_.emplace_back(ordinal_, 0);
+    }
+    buffers_[slot].reserve(n ? n : 1);  // allocates on this device (DeviceBuffer's guard)
     return buffers_[slot].data();
   }
   /// A byte workspace of at least `bytes` (cuDNN algorithms).
@@ -337,28 +419,27 @@ struct Device<backend::Cuda> {
 
   static constexpr std::size_t kWorkspace = 0;
   static constexpr std::size_t kStagingBase = 8;
-  /// Largest workspace an algorithm may ask for (bytes); CIFARNET_CUDA_WORKSPACE_MB overrides.
-  std::size_t workspace_limit() const {
-    if (const char* s = std::getenv("CIFARNET_CUDA_WORKSPACE_MB")) return std::size_t(std::atol(s)) << 20;
-    return std::size_t(512) << 20;
-  }
+  /// Largest workspace an algorithm may ask for (bytes): 512 MiB, or
+  /// CIFARNET_CUDA_WORKSPACE_MB (read when the device was made).
+  std::size_t workspace_limit() const { return workspace_limit_; }
 
  private:
-  static int default_ordinal() {
-    const char* s = std::getenv("CIFARNET_CUDA_DEVICE");
-    return s ? std::atoi(s) : 0;
-  }
+  static int default_ordinal() { return backend::cuda::choose_device(backend::cuda::device_count()).ordinal; }
   void destroy() noexcept {
-    if (cublas_) (void)cublasDestroy(cublas_);
-    if (cudnn_) (void)cudnnDestroy(cudnn_);
-    buffers_.clear();
-    if (stream_) (void)cudaStreamDestroy(stream_);
+    backend::cuda::on_device_noexcept(ordinal_, [&] {  // the handles were made on this GPU
+      if (cublas_) (void)cublasDestroy(cublas_);
+      if (cudnn_) (void)cudnnDestroy(cudnn_);
+      buffers_.clear();
+      if (stream_) (void)cudaStreamDestroy(stream_);
+    });
     cublas_ = nullptr;
     cudnn_ = nullptr;
     stream_ = nullptr;
   }
 
   int ordinal_ = 0;
+  ConvOptions conv_;
+  std::size_t workspace_limit_;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -377,7 +458,8 @@ using Dev = Device<Cuda>;
 /// work, finish().
 class Staging {
  public:
-  explicit Staging(Dev& dev) : dev_(dev) {}
+  /// Makes dev's GPU current until the Staging ends (construct it first).
+  explicit Staging(Dev& dev) : guard_(dev.ordinal()), dev_(dev) {}
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
@@ -421,7 +503,10 @@ class Staging {
     }
     if (count_ == kMaxEntries) throw ConfigError("CUDA backend: an op staged more than 12 buffers");
     Entry e{p, dev_.buffer(Dev::kStagingBase + count_, n), n, write, false};
-    if (read) upload(e);
+    if (read)
+      upload(e);
+    else  // poisoned: what the op does not write comes back as NaN
+      check(cudaMemsetAsync(e.dev, 0xFF, e.n * sizeof(float), dev_.stream()), "poison of a staged output");
     entries_[count_++] = e;
     return e.dev;
   }
@@ -430,6 +515,7 @@ class Staging {
           "copy of an op's input to the device");
     e.uploaded = true;
   }
+  DeviceGuard guard_;
   Dev& dev_;
   // A fixed array: staging allocates nothing on the host in the step loop.
   static constexpr std::size_t kMaxEntries = 12;
@@ -442,6 +528,7 @@ class Staging {
 inline void to_host(Dev& dev, const float* p, std::size_t n, std::vector<float>& h) {
   h.resize(n);
   if (is_device_pointer(p)) {
+    const DeviceGuard guard(dev.ordinal());
     check(cudaMemcpyAsync(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, dev.stream()),
           "copy to the host");
     dev.sync();

@@ -11,12 +11,23 @@
 // and convolve it unpadded (backward_data takes the interior of the padded
 // gradient): backend/cuda/common.hpp, PaddedInput.
 //
-// Algorithms: per geometry and pass, the fastest of cuDNN's heuristic list
-// (cudnnGet*Algorithm_v7) whose workspace fits Device::workspace_limit();
-// math type CUDNN_FMA_MATH (full fp32, no TF32), so results agree with the
-// CPU backends to fp32 rounding.
+// Algorithms: per geometry and pass, measured once by cuDNN's legacy
+// convolution API (cudnnFindConvolution{Forward,BackwardData,BackwardFilter}
+// AlgorithmEx on scratch buffers, workspace up to Device::workspace_limit())
+// and cached process-wide (backend/cuda/host_config.hpp, ConvAlgoCache: a
+// second layer or op object with the same geometry, device and options
+// measures nothing). The fastest measured algorithm is taken that fits the
+// limit, runs without tensor-core math unless the device's ConvOptions allow
+// TF32, and is deterministic when they ask for it (select_algorithm). Math
+// type: CUDNN_FMA_MATH (full fp32, so results agree with the CPU backends to
+// fp32 rounding), CUDNN_DEFAULT_MATH only when TF32 is allowed. Each pass's
+// workspace is what cudnnGetConvolution*WorkspaceSize reports for the chosen
+// algorithm, not the measurement's figure. (cuDNN 9 marks this legacy API
+// deprecated in favour of its graph API; it is still shipped and supported,
+// and the port is not done: docs/ARCHITECTURE.md.)
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -33,8 +44,8 @@ struct Conv2d<backend::Cuda, float> {
 
   void forward(Dev& dev, const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
     namespace cu = backend::cuda;
-    Plan& p = plan(dev, g);
     cu::Staging st(dev);
+    Plan& p = plan(dev, g);
     const float* dx_in = st.in(x, g.in_shape().size());
     const float* dw = st.in(w, weights_size(g));
     const float* db = b ? st.in(b, g.oc) : nullptr;
@@ -51,8 +62,8 @@ struct Conv2d<backend::Cuda, float> {
 
   void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w, float* dx) {
     namespace cu = backend::cuda;
-    Plan& p = plan(dev, g);
     cu::Staging st(dev);
+    Plan& p = plan(dev, g);
     const float* ddy = st.in(dy, g.out_shape().size());
     const float* dw = st.in(w, weights_size(g));
     float* ddx = st.out(dx, g.in_shape().size());
@@ -68,8 +79,8 @@ struct Conv2d<backend::Cuda, float> {
 
   void backward_weights(Dev& dev, const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
     namespace cu = backend::cuda;
-    Plan& p = plan(dev, g);
     cu::Staging st(dev);
+    Plan& p = plan(dev, g);
     const float* dx_in = st.in(x, g.in_shape().size());
     const float* ddy = st.in(dy, g.out_shape().size());
     float* ddw = st.out(dw, weights_size(g));
@@ -143,7 +154,9 @@ struct Conv2d<backend::Cuda, float> {
                                               cu::to_int(g.sw, "stride"), 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT),
               "cudnnSetConvolution2dDescriptor");
-    cu::check(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    cu::check(cudnnSetConvolutionMathType(
+                  p->conv, dev.conv_options().allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+              "cudnnSetConvolutionMathType");
     int on = 0, oc = 0, oh = 0, ow = 0;
     cu::check(cudnnGetConvolution2dForwardOutputDim(p->conv, p->xconv, p->filter, &on, &oc, &oh, &ow),
               "cudnnGetConvolution2dForwardOutputDim");
@@ -155,48 +168,116 @@ struct Conv2d<backend::Cuda, float> {
     return p;
   }
 
-  // Tensor-core math (TF32 on fp32 data) would change the results.
-  static bool tensor_op(cudnnMathType_t m) {
-    return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-  }
-
-  // The first algorithm of cuDNN's heuristic ranking that runs without
-  // tensor-core math and fits the workspace limit (the descriptor's math type,
-  // CUDNN_FMA_MATH, is what executes).
-  template <class Perf, class Algo>
-  static void pick(const Perf* perf, int n, std::size_t limit, Algo& algo, std::size_t& ws, const char* pass,
-                   const ConvGeom& g) {
+  // cuDNN's measurements as AlgoCandidates (fastest first).
+  template <class Perf>
+  static std::vector<backend::cuda::AlgoCandidate> candidates(const Perf* perf, int n) {
+    std::vector<backend::cuda::AlgoCandidate> v;
     for (int i = 0; i < n; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && !tensor_op(perf[i].mathType)) {
-        algo = perf[i].algo;
-        ws = perf[i].memory;
-        return;
-      }
-    throw BackendError(detail::concat("CUDA Conv2d: no cuDNN ", pass, " algorithm fits ", describe(g),
-                                      " within the workspace limit (CIFARNET_CUDA_WORKSPACE_MB)"));
+      v.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].memory,
+                   perf[i].determinism == CUDNN_DETERMINISTIC,
+                   perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                       perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION});
+    return v;
   }
 
-  static void pick_algorithms(Dev& dev, Plan& p) {
+  template <class Perf>
+  static int choose(const Perf* perf, int n, const Dev& dev, const char* pass, const ConvGeom& g) {
+    const int i =
+        backend::cuda::select_algorithm(candidates(perf, n), dev.workspace_limit(), dev.conv_options());
+    if (i < 0)
+      throw BackendError(detail::concat("CUDA Conv2d: no cuDNN ", pass, " algorithm fits ", describe(g),
+                                        " within the workspace limit (CIFARNET_CUDA_WORKSPACE_MB)",
+                                        dev.conv_options().deterministic ? " and is deterministic" : ""));
+    return int(perf[i].algo);
+  }
+
+  // The largest workspace any algorithm of a pass asks for, capped at the limit.
+  template <class Algo, class Size>
+  static std::size_t largest_workspace(int count, std::size_t limit, Size&& size_of) {
+    std::size_t most = 0;
+    for (int a = 0; a < count; ++a) {
+      std::size_t b = 0;
+      if (size_of(Algo(a), &b) == CUDNN_STATUS_SUCCESS && b <= limit) most = std::max(most, b);
+    }
+    return most;
+  }
+
+  // Runs cuDNN's measurement of every algorithm of the three passes on
+  // scratch buffers (zeros) of this geometry, on dev's GPU.
+  static backend::cuda::ConvAlgorithms measure(Dev& dev, const Plan& p) {
     namespace cu = backend::cuda;
+    const ConvGeom& g = p.g;
     const std::size_t limit = dev.workspace_limit();
+    const std::size_t xn = p.pad.on ? p.pad.size : g.in_shape().size();
+    cu::DeviceBuffer<float> x(dev.ordinal(), xn), w(dev.ordinal(), weights_size(g)),
+        y(dev.ordinal(), g.out_shape().size());
+    const cu::DeviceGuard guard(dev.ordinal());
+    cu::check(cudaMemsetAsync(x.data(), 0, xn * sizeof(float), dev.stream()), "cudaMemsetAsync");
+    cu::check(cudaMemsetAsync(w.data(), 0, w.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
+    cu::check(cudaMemsetAsync(y.data(), 0, y.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
+    const cudnnHandle_t h = dev.cudnn();
+    std::size_t ws = largest_workspace<cudnnConvolutionFwdAlgo_t>(
+        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, limit, [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, p.xconv, p.filter, p.conv, p.y, a, b);
+        });
+    ws = std::max(ws, largest_workspace<cudnnConvolutionBwdDataAlgo_t>(
+                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, limit,
+                          [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
+                            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.filter, p.y, p.conv,
+                                                                                p.xconv, a, b);
+                          }));
+    ws = std::max(ws, largest_workspace<cudnnConvolutionBwdFilterAlgo_t>(
+                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, limit,
+                          [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
+                            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.xconv, p.y, p.conv,
+                                                                                  p.filter, a, b);
+                          }));
+    cu::DeviceBuffer<unsigned char> work(dev.ordinal(), ws);
+    dev.sync();
+
+    cu::ConvAlgorithms out;
     int n = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cu::check(cudnnGetConvolutionForwardAlgorithm_v7(dev.cudnn(), p.xconv, p.filter, p.conv, p.y,
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd),
-              "cudnnGetConvolutionForwardAlgorithm_v7");
-    pick(fwd, n, limit, p.fwd_algo, p.fwd_ws, "forward", p.g);
+    cu::check(cudnnFindConvolutionForwardAlgorithmEx(h, p.xconv, x.data(), p.filter, w.data(), p.conv, p.y,
+                                                     y.data(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, fwd,
+                                                     work.data(), ws),
+              "cudnnFindConvolutionForwardAlgorithmEx");
+    out.fwd = choose(fwd, n, dev, "forward", g);
     cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cu::check(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(dev.cudnn(), p.filter, p.y, p.conv, p.xconv,
-                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bwd_data),
-        "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    pick(bwd_data, n, limit, p.bwd_data_algo, p.bwd_data_ws, "backward-data", p.g);
+    cu::check(cudnnFindConvolutionBackwardDataAlgorithmEx(
+                  h, p.filter, w.data(), p.y, y.data(), p.conv, p.xconv, x.data(),
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bwd_data, work.data(), ws),
+              "cudnnFindConvolutionBackwardDataAlgorithmEx");
+    out.bwd_data = choose(bwd_data, n, dev, "backward-data", g);
     cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    cu::check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dev.cudnn(), p.xconv, p.y, p.conv, p.filter,
-                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
-                                                            bwd_filter),
-              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    pick(bwd_filter, n, limit, p.bwd_filter_algo, p.bwd_filter_ws, "backward-filter", p.g);
+    cu::check(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                  h, p.xconv, x.data(), p.y, y.data(), p.conv, p.filter, w.data(),
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bwd_filter, work.data(), ws),
+              "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+    out.bwd_filter = choose(bwd_filter, n, dev, "backward-filter", g);
+    dev.sync();  // the scratch buffers go when this returns
+    return out;
+  }
+
+  // The cached (or newly measured) algorithms of p's geometry, and each
+  // one's workspace as cuDNN sizes it for this descriptor.
+  static void pick_algorithms(Dev& dev, Plan& p) {
+    namespace cu = backend::cuda;
+    const cu::ConvAlgoKey key{dev.ordinal(), p.g, dev.conv_options(), dev.workspace_limit()};
+    const cu::ConvAlgorithms a = cu::ConvAlgoCache::instance().get(key, [&] { return measure(dev, p); });
+    p.fwd_algo = cudnnConvolutionFwdAlgo_t(a.fwd);
+    p.bwd_data_algo = cudnnConvolutionBwdDataAlgo_t(a.bwd_data);
+    p.bwd_filter_algo = cudnnConvolutionBwdFilterAlgo_t(a.bwd_filter);
+    const cudnnHandle_t h = dev.cudnn();
+    cu::check(
+        cudnnGetConvolutionForwardWorkspaceSize(h, p.xconv, p.filter, p.conv, p.y, p.fwd_algo, &p.fwd_ws),
+        "cudnnGetConvolutionForwardWorkspaceSize");
+    cu::check(cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.filter, p.y, p.conv, p.xconv, p.bwd_data_algo,
+                                                           &p.bwd_data_ws),
+              "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    cu::check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.xconv, p.y, p.conv, p.filter,
+                                                             p.bwd_filter_algo, &p.bwd_filter_ws),
+              "cudnnGetConvolutionBackwardFilterWorkspaceSize");
   }
 
   static std::string describe(const ConvGeom& g) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/backend/cuda/kernels.hpp"
@@ -32,7 +33,7 @@ struct Eltwise<backend::Cuda, float> {
     const float* da = st.in(a, n);
     const float* db = st.in(b, n);
     float* dy = st.out(y, n);
-    cu::KernelLibrary::get(dev).launch(dev, "cn_add", n, cu::KernelLibrary::kMaxBlocks, da, db, dy,
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::add, n, cu::KernelLibrary::kMaxBlocks, da, db, dy,
                                        static_cast<long long>(n), relu ? 1 : 0);
     st.finish();
   }
@@ -41,7 +42,7 @@ struct Eltwise<backend::Cuda, float> {
     cu::Staging st(dev);
     const float* dx = st.in(x, n);
     float* dy = st.out(y, n);
-    cu::KernelLibrary::get(dev).launch(dev, "cn_affine", n, cu::KernelLibrary::kMaxBlocks, dx, dy,
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::affine, n, cu::KernelLibrary::kMaxBlocks, dx, dy,
                                        static_cast<long long>(n), a, b);
     st.finish();
   }
@@ -53,18 +54,19 @@ struct ChannelPad<backend::Cuda, float> {
   void forward(Dev& dev, const ChannelGeom& g, std::size_t before, std::size_t after, const float* x,
                float* y) {
     const std::size_t padded = g.n * (before + g.c + after) * g.h * g.w;
-    run(dev, "cn_channel_pad", g, before, after, x, g.size(), y, padded);
+    run(dev, backend::cuda::kernel::channel_pad, g, before, after, x, g.size(), y, padded);
   }
   void backward(Dev& dev, const ChannelGeom& g, std::size_t before, std::size_t after, const float* dy,
                 float* dx) {
     const std::size_t padded = g.n * (before + g.c + after) * g.h * g.w;
-    run(dev, "cn_channel_unpad", g, before, after, dy, padded, dx, g.size());
+    run(dev, backend::cuda::kernel::channel_unpad, g, before, after, dy, padded, dx, g.size());
   }
 
  private:
   // One thread per output element.
-  static void run(Dev& dev, const char* kernel, const ChannelGeom& g, std::size_t before, std::size_t after,
-                  const float* in, std::size_t in_n, float* out, std::size_t out_n) {
+  using PadKernel = std::decay_t<decltype(backend::cuda::kernel::channel_pad)>;
+  static void run(Dev& dev, const PadKernel& kernel, const ChannelGeom& g, std::size_t before,
+                  std::size_t after, const float* in, std::size_t in_n, float* out, std::size_t out_n) {
     namespace cu = backend::cuda;
     cu::Staging st(dev);
     const float* din = st.in(in, in_n);
@@ -85,8 +87,9 @@ struct GlobalAvgPool<backend::Cuda, float> {
     cu::Staging st(dev);
     const float* dx = st.in(x, g.size());
     float* dy = st.out(y, g.n * g.c);
-    cu::KernelLibrary::get(dev).launch(dev, "cn_global_avg_pool", g.n * g.c, cu::KernelLibrary::kMaxBlocks,
-                                       dx, dy, static_cast<long long>(g.n * g.c), cu::to_int(g.c, "c"),
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::global_avg_pool, g.n * g.c,
+                                       cu::KernelLibrary::kMaxBlocks, dx, dy,
+                                       static_cast<long long>(g.n * g.c), cu::to_int(g.c, "c"),
                                        cu::to_int(g.h * g.w, "h*w"), g.fmt == DataFormat::NCHW ? 1 : 0);
     st.finish();
   }
@@ -95,8 +98,9 @@ struct GlobalAvgPool<backend::Cuda, float> {
     cu::Staging st(dev);
     const float* ddy = st.in(dy, g.n * g.c);
     float* ddx = st.out(dx, g.size());
-    cu::KernelLibrary::get(dev).launch(dev, "cn_global_avg_pool_bwd", g.size(), cu::KernelLibrary::kMaxBlocks,
-                                       ddy, ddx, static_cast<long long>(g.size()), cu::to_int(g.c, "c"),
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::global_avg_pool_bwd, g.size(),
+                                       cu::KernelLibrary::kMaxBlocks, ddy, ddx,
+                                       static_cast<long long>(g.size()), cu::to_int(g.c, "c"),
                                        cu::to_int(g.h * g.w, "h*w"), g.fmt == DataFormat::NCHW ? 1 : 0);
     st.finish();
   }
@@ -121,8 +125,8 @@ struct BnStats<backend::Cuda, float> : backend::host::BnStatsOp<float> {
     const float* dvar = st.in(var, c);
     float* dmm = st.inout(mmean, c);
     float* dmv = st.inout(mvar, c);
-    cu::KernelLibrary::get(dev).launch(dev, "cn_bn_moving", c, cu::KernelLibrary::kMaxBlocks, dmm, dmv, dmean,
-                                       dvar, static_cast<long long>(c), decay, bessel);
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::bn_moving, c, cu::KernelLibrary::kMaxBlocks, dmm, dmv,
+                                       dmean, dvar, static_cast<long long>(c), decay, bessel);
     st.finish();
   }
 };

@@ -277,6 +277,104 @@ inline const std::vector<std::string>& kernel_names() {
   return names;
 }
 
+// ------------------------------------------------------------ typed kernels
+
+/// The spelling of a kernel parameter type in the NVRTC source (tests check
+/// every handle below against the source's declarations).
+template <class T>
+struct param_name;
+#define CN_PARAM_NAME(T)                    \
+  template <>                               \
+  struct param_name<T> {                    \
+    static const char* get() { return #T; } \
+  };
+CN_PARAM_NAME(float*)
+CN_PARAM_NAME(const float*)
+CN_PARAM_NAME(double*)
+CN_PARAM_NAME(int*)
+CN_PARAM_NAME(const int*)
+CN_PARAM_NAME(const unsigned char*)
+CN_PARAM_NAME(long long)
+CN_PARAM_NAME(int)
+CN_PARAM_NAME(float)
+CN_PARAM_NAME(double)
+#undef CN_PARAM_NAME
+
+/// A kernel of the program with its parameter types P...: launch() converts
+/// each argument to its P (so a size_t for an int, or a double for a float,
+/// arrives as the type the kernel reads) and takes nothing else.
+template <class... P>
+struct Kernel {
+  const char* name;
+  /// The parameter types as the source spells them.
+  static std::vector<std::string> signature() { return {param_name<P>::get()...}; }
+};
+
+/// Every kernel of the program, typed as the source declares it.
+namespace kernel {
+using ll = long long;
+inline constexpr Kernel<float*, float*, const float*, ll, float, float, int> momentum{"cn_momentum"};
+inline constexpr Kernel<float*, float*, float*, const float*, ll, float, float, float, float> adam{"cn_adam"};
+inline constexpr Kernel<float*, const float*, ll, float> ema{"cn_ema"};
+inline constexpr Kernel<float*, const float*, ll, float> decay_grad{"cn_decay_grad"};
+inline constexpr Kernel<float*, ll, float> scale{"cn_scale"};
+inline constexpr Kernel<const float*, ll, double*> sum_squares{"cn_sum_squares"};
+inline constexpr Kernel<const float*, const int*, ll, int, double, double*, float*, int*> softmax_xent{
+    "cn_softmax_xent"};
+inline constexpr Kernel<const unsigned char*, float*, ll, int, int, int, int> image_to_float{
+    "cn_image_to_float"};
+inline constexpr Kernel<const float*, const float*, float*, ll, int> add{"cn_add"};
+inline constexpr Kernel<const float*, float*, ll, float, float> affine{"cn_affine"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int> global_avg_pool{"cn_global_avg_pool"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int> global_avg_pool_bwd{
+    "cn_global_avg_pool_bwd"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> channel_pad{"cn_channel_pad"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> channel_unpad{"cn_channel_unpad"};
+inline constexpr Kernel<float*, float*, const float*, const float*, ll, double, double> bn_moving{
+    "cn_bn_moving"};
+
+/// (name, signature) of every handle above, for the tests.
+inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> v;
+  auto add_one = [&](auto k) { v.emplace_back(k.name, k.signature()); };
+  add_one(momentum);
+  add_one(adam);
+  add_one(ema);
+  add_one(decay_grad);
+  add_one(scale);
+  add_one(sum_squares);
+  add_one(softmax_xent);
+  add_one(image_to_float);
+  add_one(add);
+  add_one(affine);
+  add_one(global_avg_pool);
+  add_one(global_avg_pool_bwd);
+  add_one(channel_pad);
+  add_one(channel_unpad);
+  add_one(bn_moving);
+  return v;
+}
+}  // namespace kernel
+
+namespace kernel_detail {
+template <class T>
+struct identity {
+  using type = T;
+};
+
+/// Owns a cudaLibrary_t (unloaded when it goes, also when a constructor
+/// that loaded it throws later).
+struct LoadedLibrary {
+  cudaLibrary_t lib = nullptr;
+  LoadedLibrary() = default;
+  LoadedLibrary(const LoadedLibrary&) = delete;
+  LoadedLibrary& operator=(const LoadedLibrary&) = delete;
+  ~LoadedLibrary() {
+    if (lib) (void)cudaLibraryUnload(lib);
+  }
+};
+}  // namespace kernel_detail
+
 /// Newest compute capability (major*10 + minor) NVRTC can target that is
 /// not above `wanted`; the oldest one it supports if all are above.
 inline int nvrtc_target(int wanted) {
@@ -345,23 +443,23 @@ class KernelLibrary {
 
   KernelLibrary(const KernelLibrary&) = delete;
   KernelLibrary& operator=(const KernelLibrary&) = delete;
-  ~KernelLibrary() {
-    if (lib_) (void)cudaLibraryUnload(lib_);
-  }
+  ~KernelLibrary() = default;
 
   int arch() const { return arch_; }
 
-  /// Launches kernel `name` over `n` elements (grid-stride, 256 threads per
-  /// block, at most `max_blocks` blocks) on dev's stream with `args`.
-  template <class... A>
-  void launch(Dev& dev, const char* name, std::size_t n, std::size_t max_blocks, A... args) {
+  /// Launches kernel `k` over `n` elements (grid-stride, 256 threads per
+  /// block, at most `max_blocks` blocks) on dev's stream, with dev's GPU
+  /// current, with `args` converted to the kernel's parameter types.
+  template <class... P>
+  void launch(Dev& dev, const Kernel<P...>& k, std::size_t n, std::size_t max_blocks,
+              typename kernel_detail::identity<P>::type... args) {
     if (n == 0) return;
     void* ptrs[] = {static_cast<void*>(&args)...};
     const std::size_t blocks = std::min(max_blocks, (n + kThreads - 1) / kThreads);
-    dev.make_current();
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(name)), dim3(unsigned(blocks)),
+    const DeviceGuard guard(dev.ordinal());
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(k.name)), dim3(unsigned(blocks)),
                            dim3(kThreads), ptrs, 0, dev.stream()),
-          name);
+          k.name);
   }
 
   static constexpr unsigned kThreads = 256;
@@ -370,11 +468,11 @@ class KernelLibrary {
  private:
   explicit KernelLibrary(int arch) : arch_(arch) {
     const std::string ptx = compile_ptx(arch);
-    check(cudaLibraryLoadData(&lib_, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+    check(cudaLibraryLoadData(&lib_.lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
           "cudaLibraryLoadData of cifarnet's kernels (a driver older than the toolkit's PTX?)");
-    for (const auto& k : kernel_names()) {
+    for (const auto& k : kernel_names()) {  // a throw here unloads lib_ (LoadedLibrary)
       cudaKernel_t h = nullptr;
-      check(cudaLibraryGetKernel(&h, lib_, k.c_str()), "cudaLibraryGetKernel");
+      check(cudaLibraryGetKernel(&h, lib_.lib, k.c_str()), "cudaLibraryGetKernel");
       kernels_[k] = h;
     }
   }
@@ -385,7 +483,7 @@ class KernelLibrary {
   }
 
   int arch_;
-  cudaLibrary_t lib_ = nullptr;
+  kernel_detail::LoadedLibrary lib_;
   std::map<std::string, cudaKernel_t> kernels_;
 };
 
@@ -410,7 +508,8 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
   const float* dx = st.in(x, n);
   constexpr std::size_t kBlocks = 256;
   double* partial = scratch<double>(dev, kSlotA, kBlocks);
-  KernelLibrary::get(dev).launch(dev, "cn_sum_squares", n, kBlocks, dx, static_cast<long long>(n), partial);
+  KernelLibrary::get(dev).launch(dev, kernel::sum_squares, n, kBlocks, dx, static_cast<long long>(n),
+                                 partial);
   thread_local std::vector<double> h;  // keeps its capacity: no allocation per call
   h.assign(kBlocks, 0.0);
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
@@ -426,8 +525,8 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
 inline void scale(Dev& dev, float* x, std::size_t n, float s) {
   Staging st(dev);
   float* dx = st.inout(x, n);
-  KernelLibrary::get(dev).launch(dev, "cn_scale", n, KernelLibrary::kMaxBlocks, dx, static_cast<long long>(n),
-                                 s);
+  KernelLibrary::get(dev).launch(dev, kernel::scale, n, KernelLibrary::kMaxBlocks, dx,
+                                 static_cast<long long>(n), s);
   st.finish();
 }
 
@@ -438,7 +537,7 @@ inline void momentum_update(Dev& dev, float* var, float* acc, const float* g, st
   float* v = st.inout(var, n);
   float* a = st.inout(acc, n);
   const float* gr = st.in(g, n);
-  KernelLibrary::get(dev).launch(dev, "cn_momentum", n, KernelLibrary::kMaxBlocks, v, a, gr,
+  KernelLibrary::get(dev).launch(dev, kernel::momentum, n, KernelLibrary::kMaxBlocks, v, a, gr,
                                  static_cast<long long>(n), lr, m, nesterov ? 1 : 0);
   st.finish();
 }
@@ -451,7 +550,7 @@ inline void adam_update(Dev& dev, float* var, float* m, float* v, const float* g
   float* dm = st.inout(m, n);
   float* dvv = st.inout(v, n);
   const float* gr = st.in(g, n);
-  KernelLibrary::get(dev).launch(dev, "cn_adam", n, KernelLibrary::kMaxBlocks, dv, dm, dvv, gr,
+  KernelLibrary::get(dev).launch(dev, kernel::adam, n, KernelLibrary::kMaxBlocks, dv, dm, dvv, gr,
                                  static_cast<long long>(n), alpha, one_minus_beta1, one_minus_beta2, eps);
   st.finish();
 }
@@ -459,23 +558,24 @@ inline void adam_update(Dev& dev, float* var, float* m, float* v, const float* g
 /// Kernel `name` over n elements of x (read and written) and y (read), with
 /// the trailing `scalars`: the shape of the two-operand updates below.
 template <class... S>
-void update_with(Dev& dev, const char* name, float* x, const float* y, std::size_t n, S... scalars) {
+void update_with(Dev& dev, const Kernel<float*, const float*, long long, S...>& k, float* x, const float* y,
+                 std::size_t n, S... scalars) {
   Staging st(dev);
   float* dx = st.inout(x, n);
   const float* dy = st.in(y, n);
-  KernelLibrary::get(dev).launch(dev, name, n, KernelLibrary::kMaxBlocks, dx, dy, static_cast<long long>(n),
+  KernelLibrary::get(dev).launch(dev, k, n, KernelLibrary::kMaxBlocks, dx, dy, static_cast<long long>(n),
                                  scalars...);
   st.finish();
 }
 
 /// shadow -= (shadow - var) · (1 - decay) over n elements.
 inline void ema_update(Dev& dev, float* shadow, const float* var, std::size_t n, float one_minus_decay) {
-  update_with(dev, "cn_ema", shadow, var, n, one_minus_decay);
+  update_with(dev, kernel::ema, shadow, var, n, one_minus_decay);
 }
 
 /// g += wd · var over n elements (L2 weight decay's gradient).
 inline void add_weight_decay(Dev& dev, float* g, const float* var, std::size_t n, float wd) {
-  update_with(dev, "cn_decay_grad", g, var, n, wd);
+  update_with(dev, kernel::decay_grad, g, var, n, wd);
 }
 
 /// tf.clip_by_global_norm over one flat gradient buffer, as
@@ -505,7 +605,7 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
   check(cudaMemcpyAsync(d_labels, labels, n * sizeof(int), cudaMemcpyHostToDevice, dev.stream()),
         "copy of labels to the device");
   check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
-  KernelLibrary::get(dev).launch(dev, "cn_softmax_xent", n, KernelLibrary::kMaxBlocks, d_z, d_labels,
+  KernelLibrary::get(dev).launch(dev, kernel::softmax_xent, n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
   thread_local std::vector<double> h;
   h.resize(n);
@@ -533,6 +633,7 @@ inline void images_to_float(Dev& dev, const unsigned char* src, std::size_t coun
                             std::size_t h, std::size_t w, DataFormat fmt, float* dst, std::size_t first = 0) {
   const std::size_t per = c * h * w;
   if (count == 0 || per == 0) return;
+  const DeviceGuard guard(dev.ordinal());
   const unsigned char* s = src;
   if (!is_device_pointer(src)) {
     unsigned char* d_src = scratch<unsigned char>(dev, kSlotA, count * per);
@@ -542,7 +643,7 @@ inline void images_to_float(Dev& dev, const unsigned char* src, std::size_t coun
   }
   Staging st(dev);
   float* d = st.out(dst + first * per, count * per);  // only the examples written
-  KernelLibrary::get(dev).launch(dev, "cn_image_to_float", count * per, KernelLibrary::kMaxBlocks, s, d,
+  KernelLibrary::get(dev).launch(dev, kernel::image_to_float, count * per, KernelLibrary::kMaxBlocks, s, d,
                                  static_cast<long long>(count), to_int(c, "c"), to_int(h, "h"),
                                  to_int(w, "w"), fmt == DataFormat::NCHW ? 1 : 0);
   st.finish();

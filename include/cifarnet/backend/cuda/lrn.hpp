@@ -25,8 +25,8 @@ struct Lrn<backend::Cuda, float> {
   void forward(Dev& dev, const ChannelGeom& g, const LrnParams& lp, bool /*training*/, const float* x,
                float* y) {
     namespace cu = backend::cuda;
-    Plan& p = plan(g, lp);
     cu::Staging st(dev);
+    Plan& p = plan(g, lp);
     const float* dx = st.in(x, g.size());
     float* dy = st.out(y, g.size());
     const float* xs = to_nchw(dev, p, dx, kX);
@@ -41,8 +41,8 @@ struct Lrn<backend::Cuda, float> {
   void backward(Dev& dev, const ChannelGeom& g, const LrnParams& lp, const float* x, const float* y,
                 const float* dy, float* dx) {
     namespace cu = backend::cuda;
-    Plan& p = plan(g, lp);
     cu::Staging st(dev);
+    Plan& p = plan(g, lp);
     const float* dxin = st.in(x, g.size());
     const float* dyout = st.in(y, g.size());
     const float* ddy = st.in(dy, g.size());

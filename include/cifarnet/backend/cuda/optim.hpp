@@ -37,8 +37,9 @@ namespace detail {
 /// host mirror for visit_state.
 class DeviceSlot {
  public:
-  DeviceSlot(cu::Dev& dev, std::size_t n) : dev_(&dev), d_(n ? n : 1), h_(n ? n : 1), n_(n) {
-    dev.make_current();
+  /// Allocates on dev's GPU whatever device the calling thread has current.
+  DeviceSlot(cu::Dev& dev, std::size_t n) : dev_(&dev), d_(dev.ordinal(), n ? n : 1), h_(n ? n : 1), n_(n) {
+    const cu::DeviceGuard guard(dev.ordinal());
     cu::check(cudaMemsetAsync(d_.data(), 0, d_.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
     dev.sync();
   }
@@ -62,7 +63,7 @@ class DeviceSlot {
 
  private:
   void copy(float* dst, const float* src, cudaMemcpyKind kind, const char* what) {
-    dev_->make_current();
+    const cu::DeviceGuard guard(dev_->ordinal());
     cu::check(cudaMemcpyAsync(dst, src, n_ * sizeof(float), kind, dev_->stream()), what);
     dev_->sync();
   }
@@ -144,7 +145,7 @@ class Momentum : public detail::DeviceOptimizer<MomentumOptions> {
     const float a = optim::detail::checked_lr<T>(lr, opts_.name());
     float* acc = accum_.device();
     run(params, [&](cu::KernelLibrary& lib, float* var, const float* g, std::size_t b, std::size_t len) {
-      lib.launch(*dev_, "cn_momentum", len, cu::KernelLibrary::kMaxBlocks, var, acc + b, g,
+      lib.launch(*dev_, cu::kernel::momentum, len, cu::KernelLibrary::kMaxBlocks, var, acc + b, g,
                  static_cast<long long>(len), a, float(opts_.momentum()), opts_.nesterov() ? 1 : 0);
     });
   }
@@ -185,7 +186,7 @@ class Adam : public detail::DeviceOptimizer<AdamOptions> {
     float* m = m_.device();
     float* v = v_.device();
     run(params, [&](cu::KernelLibrary& lib, float* var, const float* g, std::size_t b, std::size_t len) {
-      lib.launch(*dev_, "cn_adam", len, cu::KernelLibrary::kMaxBlocks, var, m + b, v + b, g,
+      lib.launch(*dev_, cu::kernel::adam, len, cu::KernelLibrary::kMaxBlocks, var, m + b, v + b, g,
                  static_cast<long long>(len), alpha, omb1, omb2, eps);
     });
     beta1_power_ = beta1_power_ * b1;

@@ -26,8 +26,8 @@ struct Pool2d<backend::Cuda, float> {
 
   void forward(Dev& dev, const ConvGeom& g, PoolKind kind, bool /*training*/, const float* x, float* y) {
     namespace cu = backend::cuda;
-    Plan& p = plan(dev, g, kind);
     cu::Staging st(dev);
+    Plan& p = plan(dev, g, kind);
     const float* dx = st.in(x, in_size(g));
     float* dy = st.out(y, out_size(g));
     if (!p.pad.on) {
@@ -51,8 +51,8 @@ struct Pool2d<backend::Cuda, float> {
   void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x, const float* y, const float* dy,
                 float* dx) {
     namespace cu = backend::cuda;
-    Plan& p = plan(dev, g, kind);
     cu::Staging st(dev);
+    Plan& p = plan(dev, g, kind);
     const float* dxin = st.in(x, in_size(g));
     const float* dyout = st.in(y, out_size(g));
     const float* ddy = st.in(dy, out_size(g));
