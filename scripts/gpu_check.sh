@@ -5,7 +5,10 @@
 # Gemm, Eltwise, ChannelPad, GlobalAvgPool, SoftmaxCrossEntropy, BnStats,
 # SyncBatchNorm), the backend's NVRTC kernels against the CPU code, the GPU
 # optimizers against the CPU ones, ResNet-8 and the tutorial CNN against the
-# oneDNN backend, NCCL and towers, and the style-transfer Gram matrices.
+# oneDNN backend, ResNet-20/56 at batch 128 step by step against oneDNN,
+# 200 passes cycling batch sizes with the free GPU memory stable, NCCL and
+# towers, and the style-transfer Gram matrices; then ResNet-8 once more under
+# compute-sanitizer's memcheck.
 # Without a GPU every case prints "SKIPPED: ..." (ctest: Not Run); here a
 # case skipped for want of any GPU is a failure, since a GPU is what this
 # script is for (the two-GPU towers case is skipped on a one-GPU machine).
@@ -27,6 +30,24 @@ set +e
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$BIN" --durations yes 2>&1 | tee /tmp/gpu_check_$$.log
 rc=${PIPESTATUS[0]}
 set -e
+# Two ResNet-8 training passes per data format under compute-sanitizer's
+# memcheck (out-of-bounds and misaligned device accesses, leaks at exit).
+if [ "$rc" = 0 ]; then
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
+  if [ -n "$SAN" ]; then
+    echo "=== compute-sanitizer memcheck: ResNet-8 on the GPU against oneDNN"
+    set +e
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$SAN" --tool memcheck --leak-check full --error-exitcode 3 \
+      "$BIN" "ResNet-8 on the CUDA backend matches the oneDNN backend: logits and gradients" 2>&1 | tail -15
+    src=${PIPESTATUS[0]}
+    set -e
+    echo "gpu_check: compute-sanitizer exit $src"
+    [ "$src" = 0 ] || rc=1
+  else
+    echo "gpu_check: compute-sanitizer not found: memcheck not run"
+    rc=1
+  fi
+fi
 if grep -q "SKIPPED: the CUDA backend needs a GPU" /tmp/gpu_check_$$.log; then
   echo "gpu_check: cases were skipped for want of a GPU"
   rc=1

@@ -95,12 +95,13 @@ TEST_CASE("The convolution algorithm: the fastest measured one that ran, fits, a
           "[backend][cuda][host]") {
   // Fastest first, as cuDNN's Find reports them.
   const std::vector<cu::AlgoCandidate> ranked = {
-      {7, false, 0, true, false},       // failed to run
-      {6, true, 1 << 30, true, false},  // needs 1 GiB
-      {5, true, 1000, false, true},     // TF32 tensor cores, not deterministic
-      {4, true, 1000, false, false},    // fp32, not deterministic
-      {3, true, 1000, true, true},      // TF32, deterministic
-      {2, true, 1000, true, false},     // fp32, deterministic
+      {8, true, 1000, true, false, true},  // FFT or Winograd: its transforms round
+      {7, false, 0, true, false},          // failed to run
+      {6, true, 1 << 30, true, false},     // needs 1 GiB
+      {5, true, 1000, false, true},        // TF32 tensor cores, not deterministic
+      {4, true, 1000, false, false},       // fp32, not deterministic
+      {3, true, 1000, true, true},         // TF32, deterministic
+      {2, true, 1000, true, false},        // fp32, deterministic
   };
   const std::size_t limit = 1 << 20;
   auto algo = [&](cu::ConvOptions o) {
@@ -111,7 +112,8 @@ TEST_CASE("The convolution algorithm: the fastest measured one that ran, fits, a
   CHECK(algo({true, false}) == 5);
   CHECK(algo({false, true}) == 2);
   CHECK(algo({true, true}) == 3);
-  CHECK(cu::select_algorithm(ranked, std::size_t(1) << 31, {}) == 1);            // a large enough limit
+  CHECK(algo({false, false, true}) == 8);                                        // transforms allowed
+  CHECK(cu::select_algorithm(ranked, std::size_t(1) << 31, {}) == 2);            // a large enough limit
   CHECK(cu::select_algorithm({{1, true, 1000, false, true}}, limit, {}) == -1);  // only TF32: none
   CHECK(cu::select_algorithm({}, limit, {}) == -1);
 }

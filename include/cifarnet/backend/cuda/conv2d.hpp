@@ -168,6 +168,21 @@ struct Conv2d<backend::Cuda, float> {
     return p;
   }
 
+  // FFT and Winograd algorithms (ConvOptions::allow_transforms).
+  static bool transform(cudnnConvolutionFwdAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+  }
+  static bool transform(cudnnConvolutionBwdDataAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+  }
+  static bool transform(cudnnConvolutionBwdFilterAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+
   // cuDNN's measurements as AlgoCandidates (fastest first).
   template <class Perf>
   static std::vector<backend::cuda::AlgoCandidate> candidates(const Perf* perf, int n) {
@@ -176,7 +191,8 @@ struct Conv2d<backend::Cuda, float> {
       v.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].memory,
                    perf[i].determinism == CUDNN_DETERMINISTIC,
                    perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                       perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION});
+                       perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+                   transform(perf[i].algo)});
     return v;
   }
 

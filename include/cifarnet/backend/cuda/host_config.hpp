@@ -109,8 +109,12 @@ struct ConvOptions {
   bool allow_tf32 = false;
   /// Only algorithms whose results are the same bits run after run.
   bool deterministic = false;
+  /// Let cuDNN pick FFT and Winograd algorithms. Their transforms add
+  /// rounding of their own (cuDNN documents them as less precise); off by
+  /// default, as the CPU backend's Auto policy never trains with Winograd.
+  bool allow_transforms = false;
 
-  auto key() const { return std::make_tuple(allow_tf32, deterministic); }
+  auto key() const { return std::make_tuple(allow_tf32, deterministic, allow_transforms); }
   bool operator==(const ConvOptions& o) const { return key() == o.key(); }
 };
 
@@ -121,6 +125,7 @@ struct AlgoCandidate {
   std::size_t memory = 0;      ///< workspace bytes it needs
   bool deterministic = false;  ///< determinism == CUDNN_DETERMINISTIC
   bool tensor_op = false;      ///< it ran with tensor-core (TF32) math
+  bool transform = false;      ///< an FFT or Winograd algorithm (see ConvOptions)
 };
 
 /// Index in `ranked` of the first (fastest) candidate that ran, fits `limit`
@@ -131,6 +136,7 @@ inline int select_algorithm(const std::vector<AlgoCandidate>& ranked, std::size_
     const AlgoCandidate& c = ranked[i];
     if (!c.ok || c.memory > limit) continue;
     if (c.tensor_op && !opts.allow_tf32) continue;
+    if (c.transform && !opts.allow_transforms) continue;
     if (opts.deterministic && !c.deterministic) continue;
     return int(i);
   }
