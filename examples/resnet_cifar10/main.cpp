@@ -111,6 +111,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "Seed of initialization, shuffling and augmentation.")
       ->capture_default_str();
   app.add_option("--max-seconds", f.max_seconds, "Stop (with a checkpoint) after this much training time.");
+  app.add_option("--save-summaries-secs", f.save_summaries_secs,
+                 "TF-Slim's: write summaries (every 100 steps) at most every N seconds (0: no limit).");
+  app.add_option(
+      "--trace-every-n-steps", f.trace_every_n_steps,
+      "TF-Slim's: write a Chrome trace of one step every N steps to <job-dir>/tf_trace-<step>.json "
+      "(0: never).");
   app.add_option(
          "--precision", f.precision,
          "Arithmetic of the convolutions on the CPU: fp32, or bf16 (bf16 inputs and weights with fp32 "

@@ -54,7 +54,9 @@ struct Flags {
   std::int64_t train_steps = 80000, eval_every = 0, save_checkpoints_steps = 0;
   int train_batch_size = 128, eval_batch_size = 100, keep_checkpoints = 5, synthetic_examples = 2560;
   double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
-         batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
+         batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600,
+         save_summaries_secs = 0;
+  std::int64_t trace_every_n_steps = 0;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
@@ -104,6 +106,8 @@ inline void validate(const Flags& f, const Cluster& cl) {
     throw ConfigError("--batch-norm-decay must be in (0, 1).");
   if (!(f.batch_norm_epsilon > 0)) throw ConfigError("--batch-norm-epsilon must be positive.");
   if (f.epochs < 0) throw ConfigError("--epochs must be >= 0.");
+  if (!(f.save_summaries_secs >= 0)) throw ConfigError("--save-summaries-secs must be >= 0.");
+  if (f.trace_every_n_steps < 0) throw ConfigError("--trace-every-n-steps must be >= 0.");
   if (f.sync && f.num_gpus <= 1 && cl.size == 1)
     std::cerr
         << "note: --sync has no effect in a single process (synchronous training is the only mode here)\n";
@@ -367,8 +371,15 @@ int run(const Flags& f, Cluster& cl) {
             << towers_text << "\n";
 
   // Distributed, the chief decides when to stop (max_seconds), for every rank.
-  train::Trainer<Net> trainer(
-      net, train::TrainerOptions().max_steps(train_steps).max_seconds(cl.size > 1 ? 0.0 : f.max_seconds));
+  // TF-Slim's options: summaries at most every --save-summaries-secs, and
+  // the chief's Chrome traces (<job-dir>/tf_trace-<step>.json).
+  train::Trainer<Net> trainer(net, train::TrainerOptions()
+                                       .max_steps(train_steps)
+                                       .max_seconds(cl.size > 1 ? 0.0 : f.max_seconds)
+                                       .save_summaries_secs(f.save_summaries_secs)
+                                       .worker_index(cl.rank)
+                                       .trace_every_n_steps(f.trace_every_n_steps)
+                                       .trace_dir(f.job_dir));
 #ifdef CIFARNET_WITH_MPI
   if (dist_opt)
     trainer.set_optimizer(*dist_opt, schedule);
@@ -477,6 +488,7 @@ int run(const Flags& f, Cluster& cl) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t start_step = trainer.global_step();
   trainer.run(next);
+  if (!trainer.last_trace_path().empty()) std::cout << "Last trace: " << trainer.last_trace_path() << "\n";
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!cl.chief()) return 0;  // the chief reports and evaluates
   if (trainer.global_step() > start_step)
