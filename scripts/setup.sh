@@ -17,6 +17,9 @@ PKGS=(
   libopenmpi-dev openmpi-bin # data-parallel training
   libcli11-dev           # command-line flags in the examples
   nlohmann-json3-dev     # safetensors headers, configs
+  libcurl4-openssl-dev   # --download: fetch the CIFAR-10 tarball (cifarnet::download)
+  libarchive-dev         # --download: unpack it
+  libssl-dev             # --download: its MD5 (OpenSSL libcrypto EVP)
   libomp-dev             # OpenMP runtime for clang builds (sanitizers, fuzzing)
   clang-format
 )
