@@ -15,6 +15,11 @@
 //   resnet_cifar10 --data-dir ../shared/data/cifar-10-batches-bin --job-dir runs/r20
 //                  --num-gpus 0 --num-layers 20 --train-steps 9360
 //   resnet_cifar10 --job-dir runs/demo --num-gpus 0 --num-layers 8 --train-steps 200   # synthetic data
+//   resnet_cifar10 --download --data-dir /tmp/cifar10_data --job-dir runs/r20 --num-gpus 0
+//   resnet_cifar10 --data-dir /tmp/cifar10 --job-dir runs/tf --num-gpus 0   # .tfrecords
+//
+// --data-dir holds the binary files (or their cifar-10-batches-bin/) or the
+// seed's train/validation/eval.tfrecords: data::Cifar10Source detects which.
 //
 // Under `mpirun -np N` (a build with MPI) it trains synchronously data-parallel,
 // the seed's --sync mode: each process takes a disjoint 1/N of every global
