@@ -18,6 +18,9 @@ PKGS=(
   libcli11-dev           # command-line flags in the examples
   nlohmann-json3-dev     # safetensors headers, configs
   clang                  # the sanitizer (ASan+UBSan) and libFuzzer builds
+  libcurl4-openssl-dev   # --download: fetch the CIFAR-10 tarball (cifarnet::download)
+  libarchive-dev         # --download: unpack it
+  libssl-dev             # --download: its MD5 (OpenSSL libcrypto EVP)
   libomp-dev             # OpenMP runtime for clang builds (sanitizers, fuzzing)
   clang-format
 )

@@ -46,8 +46,9 @@ inline constexpr std::size_t kSyntheticTrain = 2560, kSyntheticTest = 500;
 inline const char* kHowToGetData =
     "CIFAR-10 (binary version) is expected in a directory holding data_batch_1.bin ... data_batch_5.bin\n"
     "and test_batch.bin (10,000 records of 3,073 bytes each: a label byte, then 1,024 red, 1,024 green\n"
-    "and 1,024 blue bytes). Get it from https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz\n"
-    "and unpack it: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/\n";
+    "and 1,024 blue bytes), or holding that cifar-10-batches-bin/ directory. cifar10_train --download\n"
+    "fetches https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz into --data_dir and unpacks it there\n"
+    "(or by hand: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/).\n";
 
 /// Flags both programs take.
 struct CommonFlags {
@@ -63,10 +64,11 @@ inline void add_common_flags(CLI::App& app, CommonFlags& f) {
       ->capture_default_str();
 }
 
-inline void validate_common(const CommonFlags& f) {
+/// `will_download`: --data_dir need not exist yet (cifar10_train --download).
+inline void validate_common(const CommonFlags& f, bool will_download = false) {
   if (f.batch_size <= 0)
     throw ConfigError("--batch_size must be positive, got " + std::to_string(f.batch_size));
-  if (!f.data_dir.empty() && !std::filesystem::is_directory(f.data_dir))
+  if (!will_download && !f.data_dir.empty() && !std::filesystem::is_directory(f.data_dir))
     throw IoError("--data_dir '" + f.data_dir + "' is not a directory.\n" + kHowToGetData);
 }
 
@@ -91,7 +93,8 @@ inline Source load(const CommonFlags& f, data::Split split, std::size_t max_exam
     s.synthetic = true;
     s.description = std::string("SYNTHETIC ") + (test ? "test" : "training") + " set";
   } else {
-    set = data::read_cifar10(f.data_dir, split);
+    // --data_dir itself, or its cifar-10-batches-bin/ (where --download unpacks).
+    set = data::read_cifar10(data::cifar10_binary_dir(f.data_dir), split);
     s.description =
         std::string("CIFAR-10 ") + (split == data::Split::eval ? "test_batch.bin" : "data_batch_1..5.bin");
   }

@@ -17,6 +17,7 @@
 //
 //   cifar10_train --data_dir ../shared/data/cifar-10-batches-bin --train_dir runs/cnn --max_steps 100000
 //   cifar10_train --train_dir /tmp/cnn_demo --max_steps 300      # built-in synthetic data
+//   cifar10_train --download --data_dir /tmp/cifar10_data --train_dir runs/cnn  # the tutorial's way
 #include <omp.h>
 
 #include <chrono>
@@ -32,6 +33,7 @@
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
 
+#include "../common/cifar10_download.hpp"
 #include "cifar10.hpp"
 
 namespace fs = std::filesystem;
@@ -47,10 +49,12 @@ struct Flags : cifar10::CommonFlags {
   std::uint64_t seed = 0;
   int num_preprocess_threads = 1;
   int keep_checkpoints = 5;
+  examples::DownloadFlags download;
 };
 
 void validate(const Flags& f) {
-  cifar10::validate_common(f);
+  examples::validate_download(f.download, f.data_dir);
+  cifar10::validate_common(f, f.download.download);
   if (f.max_steps < 0) throw ConfigError("--max_steps must be >= 0, got " + std::to_string(f.max_steps));
   if (f.log_frequency <= 0)
     throw ConfigError("--log_frequency must be positive, got " + std::to_string(f.log_frequency));
@@ -67,6 +71,9 @@ int run_training(const Flags& f) {
     std::cout << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
               << dnnl_version()->patch << ", " << omp_get_max_threads()
               << " OpenMP threads; every variable and op on /cpu:0\n";
+  // --download: fetch and unpack CIFAR-10 into --data_dir unless it is there
+  // (the tutorial's maybe_download_and_extract).
+  examples::download_if_asked(f.download, f.data_dir, std::cout);
   if (f.data_dir.empty()) cifar10::explain_synthetic(std::cout);
   const cifar10::Source src = cifar10::load(f, data::Split::train_all);
   const std::size_t n_train = src.images->size();
@@ -197,6 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--log_frequency", f.log_frequency, "How often to log results to the console.")
       ->capture_default_str();
   cifar10::add_common_flags(app, f);
+  examples::add_download_flags(app, f.download, "--data_dir", '_');
   app.add_option("--seed", f.seed, "Seed of the initialization, shuffling and distortions.")
       ->capture_default_str();
   app.add_option("--num_preprocess_threads", f.num_preprocess_threads,

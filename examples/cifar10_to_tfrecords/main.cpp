@@ -11,10 +11,17 @@
 //
 //   cifar10_to_tfrecords --data-dir ../shared/data/cifar-10-batches-bin --output-dir /tmp/cifar10
 //   cifar10_to_tfrecords --data-dir ... --output-dir ... --splits train_all --verify
+//   cifar10_to_tfrecords --download --data-dir /tmp/cifar10_data --output-dir /tmp/cifar10
+//
+// --data-dir may also be a directory holding cifar-10-batches-bin/ (where
+// --download unpacks the tarball). resnet_cifar10 --data-dir <output-dir>
+// then trains on the .tfrecords files.
 #include <cifarnet/data/cifar.hpp>
 #include <cifarnet/data/tfrecord.hpp>
 
 #include <CLI/CLI.hpp>
+
+#include "../common/cifar10_download.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -29,19 +36,32 @@ int main(int argc, char** argv) {
   std::string data_dir, output_dir;
   std::vector<std::string> splits = {"train", "validation", "eval"};
   bool verify = false;
-  app.add_option("--data-dir", data_dir, "the cifar-10-batches-bin directory")->required();
+  examples::DownloadFlags download;
+  app.add_option(
+         "--data-dir", data_dir,
+         "the cifar-10-batches-bin directory, or a directory holding it (--download: where to put it)")
+      ->required();
+  examples::add_download_flags(app, download, "--data-dir");
   app.add_option("--output-dir", output_dir, "where to write <split>.tfrecords")->required();
   app.add_option("--splits", splits, "splits to write: train, validation, eval, train_all")->delimiter(',');
   app.add_flag("--verify", verify, "read every file back and compare it with the binary set");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    examples::validate_download(download, data_dir);
+  } catch (const cifarnet::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  try {
+    examples::download_if_asked(download, data_dir, std::cout);
+    const std::string bin_dir = data::cifar10_binary_dir(data_dir);
     std::filesystem::create_directories(output_dir);
     for (const auto& name : splits) {
       const data::Split split = data::parse_split(name);
       const auto t0 = std::chrono::steady_clock::now();
       // 1. Read the split's binary batch files (sizes counted from the files).
-      const data::ImageSet set = data::read_cifar10(data_dir, split);
+      const data::ImageSet set = data::read_cifar10(bin_dir, split);
       // 2. Write one Example per image, in file order, as the seed does.
       const std::string out = (std::filesystem::path(output_dir) / (name + ".tfrecords")).string();
       std::printf("Generating %s (%zu examples)\n", out.c_str(), set.size());

@@ -15,6 +15,11 @@
 //   resnet_cifar10 --data-dir ../shared/data/cifar-10-batches-bin --job-dir runs/r20
 //                  --num-gpus 0 --num-layers 20 --train-steps 9360
 //   resnet_cifar10 --job-dir runs/demo --num-gpus 0 --num-layers 8 --train-steps 200   # synthetic data
+//   resnet_cifar10 --download --data-dir /tmp/cifar10_data --job-dir runs/r20 --num-gpus 0
+//   resnet_cifar10 --data-dir /tmp/cifar10 --job-dir runs/tf --num-gpus 0   # .tfrecords
+//
+// --data-dir holds the binary files (or their cifar-10-batches-bin/) or the
+// seed's train/validation/eval.tfrecords: data::Cifar10Source detects which.
 //
 // Under `mpirun -np N` (a build with MPI) it trains synchronously data-parallel,
 // the seed's --sync mode: each process takes a disjoint 1/N of every global
@@ -34,9 +39,17 @@ using namespace resnet_cifar10;
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"ResNet v1 on CIFAR-10, ported from TensorFlow's cifar10_estimator (see SPEC §3)"};
-  app.add_option("--data-dir", f.data_dir,
-                 "The directory where the CIFAR-10 binary data is stored (cifar-10-batches-bin). "
-                 "Without it, a small built-in synthetic set is used.");
+  app.add_option(
+      "--data-dir", f.data_dir,
+      "The directory where the CIFAR-10 data is stored: the binary files (cifar-10-batches-bin, or "
+      "a directory holding it) or the seed's train/validation/eval.tfrecords (cifar10_to_tfrecords). "
+      "Without it, a small built-in synthetic set is used.");
+  app.add_option("--input-format", f.input_format,
+                 "auto (TFRecord files when --data-dir holds all three .tfrecords, else binary), binary or "
+                 "tfrecords.")
+      ->check(CLI::IsMember({"auto", "binary", "tfrecords"}))
+      ->capture_default_str();
+  examples::add_download_flags(app, f.download, "--data-dir");
   app.add_option("--job-dir", f.job_dir,
                  "The directory where the model (checkpoints, events) will be stored.")
       ->required();
@@ -111,6 +124,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "Seed of initialization, shuffling and augmentation.")
       ->capture_default_str();
   app.add_option("--max-seconds", f.max_seconds, "Stop (with a checkpoint) after this much training time.");
+  app.add_option("--save-summaries-secs", f.save_summaries_secs,
+                 "TF-Slim's: write summaries (every 100 steps) at most every N seconds (0: no limit).");
+  app.add_option(
+      "--trace-every-n-steps", f.trace_every_n_steps,
+      "TF-Slim's: write a Chrome trace of one step every N steps to <job-dir>/tf_trace-<step>.json "
+      "(0: never).");
   app.add_option(
          "--precision", f.precision,
          "Arithmetic of the convolutions on the CPU: fp32, or bf16 (bf16 inputs and weights with fp32 "
@@ -174,6 +193,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    fetch_data(f, cl);
 #ifdef CIFARNET_WITH_CUDA
     if (f.num_gpus > 1) return run_cuda_towers(f, cl);
     if (f.num_gpus == 1) return run_cuda(f, cl);

@@ -36,6 +36,8 @@
 #include <cifarnet/backend/cuda/common.hpp>
 #endif
 
+#include "../common/cifar10_download.hpp"
+
 namespace resnet_cifar10 {
 
 namespace fs = std::filesystem;
@@ -44,17 +46,22 @@ using namespace cifarnet;
 inline const char* kHowToGetData =
     "CIFAR-10 (binary version) is expected in a directory holding data_batch_1.bin ... data_batch_5.bin,\n"
     "test_batch.bin and batches.meta.txt (10,000 records of 3,073 bytes each: a label byte, then 1,024 red,\n"
-    "1,024 green and 1,024 blue bytes). Get it from https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz\n"
-    "and unpack it: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/\n";
+    "1,024 green and 1,024 blue bytes), or holding that cifar-10-batches-bin/ directory, or holding\n"
+    "train.tfrecords, validation.tfrecords and eval.tfrecords (cifar10_to_tfrecords). --download fetches\n"
+    "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz into --data-dir and unpacks it there\n"
+    "(or by hand: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/).\n";
 
 struct Flags {
   std::string data_dir, job_dir, variable_strategy = "CPU", data_format, schedule = "seed",
-                                 train_split = "train", precision = "fp32";
+                                 train_split = "train", precision = "fp32", input_format = "auto";
+  examples::DownloadFlags download;
   int num_gpus = 1, num_layers = 44, num_intra_threads = 0, num_inter_threads = 0;
   std::int64_t train_steps = 80000, eval_every = 0, save_checkpoints_steps = 0;
   int train_batch_size = 128, eval_batch_size = 100, keep_checkpoints = 5, synthetic_examples = 2560;
   double momentum = 0.9, weight_decay = 2e-4, learning_rate = 0.1, batch_norm_decay = 0.997,
-         batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600;
+         batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600,
+         save_summaries_secs = 0;
+  std::int64_t trace_every_n_steps = 0;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
@@ -104,6 +111,9 @@ inline void validate(const Flags& f, const Cluster& cl) {
     throw ConfigError("--batch-norm-decay must be in (0, 1).");
   if (!(f.batch_norm_epsilon > 0)) throw ConfigError("--batch-norm-epsilon must be positive.");
   if (f.epochs < 0) throw ConfigError("--epochs must be >= 0.");
+  if (!(f.save_summaries_secs >= 0)) throw ConfigError("--save-summaries-secs must be >= 0.");
+  if (f.trace_every_n_steps < 0) throw ConfigError("--trace-every-n-steps must be >= 0.");
+  examples::validate_download(f.download, f.data_dir);
   if (f.sync && f.num_gpus <= 1 && cl.size == 1)
     std::cerr
         << "note: --sync has no effect in a single process (synchronous training is the only mode here)\n";
@@ -143,9 +153,20 @@ inline train::GpuPlacement place_devices(Flags& f, const Cluster& cl) {
   return p;
 }
 
-/// The training split's source: real CIFAR-10 or the built-in synthetic set.
+/// --download: the chief fetches and unpacks CIFAR-10 into --data-dir when
+/// it is not there yet; under mpirun every rank waits for it.
+inline void fetch_data(const Flags& f, Cluster& cl) {
+  if (!f.download.download) return;
+  if (cl.chief()) examples::download_if_asked(f.download, f.data_dir, std::cout);
+#ifdef CIFARNET_WITH_MPI
+  if (cl.comm) cl.comm->barrier("waiting for the chief's --download");
+#endif
+}
+
+/// The training split's source: real CIFAR-10 (binary or TFRecord files)
+/// or the built-in synthetic set.
 struct DataSet {
-  std::shared_ptr<const data::ImageSetSource> train, eval;
+  std::shared_ptr<const data::Cifar10Source> train, eval;
   bool synthetic = false;
 };
 
@@ -158,16 +179,18 @@ inline DataSet load_data(const Flags& f) {
               << " training and 500 test images of 10 made-up classes): accuracy on it says nothing about "
                  "CIFAR-10.\n";
     d.train =
-        std::make_shared<data::ImageSetSource>(data::synthetic_cifar(std::size_t(f.synthetic_examples), 1));
-    d.eval = std::make_shared<data::ImageSetSource>(data::synthetic_cifar(500, 2));
+        std::make_shared<data::Cifar10Source>(data::synthetic_cifar(std::size_t(f.synthetic_examples), 1));
+    d.eval = std::make_shared<data::Cifar10Source>(data::synthetic_cifar(500, 2));
     d.synthetic = true;
     return d;
   }
   if (!fs::is_directory(f.data_dir))
     throw IoError("--data-dir '" + f.data_dir + "' is not a directory.\n" + kHowToGetData);
-  const data::Split split = data::parse_split(f.train_split);
-  d.train = std::make_shared<data::Cifar10Binary>(f.data_dir, split);
-  d.eval = std::make_shared<data::Cifar10Binary>(f.data_dir, data::Split::eval);
+  // Binary or TFRecord files, as the directory holds (or --input-format says).
+  const data::Cifar10Format format = data::parse_cifar10_format(f.input_format);
+  d.train = std::make_shared<data::Cifar10Source>(f.data_dir, data::parse_split(f.train_split), format);
+  d.eval = std::make_shared<data::Cifar10Source>(f.data_dir, data::Split::eval, format);
+  std::cout << "Reading " << d.train->description() << "; evaluating on " << d.eval->description() << "\n";
   return d;
 }
 
@@ -332,8 +355,8 @@ int run(const Flags& f, Cluster& cl) {
   data::PipelineOptions po = data::recipes::resnet_train_options(f.seed, std::size_t(f.train_batch_size));
   po.format = fmt;
   po.num_workers = f.num_inter_threads > 0 ? std::size_t(f.num_inter_threads) : 1;
-  using TrainPipe = data::Pipeline<data::ImageSetSource, data::PadCrop<4>, data::RandomFlipLR>;
-  using PlainPipe = data::Pipeline<data::ImageSetSource>;
+  using TrainPipe = data::recipes::ResNetTrainT<data::Cifar10Source>;
+  using PlainPipe = data::recipes::ResNetEvalT<data::Cifar10Source>;
   std::unique_ptr<TrainPipe> distorted;
   std::unique_ptr<PlainPipe> plain;
   if (f.use_distortion)
@@ -354,10 +377,12 @@ int run(const Flags& f, Cluster& cl) {
                   std::to_string(f.train_batch_size / f.num_gpus) + ", gradients summed by " +
                   net.reducer().name();
   std::cout << "ResNet-" << f.num_layers << " (" << net.parameters().num_trainable() << " parameters), "
-            << (data.synthetic ? "SYNTHETIC data" : "CIFAR-10 split '" + f.train_split + "'") << " ("
-            << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size << ", "
-            << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr " << lr
-            << " " << schedule_text << ", format " << layout_name(fmt) << ", " << precision_text
+            << (data.synthetic ? "SYNTHETIC data"
+                               : "CIFAR-10 split '" + f.train_split + "' (" +
+                                     (data.train->tfrecords() ? "TFRecord" : "binary") + " files)")
+            << " (" << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size
+            << ", " << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr "
+            << lr << " " << schedule_text << ", format " << layout_name(fmt) << ", " << precision_text
             << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
                                   std::to_string(f.train_batch_size / cl.size) +
                                   (f.sync_batch_norm ? " (synchronized batch norm)" : "") +
@@ -367,8 +392,15 @@ int run(const Flags& f, Cluster& cl) {
             << towers_text << "\n";
 
   // Distributed, the chief decides when to stop (max_seconds), for every rank.
-  train::Trainer<Net> trainer(
-      net, train::TrainerOptions().max_steps(train_steps).max_seconds(cl.size > 1 ? 0.0 : f.max_seconds));
+  // TF-Slim's options: summaries at most every --save-summaries-secs, and
+  // the chief's Chrome traces (<job-dir>/tf_trace-<step>.json).
+  train::Trainer<Net> trainer(net, train::TrainerOptions()
+                                       .max_steps(train_steps)
+                                       .max_seconds(cl.size > 1 ? 0.0 : f.max_seconds)
+                                       .save_summaries_secs(f.save_summaries_secs)
+                                       .worker_index(cl.rank)
+                                       .trace_every_n_steps(f.trace_every_n_steps)
+                                       .trace_dir(f.job_dir));
 #ifdef CIFARNET_WITH_MPI
   if (dist_opt)
     trainer.set_optimizer(*dist_opt, schedule);
@@ -477,6 +509,7 @@ int run(const Flags& f, Cluster& cl) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t start_step = trainer.global_step();
   trainer.run(next);
+  if (!trainer.last_trace_path().empty()) std::cout << "Last trace: " << trainer.last_trace_path() << "\n";
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!cl.chief()) return 0;  // the chief reports and evaluates
   if (trainer.global_step() > start_step)

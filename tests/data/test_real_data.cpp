@@ -1,6 +1,7 @@
 // The real CIFAR-10 binary set (../shared/data/cifar-10-batches-bin, or
 // $CIFARNET_DATA_DIR): all 60,000 images, label histograms and the training
-// mean. Skipped with a warning when the data are absent.
+// mean. Without the data it prints "SKIPPED: ..." (ctest: Not Run, through
+// test_data's SKIP_REGEX).
 #include <catch2/catch.hpp>
 
 #include <cifarnet/data/cifar.hpp>

@@ -71,7 +71,7 @@ TEST_CASE("The arena kernels' reductions, finite checks and weight decay match p
   CHECK(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("A Model installs its backend's arena kernels; an arena no Model owns uses the reference's",
+TEST_CASE("A Model installs its backend's arena kernels, and an arena no Model owns uses the reference's",
           "[optim][arena]") {
   using Net = Sequential<Flatten, Dense<0, 4>>;
   Model<Net, backend::OneDnn> net({2, 3, 3}, DataFormat::NHWC, {}, 3);

@@ -360,7 +360,7 @@ TEST_CASE("WeightDecay decays the selected parameters only, and a pattern matchi
                   ConfigError);
 }
 
-TEST_CASE("WeightDecay options are validated up front, naming the option; wd = 0 does nothing",
+TEST_CASE("WeightDecay options are validated up front, naming the option, and wd = 0 does nothing",
           "[optim][weight_decay][options]") {
   auto p = decay_arena<double>();
   for (double bad : {-1e-4, std::nan(""), std::numeric_limits<double>::infinity()})

@@ -19,7 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
@@ -205,6 +207,40 @@ inline ImageSet read_cifar10(const std::string& dir, Split split) {
   if (!detail::read_optional_class_names(detail::join_path(dir, "batches.meta.txt"), 10, set.class_names))
     set.class_names = cifar10_default_class_names();
   return set;
+}
+
+/// Where the CIFAR-10 binary set is published (the tutorial's DATA_URL),
+/// its size in bytes and its MD5; data/download.hpp fetches it.
+inline constexpr const char* kCifar10Url = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz";
+inline constexpr std::uint64_t kCifar10TarBytes = 170052171;
+inline constexpr const char* kCifar10TarMd5 = "c32a1d4ab5d03f1284b67883e8d87530";
+/// The directory the tarball unpacks to.
+inline constexpr const char* kCifar10BinDir = "cifar-10-batches-bin";
+
+/// True when `dir` holds the whole CIFAR-10 binary set: data_batch_1..5.bin
+/// and test_batch.bin, each a regular file of a non-zero whole number of
+/// 3,073-byte records (their contents are checked when read).
+inline bool has_cifar10_binary(const std::string& dir) {
+  std::vector<std::string> names = cifar10_files(Split::train_all);
+  names.push_back(cifar10_files(Split::eval).front());
+  for (const auto& name : names) {
+    std::error_code ec;
+    const auto path = std::filesystem::path(dir) / name;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    const auto n = std::filesystem::file_size(path, ec);
+    if (ec || n == 0 || n % kCifar10RecordBytes != 0) return false;
+  }
+  return true;
+}
+
+/// The directory holding the binary files for a --data-dir: `dir` itself,
+/// or its cifar-10-batches-bin/ subdirectory (where the tarball unpacks, the
+/// tutorial's layout) when only that one holds them. Otherwise `dir`, so a
+/// reader names the file missing there.
+inline std::string cifar10_binary_dir(const std::string& dir) {
+  if (has_cifar10_binary(dir)) return dir;
+  const std::string sub = detail::join_path(dir, kCifar10BinDir);
+  return has_cifar10_binary(sub) ? sub : dir;
 }
 
 /// Reads one CIFAR-100 binary file: `labels` gets the fine label (0-99),

@@ -10,12 +10,15 @@
 // there, not in a worker thread; TfRecordSource defers parsing each
 // tf.train.Example to decode() (the workers), as TensorFlow's parallel map
 // does, and reports a bad Example from there with its file and offset.
+// Cifar10Source opens a directory in either form (binary or TFRecord),
+// detecting which it holds.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "cifarnet/data/cifar.hpp"
@@ -129,6 +132,115 @@ class TfRecordSource {
   std::size_t num_classes_;
   std::vector<File> files_;
   std::vector<Record> records_;
+};
+
+/// The two forms of CIFAR-10 a data directory may hold.
+enum class Cifar10Format {
+  automatic,  ///< detect_cifar10_format() decides
+  binary,     ///< data_batch_1..5.bin and test_batch.bin (cifar.hpp)
+  tfrecords,  ///< train/validation/eval.tfrecords, as the seed's generate_cifar10_tfrecords.py writes
+};
+
+inline const char* to_string(Cifar10Format f) {
+  return f == Cifar10Format::binary ? "binary" : f == Cifar10Format::tfrecords ? "tfrecords" : "auto";
+}
+
+/// Parses "auto", "binary" and "tfrecords".
+inline Cifar10Format parse_cifar10_format(const std::string& s) {
+  if (s == "auto") return Cifar10Format::automatic;
+  if (s == "binary") return Cifar10Format::binary;
+  if (s == "tfrecords") return Cifar10Format::tfrecords;
+  throw ConfigError("unknown CIFAR-10 input format '" + s + "' (expected auto, binary or tfrecords)");
+}
+
+/// The files that make a directory a TFRecord CIFAR-10 set.
+inline std::vector<std::string> cifar10_tfrecord_names() {
+  return {"train.tfrecords", "validation.tfrecords", "eval.tfrecords"};
+}
+
+/// Which form `dir` holds: TFRecords when all three .tfrecords files are
+/// there (even next to binary files), binary when any binary batch file is
+/// in `dir` or in its cifar-10-batches-bin/ (see cifar10_binary_dir). An
+/// IoError says what was looked for when neither is, and which .tfrecords
+/// files are missing when only some are.
+inline Cifar10Format detect_cifar10_format(const std::string& dir) {
+  std::string have, missing;
+  for (const auto& name : cifar10_tfrecord_names()) {
+    std::error_code ec;
+    std::string& list = std::filesystem::is_regular_file(detail::join_path(dir, name), ec) ? have : missing;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  if (missing.empty()) return Cifar10Format::tfrecords;
+  const std::string bin = cifar10_binary_dir(dir);
+  std::vector<std::string> bin_files = cifar10_files(Split::train_all);
+  bin_files.push_back(cifar10_files(Split::eval).front());
+  for (const auto& f : bin_files) {
+    std::error_code ec;
+    if (std::filesystem::exists(detail::join_path(bin, f), ec)) return Cifar10Format::binary;
+  }
+  if (!have.empty())
+    throw IoError("directory '" + dir + "' holds " + have + " but not " + missing +
+                  ": the TFRecord form of CIFAR-10 needs train.tfrecords, validation.tfrecords and "
+                  "eval.tfrecords (cifar10_to_tfrecords writes all three)");
+  throw IoError("no CIFAR-10 data in '" + dir + "': expected the binary files (" +
+                detail::join_path(dir, "data_batch_1.bin") +
+                " ... data_batch_5.bin and test_batch.bin, there or in its " + kCifar10BinDir +
+                "/) or the TFRecord files (train.tfrecords, validation.tfrecords, eval.tfrecords)");
+}
+
+/// One split of CIFAR-10 from a directory in either form: the binary files
+/// (held in memory as an ImageSetSource) or the seed's TFRecord files (a
+/// TfRecordSource: each tf.train.Example parsed as it is decoded, 'image'
+/// bytes + 'label' int64). Both give the same examples in the same order, so
+/// a Pipeline with the same options yields the same batches from either.
+/// An in-memory ImageSet (e.g. the synthetic set) can stand in for both.
+class Cifar10Source {
+ public:
+  Cifar10Source(const std::string& dir, Split split, Cifar10Format format = Cifar10Format::automatic)
+      : Cifar10Source(
+            open(dir, split, format == Cifar10Format::automatic ? detect_cifar10_format(dir) : format)) {}
+  explicit Cifar10Source(ImageSet set) : src_(ImageSetSource(std::move(set))), description_("in memory") {}
+
+  std::size_t size() const {
+    return std::visit([](const auto& s) { return s.size(); }, src_);
+  }
+  ImageGeometry geometry() const {
+    return std::visit([](const auto& s) { return s.geometry(); }, src_);
+  }
+  std::size_t num_classes() const {
+    return std::visit([](const auto& s) { return s.num_classes(); }, src_);
+  }
+  std::int32_t decode(std::size_t i, float* hwc) const {
+    return std::visit([&](const auto& s) { return s.decode(i, hwc); }, src_);
+  }
+  /// Whether the examples come from TFRecord files.
+  bool tfrecords() const { return std::holds_alternative<TfRecordSource>(src_); }
+  /// The files read ("binary files data_batch_1.bin ... in DIR",
+  /// "TFRecord files DIR/train.tfrecords", or "in memory").
+  const std::string& description() const { return description_; }
+
+ private:
+  using Variant = std::variant<ImageSetSource, TfRecordSource>;
+  struct Opened {
+    Variant src;
+    std::string description;
+  };
+  explicit Cifar10Source(Opened o) : src_(std::move(o.src)), description_(std::move(o.description)) {}
+
+  static Opened open(const std::string& dir, Split split, Cifar10Format format) {
+    std::string files;
+    if (format == Cifar10Format::tfrecords) {
+      for (const auto& p : TfRecordSource::split_files(dir, split)) files += (files.empty() ? "" : ", ") + p;
+      return {Variant(std::in_place_type<TfRecordSource>, dir, split), "TFRecord files " + files};
+    }
+    const std::string bin = cifar10_binary_dir(dir);
+    for (const auto& f : cifar10_files(split)) files += (files.empty() ? "" : ", ") + f;
+    return {Variant(std::in_place_type<ImageSetSource>, read_cifar10(bin, split)),
+            "binary files " + files + " in " + bin};
+  }
+
+  Variant src_;
+  std::string description_;
 };
 
 }  // namespace data

@@ -124,6 +124,8 @@ class Model {
   /// Books every leaf layer's forward/backward wall-clock time into `p`
   /// (nn/profile.hpp); null (the default) turns profiling off.
   void set_profiler(Profiler* p) { profiler_ = p; }
+  /// The profiler set by set_profiler (null: none).
+  Profiler* profiler() const { return profiler_; }
   /// Gradient synchronization overlapped with backward (nn/context.hpp's
   /// GradientSync; the Trainer sets it): during backward the containers tell
   /// `s` which gradients are final. Null (the default) turns it off.

@@ -7,6 +7,11 @@
 // the layer's full name, in the order first seen. Backends finish their work
 // before an op returns, so the wall-clock time of a call is its cost.
 // Without a profiler (the default) the only cost is one null check per layer.
+//
+// With record_events(true) it also keeps every call as an Event (start and
+// duration, in seconds since record_events was turned on): the Trainer's
+// trace_every_n_steps writes one step's events as a Chrome trace
+// (train/trace.hpp).
 #pragma once
 
 #include <chrono>
@@ -28,6 +33,15 @@ class Profiler {
     std::size_t forward_calls = 0, backward_calls = 0;
   };
 
+  using Clock = std::chrono::steady_clock;
+
+  /// One timed call (record_events mode).
+  struct Event {
+    std::string name, kind;
+    bool backward = false;
+    double start = 0, duration = 0;  ///< seconds since events were turned on
+  };
+
   /// Adds `seconds` to `name`'s forward or backward total.
   void add(const std::string& name, const char* kind, bool backward, double seconds) {
     auto it = index_.find(name);
@@ -40,17 +54,45 @@ class Profiler {
     ++(backward ? e.backward_calls : e.forward_calls);
   }
 
+  /// Books the call that ran from t0 to t1 (and keeps it as an Event when
+  /// recording).
+  void add(const std::string& name, const char* kind, bool backward, Clock::time_point t0,
+           Clock::time_point t1) {
+    add(name, kind, backward, std::chrono::duration<double>(t1 - t0).count());
+    if (recording_)
+      events_.push_back(Event{name, kind, backward, std::chrono::duration<double>(t0 - origin_).count(),
+                              std::chrono::duration<double>(t1 - t0).count()});
+  }
+
+  /// Keeps every call from now on as an Event (times relative to now), or
+  /// stops keeping them. Turning it on forgets earlier events.
+  void record_events(bool on) {
+    recording_ = on;
+    if (on) {
+      events_.clear();
+      origin_ = Clock::now();
+    }
+  }
+  bool recording_events() const { return recording_; }
+  /// The recorded calls in the order they ended.
+  const std::vector<Event>& events() const { return events_; }
+
   /// Entries in the order their layers first ran.
   const std::vector<Entry>& entries() const { return entries_; }
-  /// Forgets every entry.
+  /// Forgets every entry and event.
   void clear() {
     entries_.clear();
     index_.clear();
+    events_.clear();
+    origin_ = Clock::now();
   }
 
  private:
   std::vector<Entry> entries_;
   std::unordered_map<std::string, std::size_t> index_;
+  std::vector<Event> events_;
+  bool recording_ = false;
+  Clock::time_point origin_ = Clock::now();
 };
 
 namespace detail {
@@ -58,9 +100,9 @@ namespace detail {
 template <class F>
 decltype(auto) profiled(Profiler* p, const std::string& name, const char* kind, bool backward, F&& f) {
   if (!p) return f();
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Profiler::Clock::now();
   decltype(auto) r = f();
-  p->add(name, kind, backward, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  p->add(name, kind, backward, t0, Profiler::Clock::now());
   return r;
 }
 }  // namespace detail

@@ -10,7 +10,8 @@
 //   CheckpointHook(manager, steps, secs)  saves every N steps and/or seconds, and at the end
 //   SummaryHook(writer, every_n)    scalars (loss, total_loss, learning_rate, global_step/sec,
 //                                   examples/sec) and, every hist_every steps, histograms of
-//                                   every trainable parameter and its gradient
+//                                   every trainable parameter and its gradient; at most once
+//                                   every TrainerOptions::save_summaries_secs seconds when set
 //   ProgressBarHook()               a progress bar with ETA when stderr is a terminal
 //   LambdaHook(f)                   f(trainer, result) after each step
 #pragma once
@@ -24,6 +25,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -181,7 +183,11 @@ class CheckpointHook : public Hook {
   std::string last_path_;
 };
 
-/// TensorBoard scalars every N steps, histograms every hist_every steps.
+/// TensorBoard scalars every N steps, histograms every hist_every steps. With
+/// the trainer's save_summaries_secs > 0 (Slim's), each kind is written at a
+/// due step only when that many seconds have passed since it was last
+/// written (the first due step always writes): SummaryHook(w, 1) with
+/// save_summaries_secs(600) writes about every 10 minutes, as Slim does.
 class SummaryHook : public Hook {
  public:
   SummaryHook(io::EventWriter& writer, std::int64_t every_n = 100, std::int64_t hist_every = 0)
@@ -192,6 +198,9 @@ class SummaryHook : public Hook {
   /// summaries up to the restored step.
   void begin(TrainerBase& t) override {
     start_ = detail::Clock::now();
+    secs_ = t.save_summaries_secs();
+    last_scalars_.reset();
+    last_histograms_.reset();
     w_->add_session_start(t.global_step() + 1);
   }
   void after_step(TrainerBase& t, const StepResult& r) override {
@@ -200,7 +209,8 @@ class SummaryHook : public Hook {
     loss_avg_ = have_avg_ ? 0.9 * loss_avg_ + 0.1 * r.loss : r.loss;
     total_avg_ = have_avg_ ? 0.9 * total_avg_ + 0.1 * r.total_loss : r.total_loss;
     have_avg_ = true;
-    if (r.step % n_ == 0) {
+    if (r.step % n_ == 0 && due(last_scalars_)) {
+      last_scalars_ = detail::Clock::now();
       const double dt = detail::seconds_since(start_);
       w_->add_scalar("loss", r.loss, r.step);
       w_->add_scalar("total_loss", r.total_loss, r.step);
@@ -215,7 +225,8 @@ class SummaryHook : public Hook {
       examples_ = 0;
       start_ = detail::Clock::now();
     }
-    if (hist_ > 0 && r.step % hist_ == 0) {
+    if (hist_ > 0 && r.step % hist_ == 0 && due(last_histograms_)) {
+      last_histograms_ = detail::Clock::now();
       t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
         w_->add_histogram(p.name, v, p.size, r.step);
         if (g) w_->add_histogram(p.name + "/gradients", g, p.size, r.step);
@@ -225,8 +236,14 @@ class SummaryHook : public Hook {
   void end(TrainerBase&) override { w_->flush(); }
 
  private:
+  /// No time limit, or none written yet, or save_summaries_secs passed since.
+  bool due(const std::optional<detail::Clock::time_point>& last) const {
+    return secs_ <= 0 || !last || detail::seconds_since(*last) >= secs_;
+  }
   io::EventWriter* w_;
   std::int64_t n_, hist_;
+  double secs_ = 0;
+  std::optional<detail::Clock::time_point> last_scalars_, last_histograms_;
   detail::Clock::time_point start_;
   std::int64_t steps_ = 0;
   double examples_ = 0, loss_avg_ = 0, total_avg_ = 0;

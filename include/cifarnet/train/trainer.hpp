@@ -19,6 +19,12 @@
 // error, since nothing would retry it). restore_latest() resumes from the
 // newest checkpoint that verifies and sets corrupt newer ones aside.
 //
+// TF-Slim's train() options are TrainerOptions too (docs/API.md):
+// save_summaries_secs (SummaryHook's time limit), startup_delay_steps
+// (worker k waits for global step k·N), trace_every_n_steps (a Chrome trace
+// of one step's layer ops, train/trace.hpp) and init_fn (once, before the
+// first step, not on resume).
+//
 //   optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
 //                                                        optim::MomentumOptions().momentum(0.9));
 //   Trainer<decltype(net)> trainer(net, TrainerOptions().max_steps(1000));
@@ -36,7 +42,9 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -48,6 +56,7 @@
 #include "cifarnet/ops/ops.hpp"
 #include "cifarnet/optim/layout.hpp"
 #include "cifarnet/train/state.hpp"
+#include "cifarnet/train/trace.hpp"
 
 namespace cifarnet::train {
 
@@ -72,6 +81,11 @@ class TrainerBase;
 
 /// Options of a Trainer, by name: `TrainerOptions().max_steps(1000).max_seconds(3600)`.
 /// (Weight decay is a stage of the optimizer chain: optim::WeightDecay.)
+/// A negative count or time is a ConfigError naming the option.
+///
+/// TF-Slim's learning.train options (docs/API.md, "Trainer"):
+/// save_summaries_secs, startup_delay_steps (with worker_index and
+/// global_step_source), trace_every_n_steps (with trace_dir) and init_fn.
 class TrainerOptions {
  public:
   /// Stop when the global step reaches this (default 1000).
@@ -89,14 +103,97 @@ class TrainerOptions {
     max_seconds_ = s;
     return *this;
   }
+  /// Slim's save_summaries_secs: > 0 makes SummaryHook write summaries at
+  /// most once every `s` seconds of wall time (a step its every_n makes due
+  /// writes only when `s` seconds have passed since the last write; the first
+  /// due step always writes). 0 (the default): every every_n steps.
+  TrainerOptions& save_summaries_secs(double s) {
+    save_summaries_secs_ = non_negative(s, "save_summaries_secs");
+    return *this;
+  }
+  /// Slim's startup_delay_steps, staggered by worker: worker k (worker_index)
+  /// waits before its first step until the shared global step
+  /// (global_step_source) reaches min(k * n, max_steps). The chief (k = 0)
+  /// never waits. Must be 0 under synchronous gradient averaging (Slim: with
+  /// a sync_optimizer), where the other workers cannot step without this one.
+  TrainerOptions& startup_delay_steps(std::int64_t n) {
+    startup_delay_steps_ = non_negative(n, "startup_delay_steps");
+    return *this;
+  }
+  /// This worker's index k (under MPI: its rank; 0 = the chief, default).
+  TrainerOptions& worker_index(int k) {
+    worker_index_ = int(non_negative(k, "worker_index"));
+    return *this;
+  }
+  /// Where a waiting worker reads the global step the other workers advance
+  /// (e.g. a parameter server's); polled every startup_poll_secs.
+  TrainerOptions& global_step_source(std::function<std::int64_t()> f) {
+    global_step_source_ = std::move(f);
+    return *this;
+  }
+  /// Seconds between two reads of global_step_source while waiting (default
+  /// 1, as Slim's _wait_for_step).
+  TrainerOptions& startup_poll_secs(double s) {
+    startup_poll_secs_ = non_negative(s, "startup_poll_secs");
+    return *this;
+  }
+  /// Slim's trace_every_n_steps: > 0 makes the chief time every layer call
+  /// of the steps that start at a global step multiple of n and write them
+  /// as a Chrome trace, <trace_dir>/tf_trace-<global step after it>.json
+  /// (train/trace.hpp). 0 (the default): no traces.
+  TrainerOptions& trace_every_n_steps(std::int64_t n) {
+    trace_every_n_steps_ = non_negative(n, "trace_every_n_steps");
+    return *this;
+  }
+  /// The directory of the traces (Slim's logdir); needed with trace_every_n_steps.
+  TrainerOptions& trace_dir(std::string dir) {
+    trace_dir_ = std::move(dir);
+    return *this;
+  }
+  /// Slim's init_fn: called once with the trainer after the variables are
+  /// initialized, before the first step (Trainer::initialize(), which the
+  /// first run() or step() calls); not when training resumes from a
+  /// checkpoint (load_state_dict / restore_latest), and only on the chief
+  /// (worker_index 0), like Slim's, which the Supervisor runs only when the
+  /// chief initializes the variables. E.g. a warm start:
+  /// [&](TrainerBase& t) { assign(t.parameters(), ...); }.
+  TrainerOptions& init_fn(std::function<void(TrainerBase&)> f) {
+    init_fn_ = std::move(f);
+    return *this;
+  }
   std::int64_t max_steps() const { return max_steps_; }
   bool check_numerics() const { return check_numerics_; }
   double max_seconds() const { return max_seconds_; }
+  double save_summaries_secs() const { return save_summaries_secs_; }
+  std::int64_t startup_delay_steps() const { return startup_delay_steps_; }
+  int worker_index() const { return worker_index_; }
+  const std::function<std::int64_t()>& global_step_source() const { return global_step_source_; }
+  double startup_poll_secs() const { return startup_poll_secs_; }
+  std::int64_t trace_every_n_steps() const { return trace_every_n_steps_; }
+  const std::string& trace_dir() const { return trace_dir_; }
+  const std::function<void(TrainerBase&)>& init_fn() const { return init_fn_; }
 
  private:
+  template <class V>
+  static V non_negative(V v, const char* option) {
+    if (!(v >= V(0))) {
+      std::ostringstream os;
+      os << "TrainerOptions::" << option << " must be >= 0, got " << v;
+      throw ConfigError(os.str());
+    }
+    return v;
+  }
   std::int64_t max_steps_ = 1000;
   bool check_numerics_ = true;
   double max_seconds_ = 0;
+  double save_summaries_secs_ = 0;
+  std::int64_t startup_delay_steps_ = 0;
+  int worker_index_ = 0;
+  std::function<std::int64_t()> global_step_source_;
+  double startup_poll_secs_ = 1.0;
+  std::int64_t trace_every_n_steps_ = 0;
+  std::string trace_dir_;
+  std::function<void(TrainerBase&)> init_fn_;
 };
 
 namespace detail {
@@ -107,6 +204,13 @@ struct has_regularize : std::false_type {};
 template <class Opt, class T>
 struct has_regularize<Opt, T,
                       std::void_t<decltype(std::declval<Opt&>().regularize(std::declval<Parameters<T>&>()))>>
+    : std::true_type {};
+/// Whether a model takes a Profiler (Model does; distributed::Towers does
+/// not: its traces have the Trainer's phases only).
+template <class M, class = void>
+struct has_profiler : std::false_type {};
+template <class M>
+struct has_profiler<M, std::void_t<decltype(std::declval<M&>().set_profiler(std::declval<M&>().profiler()))>>
     : std::true_type {};
 }  // namespace detail
 
@@ -148,10 +252,15 @@ class TrainerBase {
   /// Trainable parameters and their gradients, for summaries.
   virtual void visit_parameters(
       const std::function<void(const ParamInfo&, const float*, const float*)>& f) = 0;
+  /// The model's parameters (init_fn assigns initial values here).
+  virtual Parameters<float>& parameters() = 0;
+  /// TrainerOptions::save_summaries_secs (SummaryHook reads it).
+  double save_summaries_secs() const { return save_summaries_secs_; }
 
  protected:
   std::int64_t step_ = 0, max_steps_ = 0;
   bool stop_ = false;
+  double save_summaries_secs_ = 0;
 };
 
 template <class ModelT>
@@ -163,8 +272,9 @@ class Trainer : public TrainerBase {
   using Options = TrainerOptions;
 
   explicit Trainer(ModelT& model, Options opts = Options())
-      : model_(&model), opts_(opts), state_(model.parameters()) {
-    max_steps_ = opts.max_steps();
+      : model_(&model), opts_(std::move(opts)), state_(model.parameters()) {
+    max_steps_ = opts_.max_steps();
+    save_summaries_secs_ = opts_.save_summaries_secs();
   }
 
   /// Sets the optimizer (or Chain of transforms + optimizer) and the
@@ -219,6 +329,7 @@ class Trainer : public TrainerBase {
   /// Restores everything from a checkpoint; returns the global step.
   std::int64_t load_state_dict(const io::StateDict& d) {
     step_ = state_.restore(d);
+    restored_ = true;  // a resume: init_fn is not run
     return step_;
   }
   /// Resumes from the newest checkpoint of `mgr` that reads and verifies.
@@ -247,32 +358,69 @@ class Trainer : public TrainerBase {
   void visit_parameters(const std::function<void(const ParamInfo&, const float*, const float*)>& f) override {
     model_->parameters().for_each([&](const ParamInfo& p, float* v, float* g) { f(p, v, g); });
   }
+  Parameters<float>& parameters() override { return model_->parameters(); }
+
+  /// Runs init_fn unless a checkpoint was restored or this is not the chief
+  /// (once; later calls do nothing). run() and step() call it; call it
+  /// yourself before broadcasting the chief's state to the other ranks.
+  void initialize() {
+    if (initialized_) return;
+    initialized_ = true;
+    if (restored_ || opts_.worker_index() != 0 || !opts_.init_fn()) return;
+    opts_.init_fn()(*this);
+    init_fn_ran_ = true;
+  }
+  /// Whether init_fn has run (false when a checkpoint was restored first).
+  bool init_fn_ran() const { return init_fn_ran_; }
+  /// The global step a non-chief worker waited for in its last run() (0: none).
+  std::int64_t startup_waited_for() const { return startup_waited_for_; }
+  /// The Chrome trace written last (trace_every_n_steps; empty: none yet).
+  const std::string& last_trace_path() const { return last_trace_path_; }
 
   /// One training step on `b`; returns what it did.
   StepResult step(const Batch& b) {
     if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
-    const auto t0 = std::chrono::steady_clock::now();
+    check_trace_options();
+    initialize();
+    // Slim's should_trace: the chief traces the steps that start at a
+    // multiple of trace_every_n_steps (times from here on).
+    const std::int64_t every = opts_.trace_every_n_steps();
+    TraceScope trace(*model_, trace_, every > 0 && opts_.worker_index() == 0 && step_ % every == 0);
+    Profiler* tp = trace.profiler();
+    const auto t0 = Profiler::Clock::now();
     auto& P = model_->parameters();
     StepResult r;
     r.learning_rate = schedule_(step_);
     r.batch_size = b.labels.size();
+    const auto tf = Profiler::Clock::now();
     const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
     cifarnet::detail::check_logits(logits, b.labels.size());
     if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
     const std::size_t n = logits.shape()[0];
-    r.loss = double(T(
-        xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(), dlogits_.data())));
+    phase(tp, "softmax_cross_entropy", [&] {
+      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
+                                   dlogits_.data())));
+    });
     if (grad_sync_) grad_sync_->begin();
-    model_->backward(dlogits_);
-    if (grad_sync_) grad_sync_->finish();
-    r.regularization = regularize_ ? regularize_(P) : 0.0;
+    phase(tp, "backward", [&] { model_->backward(dlogits_); });
+    if (grad_sync_) phase(tp, "gradient_sync", [&] { grad_sync_->finish(); });
+    phase(tp, "regularization", [&] { r.regularization = regularize_ ? regularize_(P) : 0.0; });
     r.total_loss = r.loss + r.regularization;
-    if (opts_.check_numerics()) check_numerics(r);
-    apply_(P, r.learning_rate);
+    if (opts_.check_numerics()) phase(tp, "check_numerics", [&] { check_numerics(r); });
+    phase(tp, "optimizer", [&] { apply_(P, r.learning_rate); });
     ++step_;
-    for (auto& u : updates_) u(P, step_);
+    phase(tp, "update_ops", [&] {
+      for (auto& u : updates_) u(P, step_);
+    });
     r.step = step_;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = Profiler::Clock::now();
+    r.seconds = std::chrono::duration<double>(t1 - t0).count();
+    if (tp) {
+      tp->add("train_step", "step", false, t0, t1);
+      last_trace_path_ = opts_.trace_dir() + "/tf_trace-" + std::to_string(step_) + ".json";
+      write_chrome_trace(last_trace_path_, *tp, step_);
+    }
     return r;
   }
 
@@ -280,6 +428,9 @@ class Trainer : public TrainerBase {
   /// pulling batches from `next`. Returns the final global step.
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
+    check_trace_options();
+    initialize();
+    wait_for_startup_delay();
     const auto start = std::chrono::steady_clock::now();
     for (auto& h : hooks_) h->begin(*this);
     while (step_ < opts_.max_steps() && !stop_) {
@@ -321,6 +472,72 @@ class Trainer : public TrainerBase {
   TrainingState<T>& training_state() { return state_; }
 
  private:
+  /// Attaches the trainer's event-recording profiler to the model for one
+  /// traced step (and puts back whatever profiler the model had).
+  class TraceScope {
+   public:
+    TraceScope(ModelT& m, Profiler& p, bool on) : model_(on ? &m : nullptr), p_(&p) {
+      if (!model_) return;
+      p.clear();
+      p.record_events(true);
+      if constexpr (detail::has_profiler<ModelT>::value) {
+        saved_ = m.profiler();
+        m.set_profiler(&p);
+      }
+    }
+    ~TraceScope() {
+      if (!model_) return;
+      if constexpr (detail::has_profiler<ModelT>::value) model_->set_profiler(saved_);
+      p_->record_events(false);
+    }
+    TraceScope(const TraceScope&) = delete;
+    TraceScope& operator=(const TraceScope&) = delete;
+    Profiler* profiler() const { return model_ ? p_ : nullptr; }
+
+   private:
+    ModelT* model_;
+    Profiler* p_;
+    Profiler* saved_ = nullptr;
+  };
+
+  /// Runs f(), booked as the Trainer's phase `name` when `tp` is set.
+  template <class F>
+  static void phase(Profiler* tp, const char* name, F&& f) {
+    if (!tp) return f();
+    const auto t0 = Profiler::Clock::now();
+    f();
+    tp->add(name, "step", false, t0, Profiler::Clock::now());
+  }
+
+  void check_trace_options() const {
+    if (opts_.trace_every_n_steps() > 0 && opts_.trace_dir().empty())
+      throw ConfigError(
+          "TrainerOptions::trace_every_n_steps needs trace_dir (where tf_trace-<step>.json goes), as Slim's "
+          "needs a logdir");
+  }
+
+  /// startup_delay_steps: worker k waits for global step min(k * n, max_steps).
+  void wait_for_startup_delay() {
+    const std::int64_t n = opts_.startup_delay_steps();
+    const int k = opts_.worker_index();
+    if (n == 0 || k == 0) return;
+    if (grad_sync_)
+      throw ConfigError(
+          "TrainerOptions::startup_delay_steps must be 0 under synchronous gradient averaging "
+          "(worker " +
+          std::to_string(k) +
+          " would wait for steps the others cannot take without it; Slim forbids it with a "
+          "sync_optimizer too)");
+    const auto& source = opts_.global_step_source();
+    if (!source)
+      throw ConfigError("TrainerOptions::startup_delay_steps " + std::to_string(n) + " on worker " +
+                        std::to_string(k) + " needs global_step_source (the global step the others advance)");
+    const std::int64_t target = std::min(std::int64_t(k) * n, opts_.max_steps());
+    const auto poll = std::chrono::duration<double>(opts_.startup_poll_secs());
+    while (source() < target) std::this_thread::sleep_for(poll);
+    startup_waited_for_ = target;
+  }
+
   /// Throws before any update when the loss or a gradient is NaN or Inf.
   void check_numerics(const StepResult& r) {
     if (!std::isfinite(r.total_loss))
@@ -357,6 +574,10 @@ class Trainer : public TrainerBase {
   ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
   Tensor<T> dlogits_;
   ArenaRuns grad_runs_;  // the whole gradient buffer, for the numerics check
+  bool restored_ = false, initialized_ = false, init_fn_ran_ = false;
+  std::int64_t startup_waited_for_ = 0;
+  Profiler trace_;  // the traced step's events (trace_every_n_steps)
+  std::string last_trace_path_;
 };
 
 /// Precision@1 of a model over batches (Mode::Infer), TF's in_top_k.
