@@ -175,7 +175,8 @@ struct Conv2d<backend::Cuda, float> {
   }
   static bool transform(cudnnConvolutionBwdDataAlgo_t a) {
     return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
   }
   static bool transform(cudnnConvolutionBwdFilterAlgo_t a) {
     return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
