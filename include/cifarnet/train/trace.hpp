@@ -10,8 +10,8 @@
 // "args", plus the Trainer's own phases (the whole forward and backward,
 // softmax cross-entropy, gradient sync, regularization, numerics check,
 // optimizer, update ops, the step). A model without a profiler hook
-// (distributed::Towers) has the Trainer's phases only. Forward and backward calls are on two rows (tid 1 and 2), the
-// Trainer's phases on a third (tid 0), under one process named after the step.
+// (distributed::Towers) has the Trainer's phases only. Forward and backward calls are on two rows (tid 1 and
+// 2), the Trainer's phases on a third (tid 0), under one process named after the step.
 #pragma once
 
 #include <cstdint>
