@@ -24,7 +24,7 @@ namespace dist = cifarnet::distributed;
 
 namespace {
 
-using ResNet = Model<ResNetCifar<>, backend::OneDnn>;
+using OneDnnResNet = Model<ResNetCifar<>, backend::OneDnn>;
 using RefResNet = Model<ResNetCifar<>, backend::Reference>;
 using Cnn = Model<Cifar10Cnn, backend::OneDnn>;
 
@@ -109,7 +109,7 @@ TEST_CASE(
     "[towers]") {
   SECTION("oneDNN, towers one after the other (the CPU default)") {
     CHECK_FALSE(dist::TowersOptions().parallel_for<backend::OneDnn>());
-    check_seed_procedure<ResNet>({});
+    check_seed_procedure<OneDnnResNet>({});
   }
   SECTION("reference backend, one thread per tower (as on GPUs)") {
     check_seed_procedure<RefResNet>(dist::TowersOptions().parallel(true));
@@ -138,9 +138,9 @@ TEST_CASE("Without batch norm, N towers with slices of a batch follow one model 
 TEST_CASE("Towers evaluate by slices with tower 0's weights, any batch size", "[towers]") {
   const DataFormat fmt = DataFormat::NCHW;
   const auto batches = make_batches(2, 5, fmt, 32);
-  dist::Towers<ResNet> towers(3, {3, 32, 32}, fmt, resnet_options(8), 3);
+  dist::Towers<OneDnnResNet> towers(3, {3, 32, 32}, fmt, resnet_options(8), 3);
   train_on(towers, batches);  // tower 0 moves away from the others' initial weights
-  ResNet one({3, 32, 32}, fmt, resnet_options(8), 99);
+  OneDnnResNet one({3, 32, 32}, fmt, resnet_options(8), 99);
   one.parameters().values() = towers.parameters().values();
   one.parameters().state() = towers.parameters().state();
   for (std::size_t n : {1, 2, 5, 7}) {  // fewer examples than towers too
@@ -177,7 +177,7 @@ TEST_CASE("Towers report a tower's error after every tower stopped, and misuse c
     CHECK_THROWS_WITH(towers.backward(bad), Catch::Contains("last forward's output"));
     towers.backward(dy);  // still usable after the errors
   }
-  CHECK_THROWS_WITH(dist::Towers<ResNet>(0, {3, 32, 32}, fmt, resnet_options(8), 3),
+  CHECK_THROWS_WITH(dist::Towers<OneDnnResNet>(0, {3, 32, 32}, fmt, resnet_options(8), 3),
                     Catch::Contains("at least 1"));
 }
 
