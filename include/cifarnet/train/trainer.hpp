@@ -19,6 +19,11 @@
 // error, since nothing would retry it). restore_latest() resumes from the
 // newest checkpoint that verifies and sets corrupt newer ones aside.
 //
+// With RemoteVariables (asynchronous training against parameter servers,
+// distributed/parameter_server.hpp) a step pulls the variables first and
+// pushes the gradients instead of the local update; the global step is the
+// servers'.
+//
 //   optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
 //                                                        optim::MomentumOptions().momentum(0.9));
 //   Trainer<decltype(net)> trainer(net, TrainerOptions().max_steps(1000));
@@ -134,6 +139,29 @@ class Hook {
   virtual void end(TrainerBase&) {}
 };
 
+/// Variables that live elsewhere (distributed::ParameterServerClient:
+/// asynchronous training against parameter servers). With one set, a
+/// Trainer step pulls the variables into the model before forward, computes
+/// the gradients and the optimizer chain's regularizers locally, checks
+/// numerics, and pushes the gradients instead of running the local update;
+/// the global step is the remote one.
+class RemoteVariables {
+ public:
+  virtual ~RemoteVariables() = default;
+  /// Copies the variables' current values (parameters and BN statistics)
+  /// into the local model; returns the current global step.
+  virtual std::int64_t pull() = 0;
+  /// Sends the local gradients (and the step's BN statistic changes) to be
+  /// applied with learning rate `lr`; returns the global step after this
+  /// update (other workers' updates included).
+  virtual std::int64_t push(double lr) = 0;
+  /// For a checkpoint: replaces the entries of `d` (built from the local
+  /// copy) that live remotely — parameters, BN statistics, optimizer slots,
+  /// global step — with their current remote values, and copies the values
+  /// into the local model.
+  virtual void current_state(io::StateDict& d) = 0;
+};
+
 /// The model-independent part of a trainer, seen by hooks.
 class TrainerBase {
  public:
@@ -195,6 +223,15 @@ class Trainer : public TrainerBase {
     model_->set_gradient_sync(s);
   }
 
+  /// Trains against variables held elsewhere (RemoteVariables; null: the
+  /// local model's, the default). The optimizer given to set_optimizer()
+  /// then contributes its regularizers (run locally, on the pulled values,
+  /// as TF computes the L2 term on the worker), the schedule and its slots'
+  /// names and shapes for checkpoints; its update runs remotely. `r` must
+  /// outlive the trainer's steps.
+  void set_remote_variables(RemoteVariables* r) { remote_ = r; }
+  RemoteVariables* remote_variables() const { return remote_; }
+
   /// Runs after every optimizer step with the new global step (TF's update
   /// ops), e.g. [&](auto& p, auto step) { ema.apply(p, step); }.
   void add_update(std::function<void(Parameters<T>&, std::int64_t)> op) { updates_.push_back(std::move(op)); }
@@ -215,7 +252,14 @@ class Trainer : public TrainerBase {
   /// Checkpoint saves that failed during run() (Continue policy: the ones it trained past).
   std::int64_t checkpoint_failures() const { return checkpoint_failures_; }
 
-  io::StateDict state_dict() override { return state_.save(step_); }
+  io::StateDict state_dict() override {
+    io::StateDict d = state_.save(step_);
+    if (remote_) {
+      remote_->current_state(d);
+      if (const auto s = io::global_step(d)) step_ = *s;  // the remote global step, now
+    }
+    return d;
+  }
   /// Restores everything from a checkpoint; returns the global step.
   std::int64_t load_state_dict(const io::StateDict& d) {
     step_ = state_.restore(d);
@@ -250,41 +294,25 @@ class Trainer : public TrainerBase {
 
   /// One training step on `b`; returns what it did.
   StepResult step(const Batch& b) {
-    if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
-    const auto t0 = std::chrono::steady_clock::now();
-    auto& P = model_->parameters();
-    StepResult r;
-    r.learning_rate = schedule_(step_);
-    r.batch_size = b.labels.size();
-    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
-    cifarnet::detail::check_logits(logits, b.labels.size());
-    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
-    const std::size_t n = logits.shape()[0];
-    r.loss = double(T(
-        xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(), dlogits_.data())));
-    if (grad_sync_) grad_sync_->begin();
-    model_->backward(dlogits_);
-    if (grad_sync_) grad_sync_->finish();
-    r.regularization = regularize_ ? regularize_(P) : 0.0;
-    r.total_loss = r.loss + r.regularization;
-    if (opts_.check_numerics()) check_numerics(r);
-    apply_(P, r.learning_rate);
-    ++step_;
-    for (auto& u : updates_) u(P, step_);
-    r.step = step_;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
+    if (remote_) step_ = remote_->pull();
+    return pulled_step(b);
   }
 
   /// Trains until max_steps (or a hook's request_stop, or max_seconds),
-  /// pulling batches from `next`. Returns the final global step.
+  /// pulling batches from `next`. Returns the final global step. With
+  /// remote variables, each step first pulls them and ends the loop when the
+  /// global step (advanced by every worker) has reached max_steps.
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
     const auto start = std::chrono::steady_clock::now();
     for (auto& h : hooks_) h->begin(*this);
     while (step_ < opts_.max_steps() && !stop_) {
+      if (remote_) {
+        step_ = remote_->pull();
+        if (step_ >= opts_.max_steps()) break;
+      }
       const Batch& b = next();
-      const StepResult r = step(b);
+      const StepResult r = pulled_step(b);
       for (auto& h : hooks_) {
         try {
           h->after_step(*this, r);
@@ -321,6 +349,38 @@ class Trainer : public TrainerBase {
   TrainingState<T>& training_state() { return state_; }
 
  private:
+  /// A step once the variables are in the model (pulled, when remote).
+  StepResult pulled_step(const Batch& b) {
+    if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto& P = model_->parameters();
+    StepResult r;
+    r.learning_rate = schedule_(step_);
+    r.batch_size = b.labels.size();
+    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    cifarnet::detail::check_logits(logits, b.labels.size());
+    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
+    const std::size_t n = logits.shape()[0];
+    r.loss = double(T(
+        xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(), dlogits_.data())));
+    if (grad_sync_) grad_sync_->begin();
+    model_->backward(dlogits_);
+    if (grad_sync_) grad_sync_->finish();
+    r.regularization = regularize_ ? regularize_(P) : 0.0;
+    r.total_loss = r.loss + r.regularization;
+    if (opts_.check_numerics()) check_numerics(r);
+    if (remote_) {
+      step_ = remote_->push(r.learning_rate);
+    } else {
+      apply_(P, r.learning_rate);
+      ++step_;
+    }
+    for (auto& u : updates_) u(P, step_);
+    r.step = step_;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
   /// Throws before any update when the loss or a gradient is NaN or Inf.
   void check_numerics(const StepResult& r) {
     if (!std::isfinite(r.total_loss))
@@ -344,6 +404,7 @@ class Trainer : public TrainerBase {
 
   ModelT* model_;
   GradientSync* grad_sync_ = nullptr;
+  RemoteVariables* remote_ = nullptr;
   Options opts_;
   TrainingState<T> state_;
   std::function<double(Parameters<T>&)> regularize_;
