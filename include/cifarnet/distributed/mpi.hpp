@@ -247,12 +247,24 @@ class Communicator {
   /// the timeout, until the send buffer may be reused (for a large message:
   /// until `dest` receives it).
   void send(int dest, int tag, const void* data, std::size_t n, const char* what = "send") {
+    MPI_Request r = start_send(dest, tag, data, n, what);
+    complete(r, what);
+  }
+
+  /// Starts sending bytes [data, data + n) to `dest` with `tag` without
+  /// waiting: the buffer must stay untouched until complete(request).
+  MPI_Request start_send(int dest, int tag, const void* data, std::size_t n, const char* what = "send") {
     if (n > std::size_t(INT_MAX))
       throw DistributedError(std::string(what) + ": a message of " + std::to_string(n) +
                              " bytes is larger than MPI's int count allows");
     MPI_Request r;
     detail::check(MPI_Isend(data, int(n), MPI_BYTE, dest, tag, comm_, &r), "Isend");
-    wait(&r, 1, what);
+    return r;
+  }
+  /// Waits, within the timeout, for a request start_send() returned (a null
+  /// request returns at once).
+  void complete(MPI_Request& r, const char* what = "send") {
+    if (r != MPI_REQUEST_NULL) wait(&r, 1, what);
   }
 
   /// Where a received message came from.

@@ -29,7 +29,9 @@
 // Between a worker's pull and its push, other workers' updates may land:
 // the gradient is then computed on values that are `staleness` updates old
 // (WorkerStats/ServeStats measure it). A server applies one push at a time
-// (no interleaving within a variable, as TF's use_locking would give).
+// (no interleaving within a variable, as TF's use_locking would give) and
+// sends its replies without waiting for their delivery, so a stopped worker
+// stalls only its own steps.
 //
 // Start: every rank builds the same model (checked: the ranks compare a
 // fingerprint of the parameter layout); the chief restores its checkpoint
@@ -300,7 +302,12 @@ class ParameterServer {
     std::vector<char> done(std::size_t(workers), 0);
     std::vector<std::int64_t> pulled_at(std::size_t(workers), 0);  // this server's update count at the pull
     int active = workers;
-    std::vector<std::uint8_t> in, out;
+    // Replies go out without waiting (a stopped worker must not stall the
+    // others), each from its worker's own buffer; a worker's next request
+    // means it received the previous reply, so the buffer is free again.
+    std::vector<std::vector<std::uint8_t>> outs(static_cast<std::size_t>(workers));
+    std::vector<MPI_Request> sending(std::size_t(workers), MPI_REQUEST_NULL);
+    std::vector<std::uint8_t> in;
     const auto& ids = shards_.ids(ps_);
     const std::size_t floats = shards_.elements(ps_);
     while (active > 0) {
@@ -311,6 +318,9 @@ class ParameterServer {
         throw DistributedError(who() + ": unexpected " + detail::tag_name(m.tag) + " message from rank " +
                                std::to_string(m.source) +
                                (w < 0 ? " (a parameter server)" : " (a worker that had finished)"));
+      std::vector<std::uint8_t>& out = outs[std::size_t(w)];
+      MPI_Request& pending = sending[std::size_t(w)];
+      comm_->complete(pending, "parameter server: a reply");
       switch (m.tag) {
         case detail::kPull: {
           detail::check_size(in, 0, m.tag, m.source, who());
@@ -321,7 +331,7 @@ class ParameterServer {
             std::memcpy(dst, params_->value(id), bytes);
             dst += bytes;
           }
-          comm_->send(m.source, detail::kValues, out.data(), out.size(), "parameter server: values");
+          pending = comm_->start_send(m.source, detail::kValues, out.data(), out.size());
           pulled_at[std::size_t(w)] = st.updates;
           ++st.pulls;
           break;
@@ -349,9 +359,8 @@ class ParameterServer {
           ++st.updates;
           ++st.updates_per_worker[std::size_t(w)];
           if (holds_step) ++global_step;
-          const std::int64_t reply = holds_step ? global_step : -1;
-          comm_->send(m.source, detail::kPushed, &reply, sizeof reply,
-                      "parameter server: push acknowledgement");
+          detail::put_header<std::int64_t>(out, holds_step ? global_step : -1, 0);
+          pending = comm_->start_send(m.source, detail::kPushed, out.data(), out.size());
           break;
         }
         case detail::kFetch: {
@@ -362,8 +371,8 @@ class ParameterServer {
                   io::TensorData::from<T>(params_->info(id).shape, params_->value(id)));
           if (opt) io::add_state(d, *opt);
           if (holds_step) io::set_global_step(d, global_step);
-          const auto bytes = io::serialize_safetensors(d);
-          comm_->send(m.source, detail::kState, bytes.data(), bytes.size(), "parameter server: state");
+          out = io::serialize_safetensors(d);
+          pending = comm_->start_send(m.source, detail::kState, out.data(), out.size());
           ++st.fetches;
           break;
         }
@@ -377,6 +386,7 @@ class ParameterServer {
                                  " from rank " + std::to_string(m.source));
       }
     }
+    for (auto& r : sending) comm_->complete(r, "parameter server: a reply");
     st.global_step = holds_step ? global_step : -1;
     return st;
   }
