@@ -84,6 +84,26 @@ std::vector<train::Batch> make_batches(std::size_t n, std::size_t batch, std::ui
   return out;
 }
 
+/// Mean cross-entropy over `batches` with batch statistics (Mode::Train
+/// forward, no update): a short run's BN moving statistics are not settled.
+double train_loss(Net& net, const std::vector<train::Batch>& batches) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (const auto& b : batches) {
+    const Tensor<float>& logits = net.forward(b.images, Mode::Train);
+    const std::size_t rows = logits.shape()[0], k = logits.size() / rows;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const float* z = logits.data() + i * k;
+      double m = z[0], e = 0;
+      for (std::size_t j = 1; j < k; ++j) m = std::max(m, double(z[j]));
+      for (std::size_t j = 0; j < k; ++j) e += std::exp(double(z[j]) - m);
+      sum += m + std::log(e) - double(z[b.labels[i]]);
+      ++n;
+    }
+  }
+  return sum / double(n);
+}
+
 /// A server's side of a job: its optimizer over its shard, the chief's
 /// broadcast state, then serve() until every worker has finished.
 dist::ServeStats serve(dist::Communicator& c, Net& net, const dist::PsRoles& roles) {
@@ -312,6 +332,7 @@ TEST_CASE("Two workers train asynchronously against one server: loss falls, a ch
           static_cast<long long>(st.max_staleness), static_cast<long long>(st.global_step));
       ps_end = st.global_step;
     } else {
+      const double before = roles.is_chief() && phase == 0 ? train_loss(net, batches) : 0.0;
       const WorkerRun r = work(w, wc, net, roles, batches, target, &mgr);
       CHECK(r.stats.updates > 0);
       std::printf("worker %d, phase %d: %lld updates, %lld of them stale (mean %.2f, max %lld)\n",
@@ -320,17 +341,11 @@ TEST_CASE("Two workers train asynchronously against one server: loss falls, a ch
                   static_cast<long long>(r.stats.max_staleness));
       if (roles.is_chief()) {
         if (phase == 0) {
-          // The chief's training loss (on its batches, with the values it
-          // pulled), means of its first and last 10 steps over the 4 batches.
-          REQUIRE(r.losses.size() >= 20);
-          double first = 0, last = 0;
-          for (std::size_t i = 0; i < 10; ++i) {
-            first += r.losses[i] / 10;
-            last += r.losses[r.losses.size() - 1 - i] / 10;
-          }
-          std::printf("chief: training loss %.4f -> %.4f (means of its first and last 10 steps)\n", first,
-                      last);
-          CHECK(last < 0.9 * first);  // measured: 2.07 -> 1.52, 2.12 -> 1.72, 2.18 -> 1.75
+          // The loss on the 4 training batches, the chief's initial values
+          // against the servers' final ones (now in `net`).
+          const double after = train_loss(net, batches);
+          std::printf("chief: loss on the training batches %.4f -> %.4f\n", before, after);
+          CHECK(after < 0.9 * before);  // measured 2.89 -> 1.36, 1.64, 1.93, 2.23 (timing decides)
           saved_step = io::global_step(r.final_state).value();
           CHECK(saved_step >= kSteps);
           REQUIRE(mgr.latest());
