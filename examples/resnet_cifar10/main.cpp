@@ -21,14 +21,20 @@
 // --data-dir holds the binary files (or their cifar-10-batches-bin/) or the
 // seed's train/validation/eval.tfrecords: data::Cifar10Source detects which.
 //
-// Under `mpirun -np N` (a build with MPI) it trains synchronously data-parallel,
-// the seed's --sync mode: each process takes a disjoint 1/N of every global
-// batch of --train-batch-size, gradients are averaged over the processes
+// Under `mpirun -np N` (a build with MPI) it trains data-parallel. With --sync,
+// synchronously: each process takes a disjoint 1/N of every global batch of
+// --train-batch-size, gradients are averaged over the processes
 // (distributed/data_parallel.hpp), and rank 0 alone logs, writes events and
 // checkpoints and evaluates; a restart resumes on every rank from rank 0's
 // latest checkpoint. --sync-batch-norm normalizes with the global batch's
-// statistics. Started without mpirun, it runs exactly as a single process.
+// statistics. Without --sync, asynchronously, the seed's default: the first
+// --num-ps ranks are parameter servers holding the variables, the others
+// workers that each train on batches of --train-batch-size and push their
+// gradients without waiting for one another (distributed/parameter_server.hpp);
+// the first worker is the chief. Started without mpirun, it runs exactly as a
+// single process.
 //   mpirun -np 2 resnet_cifar10 --job-dir runs/r20x2 --num-gpus 0 --num-layers 20 --sync
+//   mpirun -np 3 resnet_cifar10 --job-dir runs/r20ps --num-gpus 0 --num-layers 20 --num-ps 1
 #include <CLI/CLI.hpp>
 
 #include "train.hpp"
@@ -77,6 +83,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--sync", f.sync,
                "If present when running in a distributed environment will run on sync mode.");
+  app.add_option("--num-ps", f.num_ps,
+                 "Under mpirun without --sync: the number of parameter servers, the first ranks; the others "
+                 "are workers training asynchronously, the first of them the chief.")
+      ->capture_default_str();
   app.add_option("--num-intra-threads", f.num_intra_threads,
                  "Number of threads for the compute kernels (OpenMP); 0 = one per core.")
       ->capture_default_str();
@@ -149,9 +159,10 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce-bucket-kb", f.allreduce_bucket_kb,
                  "Under mpirun: size of each gradient all-reduce bucket in KiB (at least 4).")
       ->capture_default_str();
-  app.add_option("--collective-timeout", f.collective_timeout,
-                 "Under mpirun: seconds a process waits for the others in a collective before it ends the "
-                 "job with an error (a dead or hung process).")
+  app.add_option(
+         "--collective-timeout", f.collective_timeout,
+         "Under mpirun: seconds a process waits for the others in a collective (or, asynchronous, for "
+         "a message) before it ends the job with an error (a dead or hung process).")
       ->capture_default_str();
 #ifdef CIFARNET_WITH_MPI
   // Under mpirun, MPI starts first (it may take arguments of its own).
@@ -183,6 +194,10 @@ int main(int argc, char** argv) {
       cl.comm = std::make_unique<distributed::Communicator>(MPI_COMM_WORLD, f.collective_timeout);
       cl.rank = cl.comm->rank();
       cl.size = cl.comm->size();
+      if (cl.size > 1 && !f.sync) {                        // asynchronous: parameter servers, then workers
+        distributed::PsRoles(cl.size, cl.rank, f.num_ps);  // ConfigError when -np leaves no worker
+        cl.num_ps = f.num_ps;
+      }
     }
 #endif
     if (!cl.chief()) std::cout.rdbuf(nullptr);  // only rank 0 prints

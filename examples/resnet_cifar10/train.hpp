@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -31,6 +32,7 @@
 #include <cifarnet/train/trainer.hpp>
 #ifdef CIFARNET_WITH_MPI
 #include <cifarnet/distributed/data_parallel.hpp>
+#include <cifarnet/distributed/parameter_server.hpp>
 #endif
 #ifdef CIFARNET_WITH_CUDA
 #include <cifarnet/backend/cuda/common.hpp>
@@ -66,18 +68,24 @@ struct Flags {
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
   double collective_timeout = 600;
-  int allreduce_bucket_kb = 1024;
+  int allreduce_bucket_kb = 1024, num_ps = 1;
   std::uint64_t seed = 0;
 };
 
-/// The processes of this run: one, or the ranks of an MPI job.
+/// The processes of this run: one, or the ranks of an MPI job — all of them
+/// synchronous replicas (--sync), or (num_ps > 0) parameter servers, the
+/// first num_ps ranks, and asynchronous workers, the first of them the chief.
 struct Cluster {
-  int rank = 0, size = 1;
+  int rank = 0, size = 1, num_ps = 0;
   train::GpuPlacement gpus;  ///< this process's devices (place_devices)
 #ifdef CIFARNET_WITH_MPI
   std::unique_ptr<distributed::Communicator> comm;  // set under mpirun
 #endif
-  bool chief() const { return rank == 0; }
+  bool async() const { return num_ps > 0; }
+  int chief_rank() const { return num_ps; }
+  bool chief() const { return rank == chief_rank(); }
+  bool parameter_server() const { return rank < num_ps; }
+  int worker_index() const { return rank - num_ps; }
 };
 
 /// The seed's validations (cifar10_main.py), with its messages.
@@ -90,7 +98,7 @@ inline void validate(const Flags& f, const Cluster& cl) {
     throw ConfigError("--train-batch-size must be multiple of --num-gpus.");
   if (f.num_gpus != 0 && f.eval_batch_size % f.num_gpus != 0)
     throw ConfigError("--eval-batch-size must be multiple of --num-gpus.");
-  if (cl.size > 1 && f.train_batch_size % cl.size != 0)  // the towers' check, one tower per process
+  if (cl.size > 1 && !cl.async() && f.train_batch_size % cl.size != 0)  // the towers' check, one per process
     throw ConfigError(
         "--train-batch-size must be multiple of the number of MPI processes (--train-batch-size " +
         std::to_string(f.train_batch_size) + ", mpirun -np " + std::to_string(cl.size) + ").");
@@ -119,10 +127,9 @@ inline void validate(const Flags& f, const Cluster& cl) {
         << "note: --sync has no effect in a single process (synchronous training is the only mode here)\n";
   if (f.sync_batch_norm && cl.size == 1)
     std::cerr << "note: --sync-batch-norm has no effect in a single process\n";
-  if (!f.sync && cl.size > 1 && cl.chief())
-    std::cerr << "note: " << cl.size
-              << " MPI processes train synchronously (--sync); asynchronous parameter-server training is "
-                 "not implemented\n";
+  if (cl.async() && f.sync_batch_norm)
+    throw ConfigError(
+        "--sync-batch-norm needs --sync: asynchronous workers do not take their steps together.");
 }
 
 /// Soft placement (the seed's allow_soft_placement=True): with fewer GPUs
@@ -213,6 +220,37 @@ std::unique_ptr<Net> make_net(const Flags& f, DataFormat fmt, const NetOptions& 
   }
 }
 
+inline NetOptions net_options(const Flags& f) {
+  NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
+  if (f.precision == "bf16") opts.with_conv_precision(ConvPrecision::BF16);
+  return opts;
+}
+
+#ifdef CIFARNET_WITH_MPI
+/// A parameter server's whole run (asynchronous mode): the model's variables
+/// (the same model as the workers'), its shard's momentum slots, serving the
+/// workers until all have finished.
+template <class B>
+int serve_variables(const Flags& f, Cluster& cl, DataFormat fmt) {
+  Model<ResNetCifar<>, B> net({3, 32, 32}, fmt, net_options(f), f.seed);
+  const distributed::PsRoles roles(cl.size, cl.rank, cl.num_ps);
+  distributed::ParameterServer<float> ps(*cl.comm, net.parameters(), roles);
+  std::optional<optim::Momentum<float>> opt;
+  if (auto sel = ps.selection())
+    opt.emplace(net.parameters(), optim::MomentumOptions().momentum(f.momentum), *sel);
+  io::StateDict initial;  // the chief's training state
+  distributed::broadcast_state_dict(*cl.comm, initial, roles.chief_rank());
+  const distributed::ServeStats st = ps.serve(opt ? &*opt : nullptr, initial);
+  std::string per_worker;
+  for (auto n : st.updates_per_worker) per_worker += (per_worker.empty() ? "" : ", ") + std::to_string(n);
+  std::cerr << "parameter server (rank " << cl.rank << "): " << st.updates << " updates (" << per_worker
+            << " by worker 0, 1, ...), staleness mean " << st.mean_staleness() << " max " << st.max_staleness
+            << (st.global_step >= 0 ? ", global step " + std::to_string(st.global_step) : std::string())
+            << "\n";
+  return 0;
+}
+#endif
+
 /// The whole run on backend B (backend::OneDnn, or backend::Cuda for
 /// --num-gpus 1, or with kTowers one tower per GPU for --num-gpus N > 1).
 template <class B, bool kTowers = false>
@@ -228,7 +266,7 @@ int run(const Flags& f, Cluster& cl) {
 #ifdef CIFARNET_WITH_MPI
   if (cl.comm) {  // every rank takes the chief's choice
     int code = int(layout.format);
-    cl.comm->broadcast(&code, 1, 0, "data format broadcast");
+    cl.comm->broadcast(&code, 1, cl.chief_rank(), "data format broadcast");
     layout.format = DataFormat(code);
   }
 #endif
@@ -243,6 +281,10 @@ int run(const Flags& f, Cluster& cl) {
     const int per_node = local ? std::max(1, std::atoi(local)) : cl.size;
     omp_set_num_threads(std::max(1, omp_get_num_procs() / per_node));
   }
+#ifdef CIFARNET_WITH_MPI
+  if constexpr (!kTowers)
+    if (cl.parameter_server()) return serve_variables<B>(f, cl, fmt);
+#endif
   if (f.log_device_placement) {
 #ifdef CIFARNET_WITH_CUDA  // (the CUDA names exist only in a build with the CUDA backend)
     if constexpr (std::is_same_v<B, backend::Cuda>)
@@ -295,10 +337,9 @@ int run(const Flags& f, Cluster& cl) {
   }
 
   // Model, optimizer, data pipeline.
-  NetOptions opts = resnet_options(f.num_layers, f.batch_norm_decay, f.batch_norm_epsilon);
+  const NetOptions opts = net_options(f);
   std::string precision_text = "fp32";
   if (f.precision == "bf16") {
-    opts.with_conv_precision(ConvPrecision::BF16);
     precision_text =
         backend::onednn::cpu_has_bf16_convolutions()
             ? "bf16 convolutions (fp32 weights, optimizer and other layers)"
@@ -337,7 +378,7 @@ int run(const Flags& f, Cluster& cl) {
   std::unique_ptr<DistOpt> dist_opt;
   std::unique_ptr<distributed::OverlappedAllReduce<float>> overlap;
   std::unique_ptr<distributed::SyncBatchNorm> sync_bn;
-  if (cl.comm) {
+  if (cl.comm && !cl.async()) {
     const auto ar =
         distributed::AllReduceOptions(*cl.comm).bucket_bytes(std::size_t(f.allreduce_bucket_kb) * 1024);
     if (f.overlap_allreduce)
@@ -359,10 +400,14 @@ int run(const Flags& f, Cluster& cl) {
   using PlainPipe = data::recipes::ResNetEvalT<data::Cifar10Source>;
   std::unique_ptr<TrainPipe> distorted;
   std::unique_ptr<PlainPipe> plain;
-  if (f.use_distortion)
-    distorted = std::make_unique<TrainPipe>(data.train, po);
-  else
-    plain = std::make_unique<PlainPipe>(data.train, po);
+  auto make_pipeline = [&](std::uint64_t seed) {
+    po.seed = seed;
+    if (f.use_distortion)
+      distorted = std::make_unique<TrainPipe>(data.train, po);
+    else
+      plain = std::make_unique<PlainPipe>(data.train, po);
+  };
+  make_pipeline(f.seed);
   auto position = [&] { return distorted ? distorted->position() : plain->position(); };
   auto restore_position = [&](const data::PipelinePosition& p) {
     if (distorted)
@@ -383,22 +428,26 @@ int run(const Flags& f, Cluster& cl) {
             << " (" << n_train << " training examples, " << n_eval << " eval), batch " << f.train_batch_size
             << ", " << train_steps << " steps (" << double(train_steps) / steps_per_epoch << " epochs), lr "
             << lr << " " << schedule_text << ", format " << layout_name(fmt) << ", " << precision_text
-            << (cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
-                                  std::to_string(f.train_batch_size / cl.size) +
-                                  (f.sync_batch_norm ? " (synchronized batch norm)" : "") +
-                                  (f.overlap_allreduce ? ", all-reduce overlapped with backward"
-                                                       : ", all-reduce after backward")
-                            : std::string())
+            << (cl.async() ? ", asynchronous: " + std::to_string(cl.num_ps) + " parameter server(s) and " +
+                                 std::to_string(cl.size - cl.num_ps) + " workers of batch " +
+                                 std::to_string(f.train_batch_size) + " each"
+                : cl.size > 1 ? ", " + std::to_string(cl.size) + " MPI processes of batch " +
+                                    std::to_string(f.train_batch_size / cl.size) +
+                                    (f.sync_batch_norm ? " (synchronized batch norm)" : "") +
+                                    (f.overlap_allreduce ? ", all-reduce overlapped with backward"
+                                                         : ", all-reduce after backward")
+                              : std::string())
             << towers_text << "\n";
 
-  // Distributed, the chief decides when to stop (max_seconds), for every rank.
+  // Synchronous, the chief decides when to stop (max_seconds), for every rank.
   // TF-Slim's options: summaries at most every --save-summaries-secs, and
-  // the chief's Chrome traces (<job-dir>/tf_trace-<step>.json).
+  // the chief's Chrome traces (<job-dir>/tf_trace-<step>.json); the chief is
+  // worker 0 (rank num_ps when asynchronous).
   train::Trainer<Net> trainer(net, train::TrainerOptions()
                                        .max_steps(train_steps)
-                                       .max_seconds(cl.size > 1 ? 0.0 : f.max_seconds)
+                                       .max_seconds(cl.size > 1 && !cl.async() ? 0.0 : f.max_seconds)
                                        .save_summaries_secs(f.save_summaries_secs)
-                                       .worker_index(cl.rank)
+                                       .worker_index(cl.worker_index())
                                        .trace_every_n_steps(f.trace_every_n_steps)
                                        .trace_dir(f.job_dir));
 #ifdef CIFARNET_WITH_MPI
@@ -431,7 +480,26 @@ int run(const Flags& f, Cluster& cl) {
     restored = trainer.restore_latest(*mgr, &std::cout);
   }
 #ifdef CIFARNET_WITH_MPI
-  if (cl.comm) distributed::broadcast_training_state(*cl.comm, trainer);  // parameters, slots, step, data
+  // Asynchronous: the variables live on the parameter servers, which take
+  // the chief's state; each other worker reads its own shuffle of the data,
+  // seeded by its index and the step it starts at.
+  std::unique_ptr<distributed::ParameterServerClient<float>> client;
+  if (cl.async()) {
+    const distributed::PsRoles roles(cl.size, cl.rank, cl.num_ps);
+    client = std::make_unique<distributed::ParameterServerClient<float>>(*cl.comm, net.parameters(), roles);
+    client->expect_slots(opt);
+    io::StateDict d;
+    if (cl.chief()) d = trainer.state_dict();
+    distributed::broadcast_state_dict(*cl.comm, d, cl.chief_rank());
+    if (!cl.chief())
+      make_pipeline(
+          Rng::stream(f.seed + 0x9E3779B97F4A7C15ull * std::uint64_t(io::global_step(d).value_or(0)),
+                      std::uint64_t(cl.worker_index()))
+              .next_u64());
+    trainer.set_remote_variables(client.get());
+  } else if (cl.comm) {
+    distributed::broadcast_training_state(*cl.comm, trainer);  // parameters, slots, step, data
+  }
 #endif
   if (restored && trainer.global_step() >= train_steps)
     std::cout << "Already trained to step " << trainer.global_step() << " (--train-steps " << train_steps
@@ -465,7 +533,7 @@ int run(const Flags& f, Cluster& cl) {
     trainer.add_hook(std::move(h));
   };
 #ifdef CIFARNET_WITH_MPI
-  if (cl.comm) {
+  if (cl.comm && !cl.async()) {
     auto chief_hooks = std::make_shared<distributed::ChiefHooks>(*cl.comm, f.max_seconds);
     trainer.add_hook(chief_hooks);
     add_hook = [chief_hooks](std::shared_ptr<train::Hook> h) { chief_hooks->add(std::move(h)); };
@@ -489,8 +557,9 @@ int run(const Flags& f, Cluster& cl) {
       }));
   }
 
-  // Every rank reads the same global batches (same seed and position) and
-  // trains on its own slice of each.
+  // Synchronous, every rank reads the same global batches (same seed and
+  // position) and trains on its own slice of each; asynchronous, each worker
+  // trains on whole batches of its own.
   data::Batch batch;
   train::Batch tb, shard;
   auto next = [&]() -> const train::Batch& {
@@ -499,7 +568,7 @@ int run(const Flags& f, Cluster& cl) {
     std::swap(tb.images, batch.images);
     std::swap(tb.labels, batch.labels);
 #ifdef CIFARNET_WITH_MPI
-    if (cl.comm) {
+    if (cl.comm && !cl.async()) {
       distributed::take_shard(tb, cl.rank, cl.size, shard);
       return shard;
     }
@@ -511,6 +580,20 @@ int run(const Flags& f, Cluster& cl) {
   trainer.run(next);
   if (!trainer.last_trace_path().empty()) std::cout << "Last trace: " << trainer.last_trace_path() << "\n";
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#ifdef CIFARNET_WITH_MPI
+  if (client) {
+    const distributed::WorkerStats& ws = client->stats();
+    std::ostringstream line;
+    line << "worker " << cl.worker_index() << " (rank " << cl.rank << "): " << ws.updates << " updates, "
+         << ws.stale_updates << " of them computed on stale variables (staleness mean " << ws.mean_staleness()
+         << ", max " << ws.max_staleness << ")\n";
+    std::cerr << line.str() << std::flush;
+    if (cl.chief())
+      client->pull();  // the servers' latest values, to evaluate
+    else
+      client->finish();
+  }
+#endif
   if (!cl.chief()) return 0;  // the chief reports and evaluates
   if (trainer.global_step() > start_step)
     std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n",
@@ -528,6 +611,9 @@ int run(const Flags& f, Cluster& cl) {
   std::printf("%saccuracy = %.4f, loss = %.4f, global_step = %lld (%zu/%zu correct)\n",
               data.synthetic ? "[synthetic data] " : "", r.precision(), r.loss,
               static_cast<long long>(trainer.global_step()), r.correct, r.total);
+#ifdef CIFARNET_WITH_MPI
+  if (client) client->finish();  // the servers stop once every worker has
+#endif
   return 0;
 }
 

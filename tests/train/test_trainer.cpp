@@ -633,3 +633,111 @@ TEST_CASE("init_fn runs once after initialization, before the first step, and no
     CHECK(run.trainer.init_fn_ran());
   }
 }
+
+namespace {
+/// Remote variables in this process: a copy of the parameters updated with
+/// momentum on every push, plus `others` updates of other (simulated)
+/// workers after each one, which move the global step past several
+/// multiples at once.
+struct FakeRemote : train::RemoteVariables {
+  M vars{{3, 6, 6}, DataFormat::NHWC, {}, 3};
+  optim::Momentum<float> opt{vars.parameters(), optim::MomentumOptions().momentum(0.9)};
+  Parameters<float>* local;
+  std::int64_t step = 0, others = 0, pulls = 0, pushes = 0;
+  explicit FakeRemote(Parameters<float>& p) : local(&p) {}
+  std::int64_t pull() override {
+    ++pulls;
+    local->values() = vars.parameters().values();
+    local->state() = vars.parameters().state();
+    return step;
+  }
+  std::int64_t push(double lr) override {
+    ++pushes;
+    vars.parameters().grads() = local->grads();
+    opt.step(vars.parameters(), lr);
+    step += 1 + others;
+    return step;
+  }
+  void current_state(io::StateDict& d) override {
+    io::StateDict mine;
+    io::add_parameters(mine, vars.parameters());
+    io::add_state(mine, opt);
+    for (const auto& [name, t] : mine) d.set(name, t);
+    io::set_global_step(d, step);
+    io::load_parameters(*local, d);
+  }
+};
+}  // namespace
+
+TEST_CASE("With remote variables a step pulls, pushes instead of updating, and takes the remote global step",
+          "[train][remote]") {
+  // One worker, nothing else: the same run as a local one (the update runs
+  // on the remote copy, with the same arithmetic).
+  M net{{3, 6, 6}, DataFormat::NHWC, {}, 7};  // other initial values: the pull replaces them
+  optim::Chain<optim::Momentum> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  FakeRemote remote(net.parameters());  // its variables start as the reference's (seed 3)
+  train::Trainer<M> t(net, train::TrainerOptions().max_steps(6));
+  t.set_optimizer(opt, optim::piecewise_constant({6, 14}, {0.05, 0.005, 0.0005}));
+  t.set_remote_variables(&remote);
+  Source src;
+  t.run([&]() -> const train::Batch& { return src.next(); });
+  CHECK(t.global_step() == 6);
+  CHECK(remote.pushes == 6);
+  CHECK(remote.pulls == 6);
+  M ref{{3, 6, 6}, DataFormat::NHWC, {}, 3};
+  optim::Chain<optim::Momentum> ref_opt(ref.parameters(), optim::MomentumOptions().momentum(0.9));
+  train::Trainer<M> rt(ref, train::TrainerOptions().max_steps(6));
+  rt.set_optimizer(ref_opt, optim::piecewise_constant({6, 14}, {0.05, 0.005, 0.0005}));
+  Source rsrc;
+  rt.run([&]() -> const train::Batch& { return rsrc.next(); });
+  bool same = true;
+  for (Eigen::Index i = 0; i < ref.parameters().values().size(); ++i)
+    same = same && ref.parameters().values()[i] == remote.vars.parameters().values()[i];
+  CHECK(same);
+  // The checkpoint holds the remote state (values, slots, step) and the
+  // local model takes it.
+  const io::StateDict d = t.state_dict();
+  CHECK(io::global_step(d) == 6);
+  bool local_now = true;
+  for (Eigen::Index i = 0; i < net.parameters().values().size(); ++i)
+    local_now = local_now && net.parameters().values()[i] == remote.vars.parameters().values()[i];
+  CHECK(local_now);
+}
+
+TEST_CASE(
+    "Hooks every N steps fire once past each multiple when the global step jumps (asynchronous workers)",
+    "[train][remote][hooks]") {
+  train::detail::EveryNSteps every(10);
+  every.reset(0);
+  std::vector<std::int64_t> fired;
+  for (std::int64_t s : {3, 7, 9, 12, 15, 20, 21, 29, 33, 40, 41})
+    if (every.due(s)) fired.push_back(s);
+  CHECK(fired == std::vector<std::int64_t>{12, 20, 33, 40});
+  train::detail::EveryNSteps one_by_one(4);
+  one_by_one.reset(0);
+  fired.clear();
+  for (std::int64_t s = 1; s <= 12; ++s)
+    if (one_by_one.due(s)) fired.push_back(s);
+  CHECK(fired == std::vector<std::int64_t>{4, 8, 12});
+  CHECK_FALSE(train::detail::EveryNSteps(0).due(0));
+
+  // A trainer whose global step advances by 3 per step (two other workers):
+  // the logging hook still logs at the first step and past each 10.
+  M net{{3, 6, 6}, DataFormat::NHWC, {}, 3};
+  optim::Chain<optim::Momentum> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+  FakeRemote remote(net.parameters());
+  remote.others = 2;
+  train::Trainer<M> t(net, train::TrainerOptions().max_steps(31));
+  t.set_optimizer(opt, [](std::int64_t) { return 0.01; });
+  t.set_remote_variables(&remote);
+  std::ostringstream log;
+  t.add_hook(std::make_shared<train::LoggingHook>(10, log));
+  Source src;
+  t.run([&]() -> const train::Batch& { return src.next(); });
+  CHECK(t.global_step() == 33);  // 11 pushes of 3: stops at the first step >= 31
+  CHECK(remote.pushes == 11);
+  std::vector<std::string> steps;
+  std::istringstream lines(log.str());
+  for (std::string line; std::getline(lines, line);) steps.push_back(line.substr(0, line.find(',')));
+  CHECK(steps == std::vector<std::string>{"step = 3", "step = 12", "step = 21", "step = 30"});
+}

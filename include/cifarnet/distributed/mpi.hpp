@@ -1,13 +1,14 @@
 // cifarnet/distributed/mpi.hpp — a thin, exception-safe wrapper of MPI for
-// synchronous data-parallel training (SPEC §8). Link cifarnet::mpi.
+// data-parallel training (SPEC §8): collectives for the synchronous mode,
+// point-to-point messages for parameter servers. Link cifarnet::mpi.
 //
 // Environment: MPI_Init_thread / MPI_Finalize (RAII; it finalizes only what it
 // initialized). Communicator: a private duplicate of a communicator (default
 // MPI_COMM_WORLD) with rank, size, sums, maxima and broadcasts. Invariants:
 //  - every MPI failure becomes a DistributedError (errors return instead of
 //    aborting: MPI_ERRORS_RETURN on the duplicate) naming the operation;
-//  - every collective is non-blocking underneath and waited for with a
-//    deadline (timeout(), default 600 s): a rank that died or hangs makes
+//  - every collective, send and receive is non-blocking underneath and
+//    waited for with a deadline (timeout(), default 600 s): a rank that died or hangs makes
 //    the others throw "... did not complete within N s" instead of waiting
 //    forever. After such an error the communicator is unusable; a program
 //    then calls Environment::abort_all() so mpirun ends every rank;
@@ -88,6 +89,14 @@ class Environment {
     int provided = 0;
     detail::check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
     owner_ = true;
+    if (provided < MPI_THREAD_FUNNELED) {  // a single-threaded MPI: OpenMP threads beside it are unsafe
+      MPI_Finalize();
+      owner_ = false;
+      throw DistributedError(
+          "MPI_Init_thread: this MPI library provides thread level " + std::to_string(provided) +
+          ", below MPI_THREAD_FUNNELED (" + std::to_string(MPI_THREAD_FUNNELED) +
+          "), which cifarnet needs (OpenMP and pipeline threads run beside the thread that calls MPI)");
+    }
     // Errors on the world communicator return codes (Communicator dups it).
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
@@ -225,6 +234,64 @@ class Communicator {
     wait(&r, 1, what);
   }
 
+  // ---------------------------------------------------- point-to-point
+  // The parameter servers' messages (distributed/parameter_server.hpp):
+  // byte strings with a tag, sent and received with the same deadline as the
+  // collectives.
+
+  /// receive()'s wildcards.
+  static constexpr int kAnySource = MPI_ANY_SOURCE;
+  static constexpr int kAnyTag = MPI_ANY_TAG;
+
+  /// Sends bytes [data, data + n) to rank `dest` with `tag` and waits, within
+  /// the timeout, until the send buffer may be reused (for a large message:
+  /// until `dest` receives it).
+  void send(int dest, int tag, const void* data, std::size_t n, const char* what = "send") {
+    MPI_Request r = start_send(dest, tag, data, n, what);
+    complete(r, what);
+  }
+
+  /// Starts sending bytes [data, data + n) to `dest` with `tag` without
+  /// waiting: the buffer must stay untouched until complete(request).
+  MPI_Request start_send(int dest, int tag, const void* data, std::size_t n, const char* what = "send") {
+    if (n > std::size_t(INT_MAX))
+      throw DistributedError(std::string(what) + ": a message of " + std::to_string(n) +
+                             " bytes is larger than MPI's int count allows");
+    MPI_Request r;
+    detail::check(MPI_Isend(data, int(n), MPI_BYTE, dest, tag, comm_, &r), "Isend");
+    return r;
+  }
+  /// Waits, within the timeout, for a request start_send() returned (a null
+  /// request returns at once).
+  void complete(MPI_Request& r, const char* what = "send") {
+    if (r != MPI_REQUEST_NULL) wait(&r, 1, what);
+  }
+
+  /// Where a received message came from.
+  struct Received {
+    int source = -1, tag = -1;
+  };
+  /// Waits for a message from `source` with `tag` (kAnySource / kAnyTag:
+  /// any) and receives it into `out` (resized to its length). Throws
+  /// DistributedError naming `what` and this rank when none arrives within
+  /// `seconds` (<= 0: the timeout).
+  Received receive(int source, int tag, std::vector<std::uint8_t>& out, const char* what = "receive",
+                   double seconds = 0) {
+    const double limit = seconds > 0 ? seconds : timeout_;
+    MPI_Status st;
+    poll([&](int& found) { return MPI_Iprobe(source, tag, comm_, &found, &st); }, what, limit, "arrive",
+         "the sender");
+    int count = 0;
+    detail::check(MPI_Get_count(&st, MPI_BYTE, &count), "Get_count");
+    out.resize(std::size_t(count));
+    // Non-blocking too: a large message needs the sender's part of the
+    // protocol, and a sender that stops mid-message must not hang us.
+    MPI_Request r;
+    detail::check(MPI_Irecv(out.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm_, &r), "Irecv");
+    wait(&r, 1, what);
+    return {st.MPI_SOURCE, st.MPI_TAG};
+  }
+
  private:
   static constexpr std::size_t kMaxCount = std::size_t(1) << 30;
 
@@ -241,32 +308,55 @@ class Communicator {
     if (!reqs.empty()) wait(reqs.data(), int(reqs.size()), what);
   }
 
-  // Polls the requests (MPI progresses them inside MPI_Testall); spins for
-  // the first 2 ms, then sleeps 50 µs between polls so a waiting rank leaves
-  // the core to the others. Throws when the deadline passes.
+  // Polls the requests (MPI progresses them inside MPI_Testall) until they
+  // complete or the deadline passes.
   void wait(MPI_Request* reqs, int n, const char* what) {
+    poll([&](int& done) { return MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE); }, what, timeout_,
+         "complete", "another rank");
+  }
+
+  // Calls test(flag) (an MPI test call: returns its code, sets flag when
+  // done) until the flag is set, backing off between calls; throws
+  // DistributedError "<what> did not <verb> within N s on rank R of S: <who>
+  // has probably died, ..." after `limit` seconds.
+  template <class Test>
+  void poll(Test&& test, const char* what, double limit, const char* verb, const char* who) {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     for (;;) {
-      int done = 0;
-      const int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+      int flag = 0;
+      const int rc = test(flag);
       if (rc != MPI_SUCCESS) {
         broken_ = true;
         detail::check(rc, what);
       }
-      if (done) return;
+      if (flag) return;
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
-      if (s > timeout_) {
+      if (s > limit) {
         broken_ = true;
-        char secs[32];
-        std::snprintf(secs, sizeof secs, "%g", timeout_);
-        throw DistributedError(std::string(what) + " did not complete within " + secs + " s on rank " +
-                               std::to_string(rank_) + " of " + std::to_string(size_) +
-                               ": another rank has probably died, hangs, or is far slower (the timeout "
-                               "is Communicator::set_timeout)");
+        throw DistributedError(std::string(what) + " did not " + verb + " within " + seconds_text(limit) +
+                               " s on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " +
+                               who +
+                               " has probably died, hangs, or is far slower (the timeout is "
+                               "Communicator::set_timeout)");
       }
-      if (s > 2e-3) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      backoff(s);
     }
+  }
+
+  // Between polls: spin for the first 2 ms, then sleep 50 µs (a waiting rank
+  // leaves the core to the others); after 100 ms of waiting, 1 ms (an idle
+  // parameter server).
+  static void backoff(double waited_seconds) {
+    if (waited_seconds > 0.1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else if (waited_seconds > 2e-3)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  static std::string seconds_text(double s) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", s);
+    return secs;
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -40,6 +40,25 @@ using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+/// "Every N steps" on the global step: due at the first step at or past each
+/// multiple of N. Steps advance one at a time in one process, so that is
+/// step % N == 0; an asynchronous worker's global step jumps by the other
+/// workers' updates, and a multiple it skips still triggers once.
+class EveryNSteps {
+ public:
+  explicit EveryNSteps(std::int64_t n) : n_(n) {}
+  /// Where counting starts (the global step at begin()).
+  void reset(std::int64_t step) { prev_ = step; }
+  /// Whether `step` (after the previous call's, or reset()'s) is due.
+  bool due(std::int64_t step) {
+    const bool d = n_ > 0 && (step % n_ == 0 || (prev_ >= 0 && step > prev_ && step / n_ > prev_ / n_));
+    prev_ = step;
+    return d;
+  }
+
+ private:
+  std::int64_t n_, prev_ = -1;
+};
 }  // namespace detail
 
 /// Python's str(datetime.now()), local time: "2017-08-04 10:32:05.123456"
@@ -61,9 +80,12 @@ inline std::string datetime_now() {
 class LoggingHook : public Hook {
  public:
   explicit LoggingHook(std::int64_t every_n = 100, std::ostream& out = std::cout) : n_(every_n), out_(&out) {}
-  void begin(TrainerBase&) override { last_ = detail::Clock::now(); }
+  void begin(TrainerBase& t) override {
+    last_ = detail::Clock::now();
+    n_.reset(t.global_step());
+  }
   void after_step(TrainerBase&, const StepResult& r) override {
-    if (r.step % n_ != 0 && !first_) return;
+    if (!n_.due(r.step) && !first_) return;
     first_ = false;
     std::ostringstream os;
     os << "step = " << r.step << ", loss = " << std::setprecision(6) << r.total_loss
@@ -74,7 +96,7 @@ class LoggingHook : public Hook {
   }
 
  private:
-  std::int64_t n_;
+  detail::EveryNSteps n_;
   std::ostream* out_;
   bool first_ = true;
   detail::Clock::time_point last_;
@@ -86,11 +108,14 @@ class ExamplesPerSecondHook : public Hook {
  public:
   explicit ExamplesPerSecondHook(std::int64_t every_n = 10, std::ostream& out = std::cout)
       : n_(every_n), out_(&out) {}
-  void begin(TrainerBase&) override { window_start_ = detail::Clock::now(); }
+  void begin(TrainerBase& t) override {
+    window_start_ = detail::Clock::now();
+    n_.reset(t.global_step());
+  }
   void after_step(TrainerBase&, const StepResult& r) override {
     window_examples_ += double(r.batch_size);
     ++window_steps_;
-    if (r.step % n_ != 0) return;
+    if (!n_.due(r.step)) return;
     const double dt = detail::seconds_since(window_start_);
     const double current = dt > 0 ? window_examples_ / dt : 0.0;
     total_time_ += dt;
@@ -110,7 +135,7 @@ class ExamplesPerSecondHook : public Hook {
   double current() const { return last_current_; }
 
  private:
-  std::int64_t n_;
+  detail::EveryNSteps n_;
   std::ostream* out_;
   detail::Clock::time_point window_start_;
   double window_examples_ = 0, total_examples_ = 0, total_time_ = 0, last_average_ = 0, last_current_ = 0;
@@ -156,9 +181,10 @@ class CheckpointHook : public Hook {
   void begin(TrainerBase& t) override {
     last_time_ = detail::Clock::now();
     last_saved_ = t.global_step();
+    steps_.reset(t.global_step());
   }
   void after_step(TrainerBase& t, const StepResult& r) override {
-    const bool by_steps = steps_ > 0 && r.step % steps_ == 0;
+    const bool by_steps = steps_.due(r.step);
     const bool by_time = secs_ > 0 && detail::seconds_since(last_time_) >= secs_;
     if (by_steps || by_time) save(t);
   }
@@ -169,13 +195,14 @@ class CheckpointHook : public Hook {
 
  private:
   void save(TrainerBase& t) {
-    last_path_ = mgr_->save(t.global_step(), t.state_dict());
+    const io::StateDict d = t.state_dict();  // (first: remote variables bring their global step)
+    last_path_ = mgr_->save(t.global_step(), d);
     last_saved_ = t.global_step();
     last_time_ = detail::Clock::now();
     if (log_) *log_ << "Saved checkpoint " << last_path_ << "\n" << std::flush;
   }
   io::CheckpointManager* mgr_;
-  std::int64_t steps_;
+  detail::EveryNSteps steps_;
   double secs_;
   std::ostream* log_;
   std::int64_t last_saved_ = -1;
@@ -191,7 +218,7 @@ class CheckpointHook : public Hook {
 class SummaryHook : public Hook {
  public:
   SummaryHook(io::EventWriter& writer, std::int64_t every_n = 100, std::int64_t hist_every = 0)
-      : w_(&writer), n_(every_n), hist_(hist_every) {}
+      : w_(&writer), scalars_(every_n), histograms_(hist_every) {}
   /// Marks the (re)start in the event file: a SessionLog START at the first
   /// step this run will log (global step + 1), so TensorBoard drops what a
   /// run killed after its last checkpoint logged past it and keeps the
@@ -202,6 +229,8 @@ class SummaryHook : public Hook {
     last_scalars_.reset();
     last_histograms_.reset();
     w_->add_session_start(t.global_step() + 1);
+    scalars_.reset(t.global_step());
+    histograms_.reset(t.global_step());
   }
   void after_step(TrainerBase& t, const StepResult& r) override {
     ++steps_;
@@ -209,7 +238,9 @@ class SummaryHook : public Hook {
     loss_avg_ = have_avg_ ? 0.9 * loss_avg_ + 0.1 * r.loss : r.loss;
     total_avg_ = have_avg_ ? 0.9 * total_avg_ + 0.1 * r.total_loss : r.total_loss;
     have_avg_ = true;
-    if (r.step % n_ == 0 && due(last_scalars_)) {
+    // EveryNSteps::due counts every step it sees: called on each step.
+    const bool scalars_due = scalars_.due(r.step), histograms_due = histograms_.due(r.step);
+    if (scalars_due && due(last_scalars_)) {
       last_scalars_ = detail::Clock::now();
       const double dt = detail::seconds_since(start_);
       w_->add_scalar("loss", r.loss, r.step);
@@ -225,7 +256,7 @@ class SummaryHook : public Hook {
       examples_ = 0;
       start_ = detail::Clock::now();
     }
-    if (hist_ > 0 && r.step % hist_ == 0 && due(last_histograms_)) {
+    if (histograms_due && due(last_histograms_)) {
       last_histograms_ = detail::Clock::now();
       t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
         w_->add_histogram(p.name, v, p.size, r.step);
@@ -241,7 +272,7 @@ class SummaryHook : public Hook {
     return secs_ <= 0 || !last || detail::seconds_since(*last) >= secs_;
   }
   io::EventWriter* w_;
-  std::int64_t n_, hist_;
+  detail::EveryNSteps scalars_, histograms_;
   double secs_ = 0;
   std::optional<detail::Clock::time_point> last_scalars_, last_histograms_;
   detail::Clock::time_point start_;

@@ -25,6 +25,11 @@
 // of one step's layer ops, train/trace.hpp) and init_fn (once, before the
 // first step, not on resume).
 //
+// With RemoteVariables (asynchronous training against parameter servers,
+// distributed/parameter_server.hpp) a step pulls the variables first and
+// pushes the gradients instead of the local update; the global step is the
+// servers'.
+//
 //   optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
 //                                                        optim::MomentumOptions().momentum(0.9));
 //   Trainer<decltype(net)> trainer(net, TrainerOptions().max_steps(1000));
@@ -238,6 +243,29 @@ class Hook {
   virtual void end(TrainerBase&) {}
 };
 
+/// Variables that live elsewhere (distributed::ParameterServerClient:
+/// asynchronous training against parameter servers). With one set, a
+/// Trainer step pulls the variables into the model before forward, computes
+/// the gradients and the optimizer chain's regularizers locally, checks
+/// numerics, and pushes the gradients instead of running the local update;
+/// the global step is the remote one.
+class RemoteVariables {
+ public:
+  virtual ~RemoteVariables() = default;
+  /// Copies the variables' current values (parameters and BN statistics)
+  /// into the local model; returns the current global step.
+  virtual std::int64_t pull() = 0;
+  /// Sends the local gradients (and the step's BN statistic changes) to be
+  /// applied with learning rate `lr`; returns the global step after this
+  /// update (other workers' updates included).
+  virtual std::int64_t push(double lr) = 0;
+  /// For a checkpoint: replaces the entries of `d` (built from the local
+  /// copy) that live remotely — parameters, BN statistics, optimizer slots,
+  /// global step — with their current remote values, and copies the values
+  /// into the local model.
+  virtual void current_state(io::StateDict& d) = 0;
+};
+
 /// The model-independent part of a trainer, seen by hooks.
 class TrainerBase {
  public:
@@ -305,6 +333,15 @@ class Trainer : public TrainerBase {
     model_->set_gradient_sync(s);
   }
 
+  /// Trains against variables held elsewhere (RemoteVariables; null: the
+  /// local model's, the default). The optimizer given to set_optimizer()
+  /// then contributes its regularizers (run locally, on the pulled values,
+  /// as TF computes the L2 term on the worker), the schedule and its slots'
+  /// names and shapes for checkpoints; its update runs remotely. `r` must
+  /// outlive the trainer's steps.
+  void set_remote_variables(RemoteVariables* r) { remote_ = r; }
+  RemoteVariables* remote_variables() const { return remote_; }
+
   /// Runs after every optimizer step with the new global step (TF's update
   /// ops), e.g. [&](auto& p, auto step) { ema.apply(p, step); }.
   void add_update(std::function<void(Parameters<T>&, std::int64_t)> op) { updates_.push_back(std::move(op)); }
@@ -325,7 +362,14 @@ class Trainer : public TrainerBase {
   /// Checkpoint saves that failed during run() (Continue policy: the ones it trained past).
   std::int64_t checkpoint_failures() const { return checkpoint_failures_; }
 
-  io::StateDict state_dict() override { return state_.save(step_); }
+  io::StateDict state_dict() override {
+    io::StateDict d = state_.save(step_);
+    if (remote_) {
+      remote_->current_state(d);
+      if (const auto s = io::global_step(d)) step_ = *s;  // the remote global step, now
+    }
+    return d;
+  }
   /// Restores everything from a checkpoint; returns the global step.
   std::int64_t load_state_dict(const io::StateDict& d) {
     step_ = state_.restore(d);
@@ -382,50 +426,14 @@ class Trainer : public TrainerBase {
     if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
     check_trace_options();
     initialize();
-    // Slim's should_trace: the chief traces the steps that start at a
-    // multiple of trace_every_n_steps (times from here on).
-    const std::int64_t every = opts_.trace_every_n_steps();
-    TraceScope trace(*model_, trace_, every > 0 && opts_.worker_index() == 0 && step_ % every == 0);
-    Profiler* tp = trace.profiler();
-    const auto t0 = Profiler::Clock::now();
-    auto& P = model_->parameters();
-    StepResult r;
-    r.learning_rate = schedule_(step_);
-    r.batch_size = b.labels.size();
-    const auto tf = Profiler::Clock::now();
-    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
-    if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
-    cifarnet::detail::check_logits(logits, b.labels.size());
-    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
-    const std::size_t n = logits.shape()[0];
-    phase(tp, "softmax_cross_entropy", [&] {
-      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
-                                   dlogits_.data())));
-    });
-    if (grad_sync_) grad_sync_->begin();
-    phase(tp, "backward", [&] { model_->backward(dlogits_); });
-    if (grad_sync_) phase(tp, "gradient_sync", [&] { grad_sync_->finish(); });
-    phase(tp, "regularization", [&] { r.regularization = regularize_ ? regularize_(P) : 0.0; });
-    r.total_loss = r.loss + r.regularization;
-    if (opts_.check_numerics()) phase(tp, "check_numerics", [&] { check_numerics(r); });
-    phase(tp, "optimizer", [&] { apply_(P, r.learning_rate); });
-    ++step_;
-    phase(tp, "update_ops", [&] {
-      for (auto& u : updates_) u(P, step_);
-    });
-    r.step = step_;
-    const auto t1 = Profiler::Clock::now();
-    r.seconds = std::chrono::duration<double>(t1 - t0).count();
-    if (tp) {
-      tp->add("train_step", "step", false, t0, t1);
-      last_trace_path_ = opts_.trace_dir() + "/tf_trace-" + std::to_string(step_) + ".json";
-      write_chrome_trace(last_trace_path_, *tp, step_);
-    }
-    return r;
+    if (remote_) step_ = remote_->pull();
+    return pulled_step(b);
   }
 
   /// Trains until max_steps (or a hook's request_stop, or max_seconds),
-  /// pulling batches from `next`. Returns the final global step.
+  /// pulling batches from `next`. Returns the final global step. With
+  /// remote variables, each step first pulls them and ends the loop when the
+  /// global step (advanced by every worker) has reached max_steps.
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
     check_trace_options();
@@ -434,8 +442,12 @@ class Trainer : public TrainerBase {
     const auto start = std::chrono::steady_clock::now();
     for (auto& h : hooks_) h->begin(*this);
     while (step_ < opts_.max_steps() && !stop_) {
+      if (remote_) {
+        step_ = remote_->pull();
+        if (step_ >= opts_.max_steps()) break;
+      }
       const Batch& b = next();
-      const StepResult r = step(b);
+      const StepResult r = pulled_step(b);
       for (auto& h : hooks_) {
         try {
           h->after_step(*this, r);
@@ -472,6 +484,57 @@ class Trainer : public TrainerBase {
   TrainingState<T>& training_state() { return state_; }
 
  private:
+  /// A step once the variables are in the model (pulled, when remote).
+  StepResult pulled_step(const Batch& b) {
+    if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
+    // Slim's should_trace: the chief traces the steps that start at a
+    // multiple of trace_every_n_steps (times from here on).
+    const std::int64_t every = opts_.trace_every_n_steps();
+    TraceScope trace(*model_, trace_, every > 0 && opts_.worker_index() == 0 && step_ % every == 0);
+    Profiler* tp = trace.profiler();
+    const auto t0 = Profiler::Clock::now();
+    auto& P = model_->parameters();
+    StepResult r;
+    r.learning_rate = schedule_(step_);
+    r.batch_size = b.labels.size();
+    const auto tf = Profiler::Clock::now();
+    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
+    cifarnet::detail::check_logits(logits, b.labels.size());
+    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
+    const std::size_t n = logits.shape()[0];
+    phase(tp, "softmax_cross_entropy", [&] {
+      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
+                                   dlogits_.data())));
+    });
+    if (grad_sync_) grad_sync_->begin();
+    phase(tp, "backward", [&] { model_->backward(dlogits_); });
+    if (grad_sync_) phase(tp, "gradient_sync", [&] { grad_sync_->finish(); });
+    phase(tp, "regularization", [&] { r.regularization = regularize_ ? regularize_(P) : 0.0; });
+    r.total_loss = r.loss + r.regularization;
+    if (opts_.check_numerics()) phase(tp, "check_numerics", [&] { check_numerics(r); });
+    phase(tp, "optimizer", [&] {
+      if (remote_) {
+        step_ = remote_->push(r.learning_rate);
+      } else {
+        apply_(P, r.learning_rate);
+        ++step_;
+      }
+    });
+    phase(tp, "update_ops", [&] {
+      for (auto& u : updates_) u(P, step_);
+    });
+    r.step = step_;
+    const auto t1 = Profiler::Clock::now();
+    r.seconds = std::chrono::duration<double>(t1 - t0).count();
+    if (tp) {
+      tp->add("train_step", "step", false, t0, t1);
+      last_trace_path_ = opts_.trace_dir() + "/tf_trace-" + std::to_string(step_) + ".json";
+      write_chrome_trace(last_trace_path_, *tp, step_);
+    }
+    return r;
+  }
+
   /// Attaches the trainer's event-recording profiler to the model for one
   /// traced step (and puts back whatever profiler the model had).
   class TraceScope {
@@ -561,6 +624,7 @@ class Trainer : public TrainerBase {
 
   ModelT* model_;
   GradientSync* grad_sync_ = nullptr;
+  RemoteVariables* remote_ = nullptr;
   Options opts_;
   TrainingState<T> state_;
   std::function<double(Parameters<T>&)> regularize_;

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# examples/resnet_cifar10 without --sync under mpirun -np 3: asynchronous
+# training against one parameter server (rank 0) with two workers (ctest:
+# distributed.resnet_cifar10_asynchronous_...):
+#   1. --num-ps that leaves no worker is refused (exit 2, said once);
+#   2. 1 server + 2 workers train: the chief (rank 1) logs, both workers push
+#      updates, the server reports them, the loss falls, the chief writes
+#      checkpoints and evaluates;
+#   3. a restart resumes from the chief's last checkpoint and trains on;
+#   4. a worker that stops answering makes the server end the job with an
+#      error naming its rank, after --collective-timeout.
+# Usage: async_example_test.sh MPIEXEC RESNET_CIFAR10 WORKDIR
+set -uo pipefail
+MPIEXEC=$1 EXAMPLE=$2 WORK=$3
+rm -rf "$WORK" && mkdir -p "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+
+timeout 120 "$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" --job-dir "$WORK/bad" --num-gpus 0 --num-layers 8 \
+  --num-ps 3 --train-steps 1 >"$WORK/bad.log" 2>&1
+rc=$?
+cat "$WORK/bad.log"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "--num-ps 3 with -np 3 was not refused (exit $rc)"
+grep -q "\-\-num-ps 3 with mpirun -np 3 leaves no worker" "$WORK/bad.log" || fail "no --num-ps message"
+[ "$(grep -c 'leaves no worker' "$WORK/bad.log")" -eq 1 ] || fail "the message was printed by more than one rank"
+
+JOB="$WORK/job"
+BASE=(--num-gpus 0 --num-layers 8 --train-batch-size 16 --synthetic-examples 256 --data-format channels_last
+  --save-checkpoints-steps 20 --save-checkpoints-secs 0 --num-ps 1 --learning-rate 0.05)
+ARGS=(--job-dir "$JOB" "${BASE[@]}" --collective-timeout 60)
+timeout 200 "$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps 100 >"$WORK/one.log" 2>&1 ||
+  { cat "$WORK/one.log"; fail "the asynchronous run failed"; }
+cat "$WORK/one.log"
+grep -q "asynchronous: 1 parameter server(s) and 2 workers of batch 16 each" "$WORK/one.log" ||
+  fail "the run did not say it is asynchronous"
+grep -q "^parameter server (rank 0): [0-9]* updates" "$WORK/one.log" || fail "no parameter server report"
+for w in 0 1; do
+  n=$(sed -n "s/^worker $w (rank [0-9]*): \([0-9]*\) updates.*/\1/p" "$WORK/one.log")
+  [ -n "$n" ] && [ "$n" -gt 0 ] || fail "worker $w pushed no update"
+done
+# The chief's logged losses (LoggingHook: its first step, then every 100
+# global steps): the last below the first.
+losses=$(sed -n 's/^step = [0-9]*, loss = \([0-9.]*\),.*/\1/p' "$WORK/one.log")
+[ "$(echo "$losses" | wc -l)" -ge 2 ] || fail "fewer than two loss lines"
+first=$(echo "$losses" | head -1) last=$(echo "$losses" | tail -1)
+echo "chief's loss: $first -> $last"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "the loss did not fall ($first -> $last)"
+[ "$(grep -c 'accuracy = ' "$WORK/one.log")" -eq 1 ] || fail "not exactly one evaluation (the chief's)"
+step=$(sed -n 's/.*accuracy = .*global_step = \([0-9]*\).*/\1/p' "$WORK/one.log")
+[ -n "$step" ] && [ "$step" -ge 100 ] && [ "$step" -le 101 ] || fail "final global step '$step' (100 or 101 expected)"
+latest=$(sed -n 's/^model_checkpoint_path: "model.ckpt-\([0-9]*\).safetensors"/\1/p' "$JOB/checkpoint")
+[ "$latest" = "$step" ] || fail "the last checkpoint ($latest) is not the final step ($step)"
+
+timeout 200 "$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps $((step + 20)) \
+  >"$WORK/two.log" 2>&1 || { cat "$WORK/two.log"; fail "the resumed run failed"; }
+cat "$WORK/two.log"
+grep -q "Restored .*model.ckpt-$step.safetensors (global step $step)" "$WORK/two.log" ||
+  fail "the restart did not resume from checkpoint $step"
+step2=$(sed -n 's/.*accuracy = .*global_step = \([0-9]*\).*/\1/p' "$WORK/two.log")
+[ -n "$step2" ] && [ "$step2" -ge $((step + 20)) ] || fail "the restart did not reach step $((step + 20))"
+echo "resume: from step $step to $step2"
+
+# A worker that stops answering (SIGSTOP on rank 2): the chief trains on
+# alone to the end, then the server waits for the silent worker's "done"
+# until --collective-timeout, says so naming its rank, and the job ends.
+"$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" --job-dir "$WORK/stall" "${BASE[@]}" --train-steps 30 \
+  --collective-timeout 3 >"$WORK/stall.log" 2>&1 &
+mpipid=$!
+victim=""
+for _ in $(seq 1 100); do  # rank 2's process: the child of mpirun whose environment says so
+  for p in $(pgrep -P $mpipid); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=2"; then victim=$p; fi
+  done
+  [ -n "$victim" ] && grep -q "^step = " "$WORK/stall.log" && break
+  sleep 0.2
+done
+[ -n "$victim" ] || { kill $mpipid; fail "rank 2's process not found"; }
+kill -STOP "$victim"
+timeout 120 tail --pid=$mpipid -f /dev/null
+waited=$?
+wait $mpipid
+rc=$?
+kill -KILL "$victim" 2>/dev/null
+cat "$WORK/stall.log"
+[ $waited -eq 0 ] || { kill -9 $mpipid; fail "the job hung with a silent worker"; }
+[ $rc -ne 0 ] || fail "the job exited 0 with a silent worker"
+grep -qE "resnet_cifar10: rank 0: .*parameter server: the next message from a worker did not arrive within 3 s on rank 0 of 3" \
+  "$WORK/stall.log" || fail "the server did not name the silent worker's timeout"
+echo "silent worker: mpirun exited with $rc"
+echo PASS
