@@ -18,204 +18,26 @@
 //   cifar10_train --data_dir ../shared/data/cifar-10-batches-bin --train_dir runs/cnn --max_steps 100000
 //   cifar10_train --train_dir /tmp/cnn_demo --max_steps 300      # built-in synthetic data
 //   cifar10_train --download --data_dir /tmp/cifar10_data --train_dir runs/cnn  # the tutorial's way
-#include <omp.h>
-
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
 #include <iostream>
-#include <memory>
 #include <string>
 
-#include <cifarnet/io/checkpoint.hpp>
-#include <cifarnet/io/tfevents.hpp>
-#include <cifarnet/optim/optim.hpp>
-#include <cifarnet/train/hooks.hpp>
-#include <cifarnet/train/trainer.hpp>
+#include "train_loop.hpp"
 
-#include "../common/cifar10_download.hpp"
-#include "cifar10.hpp"
-
-namespace fs = std::filesystem;
 using namespace cifarnet;
 
-namespace {
-
-struct Flags : cifar10::CommonFlags {
-  std::string train_dir = "/tmp/cifar10_train";
-  std::int64_t max_steps = 1000000;
-  bool log_device_placement = false;
-  int log_frequency = 10;
-  std::uint64_t seed = 0;
-  int num_preprocess_threads = 1;
-  int keep_checkpoints = 5;
-  examples::DownloadFlags download;
-};
-
-void validate(const Flags& f) {
-  examples::validate_download(f.download, f.data_dir);
-  cifar10::validate_common(f, f.download.download);
-  if (f.max_steps < 0) throw ConfigError("--max_steps must be >= 0, got " + std::to_string(f.max_steps));
-  if (f.log_frequency <= 0)
-    throw ConfigError("--log_frequency must be positive, got " + std::to_string(f.log_frequency));
-  if (f.num_preprocess_threads < 0)
-    throw ConfigError("--num_preprocess_threads must be >= 0, got " +
-                      std::to_string(f.num_preprocess_threads));
-  if (f.keep_checkpoints < 0)
-    throw ConfigError("--keep_checkpoints must be >= 0, got " + std::to_string(f.keep_checkpoints));
-}
-
-int run_training(const Flags& f) {
-  validate(f);
-  if (f.log_device_placement)
-    std::cout << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
-              << dnnl_version()->patch << ", " << omp_get_max_threads()
-              << " OpenMP threads; every variable and op on /cpu:0\n";
-  // --download: fetch and unpack CIFAR-10 into --data_dir unless it is there
-  // (the tutorial's maybe_download_and_extract).
-  examples::download_if_asked(f.download, f.data_dir, std::cout);
-  if (f.data_dir.empty()) cifar10::explain_synthetic(std::cout);
-  const cifar10::Source src = cifar10::load(f, data::Split::train_all);
-  const std::size_t n_train = src.images->size();
-  const std::size_t batch = std::size_t(f.batch_size);
-
-  // The learning rate: lr * 0.1^floor(step / decay_steps), decay_steps =
-  // int(batches per epoch * 350) as cifar10.py computes it (136,718 steps for
-  // the 50,000 CIFAR-10 training images in batches of 128).
-  const double num_batches_per_epoch = double(n_train) / double(batch);
-  const std::int64_t decay_steps =
-      std::max<std::int64_t>(1, std::int64_t(num_batches_per_epoch * cifar10::kNumEpochsPerDecay));
-  const optim::ExponentialDecay schedule(cifar10::kInitialLearningRate, decay_steps,
-                                         cifar10::kLearningRateDecayFactor, /*staircase=*/true);
-
-  cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), f.seed);
-  // Every variable is trained; only local3/local4 weights are decayed (the tutorial's
-  // _variable_with_weight_decay).
-  optim::Chain<optim::WeightDecay, optim::GradientDescent> opt(
-      net.parameters(),
-      optim::WeightDecayOptions(cifar10::kWeightDecay).decay(optim::Selection(cifar10_cnn_decayed())), {});
-  optim::ExponentialMovingAverage<float> ema(
-      net.parameters(), optim::ExponentialMovingAverageOptions(cifar10::kMovingAverageDecay));
-  // The tutorial's _add_loss_summaries: 0.9 averages of the losses (shadows
-  // start at 0, as TF's for tensors that are not variables).
-  optim::ScalarMovingAverage<float> avg_cross_entropy("cross_entropy"), avg_weight_loss("weight_loss"),
-      avg_total_loss("total_loss");
-
-  data::PipelineOptions po = data::recipes::tutorial_train_options(f.seed, batch);
-  po.format = cifar10::kFormat;
-  po.num_workers = std::size_t(f.num_preprocess_threads);
-  data::recipes::TutorialTrainT<data::ImageSetSource> pipe(src.images, po);
-
-  train::Trainer<cifar10::Net> trainer(net, train::TrainerOptions().max_steps(f.max_steps));
-  trainer.set_optimizer(opt, schedule);
-  trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
-  trainer.add_state_slots(ema);
-  trainer.add_state_slots(avg_cross_entropy);
-  trainer.add_state_slots(avg_weight_loss);
-  trainer.add_state_slots(avg_total_loss);
-  trainer.add_state(std::make_shared<train::FunctionSaveable>(
-      [&](io::StateDict& d) { d.metadata["pipeline/train"] = pipe.position().to_string(); },
-      [&](const io::StateDict& d) {
-        auto it = d.metadata.find("pipeline/train");
-        if (it == d.metadata.end())
-          throw DataError("checkpoint " + io::detail::source_of(d) + " has no 'pipeline/train' position");
-        pipe.restore(data::PipelinePosition::parse(it->second));
-      }));
-
-  std::cout << "Tutorial CNN (" << net.parameters().num_trainable() << " parameters) on " << src.description
-            << ", batch " << batch << ", gradient descent lr " << cifar10::kInitialLearningRate << " x"
-            << cifar10::kLearningRateDecayFactor << " every " << decay_steps << " steps ("
-            << cifar10::kNumEpochsPerDecay << " epochs), weight decay " << cifar10::kWeightDecay
-            << " on local3/local4 weights, EMA " << cifar10::kMovingAverageDecay << ", shuffle buffer "
-            << data::default_shuffle_buffer(n_train, batch) << " images, to step " << f.max_steps << "\n";
-
-  fs::create_directories(f.train_dir);
-  io::CheckpointManager mgr(f.train_dir, std::size_t(f.keep_checkpoints));
-  for (const auto& w : mgr.warnings()) std::cout << "WARNING: " << w << "\n";
-  trainer.restore_latest(mgr, &std::cout);
-  if (trainer.global_step() >= f.max_steps) {
-    std::cout << "Already trained to step " << trainer.global_step() << " (--max_steps " << f.max_steps
-              << "): nothing to do.\n";
-    return 0;
-  }
-  io::EventWriter events(f.train_dir);
-
-  // Loss averages after every step; summaries every 100 steps.
-  const std::int64_t summary_every = 100;
-  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
-  auto last_summary = std::chrono::steady_clock::now();
-  std::int64_t last_summary_step = trainer.global_step();
-  trainer.add_hook(
-      std::make_shared<train::LambdaHook>([&](train::TrainerBase& t, const train::StepResult& r) {
-        const double ce = avg_cross_entropy.apply(r.loss), wl = avg_weight_loss.apply(r.regularization),
-                     tl = avg_total_loss.apply(r.total_loss);
-        if (r.step % summary_every != 0) return;
-        events.add_scalar("learning_rate", r.learning_rate, r.step);
-        events.add_scalar("cross_entropy (raw)", r.loss, r.step);
-        events.add_scalar("cross_entropy", ce, r.step);
-        events.add_scalar("weight_loss (raw)", r.regularization, r.step);
-        events.add_scalar("weight_loss", wl, r.step);
-        events.add_scalar("total_loss (raw)", r.total_loss, r.step);
-        events.add_scalar("total_loss", tl, r.step);
-        const double dt = seconds_since(last_summary);
-        if (dt > 0) events.add_scalar("global_step/sec", double(r.step - last_summary_step) / dt, r.step);
-        t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
-          events.add_histogram(p.name, v, p.size, r.step);
-          if (g) events.add_histogram(p.name + "/gradients", g, p.size, r.step);
-        });
-        events.flush();
-        last_summary = std::chrono::steady_clock::now();
-        last_summary_step = r.step;
-      }));
-  trainer.add_hook(std::make_shared<train::StepLogHook>(f.log_frequency));
-  trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 1000));
-  trainer.add_hook(std::make_shared<train::ProgressBarHook>());
-
-  data::Batch b;
-  train::Batch tb;
-  auto next = [&]() -> const train::Batch& {
-    if (!pipe.next(b)) throw Error("the training pipeline ended (it repeats forever; this is a bug)");
-    std::swap(tb.images, b.images);
-    std::swap(tb.labels, b.labels);
-    return tb;
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::int64_t start_step = trainer.global_step();
-  trainer.run(next);
-  events.flush();
-  const double secs = seconds_since(t0);
-  std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n", static_cast<long long>(start_step),
-              static_cast<long long>(trainer.global_step()), secs,
-              double(trainer.global_step() - start_step) * double(batch) / secs);
-  return 0;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  Flags f;
+  cifar10::TrainFlags f;
   CLI::App app{"Trains the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_train.py, see SPEC §4)"};
-  app.add_option("--train_dir", f.train_dir, "Directory where to write event logs and checkpoint.")
-      ->capture_default_str();
-  app.add_option("--max_steps", f.max_steps, "Number of batches to run.")->capture_default_str();
-  app.add_flag("--log_device_placement", f.log_device_placement, "Whether to log device placement.");
-  app.add_option("--log_frequency", f.log_frequency, "How often to log results to the console.")
-      ->capture_default_str();
-  cifar10::add_common_flags(app, f);
-  examples::add_download_flags(app, f.download, "--data_dir", '_');
-  app.add_option("--seed", f.seed, "Seed of the initialization, shuffling and distortions.")
-      ->capture_default_str();
-  app.add_option("--num_preprocess_threads", f.num_preprocess_threads,
-                 "Threads preparing distorted batches ahead of the model (0: on the training thread).")
-      ->capture_default_str();
-  app.add_option("--keep_checkpoints", f.keep_checkpoints, "How many checkpoints to keep (0: all).")
-      ->capture_default_str();
+  cifar10::add_train_flags(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return cifar10::run_main("cifar10_train", [&] { return run_training(f); });
+  return cifar10::run_main("cifar10_train", [&] {
+    cifar10::validate_train(f);
+    if (f.log_device_placement) cifar10::log_cpu_placement(std::cout);
+    cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), f.seed);
+    return cifar10::train(f, net, std::size_t(f.batch_size), "Tutorial CNN");
+  });
 }
