@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-seconds", f.max_seconds, "Stop (with a checkpoint) after this much training time.");
   app.add_option("--save-summaries-secs", f.save_summaries_secs,
                  "TF-Slim's: write summaries (every 100 steps) at most every N seconds (0: no limit).");
+  app.add_option("--startup-delay-steps", f.startup_delay_steps,
+                 "TF-Slim's: asynchronous worker k starts training when the global step reaches k * N "
+                 "(0: at once; refused under --sync).")
+      ->capture_default_str();
   app.add_option(
       "--trace-every-n-steps", f.trace_every_n_steps,
       "TF-Slim's: write a Chrome trace of one step every N steps to <job-dir>/tf_trace-<step>.json "

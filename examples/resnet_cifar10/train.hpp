@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -64,6 +65,7 @@ struct Flags {
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600,
          save_summaries_secs = 0;
   std::int64_t trace_every_n_steps = 0;
+  std::int64_t startup_delay_steps = 0;  // TF-Slim's: worker k starts at global step k * N (async)
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
@@ -121,6 +123,7 @@ inline void validate(const Flags& f, const Cluster& cl) {
   if (f.epochs < 0) throw ConfigError("--epochs must be >= 0.");
   if (!(f.save_summaries_secs >= 0)) throw ConfigError("--save-summaries-secs must be >= 0.");
   if (f.trace_every_n_steps < 0) throw ConfigError("--trace-every-n-steps must be >= 0.");
+  if (f.startup_delay_steps < 0) throw ConfigError("--startup-delay-steps must be >= 0.");
   examples::validate_download(f.download, f.data_dir);
   if (f.sync && f.num_gpus <= 1 && cl.size == 1)
     std::cerr
@@ -443,13 +446,19 @@ int run(const Flags& f, Cluster& cl) {
   // TF-Slim's options: summaries at most every --save-summaries-secs, and
   // the chief's Chrome traces (<job-dir>/tf_trace-<step>.json); the chief is
   // worker 0 (rank num_ps when asynchronous).
-  train::Trainer<Net> trainer(net, train::TrainerOptions()
-                                       .max_steps(train_steps)
-                                       .max_seconds(cl.size > 1 && !cl.async() ? 0.0 : f.max_seconds)
-                                       .save_summaries_secs(f.save_summaries_secs)
-                                       .worker_index(cl.worker_index())
-                                       .trace_every_n_steps(f.trace_every_n_steps)
-                                       .trace_dir(f.job_dir));
+  // --startup-delay-steps (asynchronous workers): worker k polls the
+  // servers' global step (remote_step, set below) until it reaches k * N.
+  auto remote_step = std::make_shared<std::function<std::int64_t()>>();
+  train::Trainer<Net> trainer(
+      net, train::TrainerOptions()
+               .max_steps(train_steps)
+               .max_seconds(cl.size > 1 && !cl.async() ? 0.0 : f.max_seconds)
+               .save_summaries_secs(f.save_summaries_secs)
+               .worker_index(cl.worker_index())
+               .trace_every_n_steps(f.trace_every_n_steps)
+               .trace_dir(f.job_dir)
+               .startup_delay_steps(f.startup_delay_steps)
+               .global_step_source([remote_step] { return *remote_step ? (*remote_step)() : std::int64_t(0); }));
 #ifdef CIFARNET_WITH_MPI
   if (dist_opt)
     trainer.set_optimizer(*dist_opt, schedule);
@@ -497,6 +506,7 @@ int run(const Flags& f, Cluster& cl) {
                       std::uint64_t(cl.worker_index()))
               .next_u64());
     trainer.set_remote_variables(client.get());
+    *remote_step = [&client] { return client->pull(); };
   } else if (cl.comm) {
     distributed::broadcast_training_state(*cl.comm, trainer);  // parameters, slots, step, data
   }
@@ -579,6 +589,9 @@ int run(const Flags& f, Cluster& cl) {
   const std::int64_t start_step = trainer.global_step();
   trainer.run(next);
   if (!trainer.last_trace_path().empty()) std::cout << "Last trace: " << trainer.last_trace_path() << "\n";
+  if (trainer.startup_waited_for() > 0)
+    std::cerr << "worker " << cl.worker_index() << " (rank " << cl.rank << ") started at global step "
+              << trainer.startup_waited_for() << " (--startup-delay-steps)\n";
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #ifdef CIFARNET_WITH_MPI
   if (client) {

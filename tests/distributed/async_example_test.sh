@@ -5,7 +5,8 @@
 #   1. --num-ps that leaves no worker is refused (exit 2, said once);
 #   2. 1 server + 2 workers train: the chief (rank 1) logs, both workers push
 #      updates, the server reports them, the loss falls, the chief writes
-#      checkpoints and evaluates;
+#      checkpoints and evaluates; with --startup-delay-steps 10 worker 1
+#      starts at global step 10 and the chief at once;
 #   3. a restart resumes from the chief's last checkpoint and trains on;
 #   4. a worker that stops answering makes the server end the job with an
 #      error naming its rank, after --collective-timeout.
@@ -27,9 +28,13 @@ JOB="$WORK/job"
 BASE=(--num-gpus 0 --num-layers 8 --train-batch-size 16 --synthetic-examples 256 --data-format channels_last
   --save-checkpoints-steps 20 --save-checkpoints-secs 0 --num-ps 1 --learning-rate 0.05)
 ARGS=(--job-dir "$JOB" "${BASE[@]}" --collective-timeout 60)
-timeout 200 "$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps 100 >"$WORK/one.log" 2>&1 ||
-  { cat "$WORK/one.log"; fail "the asynchronous run failed"; }
+timeout 200 "$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" "${ARGS[@]}" --train-steps 100 \
+  --startup-delay-steps 10 >"$WORK/one.log" 2>&1 || { cat "$WORK/one.log"; fail "the asynchronous run failed"; }
 cat "$WORK/one.log"
+# TF-Slim's startup_delay_steps: worker 1 starts at global step 10; the chief at once.
+grep -q "^worker 1 (rank 2) started at global step 10 (--startup-delay-steps)" "$WORK/one.log" ||
+  fail "worker 1 did not wait for global step 10"
+grep -q "^worker 0 (rank 1) started at global step" "$WORK/one.log" && fail "the chief waited"
 grep -q "asynchronous: 1 parameter server(s) and 2 workers of batch 16 each" "$WORK/one.log" ||
   fail "the run did not say it is asynchronous"
 grep -q "^parameter server (rank 0): [0-9]* updates" "$WORK/one.log" || fail "no parameter server report"
