@@ -21,9 +21,8 @@ int train_on_gpus(const TrainFlags& f, int n, std::size_t batch) {
   if (f.log_device_placement)
     std::cout << "device: " << n << " GPU(s); tower i on GPU i, the variables and the update on GPU 0's "
               << "tower (host arena)\n";
-  distributed::Towers<Gpu> net(
-      std::size_t(n), kInput, kFormat, cifar10_cnn_options(), f.seed,
-      [](std::size_t i) { return std::make_unique<Dev>(int(i)); });
+  distributed::Towers<Gpu> net(std::size_t(n), kInput, kFormat, cifar10_cnn_options(), f.seed,
+                               [](std::size_t i) { return std::make_unique<Dev>(int(i)); });
   return train(f, net, batch,
                "Tutorial CNN in " + std::to_string(n) + " tower(s) of batch " + std::to_string(f.batch_size) +
                    " on " + std::to_string(n) + " GPU(s)");

@@ -95,16 +95,16 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   const double num_batches_per_epoch = double(n_train) / double(batch);
   const std::int64_t decay_steps =
       std::max<std::int64_t>(1, std::int64_t(num_batches_per_epoch * kNumEpochsPerDecay));
-  const optim::ExponentialDecay schedule(kInitialLearningRate, decay_steps,
-                                         kLearningRateDecayFactor, /*staircase=*/true);
+  const optim::ExponentialDecay schedule(kInitialLearningRate, decay_steps, kLearningRateDecayFactor,
+                                         /*staircase=*/true);
 
   // Every variable is trained; only local3/local4 weights are decayed (the tutorial's
   // _variable_with_weight_decay).
   optim::Chain<optim::WeightDecay, optim::GradientDescent> opt(
       net.parameters(),
       optim::WeightDecayOptions(kWeightDecay).decay(optim::Selection(cifar10_cnn_decayed())), {});
-  optim::ExponentialMovingAverage<float> ema(
-      net.parameters(), optim::ExponentialMovingAverageOptions(kMovingAverageDecay));
+  optim::ExponentialMovingAverage<float> ema(net.parameters(),
+                                             optim::ExponentialMovingAverageOptions(kMovingAverageDecay));
   // The tutorial's _add_loss_summaries: 0.9 averages of the losses (shadows
   // start at 0, as TF's for tensors that are not variables).
   optim::ScalarMovingAverage<float> avg_cross_entropy("cross_entropy"), avg_weight_loss("weight_loss"),
@@ -133,10 +133,10 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
 
   std::cout << what << " (" << net.parameters().num_trainable() << " parameters) on " << src.description
             << ", batch " << batch << ", gradient descent lr " << kInitialLearningRate << " x"
-            << kLearningRateDecayFactor << " every " << decay_steps << " steps ("
-            << kNumEpochsPerDecay << " epochs), weight decay " << kWeightDecay
-            << " on local3/local4 weights, EMA " << kMovingAverageDecay << ", shuffle buffer "
-            << data::default_shuffle_buffer(n_train, batch) << " images, to step " << f.max_steps << "\n";
+            << kLearningRateDecayFactor << " every " << decay_steps << " steps (" << kNumEpochsPerDecay
+            << " epochs), weight decay " << kWeightDecay << " on local3/local4 weights, EMA "
+            << kMovingAverageDecay << ", shuffle buffer " << data::default_shuffle_buffer(n_train, batch)
+            << " images, to step " << f.max_steps << "\n";
 
   fs::create_directories(f.train_dir);
   io::CheckpointManager mgr(f.train_dir, std::size_t(f.keep_checkpoints));

@@ -449,16 +449,17 @@ int run(const Flags& f, Cluster& cl) {
   // --startup-delay-steps (asynchronous workers): worker k polls the
   // servers' global step (remote_step, set below) until it reaches k * N.
   auto remote_step = std::make_shared<std::function<std::int64_t()>>();
-  train::Trainer<Net> trainer(
-      net, train::TrainerOptions()
-               .max_steps(train_steps)
-               .max_seconds(cl.size > 1 && !cl.async() ? 0.0 : f.max_seconds)
-               .save_summaries_secs(f.save_summaries_secs)
-               .worker_index(cl.worker_index())
-               .trace_every_n_steps(f.trace_every_n_steps)
-               .trace_dir(f.job_dir)
-               .startup_delay_steps(f.startup_delay_steps)
-               .global_step_source([remote_step] { return *remote_step ? (*remote_step)() : std::int64_t(0); }));
+  train::Trainer<Net> trainer(net, train::TrainerOptions()
+                                       .max_steps(train_steps)
+                                       .max_seconds(cl.size > 1 && !cl.async() ? 0.0 : f.max_seconds)
+                                       .save_summaries_secs(f.save_summaries_secs)
+                                       .worker_index(cl.worker_index())
+                                       .trace_every_n_steps(f.trace_every_n_steps)
+                                       .trace_dir(f.job_dir)
+                                       .startup_delay_steps(f.startup_delay_steps)
+                                       .global_step_source([remote_step] {
+                                         return *remote_step ? (*remote_step)() : std::int64_t(0);
+                                       }));
 #ifdef CIFARNET_WITH_MPI
   if (dist_opt)
     trainer.set_optimizer(*dist_opt, schedule);
