@@ -23,7 +23,7 @@ PARAMS = {"ResNet-20": 269_787, "ResNet-56": 853_083}  # trainable, printed by t
 
 
 def macs(n):
-    """Forward multiply-adds per 32x32 image of ResNet-(6n+2) (SPEC section 3 shapes)."""
+    """Forward multiply-adds per 32x32 image of ResNet-(6n+2) (TF_SEMANTICS.md section 3 shapes)."""
     conv = lambda hw, cin, cout: hw * hw * 9 * cin * cout
     stem = conv(32, 3, 16)
     stage1 = 2 * n * conv(32, 16, 16)

@@ -1,4 +1,4 @@
-// style_transfer_bench — seconds per style-transfer iteration (SPEC §6) at
+// style_transfer_bench — seconds per style-transfer iteration (TF_SEMANTICS.md §6) at
 // 250x333 with VGG-19-shaped random weights on the oneDNN backend, and the
 // parts of one iteration: forward to conv5_1, the Gatys losses and their
 // tap gradients, backward with frozen weights (activation gradients only, what

@@ -1,5 +1,5 @@
 // examples/cifar10_cnn/cifar10_eval.cpp — the classic TensorFlow CIFAR-10
-// tutorial's cifar10_eval.py on cifarnet (SPEC §4).
+// tutorial's cifar10_eval.py on cifarnet (TF_SEMANTICS.md §4).
 //
 // Loads the latest checkpoint of --checkpoint_dir with the moving averages of
 // the weights in place of the weights (the tutorial's
@@ -133,7 +133,8 @@ int evaluate(const Flags& f) {
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Evaluates the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_eval.py, see SPEC §4)"};
+  CLI::App app{
+      "Evaluates the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_eval.py, see TF_SEMANTICS.md §4)"};
   app.add_option("--eval_dir", f.eval_dir, "Directory where to write event logs.")->capture_default_str();
   app.add_option("--eval_data", f.eval_data, "Either 'test' or 'train_eval'.")
       ->check(CLI::IsMember({"test", "train_eval"}))

@@ -1,5 +1,5 @@
 // examples/cifar10_cnn/cifar10_train.cpp — the classic TensorFlow CIFAR-10
-// tutorial's cifar10_train.py on cifarnet (SPEC §4).
+// tutorial's cifar10_train.py on cifarnet (TF_SEMANTICS.md §4).
 //
 // Trains the tutorial CNN on 24x24 distorted crops of data_batch_1..5 (random
 // crop, flip, brightness, contrast, per-image standardization), batch 128,
@@ -27,7 +27,8 @@ using namespace cifarnet;
 
 int main(int argc, char** argv) {
   cifar10::TrainFlags f;
-  CLI::App app{"Trains the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_train.py, see SPEC §4)"};
+  CLI::App app{
+      "Trains the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_train.py, see TF_SEMANTICS.md §4)"};
   cifar10::add_train_flags(app, f);
   try {
     app.parse(argc, argv);

@@ -1,4 +1,4 @@
-// image_filters — the style-transfer seed's hand-made kernels (SPEC §7):
+// image_filters — the style-transfer seed's hand-made kernels (TF_SEMANTICS.md §7):
 // blur, sharpen, edge, top Sobel and emboss, gray (3x3x1x1) and RGB
 // (3x3x3x3) versions, applied with conv2d, stride 3, SAME padding, to an
 // image scaled to [0, 1) by /256. The seed showed the results side by side
@@ -131,7 +131,8 @@ int run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   CLI::App app{
-      "The style-transfer seed's hand-made 3x3 kernels (SPEC 7) applied with conv2d, written as one PNG"};
+      "The style-transfer seed's hand-made 3x3 kernels (TF_SEMANTICS.md §7) applied with conv2d, written as "
+      "one PNG"};
   app.add_option("--image", f.image, "Input image (JPEG, PNG or BMP). Default: a built-in test image.");
   app.add_option("--output", f.output, "Output PNG (or .jpg) with the input and every map side by side.")
       ->capture_default_str();

@@ -4,7 +4,7 @@
 // ResNet v1 with 6n+2 layers, momentum SGD with TF semantics, the piecewise
 // learning rate (boundaries at epochs 82/123/300), batch norm 0.997/1e-5,
 // L2 weight decay over every trainable variable, pad-crop-flip augmentation.
-// Same flags, defaults and validation errors as the seed (SPEC §3), plus a few
+// Same flags, defaults and validation errors as the seed (TF_SEMANTICS.md §3), plus a few
 // that users expect (--eval-every, --seed, --epochs, --schedule, ...).
 //
 // It trains for --train-steps, logging examples/sec every 10 steps and loss
@@ -44,7 +44,7 @@ using namespace resnet_cifar10;
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"ResNet v1 on CIFAR-10, ported from TensorFlow's cifar10_estimator (see SPEC §3)"};
+  CLI::App app{"ResNet v1 on CIFAR-10, ported from TensorFlow's cifar10_estimator (see TF_SEMANTICS.md §3)"};
   app.add_option(
       "--data-dir", f.data_dir,
       "The directory where the CIFAR-10 data is stored: the binary files (cifar-10-batches-bin, or "

@@ -1,5 +1,5 @@
 // style_transfer — Gatys et al. neural style transfer as the TensorFlow seed
-// does it (SPEC §6), on cifarnet: a frozen VGG-19 (weights from MatConvNet's
+// does it (TF_SEMANTICS.md §6), on cifarnet: a frozen VGG-19 (weights from MatConvNet's
 // imagenet-vgg-verydeep-19.mat), max-pools replaced by average pools, the
 // content loss at conv4_2 and the style loss over conv1_1 ... conv5_1, and
 // Adam (lr 2.0) optimizing the image itself for 300 iterations.
@@ -200,7 +200,8 @@ int run(Flags f) {
 int main(int argc, char** argv) {
   Flags f;
   StyleTransferOptions& o = f.opt;
-  CLI::App app{"Neural style transfer with a frozen VGG-19 (the TensorFlow seed of SPEC 6) on cifarnet"};
+  CLI::App app{
+      "Neural style transfer with a frozen VGG-19 (the TensorFlow seed of TF_SEMANTICS.md §6) on cifarnet"};
   app.add_option("--content", f.content, "Content image (JPEG, PNG, BMP). Default: a built-in landscape.");
   app.add_option("--style", f.style, "Style image. Default: a built-in swirl pattern.");
   app.add_option("--output-dir", f.output_dir, "Where outputs/, checkpoints/ and graphs/ go.")

@@ -55,7 +55,7 @@ TEST_CASE("the real CIFAR-10 set has 5,000 images per class for training, 1,000 
     }
   }
   for (auto& m : mean) m /= 50000.0 * 1024.0;
-  // SPEC/issue: about 125.3, 123.0, 113.9. This copy measures 125.272,
+  // the issue: about 125.3, 123.0, 113.9. This copy measures 125.272,
   // 122.934, 113.862 (numpy agrees), so the margin is 0.1.
   INFO("per-channel training mean: " << mean[0] << ", " << mean[1] << ", " << mean[2]);
   CHECK(mean[0] == Approx(125.3).margin(0.1));

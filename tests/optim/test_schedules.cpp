@@ -58,7 +58,7 @@ TEST_CASE("piecewise_constant matches tf.train.piecewise_constant, boundaries in
 
 TEST_CASE("exponential_decay matches tf.train.exponential_decay, smooth and staircase",
           "[optim][schedules][golden]") {
-  // SPEC §4: lr 0.1 decayed x0.1 every 350 epochs, staircase (here 350 steps)
+  // TF_SEMANTICS.md §4: lr 0.1 decayed x0.1 every 350 epochs, staircase (here 350 steps)
   // TF's float32 pow is off by a few ulps once the exponent is large (step 5000: 14.3)
   check_schedule(exponential_decay(0.1, 350, 0.1, false), "exponential_decay", 8);
   auto st = exponential_decay(0.1, 350, 0.1, true);

@@ -232,7 +232,7 @@ inline void per_image_standardization(Image& img) {
   for (float& v : img.data) v = (v - m) * inv;
 }
 
-/// The ResNet model's own input scaling (SPEC §2): x / 128 - 1, maps
+/// The ResNet model's own input scaling (TF_SEMANTICS.md §2): x / 128 - 1, maps
 /// [0, 255] to [-1, 0.9921875]. On a raw buffer, so it serves batches too.
 inline void scale_to_unit(float* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) p[i] = p[i] / 128.0f - 1.0f;

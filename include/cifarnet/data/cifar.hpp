@@ -8,7 +8,7 @@
 // test.bin, records of 3,074 bytes: coarse label (0-19), fine label (0-99),
 // then the 3,072 pixel bytes; coarse_label_names.txt / fine_label_names.txt.
 //
-// Splits (SPEC §1): train = batches 1-4, validation = batch 5, eval = test
+// Splits (TF_SEMANTICS.md §1): train = batches 1-4, validation = batch 5, eval = test
 // batch, train_all = batches 1-5. Sizes are counted from the files, never
 // hard-coded. A missing file is an IoError; a size that is not a whole
 // number of records or a label out of range is a DataError naming the file
@@ -31,7 +31,7 @@
 namespace cifarnet {
 namespace data {
 
-/// The subsets of a data set (SPEC §1).
+/// The subsets of a data set (TF_SEMANTICS.md §1).
 enum class Split { train, validation, eval, train_all };
 
 inline const char* to_string(Split s) {

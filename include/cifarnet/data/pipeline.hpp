@@ -5,7 +5,7 @@
 //   Train train(Cifar10Binary(dir, Split::train), options);
 //   Batch b; while (train.next(b)) { ... b.images, b.labels ... }
 //
-// Semantics (TensorFlow's dataset.repeat().shuffle().batch() order, SPEC §2):
+// Semantics (TensorFlow's dataset.repeat().shuffle().batch() order, TF_SEMANTICS.md §2):
 // the source's examples are read in file order, epoch after epoch (forever,
 // or `epochs` times); the shuffle draws from that stream (a buffer across
 // epoch boundaries like tf.data, or one full permutation per epoch, or none);

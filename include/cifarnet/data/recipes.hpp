@@ -1,5 +1,5 @@
 // cifarnet/data/recipes.hpp — the input pipelines of the two CIFAR-10
-// programs the project ports, as named types plus their options (SPEC §2).
+// programs the project ports, as named types plus their options (TF_SEMANTICS.md §2).
 //
 // ResNet (seed 000/002): train = pad to 40x40, random crop 32x32, random
 // flip; shuffle buffer 40 % of an epoch + 3 batches; repeat forever; batch

@@ -1,5 +1,5 @@
 // cifarnet/distributed/data_parallel.hpp — synchronous data-parallel training
-// over MPI (SPEC §8; the seed's --sync towers, one per process). Link
+// over MPI (TF_SEMANTICS.md §8; the seed's --sync towers, one per process). Link
 // cifarnet::mpi.
 //
 // Every rank holds the whole model and takes a disjoint, equal slice of each

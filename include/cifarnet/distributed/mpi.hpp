@@ -1,5 +1,5 @@
 // cifarnet/distributed/mpi.hpp — a thin, exception-safe wrapper of MPI for
-// data-parallel training (SPEC §8): collectives for the synchronous mode,
+// data-parallel training (TF_SEMANTICS.md §8): collectives for the synchronous mode,
 // point-to-point messages for parameter servers. Link cifarnet::mpi.
 //
 // Environment: MPI_Init_thread / MPI_Finalize (RAII; it finalizes only what it

@@ -1,5 +1,5 @@
 // cifarnet/distributed/towers.hpp — synchronous data parallelism inside one
-// process: the seed's towers (`--num-gpus N`, SPEC §3). Header-only, no MPI.
+// process: the seed's towers (`--num-gpus N`, TF_SEMANTICS.md §3). Header-only, no MPI.
 //
 // Towers<ModelT> holds N replicas of one model (each on its own device: a GPU
 // per tower on the CUDA backend) and looks like a Model to the Trainer and to

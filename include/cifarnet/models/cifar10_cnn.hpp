@@ -1,5 +1,5 @@
 // cifarnet/models/cifar10_cnn.hpp — the classic TensorFlow CIFAR-10 tutorial
-// CNN (tensorflow/models tutorials/image/cifar10/cifar10.py), SPEC §4.
+// CNN (tensorflow/models tutorials/image/cifar10/cifar10.py), TF_SEMANTICS.md §4.
 //
 // Input 24×24×3 (per-image standardized crops). conv1 5×5/64 + bias + ReLU,
 // max-pool 3×3/2 SAME, LRN(4, 1.0, 0.001/9, 0.75); conv2 5×5/64 + bias +

@@ -1,5 +1,5 @@
 // cifarnet/models/resnet.hpp — ResNet v1 for CIFAR-10 as in TensorFlow's
-// cifar10_estimator (cifar10_model.py + model_base.py), SPEC §3.
+// cifar10_estimator (cifar10_model.py + model_base.py), TF_SEMANTICS.md §3.
 //
 // Depth L = 6n + 2: a 3×3/16 stem conv + BN + ReLU, three stages of n blocks
 // (16, 32, 64 filters; strides 1, 2, 2), global average pooling and a dense

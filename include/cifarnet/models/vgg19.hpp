@@ -1,5 +1,5 @@
 // cifarnet/models/vgg19.hpp — the VGG-19 feature extractor of the style
-// transfer seed (SPEC §6), composed like any other cifarnet network.
+// transfer seed (TF_SEMANTICS.md §6), composed like any other cifarnet network.
 //
 // Every VGG conv is Named<convX_Y, Conv2d<In, Out, 3, 1, Same, bias>>, then
 // ReLU, then Tap<convX_Y>: Model::activation("conv4_2") is the ReLU output
@@ -89,7 +89,7 @@ using Vgg19FullFeatures =
                vgg::Conv<vgg::conv5_4, vgg::Widths<D>::c4, vgg::Widths<D>::c4>, vgg::Pool>;
 
 /// One VGG-19 conv layer: its name, its 0-based index in MatConvNet's
-/// `layers` cell array (SPEC §6, the seed's indices) and its channel counts
+/// `layers` cell array (TF_SEMANTICS.md §6, the seed's indices) and its channel counts
 /// at full width.
 struct Vgg19Conv {
   const char* name;

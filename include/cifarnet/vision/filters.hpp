@@ -1,5 +1,5 @@
 // cifarnet/vision/filters.hpp — the style-transfer seed's hand-made 3x3
-// kernels (SPEC §7) and their application with conv2d.
+// kernels (TF_SEMANTICS.md §7) and their application with conv2d.
 //
 // A Kernel holds HWIO weights (3, 3, in, out), row-major, the layout of
 // tf.nn.conv2d's filter and of cifarnet's Conv2d. Gray versions are 3x3x1x1;

@@ -1,5 +1,5 @@
 // cifarnet/vision/losses.hpp — the Gatys et al. losses of the style transfer
-// seed, exactly as SPEC §6 states them, with their gradients:
+// seed, exactly as TF_SEMANTICS.md §6 states them, with their gradients:
 //
 //   content  L = Σ(F − P)² / (4·size(P))              dL/dF = (F − P) / (2·size(P))
 //   Gram     G = FᵀF, F reshaped to (M = H·W, N = channels)

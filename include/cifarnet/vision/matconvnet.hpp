@@ -1,6 +1,6 @@
 // cifarnet/vision/matconvnet.hpp — MatConvNet model files (.mat) through
 // matio (Debian libmatio-dev; link with `pkg-config matio`): the reader of
-// imagenet-vgg-verydeep-19.mat for the style transfer (SPEC §6), and a writer
+// imagenet-vgg-verydeep-19.mat for the style transfer (TF_SEMANTICS.md §6), and a writer
 // of files with the same structure (tests, demos with random weights).
 //
 // Structure (MatConvNet "SimpleNN"): a variable `layers`, a 1xL cell array;
@@ -516,7 +516,7 @@ inline std::vector<Vgg19Conv> select_convs(const std::vector<std::string>& names
 }  // namespace detail
 
 /// Reads the named VGG-19 conv layers (default: all 16) from a MatConvNet
-/// .mat file, checking that each sits at its index of SPEC §6 under its
+/// .mat file, checking that each sits at its index of TF_SEMANTICS.md §6 under its
 /// name. Filters come back row-major HWIO.
 inline std::vector<ConvWeights> read_vgg19_mat(const std::string& path,
                                                std::vector<std::string> layers = {}) {

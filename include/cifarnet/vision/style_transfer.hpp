@@ -1,5 +1,5 @@
 // cifarnet/vision/style_transfer.hpp — Gatys style transfer as the seed does
-// it (SPEC §6): the losses over a frozen feature network, and the loop that
+// it (TF_SEMANTICS.md §6): the losses over a frozen feature network, and the loop that
 // optimizes the image with Adam, checkpointed and resumable.
 //
 // GatysLoss<M> binds a Model (any feature network with taps named like the
@@ -41,7 +41,7 @@
 
 namespace cifarnet::vision {
 
-/// Everything the seed fixes, with its defaults (SPEC §6).
+/// Everything the seed fixes, with its defaults (TF_SEMANTICS.md §6).
 struct StyleTransferOptions {
   std::size_t height = 250, width = 333;
   std::int64_t iterations = 300;
