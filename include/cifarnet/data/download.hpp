@@ -11,8 +11,9 @@
 // (in dest itself or in dest/cifar-10-batches-bin/), and skips the transfer
 // when dest already holds a tarball of the expected size and MD5. Otherwise:
 //
-//   1. the URL is fetched into a temporary file in dest (.<name>.part-XXXXXX),
-//      its size and MD5 checked, then renamed to dest/<name>;
+//   1. the URL is fetched into a temporary file in dest (io::AtomicFileWriter:
+//      .<name>.tmp-<pid>-<n>), its size and MD5 checked, then renamed to
+//      dest/<name>;
 //   2. the tarball is unpacked into a temporary directory in dest
 //      (.extract-XXXXXX), entries checked (relative paths without '..';
 //      regular files and directories only);
@@ -45,6 +46,7 @@
 
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/data/cifar.hpp"
+#include "cifarnet/io/file.hpp"
 
 namespace cifarnet {
 namespace data {
@@ -124,25 +126,6 @@ inline std::string lower(std::string s) {
   return s;
 }
 
-/// A unique temporary file "<dir>/<prefix>XXXXXX", opened for writing.
-inline std::FILE* make_temp_file(const std::string& dir, const std::string& prefix, std::string& path) {
-  std::string templ = (std::filesystem::path(dir) / (prefix + "XXXXXX")).string();
-  const int fd = ::mkstemp(templ.data());
-  if (fd < 0) {
-    const int err = errno;
-    throw IoError("cannot create a temporary file in '" + dir + "': " + std::strerror(err));
-  }
-  path = templ;
-  std::FILE* f = ::fdopen(fd, "wb");
-  if (!f) {
-    const int err = errno;
-    ::close(fd);
-    std::remove(path.c_str());
-    throw IoError("cannot open temporary file '" + path + "': " + std::strerror(err));
-  }
-  return f;
-}
-
 /// MD5 of a whole file.
 inline std::string md5_of_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -160,11 +143,11 @@ inline std::string md5_of_file(const std::string& path) {
 
 /// Where the transfer's bytes go: the file, the running MD5 and count.
 struct Sink {
-  std::FILE* file;
+  io::AtomicFileWriter* out;
   Md5 md5;
   std::uint64_t bytes = 0, limit = 0;  // limit: stop past this many (0: none)
   bool too_long = false;
-  int write_errno = 0;  // set when writing the file failed
+  std::string write_error;  // set when writing the file failed
   std::ostream* log = nullptr;
   int last_decile = -1;
 };
@@ -176,8 +159,10 @@ inline std::size_t write_to_sink(char* data, std::size_t size, std::size_t count
     s->too_long = true;
     return 0;  // makes libcurl stop with CURLE_WRITE_ERROR
   }
-  if (std::fwrite(data, 1, n, s->file) != n) {
-    s->write_errno = errno ? errno : EIO;
+  try {  // no exception may cross libcurl's C frames
+    s->out->write(data, n);
+  } catch (const std::exception& e) {
+    s->write_error = e.what();
     return 0;
   }
   s->md5.update(data, n);
@@ -198,20 +183,16 @@ inline void curl_global() {
   if (rc != CURLE_OK) throw IoError(std::string("libcurl initialisation failed: ") + curl_easy_strerror(rc));
 }
 
-/// Fetches `url` into `path` (a new file), checking size and MD5 as `o`
+/// Fetches `o.url` into `final_path`, checking size and MD5 as `o`
 /// asks; on any failure the file is removed and the error names the URL.
-inline void fetch_checked(const DownloadOptions& o, const std::string& dir, const std::string& final_path) {
+inline void fetch_checked(const DownloadOptions& o, const std::string& final_path) {
   curl_global();
-  std::string part;
-  std::FILE* f =
-      make_temp_file(dir, "." + std::filesystem::path(final_path).filename().string() + ".part-", part);
-  RemoveGuard guard(part);
-  Sink sink{f, Md5{}, 0, o.bytes, false, 0, o.log, -1};
+  // A temporary file beside final_path, renamed over it by commit() once the
+  // checks pass and removed on any exception (io::AtomicFileWriter).
+  io::AtomicFileWriter out(final_path);
+  Sink sink{&out, Md5{}, 0, o.bytes, false, {}, o.log, -1};
   std::unique_ptr<CURL, void (*)(CURL*)> c(curl_easy_init(), &curl_easy_cleanup);
-  if (!c) {
-    std::fclose(f);
-    throw IoError("libcurl could not start a transfer of " + o.url);
-  }
+  if (!c) throw IoError("libcurl could not start a transfer of " + o.url);
   char err[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(c.get(), CURLOPT_URL, o.url.c_str());
   curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, err);
@@ -230,13 +211,10 @@ inline void fetch_checked(const DownloadOptions& o, const std::string& dir, cons
 #endif
   if (o.log) *o.log << ">> Downloading " << o.url << " to " << final_path << "\n" << std::flush;
   const CURLcode rc = curl_easy_perform(c.get());
-  const int close_errno = std::fclose(f) == 0 ? 0 : errno;
   if (sink.too_long)
     throw DataError("download of " + o.url + ": more than the expected " + std::to_string(o.bytes) +
                     " bytes (not the expected file)");
-  if (sink.write_errno || close_errno)
-    throw IoError("download of " + o.url + ": cannot write '" + part +
-                  "': " + std::strerror(sink.write_errno ? sink.write_errno : close_errno));
+  if (!sink.write_error.empty()) throw IoError("download of " + o.url + ": " + sink.write_error);
   if (rc != CURLE_OK)
     throw IoError("download of " + o.url +
                   " failed: " + (err[0] ? std::string(err) : curl_easy_strerror(rc)));
@@ -247,10 +225,7 @@ inline void fetch_checked(const DownloadOptions& o, const std::string& dir, cons
   if (!o.md5.empty() && md5 != lower(o.md5))
     throw DataError("download of " + o.url + ": MD5 " + md5 + ", expected " + lower(o.md5) +
                     " (corrupt, or not the expected file)");
-  std::error_code ec;
-  std::filesystem::rename(part, final_path, ec);
-  if (ec) throw IoError("cannot rename '" + part + "' to '" + final_path + "': " + ec.message());
-  guard.release();
+  out.commit();
   if (o.log)
     *o.log << ">> Downloaded " << final_path << ", " << sink.bytes << " bytes, MD5 " << md5 << "\n"
            << std::flush;
@@ -363,7 +338,7 @@ inline DownloadResult download_cifar10(const std::string& dest,
              << (have ? ", already downloaded\n" : " (not of the expected size and MD5)\n") << std::flush;
   }
   if (!have) {
-    detail::fetch_checked(o, dest, tarball);
+    detail::fetch_checked(o, tarball);
     res.downloaded = true;
   }
   // A tarball fetched by this call goes again if it cannot be unpacked, so
