@@ -5,7 +5,7 @@
 # time. The configurations run alternately ROUNDS times (background jobs make
 # the machine noisy); each run trains STEPS steps and reports the example's
 # "Average examples/sec" (steps 10..STEPS, so primitive creation is excluded).
-# Medians are printed at the end. docs/SCALING.md quotes them. The 2-rank run
+# Medians are printed at the end (docs/SCALING.md: where to commit them). The 2-rank run
 # is made three times: with the gradient all-reduce overlapped with backward
 # (the default, 1 MiB buckets), overlapped with 256 KiB buckets (more of them
 # leave early), and after backward (--no-overlap-allreduce).

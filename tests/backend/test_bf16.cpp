@@ -174,7 +174,8 @@ TEST_CASE("A kept bf16 copy of x is not used for another buffer or after an infe
 // ill-conditioned in float already (scaling the input by 1.001, which batch
 // norm undoes to 5e-5 in the logits, moves them by 1-12 % per tensor), so
 // bf16's rounding moves them by tens of percent there; its logits are
-// compared, and its training is checked end to end (docs/BENCHMARKS.md).
+// compared, and its training is checked end to end by the bf16 recipe of
+// docs/RESULTS.md.
 template <class Net>
 void compare_models(InputShape in, const NetOptions& opts, std::size_t n, double logit_tol, double grad_tol) {
   for (DataFormat fmt : kFormats) {

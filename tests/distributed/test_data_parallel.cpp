@@ -192,7 +192,7 @@ TEST_CASE("Broadcasting the parameters makes every rank hold rank 0's", "[distri
 // as synchronized BN computes them (in double) and, in NCHW, also oneDNN's own
 // training-mode BN. (In NHWC, oneDNN 2.6's training BN drifts from a double
 // reference by ~1e-4 after two steps of this net, while synchronized BN and
-// NCHW stay within 1e-7 of it; see docs/SCALING.md.) Against oneDNN's BN the
+// NCHW stay within 1e-7 of it; see docs/NUMERICS.md.) Against oneDNN's BN the
 // bound is looser: the two BN computations round differently, and a ReLU
 // input within that rounding of zero flips one element's gradient. Built at
 // -O1 (the ASan configuration) on an AVX-512 machine, the oneDNN-BN run
