@@ -1,6 +1,6 @@
-// The real CIFAR-10 binary set (../shared/data/cifar-10-batches-bin, or
-// $CIFARNET_DATA_DIR): all 60,000 images, label histograms and the training
-// mean. Without the data it prints "SKIPPED: ..." (ctest: Not Run, through
+// The real CIFAR-10 binary set (the directory $CIFARNET_DATA_DIR names; unset,
+// a fallback the CI machines provide beside the checkout): all 60,000 images,
+// label histograms and the training mean. Without the data it prints "SKIPPED: ..." (ctest: Not Run, through
 // test_data's SKIP_REGEX).
 #include <catch2/catch.hpp>
 
