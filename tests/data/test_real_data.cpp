@@ -1,7 +1,7 @@
 // The real CIFAR-10 binary set (the directory $CIFARNET_DATA_DIR names; unset,
 // a fallback the CI machines provide beside the checkout): all 60,000 images,
-// label histograms and the training mean. Without the data it prints "SKIPPED: ..." (ctest: Not Run, through
-// test_data's SKIP_REGEX).
+// label histograms and the training mean. Without the data it prints
+// "SKIPPED: ..." (ctest: Not Run, through test_data's SKIP_REGEX).
 #include <catch2/catch.hpp>
 
 #include <cifarnet/data/cifar.hpp>
