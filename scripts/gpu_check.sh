@@ -8,23 +8,44 @@
 # oneDNN backend, ResNet-20/56 at batch 128 step by step against oneDNN,
 # 200 passes cycling batch sizes with the free GPU memory stable, NCCL and
 # towers, and the style-transfer Gram matrices; then ResNet-8 once more under
-# compute-sanitizer's memcheck.
+# compute-sanitizer's memcheck; then ResNet-20/56 training and inference
+# images/s, cifarnet beside PyTorch on the same GPU where torch is installed.
 # Without a GPU every case prints "SKIPPED: ..." (ctest: Not Run); here a
 # case skipped for want of any GPU is a failure, since a GPU is what this
 # script is for (the two-GPU towers case is skipped on a one-GPU machine).
 #
-# Usage: bash scripts/gpu_check.sh [dir holding test_backend_cuda]
-#   default: build/tests/backend (after the README's build). A machine
+# Usage: bash scripts/gpu_check.sh [dir holding test_backend_cuda and gpu_bench]
+#   default: configure build/ if needed and build both targets there. Without
+#   an NVIDIA GPU it says so and exits 0 (nothing checked). A machine
 #   without the project's Debian packages can run a binary built elsewhere
 #   with the libraries it needs on LD_LIBRARY_PATH (libdnnl, libopenblas,
 #   libgomp; CUDA, cuDNN and NCCL from that machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DIR=${1:-build/tests/backend}
+# No GPU: say so and stop with success (nothing to check, nothing pretended).
+NVSMI=${NVIDIA_SMI:-nvidia-smi}  # (a test points it at `false` to play a machine without a GPU)
+if ! command -v "$NVSMI" > /dev/null 2>&1; then
+  echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi not found): nothing checked"
+  exit 0
+fi
+if ! gpus=$("$NVSMI" --query-gpu=name --format=csv,noheader 2>&1) || [ -z "$gpus" ]; then
+  echo "gpu_check: no usable NVIDIA GPU on this machine (nvidia-smi: ${gpus:-no GPU listed}): nothing checked"
+  exit 0
+fi
+if [ $# -ge 1 ]; then
+  DIR=$1  # binaries built elsewhere
+else
+  # Build here: the CUDA test binary (every case of ctest's backend CUDA
+  # test, run below with per-case durations) and the GPU benchmark.
+  [ -f build/CMakeCache.txt ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake --build build --target test_backend_cuda gpu_bench
+  DIR=build/tests/backend
+  GPU_BENCH=${GPU_BENCH:-build/bench/gpu_bench}
+fi
 BIN="$DIR/test_backend_cuda"
 [ -x "$BIN" ] || { echo "gpu_check: no $BIN (build it first: cmake --build build --target test_backend_cuda)"; exit 2; }
 echo "=== GPU"
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv || { echo "gpu_check: nvidia-smi failed"; exit 2; }
+"$NVSMI" --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 echo "=== test_backend_cuda (durations per case)"
 set +e
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$BIN" --durations yes 2>&1 | tee /tmp/gpu_check_$$.log
@@ -48,6 +69,20 @@ if [ "$rc" = 0 ]; then
     rc=1
   fi
 fi
+# Speed beside the peer on the same GPU: bench/cuda/gpu_bench (cifarnet,
+# backend::Cuda as it is) and bench/peer_torch_gpu.py (PyTorch eager and
+# torch.compile, fp32 with TF32 off) when a torch with CUDA is installed;
+# both say so when they cannot measure. Figures only, no pass/fail.
+GPU_BENCH=${GPU_BENCH:-$DIR/gpu_bench}
+[ -x "$GPU_BENCH" ] || GPU_BENCH=build/bench/gpu_bench
+if [ -x "$GPU_BENCH" ]; then
+  echo "=== images/s on this GPU: cifarnet (bench/cuda/gpu_bench)"
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$GPU_BENCH" --reps 5 --steps 10 --warmup 10 || rc=1
+else
+  echo "gpu_check: no gpu_bench (cmake --build build --target gpu_bench): cifarnet's GPU speed not measured"
+fi
+echo "=== images/s on this GPU: PyTorch (bench/peer_torch_gpu.py)"
+${PEER_PY:-python3} bench/peer_torch_gpu.py --reps 5 --steps 10 --warmup 10 2>&1 | grep -v '^W[0-9]' || true
 if grep -q "SKIPPED: the CUDA backend needs a GPU" /tmp/gpu_check_$$.log; then
   echo "gpu_check: cases were skipped for want of a GPU"
   rc=1
