@@ -513,16 +513,19 @@ TEST_CASE("A device-resident parameter arena trains like the staged one and move
          << ": PCIe per ResNet-20 step (batch 128, NHWC, optim::cuda::Momentum): host->device "
          << double(last[k].h2d_bytes) * mb << " MiB in " << last[k].h2d_copies << " copies, device->host "
          << double(last[k].d2h_bytes) * mb << " MiB in " << last[k].d2h_copies << " copies");
+  // Same algorithms on both; cuDNN's non-deterministic ones may differ in the
+  // last bits. Stale weights (a lost update) would differ by about lr·|g|,
+  // orders of magnitude more.
   for (std::size_t i = 0; i < losses[0].size(); ++i)
-    CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-5));
+    CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-4));
   const std::uint64_t arena = staged.parameters().values().size() * sizeof(float);
   CHECK(last[1].bytes() + 3 * arena <= last[0].bytes());
   const auto& host = resident.sync_parameters_to_host();
-  CHECK(rel(host.values(), staged.parameters().values()) < 1e-5);
-  CHECK(rel(host.state(), staged.parameters().state()) < 1e-5);
+  CHECK(rel(host.values(), staged.parameters().values()) < 1e-4);
+  CHECK(rel(host.state(), staged.parameters().state()) < 1e-4);
   // A host write (a restore) reaches the device before the next op.
   resident.host_parameters().values() = staged.parameters().values();
   resident.host_parameters().state() = staged.parameters().state();
   CHECK(rel(resident.forward(batches[0].images, Mode::Infer),
-            staged.forward(batches[0].images, Mode::Infer)) < 1e-5);
+            staged.forward(batches[0].images, Mode::Infer)) < 1e-4);
 }
