@@ -255,7 +255,7 @@ TEST_CASE("Towers deal example i to tower i % N and put output row i back at row
   CHECK(d_slices > 1e-3);  // the test tells the two dealings apart
 }
 
-TEST_CASE("--variable-strategy CPU and GPU train towers to the same bits; the strategy picks the reducer",
+TEST_CASE("Variable strategies CPU and GPU (the seed's flag) train towers to the same bits, each its reducer",
           "[towers]") {
   CHECK(dist::parse_variable_strategy("CPU") == dist::VariableStrategy::CPU);
   CHECK(dist::parse_variable_strategy("GPU") == dist::VariableStrategy::GPU);
