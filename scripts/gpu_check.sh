@@ -7,9 +7,11 @@
 # optimizers against the CPU ones, ResNet-8 and the tutorial CNN against the
 # oneDNN backend, ResNet-20/56 at batch 128 step by step against oneDNN,
 # 200 passes cycling batch sizes with the free GPU memory stable, NCCL and
-# towers, and the style-transfer Gram matrices; then ResNet-8 once more under
-# compute-sanitizer's memcheck; then ResNet-20/56 training and inference
-# images/s, cifarnet beside PyTorch on the same GPU where torch is installed.
+# towers, the style-transfer Gram matrices, and the PCIe bytes of one
+# ResNet-20 step (staged, and with a device-resident parameter arena: both
+# printed at the end); then ResNet-8 once more under compute-sanitizer's
+# memcheck; then ResNet-20/56 training and inference images/s, cifarnet
+# beside PyTorch on the same GPU where torch is installed.
 # Without a GPU every case prints "SKIPPED: ..." (ctest: Not Run); here a
 # case skipped for want of any GPU is a failure, since a GPU is what this
 # script is for (the two-GPU towers case is skipped on a one-GPU machine).
@@ -87,6 +89,8 @@ if grep -q "SKIPPED: the CUDA backend needs a GPU" /tmp/gpu_check_$$.log; then
   echo "gpu_check: cases were skipped for want of a GPU"
   rc=1
 fi
+echo "=== PCIe traffic per ResNet-20 step (Device::transfers(); docs/SCALING.md)"
+grep -A4 "PCIe per ResNet-20 step" /tmp/gpu_check_$$.log || echo "gpu_check: no PCIe figures printed"
 grep -o "SKIPPED: .*" /tmp/gpu_check_$$.log | sort | uniq -c | sed 's/^/gpu_check: skipped: /' || true
 rm -f /tmp/gpu_check_$$.log
 echo "gpu_check: exit $rc"

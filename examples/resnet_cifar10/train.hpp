@@ -204,9 +204,11 @@ inline DataSet load_data(const Flags& f) {
   return d;
 }
 
-/// The towers' gradient sum for --num-gpus N > 1: NCCL when the build has
-/// it, else on the host (cuda_towers.cpp).
-std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer(int gpus);
+/// The towers' gradient sum for --num-gpus N > 1 under --variable-strategy
+/// (distributed::VariableStrategy): CPU on the host, GPU with NCCL over the
+/// towers' devices (cuda_towers.cpp).
+std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer(int gpus,
+                                                                     distributed::VariableStrategy v);
 
 /// The network of a run: one model, or (kTowers, --num-gpus N > 1) N towers,
 /// tower i on GPU i, their gradients summed with NCCL when the build has it.
@@ -217,7 +219,8 @@ std::unique_ptr<Net> make_net(const Flags& f, DataFormat fmt, const NetOptions& 
     using Dev = Device<typename Net::Backend>;
     return std::make_unique<Net>(
         std::size_t(f.num_gpus), in, fmt, opts, f.seed,
-        [](std::size_t i) { return std::make_unique<Dev>(int(i)); }, make_tower_reducer(f.num_gpus));
+        [](std::size_t i) { return std::make_unique<Dev>(int(i)); },
+        make_tower_reducer(f.num_gpus, distributed::parse_variable_strategy(f.variable_strategy)));
   } else {
     return std::make_unique<Net>(in, fmt, opts, f.seed);
   }

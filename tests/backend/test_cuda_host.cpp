@@ -4,8 +4,11 @@
 // options), the device a process takes from its MPI local rank, the choice
 // of a convolution algorithm from cuDNN's measured list and its cache, the
 // scoped device guard (over a counting stand-in of cudaGetDevice /
-// cudaSetDevice), the typed kernel handles against the kernels' source, and
-// Towers binding their own devices to a device-aware reducer.
+// cudaSetDevice), the typed kernel handles against the kernels' source,
+// Towers binding their own devices to a device-aware reducer, and, over a
+// counting stand-in of the copy calls (cudaMemcpyAsync, cudaMemsetAsync):
+// the PCIe traffic counters, Staging's pass-through of device pointers and
+// copies of host ones, and the lazily synchronised host mirror's states.
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/cuda.hpp>
@@ -14,6 +17,8 @@
 #include <cifarnet/models/resnet.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -255,4 +260,252 @@ TEST_CASE("Towers give a device-aware reducer their own devices (NCCL makes no s
                                   std::make_unique<RecordingReducer>(&bound));
   REQUIRE(bound.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) CHECK(bound[i] == &towers.tower(i).device());
+}
+
+namespace {
+struct FakeCopyApi;
+/// A stand-in GPU: "device memory" is host vectors the copy API knows as
+/// device memory (the staging buffers and the model's own device tensors).
+struct FakeGpu {
+  static constexpr std::size_t kStagingBase = 8;
+  int ordinal() const { return 0; }
+  float* buffer(std::size_t slot, std::size_t n) {
+    auto& b = staging[slot];
+    if (b.size() < n) b.resize(n);
+    return b.data();
+  }
+  void sync() { ++syncs; }
+  cu::TransferCounter& transfers() { return counter; }
+  cu::BasicMirrorSet<FakeCopyApi, FakeGpu>& mirrors() { return mirror_set; }
+  float* device_tensor(std::size_t n) {
+    owned.emplace_back(n, 0.0f);
+    return owned.back().data();
+  }
+  std::map<std::size_t, std::vector<float>> staging;
+  std::vector<std::vector<float>> owned;
+  int syncs = 0;
+  cu::TransferCounter counter;
+  cu::BasicMirrorSet<FakeCopyApi, FakeGpu> mirror_set;
+};
+
+/// The copy API over FakeGpu: counts its own calls independently of the
+/// backend's counters, and checks each copy goes the way it says.
+struct FakeCopyApi {
+  struct Guard {
+    explicit Guard(int) {}
+  };
+  static inline FakeGpu* gpu = nullptr;
+  static inline cu::TransferCounts seen;
+  static inline int poisons = 0;
+  static bool in(const std::vector<float>& v, const void* p) {
+    const auto* f = static_cast<const char*>(p);
+    const auto* b = reinterpret_cast<const char*>(v.data());
+    return f >= b && f < b + v.size() * sizeof(float);
+  }
+  static bool is_device(const void* p) {
+    for (const auto& [slot, v] : gpu->staging)
+      if (in(v, p)) return true;
+    for (const auto& v : gpu->owned)
+      if (in(v, p)) return true;
+    return false;
+  }
+  static void copy(FakeGpu&, void* dst, const void* src, std::size_t bytes, cu::CopyDirection d,
+                   const char*) {
+    const bool up = d == cu::CopyDirection::HostToDevice;
+    REQUIRE(is_device(up ? dst : src));
+    REQUIRE_FALSE(is_device(up ? src : dst));
+    std::memcpy(dst, src, bytes);
+    (up ? seen.h2d_bytes : seen.d2h_bytes) += bytes;
+    ++(up ? seen.h2d_copies : seen.d2h_copies);
+  }
+  static void poison(FakeGpu&, void* p, std::size_t bytes) {
+    std::memset(p, 0xFF, bytes);
+    ++poisons;
+  }
+  static void reset(FakeGpu& g) {
+    gpu = &g;
+    seen = {};
+    poisons = 0;
+  }
+};
+using FakeStaging = cu::BasicStaging<FakeCopyApi, FakeGpu>;
+using FakeMirror = cu::BasicMirror<FakeCopyApi, FakeGpu>;
+}  // namespace
+
+TEST_CASE("Staging copies host buffers, passes device buffers through, and counts every byte it moves",
+          "[backend][cuda][host][transfers]") {
+  FakeGpu gpu;
+  FakeCopyApi::reset(gpu);
+  std::vector<float> x(100), y(40, 7.0f), acc(30, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+  float* w = gpu.device_tensor(50);  // already on the device: no copy either way
+  {
+    FakeStaging st(gpu);
+    const float* dx = st.in(x.data(), x.size());
+    float* dy = st.out(y.data(), y.size());
+    CHECK(st.in(w, 50) == w);
+    float* da = st.inout(acc.data(), acc.size());
+    CHECK(st.staged() == 3);
+    CHECK(std::isnan(dy[0]));                                          // outputs start poisoned
+    for (std::size_t i = 0; i + 1 < y.size(); ++i) dy[i] = 2 * dx[i];  // the "op" leaves y's last element
+    for (auto* a = da; a != da + acc.size(); ++a) *a += 1;
+    st.finish();
+  }
+  CHECK(y[3] == 6.0f);
+  CHECK(std::isnan(y.back()));  // unwritten: NaN, not stale data
+  CHECK(acc[0] == 2.0f);
+  const cu::TransferCounts c = gpu.transfers().read();
+  CHECK(c.h2d_bytes == (100 + 30) * sizeof(float));  // x and acc up; y is write-only, w on the device
+  CHECK(c.d2h_bytes == (40 + 30) * sizeof(float));   // y and acc back
+  CHECK(c.h2d_copies == 2);
+  CHECK(c.d2h_copies == 2);
+  CHECK(c == FakeCopyApi::seen);  // the counters count exactly the copy calls made
+  CHECK(FakeCopyApi::poisons == 1);
+  CHECK(gpu.syncs == 1);
+
+  SECTION("an in-place op (one host buffer as input and output) copies it once each way") {
+    gpu.transfers().reset();
+    FakeCopyApi::reset(gpu);
+    FakeStaging st(gpu);
+    const float* in = st.in(x.data(), x.size());
+    float* out = st.out(x.data(), x.size());
+    CHECK(in == out);
+    st.finish();
+    CHECK(gpu.transfers().read() == FakeCopyApi::seen);
+    CHECK(FakeCopyApi::seen.h2d_copies == 1);
+    CHECK(FakeCopyApi::seen.d2h_copies == 1);
+    CHECK(FakeCopyApi::seen.bytes() == 2 * 100 * sizeof(float));
+  }
+  SECTION("an op on device-resident tensors stages nothing and moves no byte") {
+    gpu.transfers().reset();
+    FakeCopyApi::reset(gpu);
+    float* a = gpu.device_tensor(64);
+    float* b = gpu.device_tensor(64);
+    FakeStaging st(gpu);
+    CHECK(st.in(a, 64) == a);
+    CHECK(st.out(b, 64) == b);
+    CHECK(st.inout(a, 64) == a);
+    st.finish();
+    CHECK(st.staged() == 0);
+    CHECK(gpu.transfers().read() == cu::TransferCounts{});
+    CHECK(FakeCopyApi::seen == cu::TransferCounts{});
+    CHECK(FakeCopyApi::poisons == 0);
+  }
+  SECTION("reset() returns the counts and starts again from zero") {
+    const cu::TransferCounts before = gpu.transfers().reset();
+    CHECK(before == c);
+    CHECK(gpu.transfers().read() == cu::TransferCounts{});
+    cu::counted_copy<FakeCopyApi>(gpu, gpu.device_tensor(8), x.data(), 8 * sizeof(float),
+                                  cu::CopyDirection::HostToDevice, "test");
+    CHECK(gpu.transfers().read().h2d_bytes == 8 * sizeof(float));
+    CHECK(gpu.transfers().read().copies() == 1);
+  }
+}
+
+TEST_CASE("The host mirror copies only when the other side is newer (clean / host-dirty / device-dirty)",
+          "[backend][cuda][host][mirror]") {
+  FakeGpu gpu;
+  FakeCopyApi::reset(gpu);
+  const std::size_t n = 16, bytes = n * sizeof(float);
+  float* d = gpu.device_tensor(n);
+  std::vector<float> h(n, 3.0f);  // initialised on the host (a parameter arena)
+  FakeMirror m(gpu, d, h.data(), n, cu::MirrorState::HostDirty);
+  auto counts = [&] { return gpu.transfers().read(); };
+
+  // The first step uploads the host's values once; later steps copy nothing.
+  CHECK(m.device_read() == d);
+  CHECK(d[5] == 3.0f);
+  CHECK(m.state() == cu::MirrorState::Clean);
+  CHECK(counts().h2d_copies == 1);
+  for (int step = 0; step < 5; ++step) {
+    float* w = m.device_write();  // the optimizer updates on the device
+    for (std::size_t i = 0; i < n; ++i) w[i] += 1.0f;
+    CHECK(m.state() == cu::MirrorState::DeviceDirty);
+  }
+  CHECK(counts().copies() == 1);
+  CHECK(h[5] == 3.0f);  // the host copy is stale until someone reads it
+
+  // A checkpoint reads the host copy: one download, then none.
+  CHECK(m.host_read()[5] == 8.0f);
+  CHECK(m.state() == cu::MirrorState::Clean);
+  m.host_read();
+  CHECK(counts().d2h_copies == 1);
+  CHECK(counts().d2h_bytes == bytes);
+
+  // A restore writes the host copy: uploaded once, before the next device read.
+  float* hw = m.host_write();
+  CHECK(m.state() == cu::MirrorState::HostDirty);
+  hw[5] = -1.0f;
+  CHECK(counts().h2d_copies == 1);
+  CHECK(m.device_read()[5] == -1.0f);
+  m.device_read();
+  CHECK(counts().h2d_copies == 2);
+  CHECK(counts().h2d_bytes == 2 * bytes);
+
+  // A host write after a device write downloads first (a partial write keeps
+  // the device's other values).
+  m.device_write()[0] = 42.0f;
+  m.host_write()[1] = 43.0f;
+  CHECK(counts().d2h_copies == 2);
+  CHECK(m.device_read()[0] == 42.0f);
+  CHECK(d[1] == 43.0f);
+  CHECK(counts() == FakeCopyApi::seen);
+  CHECK(counts().h2d_copies == 3);
+  CHECK(std::string(cu::to_string(cu::MirrorState::DeviceDirty)) == "device-dirty");
+}
+
+TEST_CASE(
+    "Staging uses a mirrored arena's device copy in place: no copy per op, one upload after a host write",
+    "[backend][cuda][host][mirror][transfers]") {
+  // The device-resident parameter arena: ops get host pointers into it (the
+  // layers' and optimizers' arena pointers) and Staging resolves them to the
+  // device copy.
+  FakeGpu gpu;
+  FakeCopyApi::reset(gpu);
+  const std::size_t n = 64;
+  std::vector<float> values(n, 0.5f), grads(n, 0.0f);
+  float* dv = gpu.device_tensor(n);
+  float* dg = gpu.device_tensor(n);
+  gpu.mirrors().add(gpu, values.data(), dv, n, cu::MirrorState::HostDirty);  // initialised on the host
+  gpu.mirrors().add(gpu, grads.data(), dg, n, cu::MirrorState::Clean);       // both zero
+  CHECK_THROWS_AS(gpu.mirrors().add(gpu, values.data() + 8, gpu.device_tensor(4), 4, cu::MirrorState::Clean),
+                  ConfigError);
+  std::vector<float> x(16, 1.0f);  // an activation still on the host: staged as before
+  for (int step = 0; step < 3; ++step) {
+    FakeStaging st(gpu);
+    float* w = st.inout(values.data() + 16, 16);  // one parameter's span: an SGD-like update
+    const float* g = st.in(grads.data() + 16, 16);
+    const float* in = st.in(x.data(), x.size());
+    CHECK(w == dv + 16);
+    CHECK(g == dg + 16);
+    CHECK(st.staged() == 1);  // only the host activation
+    for (int i = 0; i < 16; ++i) w[i] -= in[i] + g[i];
+    st.finish();
+  }
+  // Three steps: the arena went up once (host-dirty at the start), the
+  // activation three times; nothing came back.
+  CHECK(FakeCopyApi::seen.h2d_copies == 1 + 3);
+  CHECK(FakeCopyApi::seen.h2d_bytes == (n + 3 * 16) * sizeof(float));
+  CHECK(FakeCopyApi::seen.d2h_copies == 0);
+  CHECK(values[16] == 0.5f);  // the host copy is stale until read
+  CHECK(gpu.mirrors().mirror_of(values.data() + 20)->state() == cu::MirrorState::DeviceDirty);
+  CHECK(gpu.mirrors().mirror_of(grads.data())->state() == cu::MirrorState::Clean);
+  CHECK(gpu.mirrors().mirror_of(x.data()) == nullptr);
+  {
+    FakeStaging st(gpu);
+    CHECK_THROWS_AS(st.in(values.data() + 60, 8), ConfigError);  // past the mirror's end
+  }
+  gpu.mirrors().host_read_all();  // a checkpoint: one download of the dirty buffer
+  CHECK(values[16] == 0.5f - 3 * 1.0f);
+  CHECK(FakeCopyApi::seen.d2h_copies == 1);
+  gpu.mirrors().host_write_all();  // a restore
+  values[0] = 9.0f;
+  {
+    FakeStaging st(gpu);
+    CHECK(st.in(values.data(), 1)[0] == 9.0f);  // uploaded before the op reads
+    st.finish();
+  }
+  CHECK(FakeCopyApi::seen.h2d_copies == 1 + 3 + 1);  // the values went up again, before that op
+  CHECK(gpu.mirrors().mirror_of(grads.data())->state() == cu::MirrorState::HostDirty);  // up when next read
+  CHECK(gpu.transfers().read() == FakeCopyApi::seen);
 }

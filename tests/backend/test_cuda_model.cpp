@@ -417,3 +417,115 @@ TEST_CASE("Gram matrices and the style loss's gradient on the GPU match oneDNN's
               Eigen::Map<Eigen::ArrayXf>(dc.data(), Eigen::Index(dc.size()))) < 1e-5);
   }
 }
+
+TEST_CASE("PCIe traffic of one ResNet-20 training step at batch 128, read from the device's counters",
+          "[backend][cuda][model][transfers]") {
+  if (!have_gpu()) return;
+  // The figures docs/SCALING.md quotes: the bytes and copies the backend
+  // issued for one Trainer step (the path of resnet_cifar10 --num-gpus 1),
+  // counted by Device::transfers() around the second step (the first one
+  // also builds plans and measures algorithms).
+  using Net = ResNetCifar<>;
+  const std::size_t n = 128;
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    Model<Net, backend::Cuda> gpu({3, 32, 32}, fmt, resnet_options(20), 5);
+    Rng rng(8);
+    train::Batch b;
+    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
+    for (auto& v : b.images) v = float(rng.normal());
+    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+    optim::Chain<optim::WeightDecay, optim::Momentum> opt(gpu.parameters(), optim::WeightDecayOptions(2e-4),
+                                                          optim::MomentumOptions().momentum(0.9));
+    train::Trainer<Model<Net, backend::Cuda>> t(gpu, train::TrainerOptions().max_steps(3));
+    t.set_optimizer(opt, [](std::int64_t) { return 0.1; });
+    t.step(b);
+    gpu.device().transfers().reset();
+    t.step(b);
+    const backend::cuda::TransferCounts c = gpu.device().transfers().reset();
+    const double mb = 1.0 / (1 << 20);
+    WARN("PCIe per ResNet-20 step, batch 128, "
+         << to_string(fmt) << ": host->device " << double(c.h2d_bytes) * mb << " MiB in " << c.h2d_copies
+         << " copies, device->host " << double(c.d2h_bytes) * mb << " MiB in " << c.d2h_copies
+         << " copies, total " << double(c.bytes()) * mb << " MiB");
+    CHECK(c.h2d_bytes >= b.images.size() * sizeof(float));  // the batch went up at least once
+    CHECK(c.d2h_bytes >= sizeof(float));                    // the loss came back
+
+    // The GPU optimizer on a host arena: values and gradients up, values
+    // back, and its slot (device-resident, mirrored lazily) never moves.
+    optim::cuda::Momentum<> gopt(gpu.device(), gpu.parameters(), optim::MomentumOptions().momentum(0.9));
+    gopt.step(gpu.parameters(), 0.1);
+    gpu.device().transfers().reset();
+    gopt.step(gpu.parameters(), 0.1);
+    const backend::cuda::TransferCounts o = gpu.device().transfers().reset();
+    const std::uint64_t arena = gpu.parameters().values().size() * sizeof(float);
+    CHECK(o.h2d_bytes == 2 * arena);
+    CHECK(o.d2h_bytes == arena);
+    CHECK(o.h2d_copies == 2);
+    CHECK(o.d2h_copies == 1);
+    // A checkpoint's visit downloads the slot once; the next step uploads it once.
+    gopt.visit_state([](auto&&...) {});
+    CHECK(gpu.device().transfers().read().d2h_bytes == arena);
+    gopt.step(gpu.parameters(), 0.1);
+    CHECK(gpu.device().transfers().read().h2d_bytes == 3 * arena);
+  }
+}
+
+TEST_CASE("A device-resident parameter arena trains like the staged one and moves no arena bytes per step",
+          "[backend][cuda][model][transfers][resident]") {
+  if (!have_gpu()) return;
+  // Model::set_device_resident: the arena (values, gradients, BN state) on
+  // the GPU, used in place by every op; optim::cuda::Momentum keeps its slot
+  // there too. Against the same model staged op by op: the same losses and
+  // weights, and per step the arena's bytes no longer cross PCIe (the
+  // activations still do: they are host tensors until device activations
+  // land, docs/ARCHITECTURE.md "Storage").
+  using Net = ResNetCifar<>;
+  using M = Model<Net, backend::Cuda>;
+  const std::size_t n = 128;
+  const DataFormat fmt = DataFormat::NHWC;
+  M staged({3, 32, 32}, fmt, resnet_options(20), 5), resident({3, 32, 32}, fmt, resnet_options(20), 5);
+  resident.set_device_resident(true);
+  CHECK(resident.device_resident());
+  Rng rng(9);
+  std::vector<train::Batch> batches(3);
+  for (auto& b : batches) {
+    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
+    for (auto& v : b.images) v = float(rng.normal());
+    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+  }
+  backend::cuda::TransferCounts last[2];
+  std::vector<double> losses[2];
+  int side = 0;
+  for (M* m : {&staged, &resident}) {
+    optim::cuda::Momentum<> opt(m->device(), m->parameters(), optim::MomentumOptions().momentum(0.9));
+    train::Trainer<M> t(*m, train::TrainerOptions().max_steps(3));
+    t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      if (i + 1 == batches.size()) m->device().transfers().reset();
+      losses[side].push_back(t.step(batches[i]).total_loss);
+    }
+    last[side] = m->device().transfers().reset();
+    ++side;
+  }
+  const double mb = 1.0 / (1 << 20);
+  for (int k = 0; k < 2; ++k)
+    WARN((k ? "device-resident arena" : "staged arena")
+         << ": PCIe per ResNet-20 step (batch 128, NHWC, optim::cuda::Momentum): host->device "
+         << double(last[k].h2d_bytes) * mb << " MiB in " << last[k].h2d_copies << " copies, device->host "
+         << double(last[k].d2h_bytes) * mb << " MiB in " << last[k].d2h_copies << " copies");
+  // Same algorithms on both; cuDNN's non-deterministic ones may differ in the
+  // last bits. Stale weights (a lost update) would differ by about lr·|g|,
+  // orders of magnitude more.
+  for (std::size_t i = 0; i < losses[0].size(); ++i)
+    CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-4));
+  const std::uint64_t arena = staged.parameters().values().size() * sizeof(float);
+  CHECK(last[1].bytes() + 3 * arena <= last[0].bytes());
+  const auto& host = resident.sync_parameters_to_host();
+  CHECK(rel(host.values(), staged.parameters().values()) < 1e-4);
+  CHECK(rel(host.state(), staged.parameters().state()) < 1e-4);
+  // A host write (a restore) reaches the device before the next op.
+  resident.host_parameters().values() = staged.parameters().values();
+  resident.host_parameters().state() = staged.parameters().state();
+  CHECK(rel(resident.forward(batches[0].images, Mode::Infer),
+            staged.forward(batches[0].images, Mode::Infer)) < 1e-4);
+}

@@ -1,9 +1,11 @@
 // Tests of distributed/towers.hpp on the CPU (the same code drives one GPU
 // per tower; test_backend_cuda runs the CUDA towers when GPUs are present):
-// N towers with slices of a batch train like one model with the whole batch
-// (exactly like the seed's procedure done by hand, within rounding of one
-// model for a network without batch norm), evaluation splits and
-// concatenates, uneven and tiny batches, and errors from a tower's thread.
+// N towers with a batch dealt round-robin (example i to tower i % N, as the
+// seed's input_fn) train like one model with the whole batch (exactly like
+// the seed's procedure done by hand, within rounding of one model for a
+// network without batch norm), evaluation deals and puts rows back in
+// place, uneven and tiny batches, both variable strategies to the same bits,
+// and errors from a tower's thread.
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/onednn.hpp>
@@ -73,9 +75,32 @@ Tensor<float> rows(const Tensor<float>& x, std::size_t b, std::size_t n) {
   return out;
 }
 
+/// Rows t, t + k, t + 2k, ... of a batch tensor: tower t's share of k towers
+/// (written out here independently of Towers' own dealing).
+Tensor<float> dealt(const Tensor<float>& x, std::size_t t, std::size_t k) {
+  auto shape = x.shape();
+  const std::size_t n = shape[0], per = x.size() / n;
+  shape[0] = (n - t + k - 1) / k;
+  Tensor<float> out(shape);
+  for (std::size_t i = t, j = 0; i < n; i += k, ++j)
+    std::memcpy(out.data() + j * per, x.data() + i * per, per * sizeof(float));
+  return out;
+}
+
+/// The inverse: the rows of `part` (tower t's) to rows t, t + k, ... of `whole`.
+void undeal(const Tensor<float>& part, std::size_t t, std::size_t k, Tensor<float>& whole) {
+  const std::size_t per = part.size() / part.shape()[0];
+  for (std::size_t j = 0; j < part.shape()[0]; ++j)
+    std::memcpy(whole.data() + (t + j * k) * per, part.data() + j * per, per * sizeof(float));
+}
+
 }  // namespace
 
-/// The seed's procedure by hand on two separate models, against Towers.
+/// The seed's procedure by hand on two separate models, against Towers: the
+/// batch of 6 dealt round-robin (tower 0 takes examples 0, 2, 4; tower 1
+/// takes 1, 3, 5). With batch norm the towers' batch statistics depend on
+/// which examples each tower holds, so this pins the dealing: contiguous
+/// slices (0-2, 3-5) give other statistics and other bits.
 template <class M>
 void check_seed_procedure(const dist::TowersOptions& topts) {
   const DataFormat fmt = DataFormat::NHWC;
@@ -86,13 +111,11 @@ void check_seed_procedure(const dist::TowersOptions& topts) {
     b.parameters().values() = a.parameters().values();
     b.parameters().state() = a.parameters().state();
     Tensor<float> logits = make_tensor<float>(a.output_shape(6), fmt), dlogits;
-    const Tensor<float> la = a.forward(rows(batch.images, 0, 3), Mode::Train);
-    const Tensor<float> lb = b.forward(rows(batch.images, 3, 3), Mode::Train);
-    std::memcpy(logits.data(), la.data(), la.size() * sizeof(float));
-    std::memcpy(logits.data() + la.size(), lb.data(), lb.size() * sizeof(float));
+    undeal(a.forward(dealt(batch.images, 0, 2), Mode::Train), 0, 2, logits);
+    undeal(b.forward(dealt(batch.images, 1, 2), Mode::Train), 1, 2, logits);
     softmax_cross_entropy(logits, batch.labels, &dlogits);
-    a.backward(rows(dlogits, 0, 3));
-    b.backward(rows(dlogits, 3, 3));
+    a.backward(dealt(dlogits, 0, 2));
+    b.backward(dealt(dlogits, 1, 2));
     a.parameters().grads() += b.parameters().grads();
     optim::weight_decay(a.parameters(), kWd);
     opt.step(a.parameters(), kLr);
@@ -105,7 +128,8 @@ void check_seed_procedure(const dist::TowersOptions& topts) {
 }
 
 TEST_CASE(
-    "Towers do what the seed's towers do: slices, summed gradients, one update, tower 0's BN statistics",
+    "Towers do what the seed's towers do: round-robin dealing, summed gradients, one update, tower 0's BN "
+    "statistics",
     "[towers]") {
   SECTION("oneDNN, towers one after the other (the CPU default)") {
     CHECK_FALSE(dist::TowersOptions().parallel_for<backend::OneDnn>());
@@ -116,14 +140,14 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("Without batch norm, N towers with slices of a batch follow one model with the whole batch",
+TEST_CASE("Without batch norm, N towers with a batch dealt among them follow one model with the whole batch",
           "[towers]") {
   for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     const auto batches = make_batches(3, 8, fmt, 24);
     Cnn ref({3, 24, 24}, fmt, {}, 11);
     train_on(ref, batches);
     const double scale = max_abs(ref.parameters().values());
-    for (std::size_t n : {2, 3}) {  // 3 towers: slices of 3, 3 and 2
+    for (std::size_t n : {2, 3}) {  // 3 towers: 3, 3 and 2 examples
       INFO(to_string(fmt) << ", " << n << " towers");
       dist::Towers<Cnn> towers(n, {3, 24, 24}, fmt, {}, 11);
       train_on(towers, batches);
@@ -135,7 +159,8 @@ TEST_CASE("Without batch norm, N towers with slices of a batch follow one model 
   }
 }
 
-TEST_CASE("Towers evaluate by slices with tower 0's weights, any batch size", "[towers]") {
+TEST_CASE("Towers evaluate dealt batches with tower 0's weights, rows back in place, any batch size",
+          "[towers]") {
   const DataFormat fmt = DataFormat::NCHW;
   const auto batches = make_batches(2, 5, fmt, 32);
   dist::Towers<OneDnnResNet> towers(3, {3, 32, 32}, fmt, resnet_options(8), 3);
@@ -198,4 +223,59 @@ TEST_CASE("The towers' worker threads run every active tower once per call, for 
       }
     }
   CHECK(calls == expected);
+}
+
+TEST_CASE("Towers deal example i to tower i % N and put output row i back at row i (training batch stats)",
+          "[towers]") {
+  // In training mode each tower normalizes with its own examples' batch
+  // statistics, so its outputs depend on which examples it holds: the towers'
+  // output equals separate models run on the round-robin shares, and differs
+  // from the same models run on contiguous slices.
+  const DataFormat fmt = DataFormat::NCHW;
+  const std::size_t n = 7, k = 3;  // shares of 3, 2, 2 examples
+  const Tensor<float> x = make_batches(1, n, fmt, 32)[0].images;
+  dist::Towers<OneDnnResNet> towers(k, {3, 32, 32}, fmt, resnet_options(8), 5);
+  const Tensor<float> got = towers.forward(x, Mode::Train);
+  OneDnnResNet one({3, 32, 32}, fmt, resnet_options(8), 5);
+  Tensor<float> want = make_tensor<float>(one.output_shape(n), fmt), slices = want;
+  for (std::size_t t = 0; t < k; ++t) undeal(one.forward(dealt(x, t, k), Mode::Train), t, k, want);
+  const std::size_t starts[] = {0, 3, 5}, sizes[] = {3, 2, 2};
+  const std::size_t per = want.size() / n;
+  for (std::size_t t = 0; t < k; ++t) {
+    const Tensor<float> y = one.forward(rows(x, starts[t], sizes[t]), Mode::Train);
+    std::memcpy(slices.data() + starts[t] * per, y.data(), y.size() * sizeof(float));
+  }
+  REQUIRE(got.shape() == want.shape());
+  double d = 0, d_slices = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    d = std::max(d, double(std::abs(got.data()[i] - want.data()[i])));
+    d_slices = std::max(d_slices, double(std::abs(got.data()[i] - slices.data()[i])));
+  }
+  CHECK(d == 0.0);
+  CHECK(d_slices > 1e-3);  // the test tells the two dealings apart
+}
+
+TEST_CASE("Variable strategies CPU and GPU (the seed's flag) train towers to the same bits, each its reducer",
+          "[towers]") {
+  CHECK(dist::parse_variable_strategy("CPU") == dist::VariableStrategy::CPU);
+  CHECK(dist::parse_variable_strategy("GPU") == dist::VariableStrategy::GPU);
+  CHECK_THROWS_AS(dist::parse_variable_strategy("gpu"), ConfigError);
+  CHECK_THROWS_WITH(dist::parse_variable_strategy("TPU"), Catch::Contains("--variable-strategy"));
+  const DataFormat fmt = DataFormat::NHWC;
+  const auto batches = make_batches(3, 6, fmt, 32);
+  using S = dist::VariableStrategy;
+  dist::Towers<OneDnnResNet> cpu(2, {3, 32, 32}, fmt, resnet_options(8), 7, {}, nullptr,
+                                 dist::TowersOptions().variable_strategy(S::CPU));
+  dist::Towers<OneDnnResNet> gpu(2, {3, 32, 32}, fmt, resnet_options(8), 7, {}, nullptr,
+                                 dist::TowersOptions().variable_strategy(S::GPU));
+  CHECK(std::string(cpu.reducer().name()) == "host");
+  CHECK(std::string(gpu.reducer().name()) == "tower 0's device");
+  const auto* r = dynamic_cast<const dist::Tower0Reducer<backend::OneDnn, float>*>(&gpu.reducer());
+  REQUIRE(r != nullptr);
+  CHECK(r->device() == &gpu.tower(0).device());  // bound to tower 0's device
+  train_on(cpu, batches);
+  train_on(gpu, batches);
+  CHECK(max_abs_diff(cpu.parameters().values(), gpu.parameters().values()) == 0.0);
+  CHECK(max_abs_diff(cpu.parameters().state(), gpu.parameters().state()) == 0.0);
+  CHECK(max_abs(cpu.parameters().values()) > 0.0);
 }

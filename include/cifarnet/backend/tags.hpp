@@ -51,6 +51,10 @@ struct Cuda {
 ///   versioned_weights   ops::Conv2d has set_weights_version(std::uint64_t): it
 ///                       keeps the weights in a layout of its own and reuses
 ///                       that copy while Parameters::version is unchanged
+///   host_memory         the backend's device memory is host memory (its ops
+///                       read and write host pointers; a Device's "device
+///                       arena" is the host arena): true for the CPU backends,
+///                       false for CUDA (docs/ARCHITECTURE.md, Storage)
 template <class B>
 struct backend_traits {
   static constexpr bool conv_algorithms = false;
@@ -59,6 +63,7 @@ struct backend_traits {
   static constexpr bool fused_relu = false;
   static constexpr bool concurrent_replicas = false;
   static constexpr bool versioned_weights = false;
+  static constexpr bool host_memory = true;
 };
 
 template <>
@@ -69,6 +74,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool fused_relu = true;
   static constexpr bool concurrent_replicas = false;
   static constexpr bool versioned_weights = true;
+  static constexpr bool host_memory = true;
 };
 
 template <>
@@ -79,6 +85,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool fused_relu = false;
   static constexpr bool concurrent_replicas = true;
   static constexpr bool versioned_weights = false;
+  static constexpr bool host_memory = false;
 };
 
 /// Resources a backend needs at run time (engine, stream); one per model.

@@ -3,10 +3,12 @@
 //
 // Towers<ModelT> holds N replicas of one model (each on its own device: a GPU
 // per tower on the CUDA backend) and looks like a Model to the Trainer and to
-// evaluate(): forward() splits the batch into N contiguous slices (sizes
-// differ by at most one; a batch smaller than N uses its first n towers), runs
-// the replicas concurrently, one thread per tower, and concatenates their
-// outputs in tower order; backward() splits d(loss)/d(output) the same way,
+// evaluate(): forward() deals the batch's examples to the towers round-robin
+// as the seed's input_fn does (example i goes to tower i % N, so the sizes
+// differ by at most one; a batch smaller than N uses its first n towers),
+// runs the replicas concurrently, one thread per tower, and puts every output
+// row back at its example's place in the batch; backward() deals
+// d(loss)/d(output) the same way,
 // runs the replicas' backward passes concurrently and then sums the towers'
 // gradients into tower 0 (TowerReducer: on the host, or NCCL across GPUs,
 // distributed/nccl.hpp). Because a batch loss such as
@@ -23,6 +25,11 @@
 // seed's towers do not synchronize batch norm either), so N towers follow one
 // model exactly for networks without batch norm and within the difference of
 // per-tower batch statistics with it.
+//
+// Where the variables and the gradient sum live is the seed's
+// --variable-strategy (VariableStrategy, TowersOptions::variable_strategy):
+// CPU sums on the host, GPU on tower 0's device (NCCL on CUDA); the sum is
+// the same either way.
 //
 // Threads: on the CUDA backend each tower's forward and backward run on a
 // thread of their own (tower 0 on the caller's; the others on TowerThreads'
@@ -102,9 +109,66 @@ class HostTowerReducer final : public TowerReducer<T> {
   static constexpr std::size_t kChunk = std::size_t(1) << 14;
 };
 
+/// The seed's --variable-strategy: where the shared variables and the
+/// gradient reduction live. CPU: tower 0's arena is the host copy the
+/// optimizer steps on, and the towers' gradients are summed on the host
+/// (HostTowerReducer). GPU: they live on tower 0's device, and the towers'
+/// gradients are summed there (on the CUDA backend NCCL over the towers'
+/// device arenas, distributed/nccl.hpp's NcclTowerReducer; on a host backend
+/// the device is the host, Tower0Reducer). The sum is the same either way
+/// (tower order), so both strategies train to the same bits; they differ in
+/// where the work and the memory are.
+enum class VariableStrategy { CPU, GPU };
+
+inline const char* to_string(VariableStrategy v) { return v == VariableStrategy::CPU ? "CPU" : "GPU"; }
+
+/// "CPU" or "GPU" (the seed's spelling); anything else is a ConfigError
+/// naming the flag.
+inline VariableStrategy parse_variable_strategy(const std::string& s) {
+  if (s == "CPU") return VariableStrategy::CPU;
+  if (s == "GPU") return VariableStrategy::GPU;
+  throw ConfigError("--variable-strategy \"" + s + "\": expected CPU or GPU");
+}
+
+/// The GPU strategy's reduction on a backend whose device memory is host
+/// memory (reference, oneDNN): the sum runs on tower 0's device, in tower
+/// order, into tower 0's gradients. On the CUDA backend the GPU strategy uses
+/// NcclTowerReducer instead.
+template <class B, class T>
+class Tower0Reducer final : public DeviceTowerReducer<B, T> {
+  static_assert(backend_traits<B>::host_memory,
+                "Tower0Reducer sums in host memory: on a GPU backend use NcclTowerReducer");
+
+ public:
+  void bind(const std::vector<Device<B>*>& devices) override {
+    if (devices.empty()) throw ConfigError("Tower0Reducer: no towers to bind");
+    device_ = devices[0];
+  }
+  void sum(const std::vector<T*>& buffers, std::size_t n) override {
+    if (!device_) throw Error("Tower0Reducer: sum before bind");
+    sum_.sum(buffers, n);  // tower 0's device is the host on these backends
+  }
+  const char* name() const override { return "tower 0's device"; }
+  Device<B>* device() const { return device_; }
+
+ private:
+  Device<B>* device_ = nullptr;
+  HostTowerReducer<T> sum_;
+};
+
 /// Options of Towers: `TowersOptions().parallel(false)`.
 class TowersOptions {
  public:
+  /// Where the variables and the gradient sum live (the seed's
+  /// --variable-strategy; default CPU, as the seed's). Used when Towers is
+  /// given no reducer: CPU -> HostTowerReducer, GPU -> Tower0Reducer on host
+  /// backends (the CUDA caller passes an NcclTowerReducer).
+  TowersOptions& variable_strategy(VariableStrategy v) {
+    strategy_ = v;
+    return *this;
+  }
+  VariableStrategy variable_strategy() const { return strategy_; }
+
   /// Run the towers on threads of their own, or one after the other on the
   /// caller's thread. Unset (the default): threads on backends whose replicas
   /// may run concurrently (backend_traits<B>::concurrent_replicas: CUDA, one GPU per
@@ -123,6 +187,7 @@ class TowersOptions {
 
  private:
   int parallel_ = -1;  // -1: the backend's default
+  VariableStrategy strategy_ = VariableStrategy::CPU;
 };
 
 namespace towers_detail {
@@ -221,7 +286,8 @@ class Towers {
   /// Builds `n` replicas of the network, all initialized from `seed`. Tower
   /// i runs on `device(i)` when a factory is given (GPU i, say), else on the
   /// backend's default device. `reducer` sums the towers' gradients (null:
-  /// HostTowerReducer).
+  /// the one of topts' variable strategy: HostTowerReducer for CPU,
+  /// Tower0Reducer for GPU).
   Towers(std::size_t n, InputShape input, DataFormat fmt = DataFormat::NCHW, NetOptions options = {},
          std::uint64_t seed = 0, const DeviceFactory& device = {},
          std::unique_ptr<TowerReducer<T>> reducer = nullptr, TowersOptions topts = {})
@@ -230,7 +296,16 @@ class Towers {
     for (std::size_t i = 0; i < n; ++i) {
       replicas_.push_back(std::make_unique<ModelT>(device ? device(i) : nullptr, input, fmt, options, seed));
     }
-    if (!reducer_) reducer_ = std::make_unique<HostTowerReducer<T>>();
+    if (!reducer_) {
+      if (topts_.variable_strategy() == VariableStrategy::GPU) {
+        if constexpr (backend_traits<Backend>::host_memory)
+          reducer_ = std::make_unique<Tower0Reducer<Backend, T>>();
+        else
+          throw ConfigError(
+              "Towers: --variable-strategy GPU on a GPU backend needs a device reducer (NcclTowerReducer)");
+      } else
+        reducer_ = std::make_unique<HostTowerReducer<T>>();
+    }
     if (auto* r = dynamic_cast<DeviceTowerReducer<Backend, T>*>(reducer_.get())) {
       std::vector<Device<Backend>*> devices;
       for (auto& m : replicas_) devices.push_back(&m->device());
@@ -267,8 +342,9 @@ class Towers {
   /// after the towers' sum, which backward() reports as a whole.
   void set_gradient_sync(GradientSync* s) { grad_sync_ = s; }
 
-  /// Runs the towers on their slices of x; the concatenated output is owned
-  /// by the towers and valid until the next forward.
+  /// Runs the towers on their examples of x (dealt round-robin); the output,
+  /// row i for example i, is owned by the towers and valid until the next
+  /// forward.
   const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train) {
     if (x.dimension() != 4 || x.size() == 0)
       throw ShapeError(std::string("towers: input must be a non-empty 4-D tensor in ") + to_string(format()) +
@@ -282,14 +358,13 @@ class Towers {
       Shape s = in;
       s.n = sizes_[i];
       ensure_shape(inputs_[i], s, format());
-      std::memcpy(inputs_[i].data(), x.data() + offsets_[i] * per, sizes_[i] * per * sizeof(T));
+      deal(x.data(), inputs_[i].data(), i, per);
     }
     run([&](std::size_t i) { outs_[i] = &replicas_[i]->forward(inputs_[i], mode); });
     const Shape os = output_shape(n);
     ensure_shape(out_, os, format());
     const std::size_t oper = out_.size() / n;
-    for (std::size_t i = 0; i < active_; ++i)
-      std::memcpy(out_.data() + offsets_[i] * oper, outs_[i]->data(), sizes_[i] * oper * sizeof(T));
+    for (std::size_t i = 0; i < active_; ++i) collect(outs_[i]->data(), out_.data(), i, oper);
     last_mode_ = mode;
     forwarded_ = true;
     return out_;
@@ -307,7 +382,7 @@ class Towers {
     const std::size_t oper = dy.size() / dy.shape()[0];
     for (std::size_t i = 0; i < active_; ++i) {
       if (douts_[i].shape() != outs_[i]->shape()) douts_[i].resize(outs_[i]->shape());
-      std::memcpy(douts_[i].data(), dy.data() + offsets_[i] * oper, sizes_[i] * oper * sizeof(T));
+      deal(dy.data(), douts_[i].data(), i, oper);
     }
     run([&](std::size_t i) { replicas_[i]->backward(douts_[i]); });
     grads_.clear();
@@ -318,13 +393,23 @@ class Towers {
   }
 
  private:
-  // Contiguous slices of a batch of n: the first n % k towers take one more.
+  // Round-robin over k = min(n, towers) towers, as the seed's input_fn
+  // (`idx = i % num_shards`): tower t takes examples t, t + k, t + 2k, ...,
+  // so the first n % k towers take one more.
   void split(std::size_t n) {
     active_ = std::min(n, replicas_.size());
     sizes_.assign(active_, n / active_);
     for (std::size_t i = 0; i < n % active_; ++i) ++sizes_[i];
-    offsets_.assign(active_, 0);
-    for (std::size_t i = 1; i < active_; ++i) offsets_[i] = offsets_[i - 1] + sizes_[i - 1];
+  }
+  // Tower t's rows (each `per` values) from the batch `src` into `dst`.
+  void deal(const T* src, T* dst, std::size_t t, std::size_t per) const {
+    for (std::size_t j = 0; j < sizes_[t]; ++j)
+      std::memcpy(dst + j * per, src + (t + j * active_) * per, per * sizeof(T));
+  }
+  // Tower t's rows from `src` back to their examples' places in the batch `dst`.
+  void collect(const T* src, T* dst, std::size_t t, std::size_t per) const {
+    for (std::size_t j = 0; j < sizes_[t]; ++j)
+      std::memcpy(dst + (t + j * active_) * per, src + j * per, per * sizeof(T));
   }
 
   // Every other tower takes tower 0's values and non-trainable state.
@@ -369,7 +454,7 @@ class Towers {
   std::vector<const Tensor<T>*> outs_;
   std::vector<T*> grads_;
   std::vector<std::exception_ptr> errors_;
-  std::vector<std::size_t> sizes_, offsets_;
+  std::vector<std::size_t> sizes_;
   std::size_t active_ = 0;
   Tensor<T> out_, empty_;
   Mode last_mode_ = Mode::Train;

@@ -79,6 +79,7 @@ class Model {
 
   /// Re-initializes every parameter (and BN statistics) from `seed`.
   void reset(std::uint64_t seed) {
+    host_parameters();  // a host write (device-resident: uploaded before the next op)
     Rng rng(seed);
     params_.initialize(rng);
     params_.zero_grad();
@@ -158,6 +159,48 @@ class Model {
 
   Parameters<T>& parameters() { return params_; }
   const Parameters<T>& parameters() const { return params_; }
+
+  /// Device storage of the parameter arena (docs/ARCHITECTURE.md, "Storage").
+  /// On a backend whose memory is not the host's (backend_traits<B>::
+  /// host_memory false: CUDA), `on` keeps the values, gradients and state on
+  /// the device: the backend allocates a device copy of each buffer, every op
+  /// and arena kernel given a pointer into parameters() uses that copy in
+  /// place, and the host copy is synchronised lazily. Then the host reads the
+  /// arena only after sync_parameters_to_host() and writes it only through
+  /// host_parameters(). A no-op on the CPU backends, whose arena already is
+  /// the device's. Off by default until a GPU run has checked it against the
+  /// staged path (tests/backend/test_cuda_model.cpp).
+  void set_device_resident(bool on) {
+    if constexpr (!backend_traits<B>::host_memory) {
+      if (on == resident_) return;
+      if (on) {
+        device_->mirror(params_.values().data(), std::size_t(params_.values().size()));
+        device_->mirror(params_.grads().data(), std::size_t(params_.grads().size()));
+        device_->mirror(params_.state().data(), std::size_t(params_.state().size()));
+      } else {
+        device_->mirrors().host_read_all();
+        device_->clear_mirrors();
+      }
+      resident_ = on;
+    } else {
+      (void)on;
+    }
+  }
+  bool device_resident() const { return resident_; }
+  /// The host copy of the arena, current for reading (downloads what the
+  /// device wrote since the last sync; device-resident models only).
+  const Parameters<T>& sync_parameters_to_host() {
+    if constexpr (!backend_traits<B>::host_memory)
+      if (resident_) device_->mirrors().host_read_all();
+    return params_;
+  }
+  /// The arena on the host, current, for reading and writing (a restore, a
+  /// broadcast): a device-resident model uploads it before its next op.
+  Parameters<T>& host_parameters() {
+    if constexpr (!backend_traits<B>::host_memory)
+      if (resident_) device_->mirrors().host_write_all();
+    return params_;
+  }
   DataFormat format() const { return fmt_; }
   /// Output shape for a batch of n.
   Shape output_shape(std::size_t n = 1) const { return {n, output_.c, output_.h, output_.w}; }
@@ -199,6 +242,7 @@ class Model {
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
+  bool resident_ = false;  // set_device_resident
   CrossReplicaSum* cross_replica_ = nullptr;
   Profiler* profiler_ = nullptr;
   GradientSync* grad_sync_ = nullptr;

@@ -2,16 +2,22 @@
 // translation (CUDA runtime, cuDNN, cuBLAS → cifarnet::BackendError), RAII
 // device memory (DeviceBuffer) and cuDNN descriptors, the device (one CUDA
 // stream with its cuDNN and cuBLAS handles and a grow-only workspace pool),
-// and Staging, which lets an op take either device pointers or host pointers.
+// and Staging, which lets an op take either device pointers or host pointers
+// (BasicStaging of host_config.hpp over the CUDA runtime).
 //
-// Pointers: ops follow the interfaces of ops/ops.hpp. A pointer that CUDA
-// knows as device or managed memory is used in place; any other pointer (the
-// host tensors of Model and the layers) is staged: copied to a device buffer
+// Pointers: ops follow the interfaces of ops/ops.hpp. A pointer into a range
+// the Device mirrors (a device-resident parameter arena, Model::
+// set_device_resident) maps to its device copy; a pointer that CUDA knows as
+// device or managed memory is used in place; any other pointer (the host
+// tensors of Model and the layers) is staged: copied to a device buffer
 // owned by the Device before the op runs (inputs) and copied back when it ends
 // (outputs). The same host pointer passed twice in one call (in-place ReLU)
 // maps to the same device buffer. So every model of the library runs on the
 // CUDA backend unchanged, and code that keeps its tensors on the device pays
 // no copies.
+//
+// PCIe traffic: every host<->device copy goes through counted_copy, so
+// Device::transfers() reports the bytes and copies of each direction.
 //
 // Staged outputs are poisoned (every byte 0xFF, a NaN) before the op runs, so
 // an op that leaves part of its output unwritten returns NaN there instead
@@ -334,6 +340,20 @@ struct PaddedInput {
   }
 };
 
+/// The CUDA runtime as the copy API of BasicStaging, BasicMirror and
+/// counted_copy (defined after Device<Cuda>).
+struct RuntimeCopyApi {
+  using Guard = DeviceGuard;
+  static bool is_device(const void* p) { return is_device_pointer(p); }
+  static void copy(Device<Cuda>& dev, void* dst, const void* src, std::size_t bytes, CopyDirection dir,
+                   const char* what);
+  static void poison(Device<Cuda>& dev, void* p, std::size_t bytes);
+};
+
+/// The mirrored host ranges of a Device<Cuda> (its model's parameter arena
+/// when device-resident).
+using MirrorSet = BasicMirrorSet<RuntimeCopyApi, Device<Cuda>>;
+
 }  // namespace cuda
 }  // namespace backend
 
@@ -414,6 +434,28 @@ struct Device<backend::Cuda> {
     return buffer(kWorkspace, (bytes + sizeof(float) - 1) / sizeof(float));
   }
 
+  /// Keeps host buffer [host, host + n) on this GPU: a device copy is
+  /// allocated and every op reaching the range through Staging uses it in
+  /// place, synchronised lazily with the host copy (BasicMirror; the host
+  /// copy holds the values: it is uploaded before the first op reads it).
+  /// Used by Model for a device-resident parameter arena; clear_mirrors()
+  /// drops them.
+  void mirror(float* host, std::size_t n) {
+    if (!host || n == 0) return;
+    mirror_buffers_.emplace_back(ordinal_, n);
+    mirrors_.add(*this, host, mirror_buffers_.back().data(), n, backend::cuda::MirrorState::HostDirty);
+  }
+  void clear_mirrors() {
+    mirrors_.clear();
+    backend::cuda::on_device_noexcept(ordinal_, [&] { mirror_buffers_.clear(); });
+  }
+  backend::cuda::MirrorSet& mirrors() { return mirrors_; }
+
+  /// The PCIe traffic this device's ops issued (bytes and copies each way);
+  /// read() it, or reset() it (which returns the counts) around a step.
+  backend::cuda::TransferCounter& transfers() { return transfers_; }
+  const backend::cuda::TransferCounter& transfers() const { return transfers_; }
+
   /// Waits for everything queued on the stream.
   void sync() { backend::cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
@@ -430,6 +472,8 @@ struct Device<backend::Cuda> {
       if (cublas_) (void)cublasDestroy(cublas_);
       if (cudnn_) (void)cudnnDestroy(cudnn_);
       buffers_.clear();
+      mirrors_.clear();
+      mirror_buffers_.clear();
       if (stream_) (void)cudaStreamDestroy(stream_);
     });
     cublas_ = nullptr;
@@ -444,6 +488,9 @@ struct Device<backend::Cuda> {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::vector<backend::cuda::DeviceBuffer<float>> buffers_;
+  backend::cuda::TransferCounter transfers_;
+  backend::cuda::MirrorSet mirrors_;
+  std::vector<backend::cuda::DeviceBuffer<float>> mirror_buffers_;  // the mirrors' device copies
 };
 
 namespace backend {
@@ -451,86 +498,40 @@ namespace cuda {
 
 using Dev = Device<Cuda>;
 
-/// Maps the pointers of one op call to device pointers (see the header
-/// comment). Inputs are copied to the device when they are host memory;
-/// outputs are copied back by finish(), which also synchronizes the stream.
-/// Use one Staging per op call: construct, map every pointer, enqueue the
-/// work, finish().
-class Staging {
- public:
-  /// Makes dev's GPU current until the Staging ends (construct it first).
-  explicit Staging(Dev& dev) : guard_(dev.ordinal()), dev_(dev) {}
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
+inline void RuntimeCopyApi::copy(Dev& dev, void* dst, const void* src, std::size_t bytes, CopyDirection dir,
+                                 const char* what) {
+  check(cudaMemcpyAsync(dst, src, bytes,
+                        dir == CopyDirection::HostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                        dev.stream()),
+        what);
+}
+inline void RuntimeCopyApi::poison(Dev& dev, void* p, std::size_t bytes) {
+  check(cudaMemsetAsync(p, 0xFF, bytes, dev.stream()), "poison of a staged output");
+}
 
-  /// A device pointer holding the `n` floats at `p` (read by the op).
-  const float* in(const float* p, std::size_t n) { return map(const_cast<float*>(p), n, true, false); }
-  /// A device pointer for the `n` floats the op writes to `p`.
-  float* out(float* p, std::size_t n) { return map(p, n, false, true); }
-  /// Read and written (an accumulator, or an in-place output).
-  float* inout(float* p, std::size_t n) { return map(p, n, true, true); }
+/// Staging over the CUDA runtime (see BasicStaging, backend/cuda/host_config.hpp).
+using Staging = BasicStaging<RuntimeCopyApi, Dev>;
 
-  /// Copies every staged output back to the host and waits for the stream.
-  void finish() {
-    for (std::size_t i = 0; i < count_; ++i) {
-      const Entry& e = entries_[i];
-      if (e.write_back)
-        check(cudaMemcpyAsync(e.host, e.dev, e.n * sizeof(float), cudaMemcpyDeviceToHost, dev_.stream()),
-              "copy of an op's output to the host");
-    }
-    dev_.sync();
-  }
-
- private:
-  struct Entry {
-    float* host;
-    float* dev;
-    std::size_t n;
-    bool write_back;
-    bool uploaded;
-  };
-  float* map(float* p, std::size_t n, bool read, bool write) {
-    if (!p || n == 0) return p;
-    if (is_device_pointer(p)) return p;
-    for (std::size_t i = 0; i < count_; ++i) {
-      Entry& e = entries_[i];
-      if (e.host == p) {  // the same host buffer twice in one call (in place)
-        if (e.n < n) throw ConfigError("CUDA backend: one host buffer staged with two different sizes");
-        if (read && !e.uploaded) upload(e);
-        e.write_back = e.write_back || write;
-        return e.dev;
-      }
-    }
-    if (count_ == kMaxEntries) throw ConfigError("CUDA backend: an op staged more than 12 buffers");
-    Entry e{p, dev_.buffer(Dev::kStagingBase + count_, n), n, write, false};
-    if (read)
-      upload(e);
-    else  // poisoned: what the op does not write comes back as NaN
-      check(cudaMemsetAsync(e.dev, 0xFF, e.n * sizeof(float), dev_.stream()), "poison of a staged output");
-    entries_[count_++] = e;
-    return e.dev;
-  }
-  void upload(Entry& e) {
-    check(cudaMemcpyAsync(e.dev, e.host, e.n * sizeof(float), cudaMemcpyHostToDevice, dev_.stream()),
-          "copy of an op's input to the device");
-    e.uploaded = true;
-  }
-  DeviceGuard guard_;
-  Dev& dev_;
-  // A fixed array: staging allocates nothing on the host in the step loop.
-  static constexpr std::size_t kMaxEntries = 12;
-  Entry entries_[kMaxEntries]{};
-  std::size_t count_ = 0;
-};
+/// `bytes` from host `src` to device `dst` on dev's stream, counted.
+inline void copy_to_device(Dev& dev, void* dst, const void* src, std::size_t bytes, const char* what) {
+  counted_copy<RuntimeCopyApi>(dev, dst, src, bytes, CopyDirection::HostToDevice, what);
+}
+/// `bytes` from device `src` to host `dst` on dev's stream, counted.
+inline void copy_to_host(Dev& dev, void* dst, const void* src, std::size_t bytes, const char* what) {
+  counted_copy<RuntimeCopyApi>(dev, dst, src, bytes, CopyDirection::DeviceToHost, what);
+}
 
 /// Host copy of `n` floats at `p` (device or host pointer) into `h`, for
 /// small per-channel vectors an op needs on the host (h keeps its capacity).
 inline void to_host(Dev& dev, const float* p, std::size_t n, std::vector<float>& h) {
   h.resize(n);
-  if (is_device_pointer(p)) {
+  if (const float* d = dev.mirrors().map(p, n, true, false)) {  // a device-resident arena: its device copy
     const DeviceGuard guard(dev.ordinal());
-    check(cudaMemcpyAsync(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, dev.stream()),
-          "copy to the host");
+    copy_to_host(dev, h.data(), d, n * sizeof(float), "copy to the host");
+    dev.sync();
+  } else if (is_device_pointer(p)) {
+    const DeviceGuard guard(dev.ordinal());
+    copy_to_host(dev, h.data(), p, n * sizeof(float), "copy to the host");
     dev.sync();
   } else {
     std::copy(p, p + n, h.begin());

@@ -6,13 +6,16 @@
 // pointers, staged as every op of this backend.
 //
 // On the host, for now (the data they read are host arrays in this backend
-// today): the optimizers' flat passes (Arena), the conv+BN fold (BnStats::fold, inference only), synchronized
+// today; with a device-resident arena they bring its host copy current
+// first): the optimizers' flat passes (Arena), the conv+BN fold
+// (BnStats::fold, inference only), synchronized
 // batch norm (its reducer sums over MPI on the host), and the predictions
 // softmax/argmax/in_top1 on n×k logits.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/backend/cuda/kernels.hpp"
@@ -117,6 +120,13 @@ struct SoftmaxCrossEntropy<backend::Cuda, float> : backend::host::SoftmaxCrossEn
 template <>
 struct BnStats<backend::Cuda, float> : backend::host::BnStatsOp<float> {
   using Dev = Device<backend::Cuda>;
+  /// The conv+BN fold, on the host: reads the arena's host copy (current
+  /// first when the arena is device-resident; it writes layer buffers only).
+  void fold(Dev& dev, std::size_t rows, std::size_t c, double eps, const float* w, const float* gamma,
+            const float* beta, const float* mean, const float* var, float* folded_w, float* folded_b) {
+    dev.mirrors().host_read_all();
+    backend::host::BnStatsOp<float>::fold(dev, rows, c, eps, w, gamma, beta, mean, var, folded_w, folded_b);
+  }
   void update_moving(Dev& dev, std::size_t c, double decay, double bessel, const float* mean,
                      const float* var, float* mmean, float* mvar) {
     namespace cu = backend::cuda;
@@ -134,11 +144,80 @@ struct BnStats<backend::Cuda, float> : backend::host::BnStatsOp<float> {
 template <>
 struct SyncBatchNorm<backend::Cuda, float> : backend::host::SyncBatchNormOp<float> {};
 
-/// The optimizers' flat passes on the host arena (this backend's parameter
-/// arena is host memory today, staged per op; optim::cuda::Momentum and
+/// The optimizers' flat passes on the host arena (optim::cuda::Momentum and
 /// ::Adam run the same updates on the GPU with backend/cuda/kernels.hpp).
+/// With a device-resident arena (Model::set_device_resident) the device copy
+/// is the current one, so each pass first brings the host copy current
+/// (a download of what the device wrote) and, for a pass that writes, has
+/// the device take it back before its next op; without one the mirror set
+/// is empty and these calls cost nothing.
 template <>
-struct Arena<backend::Cuda, float> : backend::host::ArenaOp<float> {};
+struct Arena<backend::Cuda, float> {
+  using Dev = Device<backend::Cuda>;
+  using T = float;
+  template <class... A>
+  void sgd(Dev& d, A&&... a) {
+    host(d, true).sgd(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void momentum(Dev& d, A&&... a) {
+    host(d, true).momentum(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void adam(Dev& d, A&&... a) {
+    host(d, true).adam(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void ema(Dev& d, A&&... a) {
+    host(d, true).ema(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void scale(Dev& d, A&&... a) {
+    host(d, true).scale(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void scale_div(Dev& d, A&&... a) {
+    host(d, true).scale_div(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void fill(Dev& d, A&&... a) {
+    host(d, true).fill(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void copy(Dev& d, A&&... a) {
+    host(d, true).copy(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  void swap(Dev& d, A&&... a) {
+    host(d, true).swap(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  double sum_squares(Dev& d, A&&... a) {
+    return host(d, false).sum_squares(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  bool all_finite(Dev& d, A&&... a) {
+    return host(d, false).all_finite(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  NonFinite find_non_finite(Dev& d, A&&... a) {
+    return host(d, false).find_non_finite(d, std::forward<A>(a)...);
+  }
+  template <class... A>
+  double weight_decay(Dev& d, A&&... a) {
+    return host(d, true).weight_decay(d, std::forward<A>(a)...);
+  }
+
+ private:
+  backend::host::ArenaOp<float>& host(Dev& d, bool write) {
+    if (write)
+      d.mirrors().host_write_all();
+    else
+      d.mirrors().host_read_all();
+    return op_;
+  }
+  backend::host::ArenaOp<float> op_;
+};
 
 }  // namespace ops
 }  // namespace cifarnet

@@ -13,13 +13,22 @@
 //  - a process-wide cache of those choices, keyed by device, geometry,
 //    options and workspace limit (each geometry is measured once);
 //  - a scoped guard that sets a current device and restores the caller's,
-//    written over two functions so a CPU test can drive it.
+//    written over two functions so a CPU test can drive it;
+//  - the PCIe traffic counters (bytes and copies host->device and
+//    device->host per Device) and Staging, the per-op mapping of pointers
+//    to device memory, written over a copy API (the CUDA runtime in the
+//    backend, a counting stand-in in tests/backend/test_cuda_host.cpp);
+//  - the lazily synchronised host mirror of a device buffer (the parameter
+//    arena, optimizer slots): its state machine over the same copy API.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -246,6 +255,338 @@ class BasicDeviceGuard {
  private:
   int previous_ = 0;
   bool restore_ = false;
+};
+
+// ------------------------------------------------------ PCIe traffic
+
+/// Which way a copy crosses PCIe.
+enum class CopyDirection { HostToDevice, DeviceToHost };
+
+/// Bytes and copy calls a Device issued in each direction.
+struct TransferCounts {
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0;    ///< host->device, device->host
+  std::uint64_t h2d_copies = 0, d2h_copies = 0;  ///< calls (cudaMemcpyAsync)
+  std::uint64_t bytes() const { return h2d_bytes + d2h_bytes; }
+  std::uint64_t copies() const { return h2d_copies + d2h_copies; }
+  bool operator==(const TransferCounts& o) const {
+    return h2d_bytes == o.h2d_bytes && d2h_bytes == o.d2h_bytes && h2d_copies == o.h2d_copies &&
+           d2h_copies == o.d2h_copies;
+  }
+  bool operator!=(const TransferCounts& o) const { return !(*this == o); }
+};
+
+/// The PCIe traffic of one Device: every host<->device copy the backend
+/// issues for it (Staging, to_host, the optimizers' slots, the arena mirror,
+/// input batches, labels and losses) is added here before it is enqueued.
+/// Relaxed atomics: a logging thread may read while the device's thread
+/// copies.
+class TransferCounter {
+ public:
+  void add(CopyDirection d, std::size_t bytes) noexcept {
+    if (d == CopyDirection::HostToDevice) {
+      h2d_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      h2d_copies_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+      d2h_copies_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  /// The counts since construction or the last reset().
+  TransferCounts read() const noexcept {
+    TransferCounts c;
+    c.h2d_bytes = h2d_bytes_.load(std::memory_order_relaxed);
+    c.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
+    c.h2d_copies = h2d_copies_.load(std::memory_order_relaxed);
+    c.d2h_copies = d2h_copies_.load(std::memory_order_relaxed);
+    return c;
+  }
+  /// Zeroes the counters and returns what they held.
+  TransferCounts reset() noexcept {
+    TransferCounts c;
+    c.h2d_bytes = h2d_bytes_.exchange(0, std::memory_order_relaxed);
+    c.d2h_bytes = d2h_bytes_.exchange(0, std::memory_order_relaxed);
+    c.h2d_copies = h2d_copies_.exchange(0, std::memory_order_relaxed);
+    c.d2h_copies = d2h_copies_.exchange(0, std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  std::atomic<std::uint64_t> h2d_bytes_{0}, d2h_bytes_{0}, h2d_copies_{0}, d2h_copies_{0};
+};
+
+/// The one way the backend copies across PCIe: counts the copy in
+/// dev.transfers(), then enqueues it on dev's stream with Api::copy (which
+/// throws BackendError naming `what` on failure). `Api` is the CUDA runtime
+/// (RuntimeCopyApi, backend/cuda/common.hpp) or a stand-in in tests; `D` a
+/// Device<Cuda> or a stand-in with transfers().
+template <class Api, class D>
+void counted_copy(D& dev, void* dst, const void* src, std::size_t bytes, CopyDirection dir,
+                  const char* what) {
+  if (bytes == 0) return;
+  dev.transfers().add(dir, bytes);
+  Api::copy(dev, dst, src, bytes, dir, what);
+}
+
+// ---------------------------------------------------------------- staging
+
+/// Maps the pointers of one op call to device pointers. A pointer the copy
+/// API knows as device memory passes through (no copy); any other (a host
+/// tensor) is staged: inputs are copied to a device buffer of dev before the
+/// op runs, outputs are poisoned (every byte 0xFF, a NaN) and copied back by
+/// finish(), which also waits for the stream. The same host pointer passed
+/// twice in one call (in-place ReLU) maps to one device buffer. So models
+/// whose tensors live on the device pay no copies, and host tensors still
+/// work. One BasicStaging per op call: construct (it makes dev's GPU current
+/// until it ends), map every pointer, enqueue the work, finish().
+///
+/// A host pointer inside one of dev's mirrored ranges (BasicMirrorSet: the
+/// parameter arena of a device-resident model) maps to its device copy, with
+/// no copy unless the host wrote that range since the device last read it.
+///
+/// Api: `Guard` (constructed from an ordinal), `is_device(const void*)`,
+/// `copy(dev, dst, src, bytes, dir, what)`, `poison(dev, p, bytes)`. D:
+/// `ordinal()`, `buffer(slot, n)` (device floats), `sync()`, `transfers()`,
+/// `mirrors()` (a BasicMirrorSet<Api, D>), and `D::kStagingBase`.
+template <class Api, class D>
+class BasicStaging {
+ public:
+  explicit BasicStaging(D& dev) : guard_(dev.ordinal()), dev_(dev) {}
+  BasicStaging(const BasicStaging&) = delete;
+  BasicStaging& operator=(const BasicStaging&) = delete;
+
+  /// A device pointer holding the `n` floats at `p` (read by the op).
+  const float* in(const float* p, std::size_t n) { return map(const_cast<float*>(p), n, true, false); }
+  /// A device pointer for the `n` floats the op writes to `p`.
+  float* out(float* p, std::size_t n) { return map(p, n, false, true); }
+  /// Read and written (an accumulator, or an in-place output).
+  float* inout(float* p, std::size_t n) { return map(p, n, true, true); }
+  /// How many host buffers this call staged (tests; 0 on a device-resident path).
+  std::size_t staged() const { return count_; }
+
+  /// Copies every staged output back to the host and waits for the stream.
+  void finish() {
+    for (std::size_t i = 0; i < count_; ++i) {
+      const Entry& e = entries_[i];
+      if (e.write_back)
+        counted_copy<Api>(dev_, e.host, e.dev, e.n * sizeof(float), CopyDirection::DeviceToHost,
+                          "copy of an op's output to the host");
+    }
+    dev_.sync();
+  }
+
+ private:
+  struct Entry {
+    float* host;
+    float* dev;
+    std::size_t n;
+    bool write_back;
+    bool uploaded;
+  };
+  float* map(float* p, std::size_t n, bool read, bool write) {
+    if (!p || n == 0) return p;
+    if (float* d = dev_.mirrors().map(p, n, read, write)) return d;  // a device-resident arena
+    if (Api::is_device(p)) return p;
+    for (std::size_t i = 0; i < count_; ++i) {
+      Entry& e = entries_[i];
+      if (e.host == p) {  // the same host buffer twice in one call (in place)
+        if (e.n < n) throw ConfigError("CUDA backend: one host buffer staged with two different sizes");
+        if (read && !e.uploaded) upload(e);
+        e.write_back = e.write_back || write;
+        return e.dev;
+      }
+    }
+    if (count_ == kMaxEntries) throw ConfigError("CUDA backend: an op staged more than 12 buffers");
+    Entry e{p, dev_.buffer(D::kStagingBase + count_, n), n, write, false};
+    if (read)
+      upload(e);
+    else  // poisoned: what the op does not write comes back as NaN
+      Api::poison(dev_, e.dev, e.n * sizeof(float));
+    entries_[count_++] = e;
+    return e.dev;
+  }
+  void upload(Entry& e) {
+    counted_copy<Api>(dev_, e.dev, e.host, e.n * sizeof(float), CopyDirection::HostToDevice,
+                      "copy of an op's input to the device");
+    e.uploaded = true;
+  }
+  typename Api::Guard guard_;
+  D& dev_;
+  // A fixed array: staging allocates nothing on the host in the step loop.
+  static constexpr std::size_t kMaxEntries = 12;
+  Entry entries_[kMaxEntries]{};
+  std::size_t count_ = 0;
+};
+
+// ------------------------------------------------------------ host mirror
+
+/// Which copy of a mirrored buffer is current.
+enum class MirrorState {
+  Clean,        ///< host and device hold the same values
+  HostDirty,    ///< the host was written since the last upload: upload before the device reads
+  DeviceDirty,  ///< the device was written since the last download: download before the host reads
+};
+
+inline const char* to_string(MirrorState s) {
+  switch (s) {
+    case MirrorState::Clean:
+      return "clean";
+    case MirrorState::HostDirty:
+      return "host-dirty";
+    case MirrorState::DeviceDirty:
+      return "device-dirty";
+  }
+  return "?";
+}
+
+/// A device buffer of `n` floats with a host mirror synchronised lazily (the
+/// dlib scheme): the device copy is the one the step computes on; the host
+/// copy is read only when something on the host asks (checkpoints, summaries,
+/// state_dict) and uploaded only after a host write. Each access says what it
+/// does, and copies only when the other side is newer:
+///
+///   host_read()    DeviceDirty -> download, Clean      (else no copy)
+///   host_write()   as host_read, then HostDirty
+///   device_read()  HostDirty -> upload, Clean          (else no copy)
+///   device_write() as device_read, then DeviceDirty
+///
+/// So a training loop that only steps on the device copies nothing, a
+/// checkpoint every k steps downloads once per checkpoint, and a restore
+/// (a host write) uploads once, before the next step. Non-owning: the two
+/// buffers belong to the caller (DeviceBuffer and host memory in the
+/// backend, vectors in tests). Copies go through counted_copy<Api> (so
+/// dev.transfers() sees them); a download waits for dev's stream before the
+/// host reads, and a host write waits for an upload still in flight.
+template <class Api, class D>
+class BasicMirror {
+ public:
+  BasicMirror() = default;
+  /// `initial`: HostDirty when the values were made on the host (parameter
+  /// initialisation), Clean when both copies already agree (both zeroed).
+  BasicMirror(D& dev, float* device, float* host, std::size_t n, MirrorState initial)
+      : dev_(&dev), device_(device), host_(host), n_(n), state_(initial) {}
+
+  MirrorState state() const { return state_; }
+  std::size_t size() const { return n_; }
+
+  /// The host copy, current, for reading.
+  const float* host_read() {
+    if (state_ == MirrorState::DeviceDirty) {
+      const typename Api::Guard guard(dev_->ordinal());  // callable from any thread's current device
+      counted_copy<Api>(*dev_, host_, device_, n_ * sizeof(float), CopyDirection::DeviceToHost,
+                        "download of a mirrored buffer to the host");
+      dev_->sync();
+      state_ = MirrorState::Clean;
+      upload_in_flight_ = false;
+    }
+    return host_;
+  }
+  /// The host copy, current, which the caller may write (the device copy is
+  /// refreshed from it before the device next reads).
+  float* host_write() {
+    host_read();
+    if (upload_in_flight_) {  // the upload may still read the host copy
+      const typename Api::Guard guard(dev_->ordinal());
+      dev_->sync();
+      upload_in_flight_ = false;
+    }
+    state_ = MirrorState::HostDirty;
+    return host_;
+  }
+  /// The device copy, current, for a kernel that reads it.
+  const float* device_read() { return sync_to_device(); }
+  /// The device copy, current, for a kernel that writes it (the host copy is
+  /// refreshed from it before the host next reads).
+  float* device_write() {
+    float* d = sync_to_device();
+    state_ = MirrorState::DeviceDirty;
+    return d;
+  }
+
+ private:
+  float* sync_to_device() {
+    if (state_ == MirrorState::HostDirty) {
+      const typename Api::Guard guard(dev_->ordinal());
+      counted_copy<Api>(*dev_, device_, host_, n_ * sizeof(float), CopyDirection::HostToDevice,
+                        "upload of a mirrored buffer to the device");
+      state_ = MirrorState::Clean;
+      upload_in_flight_ = true;
+    }
+    return device_;
+  }
+
+  D* dev_ = nullptr;
+  float* device_ = nullptr;
+  float* host_ = nullptr;
+  std::size_t n_ = 0;
+  MirrorState state_ = MirrorState::Clean;
+  bool upload_in_flight_ = false;
+};
+
+/// The mirrored host ranges of one device (a model's parameter arena:
+/// values, gradients, state), each with its device copy and its BasicMirror.
+/// Staging asks map() first: a host pointer inside a mirrored range resolves
+/// to its device copy with no copy per op (the mirror's state machine copies
+/// only when the host wrote it since), so ops on the arena pay nothing in
+/// steady state. Non-owning: the owner keeps the host and device buffers
+/// alive until clear().
+template <class Api, class D>
+class BasicMirrorSet {
+ public:
+  /// Mirrors [host, host + n) by [device, device + n), in state `initial`.
+  void add(D& dev, float* host, float* device, std::size_t n, MirrorState initial) {
+    if (!host || !device || n == 0) return;
+    for (const Entry& e : entries_)
+      if (host < e.host + e.n && e.host < host + n)
+        throw ConfigError("CUDA backend: two mirrored host ranges overlap");
+    entries_.push_back({host, device, n, BasicMirror<Api, D>(dev, device, host, n, initial)});
+  }
+  void clear() { entries_.clear(); }
+  bool empty() const { return entries_.empty(); }
+  std::size_t size() const { return entries_.size(); }
+
+  /// The device address of host range [p, p + n) when it lies in a mirrored
+  /// range, current for an op that reads (`read`) and/or writes (`write`) it
+  /// (a write marks the range device-dirty); null when p is in no mirrored
+  /// range. A range that runs past the end of its mirror is a ConfigError.
+  float* map(const float* p, std::size_t n, bool read, bool write) {
+    Entry* e = find(p);
+    if (!e) return nullptr;
+    const std::size_t off = std::size_t(p - e->host);
+    if (off + n > e->n)
+      throw ConfigError(cifarnet::detail::concat("CUDA backend: ", n, " floats at offset ", off,
+                                                 " run past the end of a mirrored buffer of ", e->n));
+    float* d = write ? e->mirror.device_write() : const_cast<float*>(e->mirror.device_read());
+    (void)read;  // reading or writing, the device copy is brought current first
+    return d + off;
+  }
+  /// The mirror holding host pointer p, or null.
+  BasicMirror<Api, D>* mirror_of(const float* p) {
+    Entry* e = find(p);
+    return e ? &e->mirror : nullptr;
+  }
+  /// Every host copy current for reading (downloads the device-dirty ones).
+  void host_read_all() {
+    for (Entry& e : entries_) e.mirror.host_read();
+  }
+  /// Every host copy current, and to be uploaded before the device next
+  /// reads it (the caller writes the host copies).
+  void host_write_all() {
+    for (Entry& e : entries_) e.mirror.host_write();
+  }
+
+ private:
+  struct Entry {
+    float* host;
+    float* device;
+    std::size_t n;
+    BasicMirror<Api, D> mirror;
+  };
+  Entry* find(const float* p) {
+    for (Entry& e : entries_)
+      if (p >= e.host && p < e.host + e.n) return &e;
+    return nullptr;
+  }
+  std::vector<Entry> entries_;
 };
 
 }  // namespace cifarnet::backend::cuda

@@ -513,8 +513,7 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
   thread_local std::vector<double> h;  // keeps its capacity: no allocation per call
   h.assign(kBlocks, 0.0);
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
-  check(cudaMemcpyAsync(h.data(), partial, blocks * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
-        "copy of partial sums to the host");
+  copy_to_host(dev, h.data(), partial, blocks * sizeof(double), "copy of partial sums to the host");
   st.finish();
   double s = 0;
   for (std::size_t i = 0; i < blocks; ++i) s += h[i];
@@ -602,18 +601,15 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
   int* d_labels = scratch<int>(dev, kSlotA, n + 1);  // the labels, then the count of bad ones
   int* bad = d_labels + n;
   double* loss = scratch<double>(dev, kSlotB, n);
-  check(cudaMemcpyAsync(d_labels, labels, n * sizeof(int), cudaMemcpyHostToDevice, dev.stream()),
-        "copy of labels to the device");
+  copy_to_device(dev, d_labels, labels, n * sizeof(int), "copy of labels to the device");
   check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
   KernelLibrary::get(dev).launch(dev, kernel::softmax_xent, n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
   thread_local std::vector<double> h;
   h.resize(n);
   int h_bad = 0;
-  check(cudaMemcpyAsync(h.data(), loss, n * sizeof(double), cudaMemcpyDeviceToHost, dev.stream()),
-        "copy of losses to the host");
-  check(cudaMemcpyAsync(&h_bad, bad, sizeof(int), cudaMemcpyDeviceToHost, dev.stream()),
-        "copy of a count to the host");
+  copy_to_host(dev, h.data(), loss, n * sizeof(double), "copy of losses to the host");
+  copy_to_host(dev, &h_bad, bad, sizeof(int), "copy of a count to the host");
   st.finish();
   if (h_bad) {
     for (std::size_t i = 0; i < n; ++i)
@@ -637,8 +633,7 @@ inline void images_to_float(Dev& dev, const unsigned char* src, std::size_t coun
   const unsigned char* s = src;
   if (!is_device_pointer(src)) {
     unsigned char* d_src = scratch<unsigned char>(dev, kSlotA, count * per);
-    check(cudaMemcpyAsync(d_src, src, count * per, cudaMemcpyHostToDevice, dev.stream()),
-          "copy of images to the device");
+    copy_to_device(dev, d_src, src, count * per, "copy of images to the device");
     s = d_src;
   }
   Staging st(dev);

@@ -13,6 +13,7 @@
 // thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -34,44 +35,30 @@ namespace cu = backend::cuda;
 namespace detail {
 
 /// One arena-shaped slot buffer on the device, zero at the start, with a
-/// host mirror for visit_state.
+/// host mirror for visit_state, synchronised lazily (cu::BasicMirror): the
+/// steps copy nothing; a visit downloads once, and uploads once before the
+/// next step (a visit may write: a restore).
 class DeviceSlot {
  public:
   /// Allocates on dev's GPU whatever device the calling thread has current.
-  DeviceSlot(cu::Dev& dev, std::size_t n) : dev_(&dev), d_(dev.ordinal(), n ? n : 1), h_(n ? n : 1), n_(n) {
+  DeviceSlot(cu::Dev& dev, std::size_t n) : d_(dev.ordinal(), n ? n : 1), h_(n ? n : 1) {
     const cu::DeviceGuard guard(dev.ordinal());
     cu::check(cudaMemsetAsync(d_.data(), 0, d_.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
     dev.sync();
+    std::fill(h_.data(), h_.data() + h_.size(), 0.0f);
+    mirror_ =
+        cu::BasicMirror<cu::RuntimeCopyApi, cu::Dev>(dev, d_.data(), h_.data(), n, cu::MirrorState::Clean);
   }
-  /// The device copy, current (sends the host mirror first if a visit may
-  /// have written it).
-  float* device() {
-    if (host_written_)
-      copy(d_.data(), h_.data(), cudaMemcpyHostToDevice, "copy of an optimizer slot to the device");
-    host_written_ = false;
-    host_current_ = false;
-    return d_.data();
-  }
+  /// The device copy, current, for a kernel that updates it.
+  float* device() { return mirror_.device_write(); }
   /// The host mirror, current; the caller may write it.
-  float* host() {
-    if (!host_current_)
-      copy(h_.data(), d_.data(), cudaMemcpyDeviceToHost, "copy of an optimizer slot to the host");
-    host_current_ = true;
-    host_written_ = true;
-    return h_.data();
-  }
+  float* host() { return mirror_.host_write(); }
+  cu::MirrorState state() const { return mirror_.state(); }
 
  private:
-  void copy(float* dst, const float* src, cudaMemcpyKind kind, const char* what) {
-    const cu::DeviceGuard guard(dev_->ordinal());
-    cu::check(cudaMemcpyAsync(dst, src, n_ * sizeof(float), kind, dev_->stream()), what);
-    dev_->sync();
-  }
-  cu::Dev* dev_;
   cu::DeviceBuffer<float> d_;
   cifarnet::detail::AlignedBuffer<float> h_;
-  std::size_t n_;
-  bool host_current_ = true, host_written_ = false;
+  cu::BasicMirror<cu::RuntimeCopyApi, cu::Dev> mirror_;
 };
 
 /// Calls f(begin, size) for every contiguous run of selected elements: the

@@ -138,8 +138,9 @@ struct Pool2d<backend::Cuda, float> {
           s[oy * g.ow + ox] = float(double(g.kh * g.kw) / double(ny * nx));
         }
       p->scale = cu::DeviceBuffer<float>(s.size());
-      cu::check(cudaMemcpy(p->scale.data(), s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice),
-                "Pool2d (upload the average's rescaling map)");
+      cu::copy_to_device(dev, p->scale.data(), s.data(), s.size() * sizeof(float),
+                         "Pool2d (upload the average's rescaling map)");
+      dev.sync();  // s goes when this returns
       cu::set_strided(p->scale_desc, 1, 1, g.oh, g.ow, g.oh * g.ow, g.oh * g.ow, g.ow, 1);
       cu::check(cudnnCreateOpTensorDescriptor(&p->mul), "cudnnCreateOpTensorDescriptor");
       cu::check(
