@@ -245,8 +245,7 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string only = "resnet20,resnet56,tfcnn,infer20,infer56", formats = "nhwc,nchw", json, alg = "auto",
-              prec = "fp32";
+  std::string only = "resnet20,resnet56,tfcnn,infer20,infer56", formats = "nhwc,nchw", json;
   Protocol p;
   int profile = 1;
   CLI::App app{"images/s of cifarnet's training and inference steps (docs/BENCHMARKS.md)"};
@@ -265,18 +264,9 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
-  app.add_option("--conv-algorithm", alg, "Convolution algorithm: auto, direct or winograd.")
-      ->check(CLI::IsMember({"auto", "direct", "winograd"}))
-      ->capture_default_str();
-  app.add_option("--precision", prec, "Convolution arithmetic: fp32 or bf16.")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+  bench::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
   p.profile = profile != 0;
-  p.alg = alg == "auto"     ? ConvAlgorithm::Auto
-          : alg == "direct" ? ConvAlgorithm::Direct
-                            : ConvAlgorithm::Winograd;
-  p.prec = prec == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
   try {
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {

@@ -108,7 +108,6 @@ void bench(const Args& a, DataFormat fmt) {
 
 int main(int argc, char** argv) {
   Args a;
-  std::string alg = "auto", prec = "fp32";
   CLI::App app{
       "seconds per style-transfer iteration and its parts on the oneDNN backend (docs/BENCHMARKS.md)"};
   app.add_option("--reps", a.reps, "Timed repetitions per figure.")
@@ -125,17 +124,8 @@ int main(int argc, char** argv) {
   app.add_option("--divisor", a.divisor, "VGG-19's channel counts divided by 1 (the real net) or 16.")
       ->check(CLI::IsMember({1, 16}))
       ->capture_default_str();
-  app.add_option("--conv-algorithm", alg, "Convolution algorithm: auto, direct or winograd.")
-      ->check(CLI::IsMember({"auto", "direct", "winograd"}))
-      ->capture_default_str();
-  app.add_option("--precision", prec, "Convolution arithmetic: fp32 or bf16.")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
+  bench::add_conv_flags(app, a.alg, a.prec);
   if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
-  a.alg = alg == "auto"     ? ConvAlgorithm::Auto
-          : alg == "direct" ? ConvAlgorithm::Direct
-                            : ConvAlgorithm::Winograd;
-  a.prec = prec == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(
