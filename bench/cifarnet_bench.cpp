@@ -264,8 +264,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
-  bench::add_conv_flags(app, p.alg, p.prec);
-  if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
+  bench_cli::add_conv_flags(app, p.alg, p.prec);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   p.profile = profile != 0;
   try {
     return run(p, only, formats, json);

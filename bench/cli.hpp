@@ -12,7 +12,7 @@
 
 #include <cifarnet/ops/conv_algorithm.hpp>
 
-namespace bench {
+namespace bench_cli {
 
 /// Parses argv into `app`; nullopt to go on, else the exit code for main.
 inline std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
@@ -39,4 +39,4 @@ inline void add_conv_flags(CLI::App& app, cifarnet::ConvAlgorithm& alg, cifarnet
       ->transform(CLI::CheckedTransformer(precs));
 }
 
-}  // namespace bench
+}  // namespace bench_cli

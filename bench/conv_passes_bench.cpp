@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nhwc", "nchw"}))
       ->capture_default_str();
   app.add_option("--batch", batch, "Images per call.")->check(CLI::PositiveNumber)->capture_default_str();
-  if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
     const char* name;

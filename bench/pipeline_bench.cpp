@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", prefetch, "Batches the pipeline keeps ready.")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   try {
     auto t0 = Clock::now();
     auto src = std::make_shared<const Cifar10Binary>(dir, Split::train_all);

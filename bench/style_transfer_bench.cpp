@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
   app.add_option("--divisor", a.divisor, "VGG-19's channel counts divided by 1 (the real net) or 16.")
       ->check(CLI::IsMember({1, 16}))
       ->capture_default_str();
-  bench::add_conv_flags(app, a.alg, a.prec);
-  if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
+  bench_cli::add_conv_flags(app, a.alg, a.prec);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(

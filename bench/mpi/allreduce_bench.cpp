@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("reps", reps, "Timed repetitions.")->check(CLI::PositiveNumber)->capture_default_str();
-  if (const auto rc = bench::parse_flags(app, argc, argv)) return *rc;
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   distributed::Communicator comm;
   Model<ResNetCifar<>, backend::OneDnn> net({3, 32, 32}, DataFormat::NHWC, resnet_options(depth), 1);
   auto& P = net.parameters();

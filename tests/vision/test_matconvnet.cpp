@@ -1,4 +1,4 @@
-// io/matconvnet.hpp: MatConvNet .mat files written here through matio
+// io/matconvnet.hpp (the reader the style transfer uses): MatConvNet .mat files written here through matio
 // (v5 compressed and v7.3/HDF5) with random VGG-19-shaped weights, read back;
 // MATLAB's column-major order checked with raw matio; and every way a file
 // can be wrong: truncated, not a .mat file, no `layers`, a DagNN struct
@@ -16,7 +16,6 @@
 
 using namespace cifarnet;
 using namespace cifarnet::io;
-using namespace cifarnet::vision;
 using iotest::message_of;
 using iotest::TempDir;
 
