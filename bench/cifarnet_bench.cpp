@@ -253,12 +253,14 @@ int main(int argc, char** argv) {
                  "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, infer20, infer56.")
       ->capture_default_str();
   app.add_option("--formats", formats, "Comma-separated data formats: nhwc, nchw.")->capture_default_str();
-  app.add_option("--reps", p.reps, "Timed repetitions.")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--reps", p.reps, "Timed repetitions.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app.add_option("--steps", p.steps, "Steps per repetition.")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--warmup", p.warmup, "Untimed warm-up steps.")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--json", json, "Also write the results to this JSON file.");
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")

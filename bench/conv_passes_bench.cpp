@@ -32,12 +32,12 @@ int main(int argc, char** argv) {
   std::string format = "nhwc";
   CLI::App app{"ms per call of each pass of the oneDNN convolution op, fp32 and bf16 (docs/BENCHMARKS.md)"};
   app.add_option("--reps", reps, "Timed calls per figure (the median is shown).")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--format", format, "Data format: nhwc or nchw.")
       ->check(CLI::IsMember({"nhwc", "nchw"}))
       ->capture_default_str();
-  app.add_option("--batch", batch, "Images per call.")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", batch, "Images per call.")->check(CLI::Range(1, 1000000))->capture_default_str();
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {

@@ -77,15 +77,17 @@ int main(int argc, char** argv) {
   std::size_t prefetch = 4;
   CLI::App app{"images/s of the input pipeline alone on the CIFAR-10 training set (docs/BENCHMARKS.md)"};
   app.add_option("--data-dir", dir, "Directory of the CIFAR-10 binary batches.")->capture_default_str();
-  app.add_option("--batches", batches, "Batches per run.")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batches", batches, "Batches per run.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app.add_option("--reps", reps, "Runs per figure (the median is shown).")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--step-ms", step_ms, "Simulated training step on the consumer thread, ms.")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   app.add_option("--prefetch", prefetch, "Batches the pipeline keeps ready.")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   try {

@@ -111,16 +111,16 @@ int main(int argc, char** argv) {
   CLI::App app{
       "seconds per style-transfer iteration and its parts on the oneDNN backend (docs/BENCHMARKS.md)"};
   app.add_option("--reps", a.reps, "Timed repetitions per figure.")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--warmup", a.warmup, "Untimed calls first.")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--format", a.format, "Data format: nhwc, nchw or both.")
       ->check(CLI::IsMember({"nhwc", "nchw", "both"}))
       ->capture_default_str();
-  app.add_option("--height", a.height, "Image height.")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--width", a.width, "Image width.")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--height", a.height, "Image height.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--width", a.width, "Image width.")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--divisor", a.divisor, "VGG-19's channel counts divided by 1 (the real net) or 16.")
       ->check(CLI::IsMember({1, 16}))
       ->capture_default_str();
