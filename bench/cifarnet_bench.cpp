@@ -42,6 +42,8 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
 
+#include "cli.hpp"
+
 using namespace cifarnet;
 using Clock = std::chrono::steady_clock;
 
@@ -186,38 +188,14 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string only = "resnet20,resnet56,tfcnn,infer20,infer56", formats = "nhwc,nchw", json;
-  Protocol p;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--only")
-      only = v;
-    else if (k == "--formats")
-      formats = v;
-    else if (k == "--reps")
-      p.reps = std::atoi(v.c_str());
-    else if (k == "--steps")
-      p.steps = std::atoi(v.c_str());
-    else if (k == "--warmup")
-      p.warmup = std::atoi(v.c_str());
-    else if (k == "--json")
-      json = v;
-    else if (k == "--profile")
-      p.profile = v != "0";
-    else if (k == "--conv-algorithm" && (v == "auto" || v == "direct" || v == "winograd"))
-      p.alg = v == "auto"     ? ConvAlgorithm::Auto
-              : v == "direct" ? ConvAlgorithm::Direct
-                              : ConvAlgorithm::Winograd;
-    else if (k == "--precision" && (v == "fp32" || v == "bf16"))
-      p.prec = v == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+/// The benchmarks of --only in each of --formats; ConfigError for an unknown
+/// benchmark or format (checked before any runs).
+int run(const Protocol& p, const std::string& only, const std::string& formats, const std::string& json) {
+  for (const auto& f : split(formats)) parse_data_format(f);
+  for (const auto& b : split(only))
+    if (b != "resnet20" && b != "resnet44" && b != "resnet56" && b != "tfcnn" && b != "infer20" &&
+        b != "infer56")
+      throw ConfigError("--only: unknown benchmark '" + b + "'");
   std::printf(
       "cifarnet_bench: %d OpenMP threads, oneDNN %d.%d.%d, %d reps x %d steps after %d warm-up, %s "
       "convolutions\n",
@@ -243,10 +221,8 @@ int main(int argc, char** argv) {
         results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(20), 100, p));
       else if (b == "infer56")
         results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(56), 100, p));
-      else {
-        std::fprintf(stderr, "unknown benchmark %s\n", b.c_str());
-        return 2;
-      }
+      else
+        throw ConfigError("--only: unknown benchmark '" + b + "'");
     }
   }
   rusage ru{};
@@ -264,4 +240,42 @@ int main(int argc, char** argv) {
     o << "]\n";
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only = "resnet20,resnet56,tfcnn,infer20,infer56", formats = "nhwc,nchw", json;
+  Protocol p;
+  int profile = 1;
+  CLI::App app{"images/s of cifarnet's training and inference steps (docs/BENCHMARKS.md)"};
+  app.add_option("--only", only,
+                 "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, infer20, infer56.")
+      ->capture_default_str();
+  app.add_option("--formats", formats, "Comma-separated data formats: nhwc, nchw.")->capture_default_str();
+  app.add_option("--reps", p.reps, "Timed repetitions.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--steps", p.steps, "Steps per repetition.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--warmup", p.warmup, "Untimed warm-up steps.")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--json", json, "Also write the results to this JSON file.");
+  app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  bench_cli::add_conv_flags(app, p.alg, p.prec);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
+  p.profile = profile != 0;
+  try {
+    return run(p, only, formats, json);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "cifarnet_bench: %s\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cifarnet_bench: %s\n", e.what());
+    return 1;
+  }
 }

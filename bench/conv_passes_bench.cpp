@@ -20,6 +20,8 @@
 
 #include <cifarnet/backend/onednn.hpp>
 
+#include "cli.hpp"
+
 using namespace cifarnet;
 using B = backend::OneDnn;
 
@@ -27,20 +29,17 @@ int main(int argc, char** argv) {
   int reps = 7;
   std::size_t batch = 128;
   DataFormat fmt = DataFormat::NHWC;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string v = i + 1 < argc ? argv[i + 1] : "";
-    const std::string k = v.empty() ? "" : argv[i];  // a flag without its value: usage below
-    if (k == "--reps")
-      reps = std::max(1, std::atoi(v.c_str()));
-    else if (k == "--batch")
-      batch = std::size_t(std::max(1, std::atoi(v.c_str())));
-    else if (k == "--format" && (v == "nhwc" || v == "nchw"))
-      fmt = v == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
-    else {
-      std::fprintf(stderr, "usage: conv_passes_bench [--reps N] [--format nhwc|nchw] [--batch N]\n");
-      return 2;
-    }
-  }
+  std::string format = "nhwc";
+  CLI::App app{"ms per call of each pass of the oneDNN convolution op, fp32 and bf16 (docs/BENCHMARKS.md)"};
+  app.add_option("--reps", reps, "Timed calls per figure (the median is shown).")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--format", format, "Data format: nhwc or nchw.")
+      ->check(CLI::IsMember({"nhwc", "nchw"}))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "Images per call.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
+  fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
     const char* name;
     std::size_t ic, hw, oc, stride;

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
+
 using namespace cifarnet::data;
 using Clock = std::chrono::steady_clock;
 
@@ -73,29 +75,21 @@ int main(int argc, char** argv) {
   int reps = 5;
   double step_ms = 20;
   std::size_t prefetch = 4;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--data-dir")
-      dir = v;
-    else if (k == "--batches")
-      batches = std::stoul(v);
-    else if (k == "--reps")
-      reps = std::stoi(v);
-    else if (k == "--step-ms")
-      step_ms = std::stod(v);
-    else if (k == "--prefetch")
-      prefetch = std::stoul(v);
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(
-        stderr,
-        "usage: pipeline_bench [--data-dir DIR] [--batches N] [--reps N] [--step-ms MS] [--prefetch N]\n");
-    return 2;
-  }
+  CLI::App app{"images/s of the input pipeline alone on the CIFAR-10 training set (docs/BENCHMARKS.md)"};
+  app.add_option("--data-dir", dir, "Directory of the CIFAR-10 binary batches.")->capture_default_str();
+  app.add_option("--batches", batches, "Batches per run.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "Runs per figure (the median is shown).")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--step-ms", step_ms, "Simulated training step on the consumer thread, ms.")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--prefetch", prefetch, "Batches the pipeline keeps ready.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   try {
     auto t0 = Clock::now();
     auto src = std::make_shared<const Cifar10Binary>(dir, Split::train_all);

@@ -17,7 +17,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/vgg19.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
-#include <cifarnet/vision/test_images.hpp>
+#include <cifarnet/demo/images.hpp>
 
 #include <omp.h>
 
@@ -29,6 +29,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "cli.hpp"
 
 using namespace cifarnet;
 using namespace cifarnet::vision;
@@ -106,54 +108,24 @@ void bench(const Args& a, DataFormat fmt) {
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "style_transfer_bench: %s needs a value\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--reps")
-      a.reps = std::max(1, std::atoi(next().c_str()));
-    else if (k == "--warmup")
-      a.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (k == "--height")
-      a.height = std::size_t(std::atol(next().c_str()));
-    else if (k == "--width")
-      a.width = std::size_t(std::atol(next().c_str()));
-    else if (k == "--format")
-      a.format = next();
-    else if (k == "--divisor")
-      a.divisor = std::atoi(next().c_str());
-    else if (k == "--conv-algorithm") {
-      const std::string v = next();
-      if (v == "auto")
-        a.alg = ConvAlgorithm::Auto;
-      else if (v == "direct")
-        a.alg = ConvAlgorithm::Direct;
-      else if (v == "winograd")
-        a.alg = ConvAlgorithm::Winograd;
-      else {
-        std::fprintf(stderr, "style_transfer_bench: --conv-algorithm must be auto, direct or winograd\n");
-        return 2;
-      }
-    } else if (k == "--precision") {
-      const std::string v = next();
-      if (v != "fp32" && v != "bf16") {
-        std::fprintf(stderr, "style_transfer_bench: --precision must be fp32 or bf16\n");
-        return 2;
-      }
-      a.prec = v == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
-    } else {
-      std::fprintf(
-          stderr,
-          "usage: style_transfer_bench [--reps N] [--warmup N] [--format nhwc|nchw|both] [--height H] "
-          "[--width W] [--divisor 1|16] [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "seconds per style-transfer iteration and its parts on the oneDNN backend (docs/BENCHMARKS.md)"};
+  app.add_option("--reps", a.reps, "Timed repetitions per figure.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--warmup", a.warmup, "Untimed calls first.")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--format", a.format, "Data format: nhwc, nchw or both.")
+      ->check(CLI::IsMember({"nhwc", "nchw", "both"}))
+      ->capture_default_str();
+  app.add_option("--height", a.height, "Image height.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--width", a.width, "Image width.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--divisor", a.divisor, "VGG-19's channel counts divided by 1 (the real net) or 16.")
+      ->check(CLI::IsMember({1, 16}))
+      ->capture_default_str();
+  bench_cli::add_conv_flags(app, a.alg, a.prec);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(

@@ -1,5 +1,5 @@
 # FindMatio — the MATLAB .mat I/O library (Debian libmatio-dev), used by
-# cifarnet/vision/matconvnet.hpp. Defines Matio_FOUND, Matio_VERSION and the
+# cifarnet/io/matconvnet.hpp. Defines Matio_FOUND, Matio_VERSION and the
 # imported target Matio::Matio (include directories, libmatio and, through
 # pkg-config, the HDF5 and zlib libraries it needs for v7.3 files).
 find_package(PkgConfig QUIET)

@@ -38,6 +38,7 @@ timed() {  # timed <label> <command...>: runs it, records its wall time
 timed "setup" bash scripts/setup.sh
 timed "format check" bash scripts/check_format.sh
 timed "layering check" bash scripts/check_layering.sh
+timed "include graph check" bash scripts/check_includes.sh
 
 # The test areas the asan stage builds and runs (CIFARNET_TEST_AREAS).
 ASAN_AREAS="core;backend;nn;optim;io;data;train;vision;fuzz"

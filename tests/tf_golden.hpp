@@ -63,8 +63,8 @@ class TfGoldens {
     return c[name];
   }
 
-  const io::TensorData& tensor(const std::string& name) const {
-    const io::TensorData* t = dict_.find(name);
+  const cifarnet::TensorData& tensor(const std::string& name) const {
+    const cifarnet::TensorData* t = dict_.find(name);
     if (!t) throw Error(path_ + ": no tensor '" + name + "'");
     return *t;
   }
@@ -74,7 +74,7 @@ class TfGoldens {
 
  private:
   std::string path_;
-  io::StateDict dict_;
+  cifarnet::StateDict dict_;
   nlohmann::json meta_;
 };
 

@@ -14,13 +14,23 @@
 #include <cifarnet/distributed/data_parallel.hpp>
 #include <cifarnet/models/resnet.hpp>
 
+#include "../cli.hpp"
+
 using namespace cifarnet;
 
 int main(int argc, char** argv) {
   distributed::Environment env(&argc, &argv);
-  const int depth = argc > 1 ? std::atoi(argv[1]) : 20;
-  const std::size_t bucket = argc > 2 ? std::size_t(std::atol(argv[2])) : std::size_t(1) << 20;
-  const int reps = argc > 3 ? std::atoi(argv[3]) : 50;
+  int depth = 20, reps = 50;
+  std::size_t bucket = std::size_t(1) << 20;
+  CLI::App app{"distributed::AllReduceMean on a ResNet's gradient buffer: median time and bus bandwidth"};
+  app.add_option("depth", depth, "ResNet depth (6n+2).")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("bucket", bucket, "All-reduce bucket size, bytes.")
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 40))
+      ->capture_default_str();
+  app.add_option("reps", reps, "Timed repetitions.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   distributed::Communicator comm;
   Model<ResNetCifar<>, backend::OneDnn> net({3, 32, 32}, DataFormat::NHWC, resnet_options(depth), 1);
   auto& P = net.parameters();

@@ -20,7 +20,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/data/recipes.hpp>
-#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/models/cifar10_cnn.hpp>
 
 namespace cifar10 {

@@ -23,7 +23,7 @@
 
 #include <cifarnet/io/image.hpp>
 #include <cifarnet/vision/filters.hpp>
-#include <cifarnet/vision/test_images.hpp>
+#include <cifarnet/demo/images.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -43,7 +43,7 @@ struct Flags {
 };
 
 /// One tile's display bytes (RGB, H x W of the input) from a map.
-io::Image8 to_tile(const data::Image& map, std::size_t h, std::size_t w, std::size_t scale,
+io::Image8 to_tile(const cifarnet::Image& map, std::size_t h, std::size_t w, std::size_t scale,
                    bool seed_display) {
   float lo = map.data.empty() ? 0.0f : map.data[0], hi = lo;
   for (float v : map.data) lo = std::min(lo, v), hi = std::max(hi, v);
@@ -61,7 +61,7 @@ io::Image8 to_tile(const data::Image& map, std::size_t h, std::size_t w, std::si
 }
 
 int run(const Flags& f) {
-  data::Image img;
+  cifarnet::Image img;
   if (f.image.empty()) {
     img = builtin_filter_image();
     std::cout << "image_filters: no --image given; using the BUILT-IN TEST IMAGE (" << img.height << "x"
@@ -76,13 +76,13 @@ int run(const Flags& f) {
                      std::max<std::size_t>(1, std::size_t(img.width * s + 0.5)));
     std::cout << "  resized to " << img.height << "x" << img.width << " (--max-side " << f.max_side << ")\n";
   }
-  const data::Image unit = to_unit_range(img);  // the seed's /256
+  const cifarnet::Image unit = to_unit_range(img);  // the seed's /256
   const bool seed_display = f.display == "seed";
   std::vector<std::vector<io::Image8>> rows;
   std::vector<std::string> row_names;
   for (bool rgb : {false, true}) {
     if ((rgb && f.mode == "gray") || (!rgb && f.mode == "rgb")) continue;
-    const data::Image input = rgb ? unit : rgb_to_grayscale(unit);
+    const cifarnet::Image input = rgb ? unit : rgb_to_grayscale(unit);
     std::vector<Kernel> ks = seed_kernels(rgb);
     for (auto& k : ks)
       k.relu_clip =
@@ -94,7 +94,7 @@ int run(const Flags& f) {
                 double(*std::min_element(input.data.begin(), input.data.end())),
                 double(*std::max_element(input.data.begin(), input.data.end())));
     for (const auto& k : ks) {
-      const data::Image m = convolve(input, k, f.stride);
+      const cifarnet::Image m = convolve(input, k, f.stride);
       std::printf(
           "  %-4s %-10s %4zux%-4zu %3zu ch  min %9.4f  max %9.4f%s\n", rgb ? "rgb" : "gray", k.name.c_str(),
           m.height, m.width, m.channels, double(*std::min_element(m.data.begin(), m.data.end())),

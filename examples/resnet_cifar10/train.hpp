@@ -22,7 +22,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/data/recipes.hpp>
-#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/distributed/towers.hpp>
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>

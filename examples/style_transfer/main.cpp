@@ -21,9 +21,9 @@
 #include <cifarnet/io/image.hpp>
 #include <cifarnet/io/tfevents.hpp>
 #include <cifarnet/models/vgg19.hpp>
-#include <cifarnet/vision/matconvnet.hpp>
+#include <cifarnet/io/matconvnet.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
-#include <cifarnet/vision/test_images.hpp>
+#include <cifarnet/demo/images.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -52,16 +52,16 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// The content or style image: the file fitted to H x W, or a built-in one (saved next to the outputs).
-data::Image input_image(const std::string& path, bool content, const Flags& f) {
+cifarnet::Image input_image(const std::string& path, bool content, const Flags& f) {
   const std::size_t H = f.opt.height, W = f.opt.width;
   const char* what = content ? "content" : "style";
   if (!path.empty()) {
-    data::Image img = io::load_image(path, 3);
+    cifarnet::Image img = io::load_image(path, 3);
     std::cout << what << " image: " << path << " (" << img.height << "x" << img.width << ", fitted to " << H
               << "x" << W << ")\n";
     return io::fit(img, H, W, f.resize == "area" ? io::ResizeFilter::Area : io::ResizeFilter::Bilinear);
   }
-  data::Image img = content ? builtin_content_image(H, W) : builtin_style_image(H, W);
+  cifarnet::Image img = content ? builtin_content_image(H, W) : builtin_style_image(H, W);
   const std::string saved = f.output_dir + "/" + what + "_builtin.png";
   io::save_png(saved, io::to_uint8(img));
   std::cout << what << " image: BUILT-IN "
@@ -71,7 +71,7 @@ data::Image input_image(const std::string& path, bool content, const Flags& f) {
 }
 
 template <int D>
-int run_net(const Flags& f, const data::Image& content, const data::Image& style) {
+int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style) {
   using Net = Vgg19Features<D>;
   using M = Model<Net, backend::OneDnn, float>;
   const DataFormat fmt = parse_data_format(f.data_format);
@@ -79,7 +79,7 @@ int run_net(const Flags& f, const data::Image& content, const data::Image& style
         f.opt.seed,
         /*input_gradient=*/true);
   if (!f.random_weights) {
-    load_vgg19_mat(net, f.vgg_mat);
+    io::load_vgg19_mat(net, f.vgg_mat);
     std::cout << "VGG-19 weights: " << f.vgg_mat << " (conv1_1 ... conv5_1"
               << (D > 1 ? ", channel counts / " + std::to_string(D) : std::string()) << ")\n";
   }
@@ -142,7 +142,7 @@ int run_net(const Flags& f, const data::Image& content, const data::Image& style
 
 int run(Flags f) {
   if (!f.make_test_mat.empty()) {
-    write_matconvnet(f.make_test_mat, random_vgg19_layers(16, f.opt.seed));
+    io::write_matconvnet(f.make_test_mat, io::random_vgg19_layers(16, f.opt.seed));
     std::cout
         << "wrote " << f.make_test_mat
         << ": imagenet-vgg-verydeep-19.mat's 43 layers with RANDOM conv weights, channel counts / 16 (a "
@@ -168,7 +168,7 @@ int run(Flags f) {
     }
     const auto size = fs::file_size(f.vgg_mat);
     // The divisor follows the file: conv1_1 has 64 / D output channels.
-    const auto conv1 = read_vgg19_mat(f.vgg_mat, {"conv1_1"});
+    const auto conv1 = io::read_vgg19_mat(f.vgg_mat, {"conv1_1"});
     const std::size_t c1 = conv1.front().shape[3];
     if (c1 == 0 || 64 % c1 != 0)
       throw ConfigError(
@@ -179,7 +179,7 @@ int run(Flags f) {
       std::cout << "note: '" << f.vgg_mat << "' is " << size << " bytes; the published file is "
                 << kVgg19MatBytes << " bytes\n";
   }
-  const data::Image content = input_image(f.content, true, f), style = input_image(f.style, false, f);
+  const cifarnet::Image content = input_image(f.content, true, f), style = input_image(f.style, false, f);
   std::cout << "image " << f.opt.height << "x" << f.opt.width << ", " << f.opt.iterations
             << " iterations, Adam lr " << f.opt.learning_rate << ", noise ratio " << f.opt.noise_ratio
             << ", weights content " << f.opt.content_weight << " / style " << f.opt.style_weight

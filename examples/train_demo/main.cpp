@@ -31,7 +31,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/data/recipes.hpp>
-#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
 #include <cifarnet/models/resnet.hpp>

@@ -36,15 +36,15 @@ const TfGoldens& goldens() {
   return g;
 }
 
-data::Image image_of(const std::string& tensor) {
+cifarnet::Image image_of(const std::string& tensor) {
   const auto& s = goldens().shape(tensor);
   if (s.size() != 3) throw Error(goldens().path() + ": tensor '" + tensor + "' is not an HWC image");
-  data::Image img(s[0], s[1], s[2]);
+  cifarnet::Image img(s[0], s[1], s[2]);
   img.data = goldens().f32(tensor);
   return img;
 }
 /// The case's input image (stored once as "input/<name>").
-data::Image input_of(const std::string& name) {
+cifarnet::Image input_of(const std::string& name) {
   return image_of("input/" + goldens().params(name).at("input").get<std::string>());
 }
 
@@ -58,7 +58,7 @@ std::vector<std::string> cases_of(const std::string& op, std::size_t min) {
 /// Checks an image's geometry and values against the case's "y".
 #define CHECK_TF_IMAGE(img, name, tol)                      \
   do {                                                      \
-    const data::Image want_ = image_of((name) + "/y");      \
+    const cifarnet::Image want_ = image_of((name) + "/y");  \
     CHECK((img).geometry() == want_.geometry());            \
     CHECK_TF_CLOSE("image", (img).data, want_.data, (tol)); \
   } while (0)
@@ -72,8 +72,8 @@ TEST_CASE("decode_chw_to_hwc is the seed's transpose(reshape(record, [C, H, W]),
     const auto chw = goldens().u8(name + "/chw");
     const auto& s = goldens().shape(name + "/chw");
     REQUIRE(s.size() == 3);
-    data::Image out;
-    data::decode_chw_to_hwc(chw.data(), data::ImageGeometry{s[1], s[2], s[0]}, out);
+    cifarnet::Image out;
+    data::decode_chw_to_hwc(chw.data(), cifarnet::ImageGeometry{s[1], s[2], s[0]}, out);
     CHECK_TF_IMAGE(out, name, kExact);
   }
 }
@@ -83,14 +83,14 @@ TEST_CASE("resize_image_with_crop_or_pad and central_crop place the window as Te
   for (const std::string& name : cases_of("resize_with_crop_or_pad", 4)) {
     const auto& p = goldens().params(name);
     INFO("case " << name << " " << p.dump());
-    data::Image out;
+    cifarnet::Image out;
     data::resize_image_with_crop_or_pad(input_of(name), p.at("height"), p.at("width"), out);
     CHECK_TF_IMAGE(out, name, kExact);
   }
   for (const std::string& name : cases_of("central_crop", 2)) {
     const auto& p = goldens().params(name);
     INFO("case " << name << " " << p.dump());
-    data::Image out;
+    cifarnet::Image out;
     data::central_crop(input_of(name), p.at("fraction").get<double>(), out);
     CHECK_TF_IMAGE(out, name, kExact);
   }
@@ -101,10 +101,10 @@ TEST_CASE("A crop after zero padding at fixed offsets matches TensorFlow, by bot
   for (const std::string& name : cases_of("pad_and_crop", 5)) {
     const auto& p = goldens().params(name);
     INFO("case " << name << " " << p.dump());
-    const data::Image in = input_of(name);
+    const cifarnet::Image in = input_of(name);
     const std::size_t pad = p.at("pad"), oy = p.at("offset_height"), ox = p.at("offset_width");
     // The two-step form: resize_image_with_crop_or_pad, then the crop.
-    data::Image padded, out;
+    cifarnet::Image padded, out;
     data::resize_image_with_crop_or_pad(in, in.height + 2 * pad, in.width + 2 * pad, padded);
     data::crop_to_bounding_box(padded, oy, ox, in.height, in.width, out);
     CHECK_TF_IMAGE(out, name, kExact);
@@ -117,7 +117,7 @@ TEST_CASE("A crop after zero padding at fixed offsets matches TensorFlow, by bot
       if (probe.uniform_int(2 * pad + 1) != oy || probe.uniform_int(2 * pad + 1) != ox) continue;
       found = true;
       Rng rng(seed);
-      data::Image one_pass;
+      cifarnet::Image one_pass;
       data::pad_and_random_crop(in, pad, rng, one_pass);
       CHECK_TF_IMAGE(one_pass, name, kExact);
     }
@@ -128,14 +128,14 @@ TEST_CASE("A crop after zero padding at fixed offsets matches TensorFlow, by bot
 TEST_CASE("flip_left_right and adjust_brightness match TensorFlow exactly", "[data][tf_golden]") {
   for (const std::string& name : cases_of("flip_left_right", 1)) {
     INFO("case " << name);
-    data::Image img = input_of(name);
+    cifarnet::Image img = input_of(name);
     data::flip_left_right(img);
     CHECK_TF_IMAGE(img, name, kExact);
   }
   for (const std::string& name : cases_of("adjust_brightness", 3)) {
     const auto& p = goldens().params(name);
     INFO("case " << name << " " << p.dump());
-    data::Image img = input_of(name);
+    cifarnet::Image img = input_of(name);
     data::adjust_brightness(img, p.at("delta").get<float>());
     CHECK_TF_IMAGE(img, name, kExact);
   }
@@ -145,14 +145,14 @@ TEST_CASE("adjust_contrast and per_image_standardization match TensorFlow within
   for (const std::string& name : cases_of("adjust_contrast", 4)) {
     const auto& p = goldens().params(name);
     INFO("case " << name << " " << p.dump());
-    data::Image img = input_of(name);
+    cifarnet::Image img = input_of(name);
     data::adjust_contrast(img, p.at("factor").get<float>());
     CHECK_TF_IMAGE(img, name, kFloatTol);
   }
   // Includes a nearly flat image, whose stddev is below 1/sqrt(H*W*C).
   for (const std::string& name : cases_of("per_image_standardization", 3)) {
     INFO("case " << name);
-    data::Image img = input_of(name);
+    cifarnet::Image img = input_of(name);
     data::per_image_standardization(img);
     CHECK_TF_IMAGE(img, name, kFloatTol);
   }
@@ -165,7 +165,7 @@ TEST_CASE("io::resize matches tf.image.resize: bilinear enlarging, area shrinkin
     INFO("case " << name << " " << p.dump());
     const std::string method = p.at("method");
     REQUIRE((method == "bilinear" || method == "area"));
-    const data::Image out =
+    const cifarnet::Image out =
         io::resize(input_of(name), p.at("height"), p.at("width"),
                    method == "area" ? io::ResizeFilter::Area : io::ResizeFilter::Bilinear);
     CHECK_TF_IMAGE(out, name, kFloatTol);

@@ -314,8 +314,8 @@ TEST_CASE("A checkpoint the chief restores reaches every rank, optimizer slots a
   CHECK(dist::replicas_identical(c, b.parameters(), true));
   // Every rank's whole state (momentum slots too) equals the saved one.
   c.broadcast(saved);
-  const io::StateDict want = io::parse_safetensors(saved.data(), saved.size(), "saved");
-  const io::StateDict got = t.state_dict();
+  const cifarnet::StateDict want = io::parse_safetensors(saved.data(), saved.size(), "saved");
+  const cifarnet::StateDict got = t.state_dict();
   REQUIRE(got.size() == want.size());
   bool same = true;
   for (const auto& [name, tensor] : want) {

@@ -17,7 +17,7 @@
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
-#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/distributed/data_parallel.hpp>
 #include <cifarnet/distributed/parameter_server.hpp>
 #include <cifarnet/io/checkpoint.hpp>
@@ -110,7 +110,7 @@ dist::ServeStats serve(dist::Communicator& c, Net& net, const dist::PsRoles& rol
   dist::ParameterServer<float> ps(c, net.parameters(), roles);
   std::optional<optim::Momentum<float>> opt;
   if (auto sel = ps.selection()) opt.emplace(net.parameters(), optim::MomentumOptions().momentum(0.9), *sel);
-  io::StateDict initial;
+  cifarnet::StateDict initial;
   dist::broadcast_state_dict(c, initial, roles.chief_rank());
   return ps.serve(opt ? &*opt : nullptr, initial);
 }
@@ -122,7 +122,7 @@ void join(dist::Communicator& c, Net& net, const dist::PsRoles& roles) {
   Recipe opt(net.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions());
   train::Trainer<Net> t(net);
   t.set_optimizer(opt, [](std::int64_t) { return kLr; });
-  io::StateDict d;
+  cifarnet::StateDict d;
   if (roles.is_chief()) d = t.state_dict();
   dist::broadcast_state_dict(c, d, roles.chief_rank());
 }
@@ -132,7 +132,7 @@ struct WorkerRun {
   std::vector<double> losses;
   std::int64_t first_step = -1, last_step = -1, restored_step = -1;
   dist::WorkerStats stats;
-  io::StateDict final_state;  ///< the chief's: the servers' state once every worker stopped
+  cifarnet::StateDict final_state;  ///< the chief's: the servers' state once every worker stopped
 };
 
 /// One worker's side: the chief restores from `ckpt` when it has a
@@ -149,7 +149,7 @@ WorkerRun work(dist::Communicator& c, dist::Communicator& workers, Net& net, con
   t.set_optimizer(opt, [](std::int64_t) { return kLr; });
   client.expect_slots(opt);
   WorkerRun r;
-  io::StateDict d;
+  cifarnet::StateDict d;
   if (roles.is_chief()) {
     if (ckpt && t.restore_latest(*ckpt)) r.restored_step = t.global_step();
     d = t.state_dict();
@@ -177,7 +177,7 @@ WorkerRun work(dist::Communicator& c, dist::Communicator& workers, Net& net, con
 }
 
 /// The single-process run the one-worker jobs must follow.
-io::StateDict reference(const std::vector<train::Batch>& batches, std::int64_t steps) {
+cifarnet::StateDict reference(const std::vector<train::Batch>& batches, std::int64_t steps) {
   Net ref({3, 32, 32}, DataFormat::NHWC, kOpts, 1);
   Recipe opt(ref.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions().momentum(0.9));
   train::Trainer<Net> t(ref, train::TrainerOptions().max_steps(steps));
@@ -188,14 +188,14 @@ io::StateDict reference(const std::vector<train::Batch>& batches, std::int64_t s
 
 /// Largest |a - b| over the tensors of `a` whose name ends with `suffix`
 /// ("" = all), each required in `b`.
-double max_diff(const io::StateDict& a, const io::StateDict& b, const std::string& suffix,
+double max_diff(const cifarnet::StateDict& a, const cifarnet::StateDict& b, const std::string& suffix,
                 std::size_t* n = nullptr) {
   double m = 0;
   std::size_t count = 0;
   for (const auto& [name, t] : a) {
     if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
-    const io::TensorData* u = b.find(name);
+    const cifarnet::TensorData* u = b.find(name);
     REQUIRE(u);
     const auto x = t.to_floating<double>(), y = u->to_floating<double>();
     REQUIRE(x.size() == y.size());
@@ -282,7 +282,7 @@ TEST_CASE("One worker against parameter servers follows the single process, acro
         CHECK(r.stats.updates == 3);
         CHECK(r.stats.max_staleness == 0);
         if (phase == 1) {
-          const io::StateDict ref = reference(batches, 6);
+          const cifarnet::StateDict ref = reference(batches, 6);
           std::size_t nw = 0, nm = 0;
           CHECK(max_diff(ref, r.final_state, "weights", &nw) == 0.0);
           CHECK(max_diff(ref, r.final_state, "/Momentum", &nm) == 0.0);

@@ -4,7 +4,7 @@
 // label byte and 3,072 CHW pixel bytes) plus batches.meta.txt.
 //
 // The images are the library's learnable synthetic classes
-// (data/synthetic.hpp), each file from its own seed, so the test batch holds
+// (demo/synthetic_cifar.hpp), each file from its own seed, so the test batch holds
 // images never trained on.
 //
 //   make_tiny_cifar <out_dir> [images per training file = 300] [test images = 200]
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <string>
 
-#include <cifarnet/data/synthetic.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 
 namespace {
 

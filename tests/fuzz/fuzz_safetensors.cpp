@@ -13,21 +13,21 @@
 using namespace cifarnet;
 
 namespace {
-void use(const io::StateDict& dict) {
+void use(const cifarnet::StateDict& dict) {
   fuzz::ignore_errors([&] { io::global_step(dict); });
   for (const auto& [k, v] : dict.metadata)
     if (k.rfind("rng/", 0) == 0) fuzz::ignore_errors([&, k = k] { io::rng_state(dict, k.substr(4)); });
   for (const auto& entry : dict) {
-    const io::TensorData& t = entry.second;
-    FUZZ_CHECK(t.numel() * io::dtype_size(t.dtype) == t.bytes.size());
+    const cifarnet::TensorData& t = entry.second;
+    FUZZ_CHECK(t.numel() * cifarnet::dtype_size(t.dtype) == t.bytes.size());
     fuzz::ignore_errors([&] { (void)t.to_floating<float>(); });
   }
   // Round trip: the same tensors and metadata (checksums stripped) come back.
   const auto bytes = io::serialize_safetensors(dict);
-  const io::StateDict back = io::parse_safetensors(bytes.data(), bytes.size(), "<reserialized>");
+  const cifarnet::StateDict back = io::parse_safetensors(bytes.data(), bytes.size(), "<reserialized>");
   FUZZ_CHECK(back.size() == dict.size() && back.metadata == dict.metadata);
   for (const auto& [name, t] : dict) {
-    const io::TensorData* b = back.find(name);
+    const cifarnet::TensorData* b = back.find(name);
     FUZZ_CHECK(b && b->dtype == t.dtype && b->shape == t.shape && b->bytes == t.bytes);
   }
 }

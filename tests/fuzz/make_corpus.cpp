@@ -21,7 +21,7 @@
 #include "cifarnet/io/safetensors.hpp"
 #include "cifarnet/io/tfevents.hpp"
 #include "cifarnet/io/tfrecord.hpp"
-#include "cifarnet/vision/matconvnet.hpp"
+#include "cifarnet/io/matconvnet.hpp"
 
 using namespace cifarnet;
 namespace fs = std::filesystem;
@@ -101,20 +101,22 @@ void tfrecord_and_example(Rng& rng) {
 }
 
 void safetensors() {
-  io::StateDict d;
+  cifarnet::StateDict d;
   d.set("conv1/weights", {2, 2, 1, 2}, std::vector<float>{1, -2, 3.5f, 0, 1e-3f, 7, -8, 9});
   d.set("dense/biases", {3}, std::vector<double>{0.25, -0.5, 1});
   io::set_global_step(d, 1234);
-  d.set("bn/moving_mean", io::TensorData::from<io::bf16>({2}, std::vector<io::bf16>{{0x3f80}, {0xc000}}));
-  d.set("half", io::TensorData::from<io::f16>({1, 2}, std::vector<io::f16>{{0x3c00}, {0x0001}}));
-  d.set("mask", io::TensorData::raw(io::Dtype::U8, {2, 2}, {0, 1, 1, 0}));
+  d.set("bn/moving_mean",
+        cifarnet::TensorData::from<cifarnet::bf16>({2}, std::vector<cifarnet::bf16>{{0x3f80}, {0xc000}}));
+  d.set("half",
+        cifarnet::TensorData::from<cifarnet::f16>({1, 2}, std::vector<cifarnet::f16>{{0x3c00}, {0x0001}}));
+  d.set("mask", cifarnet::TensorData::raw(cifarnet::Dtype::U8, {2, 2}, {0, 1, 1, 0}));
   io::set_rng_state(d, "data", Rng(7).state());
   d.metadata["pipeline/train"] = "epoch=3 position=17";
   put("safetensors", "checkpoint_with_checksums.safetensors", io::serialize_safetensors(d));
   io::WriteOptions plain;
   plain.checksums = false;
   put("safetensors", "checkpoint_plain.safetensors", io::serialize_safetensors(d, plain));
-  io::StateDict empty;
+  cifarnet::StateDict empty;
   put("safetensors", "empty.safetensors", io::serialize_safetensors(empty, plain));
 }
 
@@ -191,10 +193,10 @@ void images(Rng& rng) {
 }
 
 void matconvnet() {
-  auto layers = vision::random_vgg19_layers(64, 3);
+  auto layers = io::random_vgg19_layers(64, 3);
   layers.resize(4);  // conv1_1, relu1_1, conv1_2, relu1_2
   const std::string compressed = (root / ".tmp-z.mat").string(), plain = (root / ".tmp.mat").string();
-  vision::write_matconvnet(compressed, layers, vision::MatVersion::V5);
+  io::write_matconvnet(compressed, layers, io::MatVersion::V5);
   put("matconvnet", "vgg19_first4_zlib.mat", slurp(compressed));
   // The same variable, uncompressed: structure the fuzzer can mutate directly.
   {

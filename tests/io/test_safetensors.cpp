@@ -70,7 +70,7 @@ TEST_CASE("every dtype round-trips through write_safetensors and read_safetensor
   iotest::TempDir dir;
   StateDict d;
   int k = 0;
-  for (const auto& info : io::detail::kDtypes) {
+  for (const auto& info : cifarnet::detail::kDtypes) {
     std::vector<std::uint8_t> bytes(6 * info.size);
     for (auto& b : bytes) b = std::uint8_t(37 * k++ + 11);
     d.set(std::string("t_") + info.name, TensorData::raw(info.dtype, {2, 3}, bytes));

@@ -25,7 +25,7 @@ struct JobDir {
 
 /// A checkpoint at `step` in `dir` whose metadata records `layout` ("" = none).
 std::string save_checkpoint(const std::string& dir, std::int64_t step, const std::string& layout) {
-  io::StateDict d;
+  cifarnet::StateDict d;
   d.set<float>("w", {2}, std::vector<float>{1.f, 2.f});
   if (!layout.empty()) d.metadata[train::kDataFormatKey] = layout;
   io::CheckpointManager mgr(dir);
@@ -123,11 +123,11 @@ TEST_CASE("choose_data_format: given, else the job dir's record, else the device
 }
 
 TEST_CASE("data_format_saveable records the layout in the checkpoint metadata", "[placement]") {
-  io::StateDict d;
+  cifarnet::StateDict d;
   train::data_format_saveable(DataFormat::NCHW)->save(d);
   CHECK(d.metadata.at("data_format") == "channels_first");
   CHECK(train::recorded_data_format(d) == DataFormat::NCHW);
-  io::StateDict none;
+  cifarnet::StateDict none;
   CHECK_FALSE(train::recorded_data_format(none).has_value());
   CHECK_NOTHROW(train::data_format_saveable(DataFormat::NHWC)->load(d));
 }

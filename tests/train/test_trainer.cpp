@@ -658,8 +658,8 @@ struct FakeRemote : train::RemoteVariables {
     step += 1 + others;
     return step;
   }
-  void current_state(io::StateDict& d) override {
-    io::StateDict mine;
+  void current_state(cifarnet::StateDict& d) override {
+    cifarnet::StateDict mine;
     io::add_parameters(mine, vars.parameters());
     io::add_state(mine, opt);
     for (const auto& [name, t] : mine) d.set(name, t);
@@ -696,7 +696,7 @@ TEST_CASE("With remote variables a step pulls, pushes instead of updating, and t
   CHECK(same);
   // The checkpoint holds the remote state (values, slots, step) and the
   // local model takes it.
-  const io::StateDict d = t.state_dict();
+  const cifarnet::StateDict d = t.state_dict();
   CHECK(io::global_step(d) == 6);
   bool local_now = true;
   for (Eigen::Index i = 0; i < net.parameters().values().size(); ++i)

@@ -15,25 +15,25 @@ using namespace cifarnet;
 using namespace cifarnet::vision;
 
 namespace {
-data::Image gray6() {
-  data::Image x(6, 6, 1, 0.0f);
+cifarnet::Image gray6() {
+  cifarnet::Image x(6, 6, 1, 0.0f);
   for (std::size_t i = 0; i < 9; ++i) x.at(i / 3, i % 3, 0) = float(i + 1);
   x.at(1, 4, 0) = 9;
   x.at(3, 0, 0) = 1;
   x.at(3, 4, 0) = 1;
   return x;
 }
-data::Image rgb6() {
-  const data::Image g = gray6();
-  data::Image x(6, 6, 3);
+cifarnet::Image rgb6() {
+  const cifarnet::Image g = gray6();
+  cifarnet::Image x(6, 6, 3);
   for (std::size_t y = 0; y < 6; ++y)
     for (std::size_t xx = 0; xx < 6; ++xx)
       for (std::size_t c = 0; c < 3; ++c) x.at(y, xx, c) = float(c + 1) * g.at(y, xx, 0);
   return x;
 }
 /// convolve on the seed's /256 input, scaled back, as (out00, out01, out10, out11) of channel c.
-std::vector<float> run(const data::Image& img, const Kernel& k, std::size_t c = 0) {
-  const data::Image y = convolve(to_unit_range(img), k, 3);
+std::vector<float> run(const cifarnet::Image& img, const Kernel& k, std::size_t c = 0) {
+  const cifarnet::Image y = convolve(to_unit_range(img), k, 3);
   REQUIRE(y.height == 2);
   REQUIRE(y.width == 2);
   REQUIRE(y.channels == k.out);
@@ -51,7 +51,7 @@ void check(const std::vector<float>& got, const std::vector<float>& want) {
 }  // namespace
 
 TEST_CASE("Gray kernels on a 6x6 image with stride 3 match hand computations", "[vision][filters]") {
-  const data::Image x = gray6();
+  const cifarnet::Image x = gray6();
   check(run(x, kernels::blur(false)), {45, 9, 1, 1});
   check(run(x, kernels::sharpen(false)), {5, 45, 0, -1});
   check(run(x, kernels::edge(false)), {0, 36, 0, -1});
@@ -60,7 +60,7 @@ TEST_CASE("Gray kernels on a 6x6 image with stride 3 match hand computations", "
 }
 
 TEST_CASE("RGB kernels mix channels as the seed writes them", "[vision][filters]") {
-  const data::Image x = rgb6();  // channel sums are 6·X
+  const cifarnet::Image x = rgb6();  // channel sums are 6·X
   for (std::size_t c = 0; c < 3; ++c) {
     INFO("output channel " << c);
     check(run(x, kernels::blur(true), c), {30, 13.5f, 0.375f, 0.75f});
@@ -88,14 +88,14 @@ TEST_CASE("The seed's list: blur, sharpen, edge, top Sobel, emboss, with top Sob
   }
   // With the clip, -24 becomes 0; values above 255 are capped.
   check(run(gray6(), seed_kernels(false)[3]), {0, 0, 1, 2});
-  data::Image big(3, 3, 1, 0.0f);
+  cifarnet::Image big(3, 3, 1, 0.0f);
   big.at(0, 1, 0) = 1000.0f;
   CHECK(convolve(big, seed_kernels(false)[3], 3).data[0] == 255.0f);
 }
 
 TEST_CASE("SAME padding with stride 3 pads the bottom and right of a 5x5 image", "[vision][filters]") {
-  const data::Image ones(5, 5, 1, 1.0f);
-  const data::Image y = convolve(ones, kernels::blur(false), 3);
+  const cifarnet::Image ones(5, 5, 1, 1.0f);
+  const cifarnet::Image y = convolve(ones, kernels::blur(false), 3);
   REQUIRE(y.height == 2);
   REQUIRE(y.width == 2);
   CHECK(y.data == std::vector<float>{9, 6, 6, 4});
@@ -103,7 +103,7 @@ TEST_CASE("SAME padding with stride 3 pads the bottom and right of a 5x5 image",
 }
 
 TEST_CASE("Grayscale conversion uses TF's weights, and channel mismatches are errors", "[vision][filters]") {
-  data::Image px(1, 1, 3);
+  cifarnet::Image px(1, 1, 3);
   px.data = {100, 50, 200};
   CHECK(rgb_to_grayscale(px).data[0] == Approx(0.2989f * 100 + 0.5870f * 50 + 0.1140f * 200));
   CHECK_THROWS_AS(convolve(px, kernels::blur(false)), ShapeError);

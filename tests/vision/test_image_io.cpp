@@ -77,7 +77,7 @@ TEST_CASE("Channel conversion on load: gray, and RGBA with opaque alpha", "[visi
   const io::Image8 rgba = io::load_image8(dir / "g.png", 4);
   REQUIRE(rgba.channels == 4);
   CHECK(int(rgba.at(3, 4, 3)) == 255);
-  const data::Image f = io::load_image(dir / "g.png");
+  const cifarnet::Image f = io::load_image(dir / "g.png");
   CHECK(f.channels == 3);
   CHECK(f.at(2, 2, 1) == 77.0f);
   CHECK_THROWS_AS(io::load_image8(dir / "g.png", 5), ConfigError);
@@ -113,25 +113,25 @@ TEST_CASE("Unreadable, empty, truncated and unsupported image files are errors n
 
 TEST_CASE("Area resize averages blocks exactly at integer ratios, and bilinear keeps a ramp monotone",
           "[vision][image]") {
-  data::Image img(4, 4, 1);
+  cifarnet::Image img(4, 4, 1);
   for (std::size_t i = 0; i < 16; ++i) img.data[i] = float(i);
-  const data::Image a = io::resize(img, 2, 2, io::ResizeFilter::Area);
+  const cifarnet::Image a = io::resize(img, 2, 2, io::ResizeFilter::Area);
   // Blocks {0,1,4,5}, {2,3,6,7}, {8,9,12,13}, {10,11,14,15}.
   CHECK(a.data[0] == Approx(2.5f));
   CHECK(a.data[1] == Approx(4.5f));
   CHECK(a.data[2] == Approx(10.5f));
   CHECK(a.data[3] == Approx(12.5f));
 
-  data::Image ramp(1, 4, 1);
+  cifarnet::Image ramp(1, 4, 1);
   for (std::size_t i = 0; i < 4; ++i) ramp.data[i] = float(10 * i);
-  const data::Image up = io::resize(ramp, 1, 8, io::ResizeFilter::Bilinear);
+  const cifarnet::Image up = io::resize(ramp, 1, 8, io::ResizeFilter::Bilinear);
   for (std::size_t i = 1; i < 8; ++i) CHECK(up.data[i] >= up.data[i - 1]);
   CHECK(up.data[0] >= 0.0f);
   CHECK(up.data[7] <= 30.0f);
 
-  data::Image flat(10, 7, 3, 42.0f);
+  cifarnet::Image flat(10, 7, 3, 42.0f);
   for (auto f : {io::ResizeFilter::Area, io::ResizeFilter::Bilinear}) {
-    const data::Image r = io::resize(flat, 5, 11, f);
+    const cifarnet::Image r = io::resize(flat, 5, 11, f);
     for (float v : r.data) CHECK(v == Approx(42.0f));
   }
   CHECK_THROWS_AS(io::resize(flat, 0, 3), ConfigError);
@@ -140,10 +140,10 @@ TEST_CASE("Area resize averages blocks exactly at integer ratios, and bilinear k
 TEST_CASE("fit crops the centre to the target aspect ratio before resizing (PIL's ImageOps.fit)",
           "[vision][image]") {
   // 10 x 40: red outer quarters, blue centre 10 x 20. Fitting to 5 x 10 keeps the centre only.
-  data::Image img(10, 40, 3, 0.0f);
+  cifarnet::Image img(10, 40, 3, 0.0f);
   for (std::size_t y = 0; y < 10; ++y)
     for (std::size_t x = 0; x < 40; ++x) img.at(y, x, (x < 10 || x >= 30) ? 0 : 2) = 200.0f;
-  const data::Image f = io::fit(img, 5, 10);
+  const cifarnet::Image f = io::fit(img, 5, 10);
   REQUIRE(f.height == 5);
   REQUIRE(f.width == 10);
   for (std::size_t i = 0; i < f.data.size(); i += 3) {
@@ -153,7 +153,7 @@ TEST_CASE("fit crops the centre to the target aspect ratio before resizing (PIL'
 }
 
 TEST_CASE("Float to byte conversion clips, rounds or truncates, and maps NaN to 0", "[vision][image]") {
-  data::Image img(1, 5, 1);
+  cifarnet::Image img(1, 5, 1);
   img.data = {-3.0f, 12.6f, 254.5f, 300.0f, std::numeric_limits<float>::quiet_NaN()};
   const io::Image8 r = io::to_uint8(img);
   CHECK(std::vector<int>(r.pixels.begin(), r.pixels.end()) == std::vector<int>{0, 13, 255, 255, 0});

@@ -9,7 +9,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/vgg19.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
-#include <cifarnet/vision/test_images.hpp>
+#include <cifarnet/demo/images.hpp>
 
 #include <cmath>
 
@@ -106,7 +106,7 @@ StyleTransferOptions small_options(std::size_t h, std::size_t w) {
   return o;
 }
 template <class T>
-std::vector<T> centred(const data::Image& img) {
+std::vector<T> centred(const cifarnet::Image& img) {
   std::vector<T> v(img.data.size());
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = T(img.data[i] - kVgg19MeanPixel[i % 3]);
   return v;
@@ -165,7 +165,7 @@ TEST_CASE("oneDNN (float) and the reference (double) agree on the Gatys losses a
   StyleTransferOptions o = small_options(H, W);
   GatysLoss<R> lr(ref, o);
   GatysLoss<O> lo(dnn, o);
-  const data::Image c = builtin_content_image(H, W), s = builtin_style_image(H, W);
+  const cifarnet::Image c = builtin_content_image(H, W), s = builtin_style_image(H, W);
   lr.set_content(centred<double>(c).data());
   lr.set_style(centred<double>(s).data());
   lo.set_content(centred<float>(c).data());

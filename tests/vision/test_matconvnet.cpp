@@ -1,4 +1,4 @@
-// vision/matconvnet.hpp: MatConvNet .mat files written here through matio
+// io/matconvnet.hpp (the reader the style transfer uses): MatConvNet .mat files written here through matio
 // (v5 compressed and v7.3/HDF5) with random VGG-19-shaped weights, read back;
 // MATLAB's column-major order checked with raw matio; and every way a file
 // can be wrong: truncated, not a .mat file, no `layers`, a DagNN struct
@@ -8,14 +8,14 @@
 
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/vgg19.hpp>
-#include <cifarnet/vision/matconvnet.hpp>
+#include <cifarnet/io/matconvnet.hpp>
 
 #include <filesystem>
 
 #include "io/io_test_util.hpp"
 
 using namespace cifarnet;
-using namespace cifarnet::vision;
+using namespace cifarnet::io;
 using iotest::message_of;
 using iotest::TempDir;
 
@@ -229,4 +229,47 @@ TEST_CASE("A compressed v5 file written by scipy (not matio) reads with the real
   CHECK(listing[36].name == "pool5");
   CHECK(listing[36].type == "pool");
   CHECK(listing[42].type == "softmax");
+}
+
+namespace {
+std::vector<std::string>& program_log() {
+  static std::vector<std::string> log;
+  return log;
+}
+void program_handler(int, char* message) { program_log().emplace_back(message ? message : ""); }
+bool program_saw(const std::string& text) {
+  for (const auto& m : program_log())
+    if (m.find(text) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("matio's log handler is cifarnet's only while a read or write runs, and the program's after it",
+          "[vision][mat]") {
+  TempDir dir;
+  program_log().clear();
+  set_matio_log_handler("test", &program_handler);
+  Mat_Warning("%s", "before any read");
+  CHECK(program_saw("before any read"));
+  {
+    MatioLogScope outer;
+    {
+      MatioLogScope inner;  // nested scopes: only the outermost puts the handler back
+    }
+    Mat_Warning("%s", "during a read");
+    CHECK_THAT(io::detail::matio_log(), Catch::Contains("during a read"));
+  }
+  CHECK_FALSE(program_saw("during a read"));
+  Mat_Warning("%s", "after a scope");
+  CHECK(program_saw("after a scope"));
+
+  // A read and a write that succeed, and one that fails with an exception.
+  write_matconvnet(dir / "ok.mat", random_vgg19_layers(32, 1));
+  CHECK(read_vgg19_mat(dir / "ok.mat", {"conv1_1"}).size() == 1);
+  iotest::write_bytes(dir / "text.mat", std::vector<std::uint8_t>(300, 'x'));
+  CHECK_THROWS_AS(read_vgg19_mat(dir / "text.mat"), DataError);
+  Mat_Warning("%s", "after the reads");
+  CHECK(program_saw("after the reads"));
+
+  set_matio_log_handler("", nullptr);  // matio's default again for the other cases
 }

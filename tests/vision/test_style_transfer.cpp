@@ -9,7 +9,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/vgg19.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
-#include <cifarnet/vision/test_images.hpp>
+#include <cifarnet/demo/images.hpp>
 
 #include "io/io_test_util.hpp"
 
@@ -40,15 +40,15 @@ TEST_CASE("The initial image mixes uniform(-20, 20) noise and the content image 
           "[vision][style]") {
   using M = Model<Vgg19Features<32>, backend::Reference, double>;
   M net({3, 16, 20}, DataFormat::NHWC, vgg19_random_options(), 1, true);
-  const data::Image content = builtin_content_image(16, 20), style = builtin_style_image(16, 20);
+  const cifarnet::Image content = builtin_content_image(16, 20), style = builtin_style_image(16, 20);
   StyleTransferOptions o = tiny_options(16, 20);
   o.noise_ratio = 0.0;
   StyleTransfer<M> pure(net, o, content, style);
-  const data::Image x = pure.image();
+  const cifarnet::Image x = pure.image();
   for (std::size_t i = 0; i < x.data.size(); ++i) CHECK(x.data[i] == Approx(content.data[i]).margin(1e-4));
   o.noise_ratio = 1.0;
   StyleTransfer<M> noise(net, o, content, style);
-  const data::Image n = noise.image();
+  const cifarnet::Image n = noise.image();
   double lo = 1e9, hi = -1e9;
   for (std::size_t i = 0; i < n.data.size(); ++i) {
     const double v = double(n.data[i]) - double(kVgg19MeanPixel[i % 3]);
@@ -83,7 +83,7 @@ TEST_CASE("A checkpoint at step 20 resumes and continues exactly as an uninterru
           "[vision][style]") {
   using M = Model<Vgg19Features<32>, backend::Reference, double>;
   const std::size_t H = 20, W = 24;
-  const data::Image content = builtin_content_image(H, W), style = builtin_style_image(H, W);
+  const cifarnet::Image content = builtin_content_image(H, W), style = builtin_style_image(H, W);
   TempDir dir;
 
   M net_a({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 5, true);
@@ -99,7 +99,7 @@ TEST_CASE("A checkpoint at step 20 resumes and continues exactly as an uninterru
       if (first.global_step() % 10 == 0) first.save(mgr);
     }
     REQUIRE(mgr.checkpoints().size() == 2);
-    const io::StateDict d = first.state();
+    const cifarnet::StateDict d = first.state();
     for (const char* name : {"input/Variable", "input/Variable/Adam", "input/Variable/Adam_1", "beta1_power",
                              "beta2_power", "global_step"})
       CHECK(d.contains(name));
@@ -113,14 +113,14 @@ TEST_CASE("A checkpoint at step 20 resumes and continues exactly as an uninterru
   CHECK(resumed.global_step() == 20);
   for (int i = 0; i < 5; ++i) resumed.step();
   CHECK(resumed.global_step() == 25);
-  const data::Image a = straight.image(), b = resumed.image();
+  const cifarnet::Image a = straight.image(), b = resumed.image();
   CHECK(a.data == b.data);
 
   // A checkpoint of another image size is refused before anything changes.
   M small({3, H, W - 2}, DataFormat::NHWC, vgg19_random_options(), 5, true);
   StyleTransfer<M> other(small, tiny_options(H, W - 2), builtin_content_image(H, W - 2),
                          builtin_style_image(H, W - 2));
-  const data::Image before = other.image();
+  const cifarnet::Image before = other.image();
   CHECK_THROWS_AS(other.restore_latest(mgr), ShapeError);
   CHECK(other.image().data == before.data);
   CHECK(other.global_step() == 0);

@@ -1,4 +1,4 @@
-// cifarnet/data/image.hpp — the two image containers of the data area.
+// cifarnet/data/image.hpp — the data set container of the data area.
 //
 // ImageSet: a whole data set in memory as uint8, one image after the other,
 // each image in CHW order exactly as the CIFAR binary files and the seed's
@@ -6,10 +6,8 @@
 // each plane row-major), plus int32 labels. Invariant: pixels.size() ==
 // labels.size() * geometry.size().
 //
-// Image: one float32 image in HWC order (TensorFlow's layout for
-// tf.image.*), the type the augmentation functions work on. Invariant:
-// data.size() == height * width * channels. Images are converted from
-// uint8 CHW to float HWC once, by decode_chw_to_hwc().
+// Images are converted from uint8 CHW to float HWC (cifarnet::Image,
+// core/image.hpp) once, by decode_chw_to_hwc().
 #pragma once
 
 #include <cstddef>
@@ -18,45 +16,10 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/image.hpp"
 
 namespace cifarnet {
 namespace data {
-
-/// Height, width and channel count of one image.
-struct ImageGeometry {
-  std::size_t height = 0, width = 0, channels = 0;
-
-  std::size_t size() const { return height * width * channels; }
-  bool operator==(const ImageGeometry& o) const {
-    return height == o.height && width == o.width && channels == o.channels;
-  }
-  bool operator!=(const ImageGeometry& o) const { return !(*this == o); }
-  std::string str() const { return cifarnet::detail::concat(height, "x", width, "x", channels); }
-};
-
-/// One float32 image, HWC (row-major, channels innermost).
-struct Image {
-  std::size_t height = 0, width = 0, channels = 0;
-  std::vector<float> data;
-
-  Image() = default;
-  Image(std::size_t h, std::size_t w, std::size_t c, float fill = 0.0f)
-      : height(h), width(w), channels(c), data(h * w * c, fill) {}
-
-  ImageGeometry geometry() const { return {height, width, channels}; }
-  std::size_t size() const { return data.size(); }
-  /// Reshapes to h x w x c, reusing the buffer (contents unspecified).
-  void reshape(std::size_t h, std::size_t w, std::size_t c) {
-    height = h;
-    width = w;
-    channels = c;
-    data.resize(h * w * c);
-  }
-  float& at(std::size_t y, std::size_t x, std::size_t ch) { return data[(y * width + x) * channels + ch]; }
-  float at(std::size_t y, std::size_t x, std::size_t ch) const {
-    return data[(y * width + x) * channels + ch];
-  }
-};
 
 /// A labelled image set held in memory as uint8 CHW images.
 struct ImageSet {

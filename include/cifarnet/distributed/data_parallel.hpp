@@ -35,6 +35,7 @@
 #include "cifarnet/core/crc32c.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/core/state_dict.hpp"
 #include "cifarnet/distributed/mpi.hpp"
 #include "cifarnet/io/safetensors.hpp"
 #include "cifarnet/nn/context.hpp"
@@ -254,7 +255,7 @@ void broadcast_parameters(Communicator& comm, Parameters<T>& params, int root = 
 
 /// A StateDict (tensors and metadata) from `root` to every rank, through its
 /// safetensors bytes; the others' `dict` is replaced.
-inline void broadcast_state_dict(Communicator& comm, io::StateDict& dict, int root = 0) {
+inline void broadcast_state_dict(Communicator& comm, StateDict& dict, int root = 0) {
   std::vector<std::uint8_t> bytes;
   if (comm.rank() == root) bytes = io::serialize_safetensors(dict);
   comm.broadcast(bytes, root, "state broadcast");
@@ -269,7 +270,7 @@ inline void broadcast_state_dict(Communicator& comm, io::StateDict& dict, int ro
 /// checkpoint (or not: it then broadcasts the initial parameters).
 template <class TrainerT>
 void broadcast_training_state(Communicator& comm, TrainerT& trainer) {
-  io::StateDict d;
+  StateDict d;
   if (comm.is_chief()) d = trainer.state_dict();
   broadcast_state_dict(comm, d, 0);
   if (!comm.is_chief()) trainer.load_state_dict(d);

@@ -64,8 +64,9 @@
 #include "cifarnet/core/crc32c.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/core/state_dict.hpp"
 #include "cifarnet/distributed/mpi.hpp"
-#include "cifarnet/io/checkpoint.hpp"
+#include "cifarnet/io/parameter_state.hpp"
 #include "cifarnet/io/safetensors.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/train/trainer.hpp"
@@ -283,7 +284,7 @@ class ParameterServer {
   /// (step(params, lr) and visit_state, built over selection()) applies each
   /// push; it may be null only when selection() is empty.
   template <class Opt>
-  ServeStats serve(Opt* opt, const io::StateDict& initial) {
+  ServeStats serve(Opt* opt, const StateDict& initial) {
     if (!opt && selection())
       throw ConfigError("ParameterServer::serve: rank " + std::to_string(ps_) +
                         " holds trainable variables but was given no optimizer");
@@ -365,10 +366,9 @@ class ParameterServer {
         }
         case detail::kFetch: {
           detail::check_size(in, 0, m.tag, m.source, who());
-          io::StateDict d;
+          StateDict d;
           for (std::size_t id : ids)
-            d.set(params_->info(id).name,
-                  io::TensorData::from<T>(params_->info(id).shape, params_->value(id)));
+            d.set(params_->info(id).name, TensorData::from<T>(params_->info(id).shape, params_->value(id)));
           if (opt) io::add_state(d, *opt);
           if (holds_step) io::set_global_step(d, global_step);
           out = io::serialize_safetensors(d);
@@ -491,7 +491,7 @@ class ParameterServerClient final : public train::RemoteVariables {
     return step;
   }
 
-  void current_state(io::StateDict& d) override {
+  void current_state(StateDict& d) override {
     check_open("fetch the state");
     for (int p = 0; p < roles_.num_ps(); ++p)
       comm_->send(p, detail::kFetch, nullptr, 0, "worker: fetch request");
@@ -499,10 +499,10 @@ class ParameterServerClient final : public train::RemoteVariables {
     std::vector<std::string> slots_seen;
     for (int p = 0; p < roles_.num_ps(); ++p) {
       comm_->receive(p, detail::kState, buf_, "worker: the state of a parameter server");
-      const io::StateDict part = io::parse_safetensors(
-          buf_.data(), buf_.size(), "the state of parameter server rank " + std::to_string(p));
+      const StateDict part = io::parse_safetensors(buf_.data(), buf_.size(),
+                                                   "the state of parameter server rank " + std::to_string(p));
       for (const auto& [name, t] : part.tensors()) {
-        const io::TensorData* mine = d.find(name);
+        const TensorData* mine = d.find(name);
         if (!mine || mine->shape != t.shape || mine->dtype != t.dtype)
           throw DistributedError(
               who() + ": tensor '" + name + "' from parameter server rank " + std::to_string(p) +

@@ -4,7 +4,7 @@
 // compiled into a header-only library).
 //
 // Two containers: Image8 (8-bit, row-major HWC, what files hold) and
-// data::Image (float32 HWC, what the networks and filters work on; values in
+// Image (float32 HWC, what the networks and filters work on; values in
 // [0, 255] when converted from Image8). Invariant of both: the pixel buffer
 // holds height * width * channels values.
 //
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/data/image.hpp"
+#include "cifarnet/core/image.hpp"
 #include "cifarnet/io/detail/stb_image.hpp"
 #include "cifarnet/io/file.hpp"
 #include "cifarnet/io/png.hpp"
@@ -237,21 +237,21 @@ inline Image8 load_image8(const std::string& path, int channels = 0) {
 }
 
 /// Converts bytes to float values in [0, 255].
-inline data::Image to_float(const Image8& img) {
-  data::Image out(img.height, img.width, img.channels);
+inline Image to_float(const Image8& img) {
+  Image out(img.height, img.width, img.channels);
   std::transform(img.pixels.begin(), img.pixels.end(), out.data.begin(),
                  [](std::uint8_t v) { return static_cast<float>(v); });
   return out;
 }
 
 /// Reads an image file as float32 HWC with values in [0, 255].
-inline data::Image load_image(const std::string& path, int channels = 0) {
+inline Image load_image(const std::string& path, int channels = 0) {
   return to_float(load_image8(path, channels));
 }
 
 /// Converts float values to bytes: clipped to [0, 255], rounded or
 /// truncated; NaN becomes 0.
-inline Image8 to_uint8(const data::Image& img, ToByte mode = ToByte::Round) {
+inline Image8 to_uint8(const Image& img, ToByte mode = ToByte::Round) {
   if (img.data.size() != img.height * img.width * img.channels)
     throw ShapeError(cifarnet::detail::concat("to_uint8: image of ", img.height, "x", img.width, "x",
                                               img.channels, " holds ", img.data.size(), " values"));
@@ -267,8 +267,8 @@ inline Image8 to_uint8(const data::Image& img, ToByte mode = ToByte::Round) {
 
 /// Resizes to height x width with stb_image_resize (linear color space,
 /// edges clamped). ConfigError on zero sizes or more than 64 channels.
-inline data::Image resize(const data::Image& img, std::size_t height, std::size_t width,
-                          ResizeFilter filter = ResizeFilter::Area) {
+inline Image resize(const Image& img, std::size_t height, std::size_t width,
+                    ResizeFilter filter = ResizeFilter::Area) {
   if (img.height == 0 || img.width == 0 || img.channels == 0 || height == 0 || width == 0)
     throw ConfigError(cifarnet::detail::concat("resize: cannot resize a ", img.height, "x", img.width, "x",
                                                img.channels, " image to ", height, "x", width));
@@ -279,7 +279,7 @@ inline data::Image resize(const data::Image& img, std::size_t height, std::size_
                                                " is outside stb_image_resize's limits"));
   if (img.data.size() != img.height * img.width * img.channels)
     throw ShapeError("resize: the image buffer does not match its dimensions");
-  data::Image out(height, width, img.channels);
+  Image out(height, width, img.channels);
   if (height == img.height && width == img.width) {
     out.data = img.data;
     return out;
@@ -300,8 +300,8 @@ inline data::Image resize(const data::Image& img, std::size_t height, std::size_
 /// Crops the centre of `img` to the aspect ratio of height x width, then
 /// resizes to exactly that size (PIL's ImageOps.fit, which the style
 /// transfer seed uses to load its images).
-inline data::Image fit(const data::Image& img, std::size_t height, std::size_t width,
-                       ResizeFilter filter = ResizeFilter::Area) {
+inline Image fit(const Image& img, std::size_t height, std::size_t width,
+                 ResizeFilter filter = ResizeFilter::Area) {
   if (img.height == 0 || img.width == 0 || height == 0 || width == 0)
     throw ConfigError(cifarnet::detail::concat("fit: cannot fit a ", img.height, "x", img.width, " image to ",
                                                height, "x", width));
@@ -312,7 +312,7 @@ inline data::Image fit(const data::Image& img, std::size_t height, std::size_t w
   else
     ch = std::max<std::size_t>(1, (img.width * height + width / 2) / width);
   const std::size_t y0 = (img.height - ch) / 2, x0 = (img.width - cw) / 2, c = img.channels;
-  data::Image crop(ch, cw, c);
+  Image crop(ch, cw, c);
   for (std::size_t y = 0; y < ch; ++y)
     std::copy_n(img.data.begin() + std::ptrdiff_t(((y0 + y) * img.width + x0) * c), cw * c,
                 crop.data.begin() + std::ptrdiff_t(y * cw * c));

@@ -54,7 +54,7 @@ struct Conv2d : LayerBase {
       ensure_shape(y_, geom_.out_shape(), fmt_);
       x_ = &x;
       // Auto never trains weights with Winograd: a replica's result must not
-      // depend on how many images it holds (nn/conv_algorithm.hpp).
+      // depend on how many images it holds (ops/conv_algorithm.hpp).
       if constexpr (backend_traits<B>::conv_algorithms)
         op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
                               ? ConvAlgorithm::Direct

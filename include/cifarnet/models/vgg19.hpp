@@ -16,7 +16,7 @@
 // D divides every channel count (64/D, 128/D, 256/D, 512/D): D = 1 is VGG-19;
 // D = 16 or 32 gives a tiny net of the same structure for tests and demos.
 // Weights are frozen by the caller (Model::set_weight_gradients(false)); they
-// come from MatConvNet's imagenet-vgg-verydeep-19.mat (vision/matconvnet.hpp
+// come from MatConvNet's imagenet-vgg-verydeep-19.mat (io/matconvnet.hpp
 // reads it into ConvWeights; load_vgg19_weights copies them into the arena)
 // or are random (vgg19_random_options(), for timing and demos).
 #pragma once

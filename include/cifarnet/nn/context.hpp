@@ -20,7 +20,7 @@
 #include "cifarnet/core/names.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/tensor.hpp"
-#include "cifarnet/nn/conv_algorithm.hpp"
+#include "cifarnet/ops/conv_algorithm.hpp"
 #include "cifarnet/nn/profile.hpp"
 
 namespace cifarnet {
@@ -38,10 +38,10 @@ struct NetOptions {
   std::vector<std::pair<std::string, Initializer>> initializers;
   /// Batch norm moving-average decay and epsilon (TF ResNet: 0.997, 1e-5).
   double bn_decay = 0.997, bn_epsilon = 1e-5;
-  /// Convolution algorithm on backends that offer a choice (nn/conv_algorithm.hpp).
+  /// Convolution algorithm on backends that offer a choice (ops/conv_algorithm.hpp).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::Auto;
   /// Arithmetic of the convolutions on backends that offer bf16 (oneDNN;
-  /// nn/conv_algorithm.hpp). Master weights and everything else stay float.
+  /// ops/conv_algorithm.hpp). Master weights and everything else stay float.
   ConvPrecision conv_precision = ConvPrecision::F32;
 
   NetOptions& with_repeat(int n) {

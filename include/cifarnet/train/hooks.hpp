@@ -29,7 +29,8 @@
 #include <sstream>
 #include <string>
 
-#include "cifarnet/io/checkpoint.hpp"
+#include "cifarnet/io/checkpoint_manager.hpp"
+#include "cifarnet/io/parameter_state.hpp"
 #include "cifarnet/io/tfevents.hpp"
 #include "cifarnet/train/trainer.hpp"
 
@@ -195,7 +196,7 @@ class CheckpointHook : public Hook {
 
  private:
   void save(TrainerBase& t) {
-    const io::StateDict d = t.state_dict();  // (first: remote variables bring their global step)
+    const StateDict d = t.state_dict();  // (first: remote variables bring their global step)
     last_path_ = mgr_->save(t.global_step(), d);
     last_saved_ = t.global_step();
     last_time_ = detail::Clock::now();

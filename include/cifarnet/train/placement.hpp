@@ -27,7 +27,8 @@
 
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/tensor.hpp"
-#include "cifarnet/io/checkpoint.hpp"
+#include "cifarnet/io/checkpoint_manager.hpp"
+#include "cifarnet/io/parameter_state.hpp"
 #include "cifarnet/train/state.hpp"
 
 namespace cifarnet::train {
@@ -81,7 +82,7 @@ inline constexpr const char* kDataFormatKey = "data_format";
 /// The layout recorded in a checkpoint's metadata; nullopt when it has none
 /// (checkpoints written before the key existed). DataError naming the file
 /// when the value is not a layout.
-inline std::optional<DataFormat> recorded_data_format(const io::StateDict& d) {
+inline std::optional<DataFormat> recorded_data_format(const StateDict& d) {
   const auto it = d.metadata.find(kDataFormatKey);
   if (it == d.metadata.end()) return std::nullopt;
   try {
@@ -179,8 +180,8 @@ inline FormatChoice choose_data_format(std::optional<DataFormat> given, bool on_
 /// read the value and reported a change.
 inline std::shared_ptr<Saveable> data_format_saveable(DataFormat format) {
   return std::make_shared<FunctionSaveable>(
-      [format](io::StateDict& d) { d.metadata[kDataFormatKey] = layout_name(format); },
-      [](const io::StateDict& d) { (void)recorded_data_format(d); });
+      [format](StateDict& d) { d.metadata[kDataFormatKey] = layout_name(format); },
+      [](const StateDict& d) { (void)recorded_data_format(d); });
 }
 
 }  // namespace cifarnet::train

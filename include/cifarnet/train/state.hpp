@@ -19,8 +19,8 @@
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/rng.hpp"
-#include "cifarnet/io/checkpoint.hpp"
-#include "cifarnet/io/safetensors.hpp"
+#include "cifarnet/core/state_dict.hpp"
+#include "cifarnet/io/parameter_state.hpp"
 
 namespace cifarnet::train {
 
@@ -28,21 +28,21 @@ namespace cifarnet::train {
 class Saveable {
  public:
   virtual ~Saveable() = default;
-  virtual void save(io::StateDict& dict) = 0;
-  virtual void load(const io::StateDict& dict) = 0;
+  virtual void save(StateDict& dict) = 0;
+  virtual void load(const StateDict& dict) = 0;
 };
 
 /// A Saveable from two functions.
 class FunctionSaveable : public Saveable {
  public:
-  FunctionSaveable(std::function<void(io::StateDict&)> s, std::function<void(const io::StateDict&)> l)
+  FunctionSaveable(std::function<void(StateDict&)> s, std::function<void(const StateDict&)> l)
       : save_(std::move(s)), load_(std::move(l)) {}
-  void save(io::StateDict& d) override { save_(d); }
-  void load(const io::StateDict& d) override { load_(d); }
+  void save(StateDict& d) override { save_(d); }
+  void load(const StateDict& d) override { load_(d); }
 
  private:
-  std::function<void(io::StateDict&)> save_;
-  std::function<void(const io::StateDict&)> load_;
+  std::function<void(StateDict&)> save_;
+  std::function<void(const StateDict&)> load_;
 };
 
 /// Any object with visit_state(f(name, T* data, shape)): optimizers, gradient
@@ -52,8 +52,8 @@ template <class S>
 class SlotSaveable : public Saveable {
  public:
   explicit SlotSaveable(S& obj) : obj_(&obj) {}
-  void save(io::StateDict& d) override { io::add_state(d, *obj_); }
-  void load(const io::StateDict& d) override { io::load_state(*obj_, d); }
+  void save(StateDict& d) override { io::add_state(d, *obj_); }
+  void load(const StateDict& d) override { io::load_state(*obj_, d); }
 
  private:
   S* obj_;
@@ -63,8 +63,8 @@ class SlotSaveable : public Saveable {
 class RngSaveable : public Saveable {
  public:
   RngSaveable(std::string name, Rng& rng) : name_(std::move(name)), rng_(&rng) {}
-  void save(io::StateDict& d) override { io::set_rng_state(d, name_, rng_->state()); }
-  void load(const io::StateDict& d) override {
+  void save(StateDict& d) override { io::set_rng_state(d, name_, rng_->state()); }
+  void load(const StateDict& d) override {
     auto s = io::rng_state(d, name_);
     if (!s)
       throw DataError("checkpoint " + io::detail::source_of(d) + " has no RNG state 'rng/" + name_ + "'");
@@ -90,8 +90,8 @@ class TrainingState {
   }
   void add_rng(const std::string& name, Rng& rng) { add(std::make_shared<RngSaveable>(name, rng)); }
 
-  io::StateDict save(std::int64_t global_step) {
-    io::StateDict d;
+  StateDict save(std::int64_t global_step) {
+    StateDict d;
     io::add_parameters(d, *params_);
     io::set_global_step(d, global_step);
     for (auto& s : extra_) s->save(d);
@@ -100,7 +100,7 @@ class TrainingState {
 
   /// Loads everything back (strict: every parameter and slot must be there
   /// with its shape); returns the global step.
-  std::int64_t restore(const io::StateDict& d) {
+  std::int64_t restore(const StateDict& d) {
     io::LoadOptions o;
     o.strict = true;
     io::load_parameters(*params_, d, o);

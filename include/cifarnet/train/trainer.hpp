@@ -60,6 +60,7 @@
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/ops.hpp"
 #include "cifarnet/optim/layout.hpp"
+#include "cifarnet/io/checkpoint_manager.hpp"
 #include "cifarnet/train/state.hpp"
 #include "cifarnet/train/trace.hpp"
 
@@ -263,7 +264,7 @@ class RemoteVariables {
   /// copy) that live remotely — parameters, BN statistics, optimizer slots,
   /// global step — with their current remote values, and copies the values
   /// into the local model.
-  virtual void current_state(io::StateDict& d) = 0;
+  virtual void current_state(StateDict& d) = 0;
 };
 
 /// The model-independent part of a trainer, seen by hooks.
@@ -276,7 +277,7 @@ class TrainerBase {
   void request_stop() { stop_ = true; }
   bool stop_requested() const { return stop_; }
   /// Everything a checkpoint holds, at the current step.
-  virtual io::StateDict state_dict() = 0;
+  virtual StateDict state_dict() = 0;
   /// Trainable parameters and their gradients, for summaries.
   virtual void visit_parameters(
       const std::function<void(const ParamInfo&, const float*, const float*)>& f) = 0;
@@ -362,8 +363,8 @@ class Trainer : public TrainerBase {
   /// Checkpoint saves that failed during run() (Continue policy: the ones it trained past).
   std::int64_t checkpoint_failures() const { return checkpoint_failures_; }
 
-  io::StateDict state_dict() override {
-    io::StateDict d = state_.save(step_);
+  StateDict state_dict() override {
+    StateDict d = state_.save(step_);
     if (remote_) {
       remote_->current_state(d);
       if (const auto s = io::global_step(d)) step_ = *s;  // the remote global step, now
@@ -371,7 +372,7 @@ class Trainer : public TrainerBase {
     return d;
   }
   /// Restores everything from a checkpoint; returns the global step.
-  std::int64_t load_state_dict(const io::StateDict& d) {
+  std::int64_t load_state_dict(const StateDict& d) {
     step_ = state_.restore(d);
     restored_ = true;  // a resume: init_fn is not run
     return step_;

@@ -18,7 +18,7 @@
 
 #include "cifarnet/backend/reference/conv2d.hpp"
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/data/image.hpp"
+#include "cifarnet/core/image.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet::vision {
@@ -95,17 +95,17 @@ inline std::vector<Kernel> seed_kernels(bool rgb) {
 }
 
 /// The seed's input scaling: x / 256 (values in [0, 1) for 8-bit images).
-inline data::Image to_unit_range(data::Image img) {
+inline Image to_unit_range(Image img) {
   for (float& v : img.data) v /= 256.0f;
   return img;
 }
 
 /// tf.image.rgb_to_grayscale: 0.2989 R + 0.5870 G + 0.1140 B, one channel.
-inline data::Image rgb_to_grayscale(const data::Image& img) {
+inline Image rgb_to_grayscale(const Image& img) {
   if (img.channels != 3)
     throw ShapeError(
         cifarnet::detail::concat("rgb_to_grayscale: needs 3 channels, the image has ", img.channels));
-  data::Image out(img.height, img.width, 1);
+  Image out(img.height, img.width, 1);
   for (std::size_t i = 0; i < img.height * img.width; ++i) {
     const float* p = img.data.data() + 3 * i;
     out.data[i] = 0.2989f * p[0] + 0.5870f * p[1] + 0.1140f * p[2];
@@ -121,7 +121,7 @@ inline std::array<std::size_t, 2> convolved_size(std::size_t height, std::size_t
 /// tf.nn.conv2d(image, kernel, strides=[1, s, s, 1], padding='SAME') on one
 /// HWC image (cifarnet's reference conv2d, NHWC), then the kernel's
 /// relu_clip if set. ShapeError when the channel counts differ.
-inline data::Image convolve(const data::Image& img, const Kernel& k, std::size_t stride = 3) {
+inline Image convolve(const Image& img, const Kernel& k, std::size_t stride = 3) {
   if (stride == 0) throw ConfigError("convolve: stride must be positive");
   if (img.channels != k.in)
     throw ShapeError(cifarnet::detail::concat("convolve: kernel '", k.name, "' takes ", k.in,
@@ -134,7 +134,7 @@ inline data::Image convolve(const data::Image& img, const Kernel& k, std::size_t
                                               " weights, expected 3x3x", k.in, "x", k.out));
   const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{1, img.channels, img.height, img.width}, k.out, 3,
                                     stride, Padding::Same);
-  data::Image out(g.oh, g.ow, k.out);
+  Image out(g.oh, g.ow, k.out);
   Device<backend::Reference> dev;
   ops::Conv2d<backend::Reference, float>().forward(dev, g, img.data.data(), k.hwio.data(), nullptr,
                                                    out.data.data());

@@ -32,8 +32,9 @@
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/core/tensor.hpp"
-#include "cifarnet/data/image.hpp"
-#include "cifarnet/io/checkpoint.hpp"
+#include "cifarnet/core/image.hpp"
+#include "cifarnet/io/checkpoint_manager.hpp"
+#include "cifarnet/io/parameter_state.hpp"
 #include "cifarnet/models/vgg19.hpp"
 #include "cifarnet/nn/model.hpp"
 #include "cifarnet/optim/adam.hpp"
@@ -226,8 +227,7 @@ class StyleTransfer {
   /// `content` and `style` are H x W x 3 images with values in [0, 255] (fit
   /// them to the options' size first, e.g. io::fit); the mean pixel is
   /// subtracted here. The image starts as the seed's noise mix.
-  StyleTransfer(M& model, const StyleTransferOptions& options, const data::Image& content,
-                const data::Image& style)
+  StyleTransfer(M& model, const StyleTransferOptions& options, const Image& content, const Image& style)
       : loss_(model, options), opt_(loss_.options()) {
     const std::vector<T> c = centred(content, "content"), s = centred(style, "style");
     loss_.set_content(c.data());
@@ -265,8 +265,8 @@ class StyleTransfer {
   LossParts loss() { return loss_.evaluate(image_.value(0)); }
 
   /// The current image with the mean pixel added back (H x W x 3, not clipped).
-  data::Image image() const {
-    data::Image out(opt_.height, opt_.width, 3);
+  Image image() const {
+    Image out(opt_.height, opt_.width, 3);
     const T* x = image_.value(0);
     for (std::size_t i = 0; i < out.data.size(); ++i)
       out.data[i] = float(double(x[i]) + opt_.mean_pixel[i % 3]);
@@ -287,8 +287,8 @@ class StyleTransfer {
   GatysLoss<M>& loss_function() { return loss_; }
 
   /// The image, the Adam slots and "global_step", by TF's names.
-  io::StateDict state() {
-    io::StateDict d;
+  StateDict state() {
+    StateDict d;
     io::add_parameters(d, image_);
     io::add_state(d, *adam_);
     io::set_global_step(d, step_);
@@ -298,7 +298,7 @@ class StyleTransfer {
   }
   /// Restores what state() saved; DataError/ShapeError naming the tensor
   /// when it does not fit (nothing is changed then).
-  void load_state(const io::StateDict& d) {
+  void load_state(const StateDict& d) {
     const auto step = io::global_step(d);
     if (!step) throw DataError(io::detail::source_of(d) + " has no global_step");
     if (*step < 0)
@@ -324,7 +324,7 @@ class StyleTransfer {
 
  private:
   std::size_t image_size() const { return opt_.height * opt_.width * 3; }
-  std::vector<T> centred(const data::Image& img, const char* what) const {
+  std::vector<T> centred(const Image& img, const char* what) const {
     if (img.height != opt_.height || img.width != opt_.width || img.channels != 3 ||
         img.data.size() != image_size())
       throw ShapeError(cifarnet::detail::concat("style transfer: the ", what, " image is ", img.height, "x",

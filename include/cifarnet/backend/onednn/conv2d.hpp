@@ -18,7 +18,7 @@
 // implementations and takes the next one oneDNN offers.
 //
 // Algorithm (set_algorithm, from NetOptions::conv_algorithm; Direct unless
-// set): with Winograd chosen for a geometry (nn/conv_algorithm.hpp), forward
+// set): with Winograd chosen for a geometry (ops/conv_algorithm.hpp), forward
 // and backward_data use oneDNN's Winograd kernels, which need blocked
 // activations: the plain input is reordered into a blocked scratch buffer
 // and the blocked result back into the caller's plain buffer (two device
@@ -51,7 +51,7 @@
 #include <unordered_map>
 
 #include "cifarnet/backend/onednn/common.hpp"
-#include "cifarnet/nn/conv_algorithm.hpp"
+#include "cifarnet/ops/conv_algorithm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {

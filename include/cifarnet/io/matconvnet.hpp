@@ -1,4 +1,4 @@
-// cifarnet/vision/matconvnet.hpp — MatConvNet model files (.mat) through
+// cifarnet/io/matconvnet.hpp — MatConvNet model files (.mat) through
 // matio (Debian libmatio-dev; link with `pkg-config matio`): the reader of
 // imagenet-vgg-verydeep-19.mat for the style transfer (TF_SEMANTICS.md §6), and a writer
 // of files with the same structure (tests, demos with random weights).
@@ -17,9 +17,13 @@
 // .mat file matio can read, is truncated, lacks `layers`, a layer or a field,
 // or holds a layer under another name or with a malformed field is a
 // DataError naming the file, the layer (0-based index and name) and the
-// field. matio's own log messages are captured (matio's log handler is
-// replaced, for the whole process, by one that keeps the last messages of
-// the calling thread) and appended to the error instead of printed.
+// field. matio's own log messages are captured and appended to the error
+// instead of printed: cifarnet's handler, which keeps the last messages of
+// the calling thread, is installed only while a read or write runs
+// (MatioLogScope) and the previous one is put back after it. matio cannot
+// tell which handler is installed, so "previous" is matio's default or the
+// one given to set_matio_log_handler (a program with a handler of its own
+// installs it there to keep it across cifarnet's reads).
 // Memory: matio reads the whole `layers` variable, FC layers included
 // (about 575 MB for the real file), for as long as a read lasts.
 #pragma once
@@ -43,7 +47,7 @@
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/models/vgg19.hpp"
 
-namespace cifarnet::vision {
+namespace cifarnet::io {
 
 /// File format written by write_matconvnet.
 enum class MatVersion {
@@ -87,12 +91,59 @@ inline void matio_log_handler(int level, char* message) {
   }
   log += cifarnet::detail::concat(log.empty() ? "" : "; ", "matio ", what, ": ", m);
 }
-/// Routes matio's messages to matio_log() and clears it.
-inline void capture_matio_log() {
-  static std::once_flag once;
-  std::call_once(once, [] { Mat_LogInitFunc("cifarnet", &matio_log_handler); });
-  matio_log().clear();
+/// The handler that is put back when no cifarnet read or write runs:
+/// matio's default (nullptr) or the one given to set_matio_log_handler.
+struct MatioRestore {
+  std::mutex mutex;
+  int active = 0;  ///< MatioLogScopes alive
+  std::string program;
+  void (*handler)(int, char*) = nullptr;
+
+  void install_outer() const {
+    if (handler)
+      Mat_LogInitFunc(program.c_str(), handler);
+    else
+      Mat_LogInit(program.empty() ? nullptr : program.c_str());
+  }
+};
+inline MatioRestore& matio_restore() {
+  static MatioRestore r;
+  return r;
 }
+
+}  // namespace detail
+
+/// Sets matio's log handler for the rest of the program (nullptr: matio's
+/// default, which prints), and makes it the one MatioLogScope puts back.
+inline void set_matio_log_handler(const std::string& program, void (*handler)(int level, char* message)) {
+  auto& r = detail::matio_restore();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.program = program;
+  r.handler = handler;
+  if (r.active == 0) r.install_outer();
+}
+
+/// While alive, matio's messages go to the calling thread's matio_log()
+/// (cleared on entry) instead of the program's handler; the outermost scope
+/// puts that handler back when it ends, exception or not.
+class MatioLogScope {
+ public:
+  MatioLogScope() {
+    auto& r = detail::matio_restore();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.active++ == 0) Mat_LogInitFunc("cifarnet", &detail::matio_log_handler);
+    detail::matio_log().clear();
+  }
+  ~MatioLogScope() {
+    auto& r = detail::matio_restore();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (--r.active == 0) r.install_outer();
+  }
+  MatioLogScope(const MatioLogScope&) = delete;
+  MatioLogScope& operator=(const MatioLogScope&) = delete;
+};
+
+namespace detail {
 inline std::string matio_reason() {
   const std::string& log = matio_log();
   return log.empty() ? std::string() : " [" + log + "]";
@@ -321,7 +372,6 @@ class MatLayers {
       throw DataError(cifarnet::detail::concat("'", path, "' is ", st.st_size,
                                                " bytes, too short for a MATLAB .mat file (128-byte header)"));
     check_v5_extent(path, std::uint64_t(st.st_size));
-    capture_matio_log();
     mat_.reset(Mat_Open(path.c_str(), MAT_ACC_RDONLY));
     if (!mat_)
       throw DataError(cifarnet::detail::concat(
@@ -427,6 +477,7 @@ class MatLayers {
 
  private:
   std::string path_;
+  MatioLogScope matio_messages_;  // first in, last out: covers every matio call on the file
   std::unique_ptr<mat_t, MatCloser> mat_;
   std::unique_ptr<matvar_t, VarFree> layers_;
 };
@@ -582,7 +633,7 @@ void load_vgg19_mat(M& model, const std::string& path) {
 inline void write_matconvnet(const std::string& path, const std::vector<MatLayerSpec>& layers,
                              MatVersion version = MatVersion::V5) {
   using detail::VarFree;
-  detail::capture_matio_log();
+  MatioLogScope matio_messages;
   auto fail = [&](const std::string& what) {
     throw IoError(cifarnet::detail::concat("write_matconvnet: '", path, "': ", what, detail::matio_reason()));
   };
@@ -677,4 +728,4 @@ inline std::vector<MatLayerSpec> random_vgg19_layers(int divisor, std::uint64_t 
   return out;
 }
 
-}  // namespace cifarnet::vision
+}  // namespace cifarnet::io

@@ -1,5 +1,7 @@
-// cifarnet/vision/test_images.hpp — built-in images for the style-transfer
-// and image-filter examples (and their tests) when the user gives none.
+// cifarnet/demo/images.hpp — demo content (cifarnet/demo/ holds what the
+// examples, tests and benchmarks show, not library parts): built-in images
+// for the style-transfer and image-filter examples (and their tests) when the
+// user gives none. They keep the vision:: namespace of their users.
 //
 // Each is a pure function of its size: float32 HWC, 3 channels, values in
 // [0, 255]. builtin_content_image draws a small landscape (sky, sun, hills,
@@ -13,7 +15,7 @@
 #include <cstddef>
 
 #include "cifarnet/core/error.hpp"
-#include "cifarnet/data/image.hpp"
+#include "cifarnet/core/image.hpp"
 
 namespace cifarnet::vision {
 
@@ -23,7 +25,7 @@ inline void check_size(std::size_t h, std::size_t w, const char* what) {
     throw ConfigError(
         cifarnet::detail::concat(what, ": size ", h, "x", w, " must lie within 8..8192 a side"));
 }
-inline void put(data::Image& img, std::size_t y, std::size_t x, float r, float g, float b) {
+inline void put(Image& img, std::size_t y, std::size_t x, float r, float g, float b) {
   float* p = img.data.data() + (y * img.width + x) * 3;
   p[0] = std::clamp(r, 0.0f, 255.0f);
   p[1] = std::clamp(g, 0.0f, 255.0f);
@@ -44,9 +46,9 @@ inline void hsv(float h, float s, float v, float& r, float& g, float& b) {
 }  // namespace detail
 
 /// A landscape: sky gradient, sun, two rows of hills, a house with a roof.
-inline data::Image builtin_content_image(std::size_t height = 250, std::size_t width = 333) {
+inline Image builtin_content_image(std::size_t height = 250, std::size_t width = 333) {
   detail::check_size(height, width, "builtin_content_image");
-  data::Image img(height, width, 3);
+  Image img(height, width, 3);
   const float H = float(height), W = float(width);
   for (std::size_t y = 0; y < height; ++y)
     for (std::size_t x = 0; x < width; ++x) {
@@ -75,9 +77,9 @@ inline data::Image builtin_content_image(std::size_t height = 250, std::size_t w
 }
 
 /// Saturated swirls and stripes (stands in for a painting's style).
-inline data::Image builtin_style_image(std::size_t height = 250, std::size_t width = 333) {
+inline Image builtin_style_image(std::size_t height = 250, std::size_t width = 333) {
   detail::check_size(height, width, "builtin_style_image");
-  data::Image img(height, width, 3);
+  Image img(height, width, 3);
   const float s = 40.0f / float(std::min(height, width));
   for (std::size_t y = 0; y < height; ++y)
     for (std::size_t x = 0; x < width; ++x) {
@@ -95,9 +97,9 @@ inline data::Image builtin_style_image(std::size_t height = 250, std::size_t wid
 
 /// Shapes with sharp edges on a horizontal gradient: a disc, a square, a
 /// triangle, vertical stripes and a checkerboard.
-inline data::Image builtin_filter_image(std::size_t height = 240, std::size_t width = 320) {
+inline Image builtin_filter_image(std::size_t height = 240, std::size_t width = 320) {
   detail::check_size(height, width, "builtin_filter_image");
-  data::Image img(height, width, 3);
+  Image img(height, width, 3);
   const float H = float(height), W = float(width);
   for (std::size_t y = 0; y < height; ++y)
     for (std::size_t x = 0; x < width; ++x) {

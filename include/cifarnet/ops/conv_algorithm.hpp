@@ -1,7 +1,10 @@
-// cifarnet/nn/conv_algorithm.hpp — which convolution algorithm and which
-// arithmetic a backend may use (NetOptions::conv_algorithm and
-// NetOptions::conv_precision). Backends without a choice (the reference,
-// CUDA) ignore them.
+// cifarnet/ops/conv_algorithm.hpp — which convolution algorithm and which
+// arithmetic a backend may use: options of the convolution op
+// (ops::Conv2d::set_algorithm / set_precision on backends whose traits offer
+// them, backend/tags.hpp), chosen by NetOptions::conv_algorithm and
+// NetOptions::conv_precision (nn/context.hpp). Backends without a choice (the
+// reference, CUDA) ignore them; the oneDNN backend decides per geometry
+// (backend/onednn/conv2d.hpp).
 //
 //   Direct    the direct algorithm everywhere
 //   Winograd  Winograd F(4x4, 3x3) wherever the backend offers it (oneDNN:

@@ -1,5 +1,7 @@
-// cifarnet/data/synthetic.hpp — a small built-in CIFAR-shaped data set, so
-// the examples run end to end with no download.
+// cifarnet/demo/synthetic_cifar.hpp — demo content (cifarnet/demo/ holds what
+// the examples, tests and benchmarks show, not library parts): a small
+// built-in CIFAR-shaped data set, so the examples run end to end with no
+// download. It keeps the data:: namespace of the sets it makes.
 //
 // Each class has its own mean colour and a class-specific stripe pattern
 // (orientation and frequency); every image adds a random phase, a random
