@@ -164,8 +164,8 @@ class Muon {
       host::muon_momentum(e.size, grads + e.offset, buf_.data() + e.offset, u_.data(), T(opts_.momentum()),
                           opts_.nesterov());
       if (opts_.renormalize()) {
-        const double norm = std::sqrt(host::sum_squares(e.size, w));
-        if (norm > 0) host::scale(e.size, w, T(std::sqrt(double(out)) / norm));
+        const double norm = std::sqrt(host::squared_norm(e.size, w));
+        if (norm > 0) host::scale_by(e.size, w, T(std::sqrt(double(out)) / norm));
       }
       // u is stored (In·K·K) × Out: PyTorch's Out × (In·K·K) matrix G transposed.
       // The iteration runs on G (stored transposed) unless Out > In·K·K (then on Gᵀ).

@@ -53,7 +53,7 @@ void round_to_bf16(std::size_t n, T* x) {
 
 /// Σ x², accumulated in double.
 template <class T>
-double sum_squares(std::size_t n, const T* x) {
+double squared_norm(std::size_t n, const T* x) {
   double s = 0;
   for (std::size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;
@@ -61,7 +61,7 @@ double sum_squares(std::size_t n, const T* x) {
 
 /// x ← x·s.
 template <class T>
-void scale(std::size_t n, T* x, T s) {
+void scale_by(std::size_t n, T* x, T s) {
   for (std::size_t i = 0; i < n; ++i) x[i] = x[i] * s;
 }
 
@@ -109,7 +109,7 @@ void newton_schulz5(Gemm&& gemm, std::size_t p, std::size_t q, bool transposed, 
   const T a = T(3.4445), b = T(-4.7750), c = T(2.0315);
 
   round(nx, x);
-  const T norm = round1(std::sqrt(sum_squares(nx, x)));
+  const T norm = round1(std::sqrt(squared_norm(nx, x)));
   const T denom = round1(double(norm) + double(T(eps)));
   for (std::size_t i = 0; i < nx; ++i) x[i] = x[i] / denom;
   round(nx, x);
