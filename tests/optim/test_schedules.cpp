@@ -86,6 +86,22 @@ TEST_CASE("cosine_decay matches tf.train.cosine_decay and stays at alpha * lr af
   CHECK(c(5000) == c(100));
 }
 
+TEST_CASE("polynomial_decay decays from lr to end_lr over decay_steps (power 1: linearly)",
+          "[optim][schedules]") {
+  auto lin = polynomial_decay(0.24, 100);  // the airbench recipe's lr * (1 - step / total)
+  CHECK(lin(0) == 0.24);
+  CHECK(lin(25) == Approx(0.18));
+  CHECK(lin(99) == Approx(0.0024));
+  CHECK(lin(100) == 0.0);
+  CHECK(lin(1000) == 0.0);
+  auto sq = polynomial_decay(1.0, 10, 0.1, 2.0);
+  CHECK(sq(5) == Approx(0.9 * 0.25 + 0.1));
+  CHECK(sq(10) == Approx(0.1));
+  CHECK_THROWS_WITH(polynomial_decay(0.1, 0), Catch::Contains("'decay_steps'"));
+  CHECK_THROWS_WITH(polynomial_decay(0.1, 10, -1.0), Catch::Contains("'end_learning_rate'"));
+  CHECK_THROWS_WITH(polynomial_decay(0.1, 10, 0.0, 0.0), Catch::Contains("'power'"));
+}
+
 TEST_CASE("linear_warmup ramps from init_lr to the inner schedule's value at warmup_steps",
           "[optim][schedules]") {
   auto w = linear_warmup(piecewise_constant({1000}, {0.4, 0.04}), 100, 0.0);

@@ -9,6 +9,7 @@
 #include "cifarnet/backend/onednn/conv2d.hpp"
 #include "cifarnet/backend/onednn/dense.hpp"
 #include "cifarnet/backend/onednn/elementwise.hpp"
+#include "cifarnet/backend/onednn/gelu.hpp"
 #include "cifarnet/backend/onednn/gemm.hpp"
 #include "cifarnet/backend/onednn/lrn.hpp"
 #include "cifarnet/backend/onednn/pool2d.hpp"

@@ -7,6 +7,7 @@
 #include "cifarnet/backend/reference/conv2d.hpp"
 #include "cifarnet/backend/reference/dense.hpp"
 #include "cifarnet/backend/reference/elementwise.hpp"
+#include "cifarnet/backend/reference/gelu.hpp"
 #include "cifarnet/backend/reference/gemm.hpp"
 #include "cifarnet/backend/reference/lrn.hpp"
 #include "cifarnet/backend/reference/pool2d.hpp"

@@ -1,5 +1,5 @@
 // cifarnet/optim/optim.hpp — everything for training updates: optimizers
-// (GradientDescent, Momentum, Adam), gradient transforms (weight decay,
+// (GradientDescent, Momentum, Adam, Muon), gradient transforms (weight decay,
 // clipping, multipliers, check_numerics, variables_to_train), Chain, learning-rate
 // schedules and exponential moving averages, all with TensorFlow 1.x
 // semantics. See docs/OPTIM.md for a tour.
@@ -10,6 +10,7 @@
 #include "cifarnet/optim/ema.hpp"
 #include "cifarnet/optim/layout.hpp"
 #include "cifarnet/optim/momentum.hpp"
+#include "cifarnet/optim/muon.hpp"
 #include "cifarnet/optim/schedules.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/optim/sgd.hpp"

@@ -10,6 +10,10 @@
 //    rate^(step / decay_steps), the exponent floored when staircase.
 //  - cosine_decay(lr, decay_steps, alpha): lr * ((1 - alpha) * 0.5 * (1 +
 //    cos(pi * min(step, decay_steps) / decay_steps)) + alpha).
+//  - polynomial_decay(lr, decay_steps, end_lr, power): (lr - end_lr) *
+//    (1 - min(step, decay_steps) / decay_steps)^power + end_lr
+//    (tf.train.polynomial_decay without cycle); power 1 is a linear decay,
+//    to 0 with end_lr = 0 (the airbench recipe's schedules).
 //  - linear_warmup(inner, warmup_steps, init_lr): init_lr + (inner(W) -
 //    init_lr) * step / W while step < W, then inner(step) (TF Model Garden's
 //    LinearWarmup: the inner schedule sees the unshifted global step).
@@ -133,6 +137,30 @@ class CosineDecay {
   double alpha_;
 };
 
+/// tf.train.polynomial_decay (cycle = false): from lr to end_lr over
+/// decay_steps, then end_lr.
+class PolynomialDecay {
+ public:
+  PolynomialDecay(double lr, std::int64_t decay_steps, double end_lr = 0.0, double power = 1.0)
+      : lr_(lr), steps_(decay_steps), end_(end_lr), power_(power) {
+    detail::check_lr_option(lr, "polynomial_decay", "learning_rate");
+    detail::check_lr_option(end_lr, "polynomial_decay", "end_learning_rate");
+    detail::require(decay_steps > 0, "polynomial_decay", "decay_steps", "must be > 0", double(decay_steps));
+    detail::require(std::isfinite(power) && power > 0, "polynomial_decay", "power", "must be finite and > 0",
+                    power);
+  }
+  double operator()(std::int64_t step) const {
+    detail::check_step(step, "polynomial_decay");
+    const double frac = double(std::min(step, steps_)) / double(steps_);
+    return (lr_ - end_) * std::pow(1.0 - frac, power_) + end_;
+  }
+
+ private:
+  double lr_;
+  std::int64_t steps_;
+  double end_, power_;
+};
+
 /// Linear warm-up from init_lr to inner(warmup_steps), then inner(step).
 template <class Inner>
 class LinearWarmup {
@@ -181,6 +209,10 @@ inline ExponentialDecay exponential_decay(double lr, std::int64_t decay_steps, d
 }
 inline CosineDecay cosine_decay(double lr, std::int64_t decay_steps, double alpha = 0.0) {
   return CosineDecay(lr, decay_steps, alpha);
+}
+inline PolynomialDecay polynomial_decay(double lr, std::int64_t decay_steps, double end_lr = 0.0,
+                                        double power = 1.0) {
+  return PolynomialDecay(lr, decay_steps, end_lr, power);
 }
 template <class Inner>
 LinearWarmup<Inner> linear_warmup(Inner inner, std::int64_t warmup_steps, double init_lr = 0.0) {

@@ -23,6 +23,17 @@ inline void check_labels(std::size_t n, std::size_t k, const std::int32_t* label
                       " is outside [0, " + std::to_string(k) + ")");
 }
 
+/// log Σ_j exp(z[j]) over one row of k logits, in double, shifted by the
+/// row's largest value (stable for large logits).
+template <class T>
+double log_sum_exp(const T* z, std::size_t k) {
+  double mx = double(z[0]);
+  for (std::size_t j = 1; j < k; ++j) mx = std::max(mx, double(z[j]));
+  double sum = 0;
+  for (std::size_t j = 0; j < k; ++j) sum += std::exp(double(z[j]) - mx);
+  return mx + std::log(sum);
+}
+
 /// Mean sparse softmax cross-entropy over n rows; dz (if not null) receives
 /// d(mean loss)/dz = (softmax − onehot) / n.
 template <class T>
@@ -34,11 +45,7 @@ double softmax_cross_entropy(std::size_t n, std::size_t k, const T* logits, cons
   for (std::size_t i = 0; i < n; ++i) {
     const T* z = logits + i * k;
     const std::size_t y = std::size_t(labels[i]);
-    double mx = double(z[0]);
-    for (std::size_t j = 1; j < k; ++j) mx = std::max(mx, double(z[j]));
-    double sum = 0;
-    for (std::size_t j = 0; j < k; ++j) sum += std::exp(double(z[j]) - mx);
-    const double lse = mx + std::log(sum);
+    const double lse = log_sum_exp(z, k);
     total += lse - double(z[y]);
     if (dz)
       for (std::size_t j = 0; j < k; ++j)
