@@ -1,7 +1,7 @@
 // Fused layers against the unfused composition they replace: batch norm with
-// its ReLU (BatchNorm2d<C, true>), convolution + batch norm as one layer
+// its ReLU (BatchNorm2d<C, FusedRelu>), convolution + batch norm as one layer
 // folded for inference (ConvBatchNorm), the residual sum with its ReLU
-// (Residual<..., true>), the fused ResNet v1 block and a whole fused ResNet.
+// (Residual<..., FusedRelu>), the fused ResNet v1 block and a whole fused ResNet.
 // Both sides must have the same parameter names and give the same outputs,
 // input and parameter gradients, and moving statistics: the fused network on
 // the reference backend in double (rounding only) and on oneDNN in float,
@@ -113,14 +113,14 @@ using UnfusedResNet =
 }  // namespace
 
 TEST_CASE("Batch norm with a fused ReLU equals batch norm followed by ReLU", "[nn][fusion][bn]") {
-  compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, true>>,
+  compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, FusedRelu>>,
               Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 3, 1e-5);
-  compare_all<Sequential<BatchNorm2d<0, true>>, Sequential<BatchNorm2d<0>, ReLU>>({17, 4, 5}, 4, 1e-5);
+  compare_all<Sequential<BatchNorm2d<0, FusedRelu>>, Sequential<BatchNorm2d<0>, ReLU>>({17, 4, 5}, 4, 1e-5);
 }
 
 TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded for inference",
           "[nn][fusion][conv_bn]") {
-  compare_all<Sequential<ConvBatchNorm<3, 5, 3, 1, Padding::Same, true>>,
+  compare_all<Sequential<ConvBatchNorm<3, 5, 3, 1, Padding::Same, FusedRelu>>,
               Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 3, 1e-5);
   compare_all<Sequential<ConvBatchNorm<4, 6, 3, 2, Padding::Explicit>>,
               Sequential<Conv2d<4, 6, 3, 2, Padding::Explicit>, BatchNorm2d<6>>>({4, 7, 8}, 2, 1e-5);
@@ -128,7 +128,7 @@ TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded
 
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
-  compare_all<Residual<Body, Identity, true>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
+  compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
 }
 
 TEST_CASE("The fused ResNet v1 block equals the unfused block, with and without a stride",
@@ -146,7 +146,7 @@ TEST_CASE("The reference backend's fused BN+ReLU and residual+ReLU match finite 
           "[nn][fusion][grad]") {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
-    test::gradcheck<Sequential<BatchNorm2d<3, true>>>({3, 4, 5}, 3, fmt);
-    test::gradcheck<Residual<Sequential<Conv2d<3, 3, 3>>, Identity, true>>({3, 4, 4}, 2, fmt);
+    test::gradcheck<Sequential<BatchNorm2d<3, FusedRelu>>>({3, 4, 5}, 3, fmt);
+    test::gradcheck<Residual<Sequential<Conv2d<3, 3, 3>>, Identity, FusedRelu>>({3, 4, 4}, 2, fmt);
   }
 }
