@@ -41,7 +41,7 @@ timed "layering check" bash scripts/check_layering.sh
 timed "include graph check" bash scripts/check_includes.sh
 
 # The test areas the asan stage builds and runs (CIFARNET_TEST_AREAS).
-ASAN_AREAS="core;backend;nn;optim;io;data;train;vision;fuzz"
+ASAN_AREAS="core;backend;nn;optim;io;data;train;vision;fuzz;docs"
 if has main; then
   # With the asan stage, main builds the areas that need the examples, MPI,
   # CUDA or an install (backend: the CUDA tests; train: the demo's resume

@@ -7,6 +7,7 @@
 #include "cifarnet/layers/conv_bn.hpp"
 #include "cifarnet/layers/dense.hpp"
 #include "cifarnet/layers/lrn.hpp"
+#include "cifarnet/layers/options.hpp"
 #include "cifarnet/layers/pool.hpp"
 #include "cifarnet/layers/shape_ops.hpp"
 #include "cifarnet/layers/tap.hpp"

@@ -1,126 +1,33 @@
 // Fused layers against the unfused composition they replace: batch norm with
-// its ReLU (BatchNorm2d<C, true>), convolution + batch norm as one layer
+// its ReLU (BatchNorm2d<C, FusedRelu>), convolution + batch norm as one layer
 // folded for inference (ConvBatchNorm), the residual sum with its ReLU
-// (Residual<..., true>), the fused ResNet v1 block and a whole fused ResNet.
+// (Residual<..., FusedRelu>), the fused ResNet v1 block and a whole fused ResNet.
 // Both sides must have the same parameter names and give the same outputs,
 // input and parameter gradients, and moving statistics: the fused network on
 // the reference backend in double (rounding only) and on oneDNN in float,
 // each against the unfused network on the reference backend in double. The
 // reference's fused fallback (ReLU and its mask applied by the layer) is also
 // checked against finite differences.
-#include "nn/gradcheck.hpp"
-
+// The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole
+// fused ResNet in test_fusion_reference.cpp (with the finite differences)
+// and test_fusion_resnet_onednn.cpp: files of their own, so that no test
+// translation unit takes long to compile.
 #include <cifarnet/backend/onednn.hpp>
-#include <cifarnet/models/resnet.hpp>
 
-#include <cmath>
-#include <string>
-#include <vector>
+#include "nn/fusion_compare.hpp"
 
 using namespace cifarnet;
-
-namespace {
-
-template <class T>
-double rel_err(const T* a, const double* b, std::size_t n) {
-  double e = 0, r = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = double(a[i]) - b[i];
-    e += d * d;
-    r += b[i] * b[i];
-  }
-  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
-}
-
-template <class T>
-double rel_err(const Tensor<T>& a, const Tensor<double>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  return rel_err(a.data(), b.data(), b.size());
-}
-
-// Runs a training forward/backward and an inference forward of the unfused
-// network (reference, double) and of the fused one (backend B, scalar T) from
-// the same parameters and inputs; every result must agree within `tol`.
-template <class Fused, class Unfused, class B, class T>
-void compare(InputShape in, std::size_t n, DataFormat fmt, double tol, NetOptions opts = {}) {
-  INFO("backend " << B::name << ", format " << to_string(fmt));
-  Model<Unfused, backend::Reference, double> ref(in, fmt, opts, 3, /*input_gradient=*/true);
-  Model<Fused, B, T> net(in, fmt, opts, 3, /*input_gradient=*/true);
-  auto& R = ref.parameters();
-  auto& P = net.parameters();
-  REQUIRE(R.count() == P.count());
-  Rng rng(17);
-  for (std::size_t id = 0; id < R.count(); ++id) {
-    const ParamInfo& a = R.info(id);
-    const ParamInfo& b = P.info(id);
-    REQUIRE(a.name == b.name);  // checkpoints see the same names
-    REQUIRE(a.shape == b.shape);
-    REQUIRE(a.trainable == b.trainable);
-    for (std::size_t i = 0; i < a.size; ++i) {
-      // Random values everywhere (gamma around 1, variances positive).
-      const bool pos =
-          a.name.find("gamma") != std::string::npos || a.name.find("variance") != std::string::npos;
-      const double v = rng.uniform(-0.8, 0.8) * (pos ? 0.5 : 1.0) + (pos ? 1.0 : 0.0);
-      R.value(id)[i] = v;
-      P.value(id)[i] = T(v);
-    }
-  }
-  Tensor<double> xd = make_tensor<double>(ref.input_shape(n), fmt);
-  Tensor<T> x = make_tensor<T>(net.input_shape(n), fmt);
-  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = T(xd.data()[i] = rng.uniform(-1.5, 1.5));
-
-  const Tensor<double>& yr = ref.forward(xd, Mode::Train);
-  const Tensor<T>& y = net.forward(x, Mode::Train);
-  CHECK(rel_err(y, yr) <= tol);
-  Tensor<double> gd(yr.shape());
-  Tensor<T> g(y.shape());
-  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = T(gd.data()[i] = rng.uniform(-0.5, 1.0));
-  const Tensor<double> dxr = ref.backward(gd);
-  const Tensor<T> dx = net.backward(g);
-  CHECK(rel_err(dx, dxr) <= tol);
-  for (std::size_t id = 0; id < R.count(); ++id) {
-    const ParamInfo& a = R.info(id);
-    INFO("parameter " << a.name);
-    CHECK(rel_err(P.value(id), R.value(id), a.size) <= tol);  // moving statistics after the update
-    if (a.trainable) CHECK(rel_err(P.grad(id), R.grad(id), a.size) <= tol);
-  }
-  const Tensor<double>& yri = ref.forward(xd, Mode::Infer);
-  const Tensor<T>& yi = net.forward(x, Mode::Infer);
-  CHECK(rel_err(yi, yri) <= tol);
-}
-
-template <class Fused, class Unfused>
-void compare_all(InputShape in, std::size_t n, double float_tol, NetOptions opts = {}) {
-  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
-    compare<Fused, Unfused, backend::Reference, double>(in, n, fmt, 1e-12, opts);
-    compare<Fused, Unfused, backend::OneDnn, float>(in, n, fmt, float_tol, opts);
-  }
-}
-
-template <int In, int Out, int S>
-using UnfusedStage =
-    Sequential<resnet::BlockV1Unfused<In, Out, S>, Repeat<resnet::BlockV1Unfused<Out, Out, 1>, -1>>;
-
-// ResNetCifar<Classes> before the fusion, layer for layer.
-template <int Classes>
-using UnfusedResNet =
-    Sequential<Rescale<std::ratio<1, 128>, std::ratio<-1>>,
-               Named<resnet::stem, Sequential<resnet::ConvBNUnfused<3, 16>, ReLU>>,
-               Named<resnet::stage1, UnfusedStage<16, 16, 1>>, Named<resnet::stage2, UnfusedStage<16, 32, 2>>,
-               Named<resnet::stage3, UnfusedStage<32, 64, 2>>,
-               Named<resnet::head, Sequential<GlobalAvgPool, Dense<64, Classes>>>>;
-
-}  // namespace
+using test::compare_all;
 
 TEST_CASE("Batch norm with a fused ReLU equals batch norm followed by ReLU", "[nn][fusion][bn]") {
-  compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, true>>,
+  compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, FusedRelu>>,
               Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 3, 1e-5);
-  compare_all<Sequential<BatchNorm2d<0, true>>, Sequential<BatchNorm2d<0>, ReLU>>({17, 4, 5}, 4, 1e-5);
+  compare_all<Sequential<BatchNorm2d<0, FusedRelu>>, Sequential<BatchNorm2d<0>, ReLU>>({17, 4, 5}, 4, 1e-5);
 }
 
 TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded for inference",
           "[nn][fusion][conv_bn]") {
-  compare_all<Sequential<ConvBatchNorm<3, 5, 3, 1, Padding::Same, true>>,
+  compare_all<Sequential<ConvBatchNorm<3, 5, 3, 1, Padding::Same, FusedRelu>>,
               Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 3, 1e-5);
   compare_all<Sequential<ConvBatchNorm<4, 6, 3, 2, Padding::Explicit>>,
               Sequential<Conv2d<4, 6, 3, 2, Padding::Explicit>, BatchNorm2d<6>>>({4, 7, 8}, 2, 1e-5);
@@ -128,25 +35,5 @@ TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded
 
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
-  compare_all<Residual<Body, Identity, true>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
-}
-
-TEST_CASE("The fused ResNet v1 block equals the unfused block, with and without a stride",
-          "[nn][fusion][resnet]") {
-  compare_all<resnet::BlockV1<4, 4, 1>, resnet::BlockV1Unfused<4, 4, 1>>({4, 6, 6}, 3, 1e-5);
-  compare_all<resnet::BlockV1<4, 8, 2>, resnet::BlockV1Unfused<4, 8, 2>>({4, 7, 6}, 2, 1e-5);
-}
-
-TEST_CASE("The fused ResNet equals the unfused ResNet: names, outputs, gradients and BN statistics",
-          "[nn][fusion][resnet]") {
-  compare_all<ResNetCifar<5>, UnfusedResNet<5>>({3, 8, 8}, 4, 1e-4, resnet_options(14));
-}
-
-TEST_CASE("The reference backend's fused BN+ReLU and residual+ReLU match finite differences",
-          "[nn][fusion][grad]") {
-  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
-    INFO("format " << to_string(fmt));
-    test::gradcheck<Sequential<BatchNorm2d<3, true>>>({3, 4, 5}, 3, fmt);
-    test::gradcheck<Residual<Sequential<Conv2d<3, 3, 3>>, Identity, true>>({3, 4, 4}, 2, fmt);
-  }
+  compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
 }

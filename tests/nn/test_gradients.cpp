@@ -16,12 +16,12 @@ const DataFormat kFormats[] = {DataFormat::NCHW, DataFormat::NHWC};
 TEST_CASE("Conv2d gradients match finite differences", "[nn][grad][conv]") {
   for (auto fmt : kFormats) {
     INFO("format " << to_string(fmt));
-    gradcheck<Sequential<Conv2d<3, 4, 3, 1, Padding::Same, true>>>({3, 7, 6}, 2, fmt);
+    gradcheck<Sequential<Conv2d<3, 4, 3, 1, Padding::Same, WithBias>>>({3, 7, 6}, 2, fmt);
     gradcheck<Sequential<Conv2d<2, 3, 3, 2, Padding::Same>>>({2, 7, 8}, 2, fmt);  // asymmetric SAME pads
     gradcheck<Sequential<Conv2d<2, 3, 3, 2, Padding::Explicit>>>({2, 8, 7}, 1, fmt);
-    gradcheck<Sequential<Conv2d<3, 2, 5, 1, Padding::Valid, true>>>({3, 7, 7}, 2, fmt);
+    gradcheck<Sequential<Conv2d<3, 2, 5, 1, Padding::Valid, WithBias>>>({3, 7, 7}, 2, fmt);
     gradcheck<Sequential<Conv2d<4, 3, 1, 2, Padding::Same>>>({4, 5, 5}, 3, fmt);
-    gradcheck<Sequential<Conv2d<0, 3, 2, 2, Padding::Same, true>>>({2, 5, 6}, 1, fmt);
+    gradcheck<Sequential<Conv2d<0, 3, 2, 2, Padding::Same, WithBias>>>({2, 5, 6}, 1, fmt);
   }
 }
 
@@ -44,7 +44,7 @@ TEST_CASE("ReLU, pooling, LRN, dense and shape layers match finite differences",
     gradcheck<Sequential<Lrn<2, std::ratio<2>, std::ratio<1, 10>, std::ratio<3, 4>>>>({7, 3, 2}, 2, fmt);
     gradcheck<Sequential<TutorialLrn>>({12, 2, 2}, 1, fmt);
     gradcheck<Sequential<Flatten, Dense<0, 5>>>({3, 2, 3}, 3, fmt);
-    gradcheck<Sequential<GlobalAvgPool, Dense<4, 3, false>>>({4, 3, 3}, 2, fmt);
+    gradcheck<Sequential<GlobalAvgPool, Dense<4, 3, NoBias>>>({4, 3, 3}, 2, fmt);
     gradcheck<Sequential<ChannelPad<2, 1>>>({3, 3, 2}, 2, fmt);
     gradcheck<Sequential<Rescale<std::ratio<1, 128>, std::ratio<-1>>>>({2, 3, 3}, 1, fmt);
   }

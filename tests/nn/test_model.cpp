@@ -167,7 +167,7 @@ TEST_CASE("Softmax cross-entropy is stable and its gradient is softmax minus one
 }
 
 TEST_CASE("Weight decay is wd * sum(v^2)/2 with gradient wd * v", "[nn][loss]") {
-  using Net = Sequential<Conv2d<1, 1, 1, 1, Padding::Same, true>, BatchNorm2d<1>>;
+  using Net = Sequential<Conv2d<1, 1, 1, 1, Padding::Same, WithBias>, BatchNorm2d<1>>;
   Model<Net, backend::Reference, double> net({1, 1, 1});
   auto& P = net.parameters();
   P.value(P.id("conv1/weights"))[0] = 2.0;
@@ -314,9 +314,9 @@ TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the
 namespace {
 // A block whose shortcut has parameters (a strided 1x1 convolution), so the
 // shortcut's gradients are registered after the body's.
-using ProjectionBlock = Residual<Sequential<resnet::ConvBN<8, 16, 2, true>, resnet::ConvBN<16, 16>>,
-                                 Sequential<Conv2d<8, 16, 1, 2>>, true>;
-using SyncTestNet = Sequential<Conv2d<3, 8, 3>, BatchNorm2d<8, true>, Repeat<resnet::BlockV1<8, 8, 1>>,
+using ProjectionBlock = Residual<Sequential<resnet::ConvBN<8, 16, 2, FusedRelu>, resnet::ConvBN<16, 16>>,
+                                 Sequential<Conv2d<8, 16, 1, 2>>, FusedRelu>;
+using SyncTestNet = Sequential<Conv2d<3, 8, 3>, BatchNorm2d<8, FusedRelu>, Repeat<resnet::BlockV1<8, 8, 1>>,
                                ProjectionBlock, GlobalAvgPool, Dense<16, 10>>;
 
 /// At every ready_from(id) checks that each trainable gradient of a parameter

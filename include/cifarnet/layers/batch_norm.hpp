@@ -7,7 +7,7 @@
 // feeding the moving variance the Bessel-corrected batch variance (× m/(m−1))
 // as TF's fused batch norm does. Inference uses the moving statistics.
 // Decay and epsilon come from NetOptions (0.997 and 1e-5 by default).
-// BatchNorm2d<C, true> is batch norm followed by ReLU in one layer (same
+// BatchNorm2d<C, FusedRelu> is batch norm followed by ReLU in one layer (same
 // parameter names, kind "bn"): backends that fuse it (oneDNN's
 // fuse_norm_relu) skip the separate ReLU passes; others apply the ReLU and
 // its mask here.
@@ -23,13 +23,17 @@
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/layers/options.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
-/// Batch normalization over channels; Relu = true applies max(., 0) after it.
-template <int C = 0, bool Relu = false>
+/// Batch normalization over channels; FusedRelu applies max(., 0) after it.
+template <int C = 0, auto ReluOpt = NoRelu>
 struct BatchNorm2d : LayerBase {
+  static_assert(detail::ReluOption<ReluOpt>::valid,
+                "cifarnet: BatchNorm2d<C, Relu>: Relu must be FusedRelu or NoRelu (not a bool).");
+  static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
   static_assert(C >= 0, "cifarnet: BatchNorm2d<C>: C must be >= 0 (0 = inferred from the input).");
   static constexpr const char* kind = "bn";
   static constexpr int in_channels = C == 0 ? -1 : C;

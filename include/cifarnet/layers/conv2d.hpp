@@ -6,18 +6,22 @@
 // `weights` (K, K, In, Out) HWIO, TF's default Glorot-uniform initializer, and
 // `biases` (Out) initialized to zero. The convolution algorithm and
 // precision come from NetOptions::conv_algorithm and conv_precision on
-// backends that offer a choice (oneDNN).
+// backends that offer a choice (oneDNN). Bias is WithBias or NoBias (the
+// default; layers/options.hpp).
 #pragma once
 
 #include <utility>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/layers/options.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
-template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Bias = false>
+template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, auto BiasOpt = NoBias>
 struct Conv2d : LayerBase {
+  static_assert(detail::BiasOption<BiasOpt>::valid,
+                "cifarnet: Conv2d<In, Out, K, S, P, Bias>: Bias must be WithBias or NoBias (not a bool).");
   static_assert(In >= 0, "cifarnet: Conv2d<In, ...>: In must be >= 0 (0 = inferred from the input).");
   static_assert(Out > 0, "cifarnet: Conv2d<In, Out, ...>: Out (output channels) must be positive.");
   static_assert(K > 0, "cifarnet: Conv2d<In, Out, K>: kernel size K must be positive.");
@@ -25,6 +29,7 @@ struct Conv2d : LayerBase {
   static constexpr const char* kind = "conv";
   static constexpr int in_channels = In == 0 ? -1 : In;
   static constexpr int out_channels(int) { return Out; }
+  static constexpr bool Bias = detail::BiasOption<BiasOpt>::on;
 
   template <class B, class T>
   class Node : detail::NodeBase<T> {

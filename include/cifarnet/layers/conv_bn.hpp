@@ -14,6 +14,7 @@
 // pass over the activations instead of two or three. With
 // ConvAlgorithm::Auto the folded convolution uses Winograd where the backend
 // has it (3x3, stride 1, at least 8 input channels), whatever the batch size.
+// Relu is NoRelu or FusedRelu (layers/options.hpp).
 #pragma once
 
 #include <cstdint>
@@ -28,16 +29,20 @@
 
 namespace cifarnet {
 
-/// Conv2d (no bias) then BatchNorm2d (then ReLU when Relu), folded for inference.
-template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, bool Relu = false>
+/// Conv2d (no bias) then BatchNorm2d (then ReLU with FusedRelu), folded for inference.
+template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, auto ReluOpt = NoRelu>
 struct ConvBatchNorm : LayerBase {
+  static_assert(
+      detail::ReluOption<ReluOpt>::valid,
+      "cifarnet: ConvBatchNorm<In, Out, K, S, P, Relu>: Relu must be FusedRelu or NoRelu (not a bool).");
+  static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
   static constexpr const char* kind = "conv_bn";
   static constexpr bool transparent = true;  // its parts are named in the enclosing scope
   static constexpr bool container = true;    // it times its parts itself
   static constexpr int in_channels = In == 0 ? -1 : In;
   static constexpr int out_channels(int) { return Out; }
-  using ConvL = Conv2d<In, Out, K, S, P, false>;
-  using BnL = BatchNorm2d<Out, Relu>;
+  using ConvL = Conv2d<In, Out, K, S, P, NoBias>;
+  using BnL = BatchNorm2d<Out, ReluOpt>;
 
   template <class B, class T>
   class Node {

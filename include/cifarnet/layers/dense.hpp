@@ -1,6 +1,6 @@
 // cifarnet/layers/dense.hpp — fully connected layer and Flatten.
 //
-// Dense<In, Out, Bias>: y = x·W + b on flat inputs (n, In, 1, 1) — put
+// Dense<In, Out, Bias>: y = x·W (+ b with WithBias, the default) on flat inputs (n, In, 1, 1) — put
 // Flatten or GlobalAvgPool before it. In = 0 infers the input size.
 // Parameters: `weights` (In, Out), Glorot-uniform (TF's default), `biases`
 // (Out), zeros. Flatten reshapes (n, c, h, w) to (n, c·h·w, 1, 1) in memory
@@ -11,17 +11,21 @@
 #include <utility>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/layers/options.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 
-template <int In, int Out, bool Bias = true>
+template <int In, int Out, auto BiasOpt = WithBias>
 struct Dense : LayerBase {
+  static_assert(detail::BiasOption<BiasOpt>::valid,
+                "cifarnet: Dense<In, Out, Bias>: Bias must be WithBias or NoBias (not a bool).");
   static_assert(In >= 0, "cifarnet: Dense<In, Out>: In must be >= 0 (0 = inferred from the input).");
   static_assert(Out > 0, "cifarnet: Dense<In, Out>: Out must be positive.");
   static constexpr const char* kind = "dense";
   static constexpr int in_channels = In == 0 ? -1 : In;
   static constexpr int out_channels(int) { return Out; }
+  static constexpr bool Bias = detail::BiasOption<BiasOpt>::on;
 
   template <class B, class T>
   class Node : detail::NodeBase<T> {

@@ -33,9 +33,9 @@ CIFARNET_NAME(softmax_linear);
 
 /// The tutorial CNN (logits for 10 classes).
 using Cifar10Cnn =
-    Sequential<Named<cnn::conv1, Conv2d<3, 64, 5, 1, Padding::Same, true>>, ReLU, MaxPool2d<3, 2>,
-               TutorialLrn, Named<cnn::conv2, Conv2d<64, 64, 5, 1, Padding::Same, true>>, ReLU, TutorialLrn,
-               MaxPool2d<3, 2>, Flatten, Named<cnn::local3, Dense<0, 384>>, ReLU,
+    Sequential<Named<cnn::conv1, Conv2d<3, 64, 5, 1, Padding::Same, WithBias>>, ReLU, MaxPool2d<3, 2>,
+               TutorialLrn, Named<cnn::conv2, Conv2d<64, 64, 5, 1, Padding::Same, WithBias>>, ReLU,
+               TutorialLrn, MaxPool2d<3, 2>, Flatten, Named<cnn::local3, Dense<0, 384>>, ReLU,
                Named<cnn::local4, Dense<384, 192>>, ReLU, Named<cnn::softmax_linear, Dense<192, 10>>>;
 
 /// The tutorial's initializers.

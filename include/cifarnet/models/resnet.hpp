@@ -46,9 +46,9 @@ CIFARNET_NAME(stage4);
 CIFARNET_NAME(head);
 
 /// Conv (no bias; explicit padding when strided) followed by batch norm
-/// (and ReLU, fused into the batch norm, when Relu); folded into one
+/// (and ReLU, fused into the batch norm, with FusedRelu); folded into one
 /// convolution for inference (layers/conv_bn.hpp).
-template <int In, int Out, int S = 1, bool Relu = false>
+template <int In, int Out, int S = 1, auto Relu = NoRelu>
 using ConvBN = ConvBatchNorm<In, Out, 3, S, (S == 1 ? Padding::Same : Padding::Explicit), Relu>;
 
 /// The same as two separate layers (the reference the fused ones are tested against).
@@ -60,8 +60,8 @@ using ConvBNUnfused =
 /// ReLU (the BN+ReLU and add+ReLU pairs fused; same names and values as the
 /// unfused Sequential<Residual<Sequential<ConvBN, ReLU, ConvBN>, Shortcut>, ReLU>).
 template <int In, int Out, int S>
-using BlockV1 = Residual<Sequential<ConvBN<In, Out, S, true>, ConvBN<Out, Out>>, PoolPadShortcut<In, Out, S>,
-                         /*Relu=*/true>;
+using BlockV1 = Residual<Sequential<ConvBN<In, Out, S, FusedRelu>, ConvBN<Out, Out>>,
+                         PoolPadShortcut<In, Out, S>, FusedRelu>;
 
 /// The same block without fusion (the reference the fused one is tested against).
 template <int In, int Out, int S>
@@ -78,14 +78,13 @@ using Stage = Sequential<BlockV1<In, Out, S>, Repeat<BlockV1<Out, Out, 1>, -1>>;
 /// shape is kept, else a strided 1×1 convolution + batch norm (projection).
 template <int In, int Out, int S>
 using ProjectionShortcut =
-    std::conditional_t<In == Out && S == 1, Identity, ConvBatchNorm<In, Out, 1, S, Padding::Same, false>>;
+    std::conditional_t<In == Out && S == 1, Identity, ConvBatchNorm<In, Out, 1, S, Padding::Same, NoRelu>>;
 
 /// ResNet-18/34's basic block: conv-BN-ReLU, conv-BN, plus the projection
 /// shortcut, then ReLU.
 template <int In, int Out, int S>
-using BasicBlock =
-    Residual<Sequential<ConvBN<In, Out, S, true>, ConvBN<Out, Out>>, ProjectionShortcut<In, Out, S>,
-             /*Relu=*/true>;
+using BasicBlock = Residual<Sequential<ConvBN<In, Out, S, FusedRelu>, ConvBN<Out, Out>>,
+                            ProjectionShortcut<In, Out, S>, FusedRelu>;
 
 namespace detail {
 template <int I>
@@ -102,7 +101,7 @@ struct Stages<Block, Width, Classes, std::integer_sequence<int, I...>, Depths...
   // Stage I maps Width·2^(I-1) to Width·2^I channels (the first keeps Width)
   // with stride 2 (the first: 1), then Depth - 1 blocks that keep the shape.
   using type = Sequential<
-      Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<stem, ConvBN<3, Width, 1, true>>,
+      Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<stem, ConvBN<3, Width, 1, FusedRelu>>,
       Named<StageName<I>,
             Sequential<Block<(I == 0 ? Width : (Width << (I - 1))), (Width << I), (I == 0 ? 1 : 2)>,
                        RepeatN<Block<(Width << I), (Width << I), 1>, Depths - 1>>>...,
@@ -124,7 +123,7 @@ using ResNet18Cifar = ResNet<resnet::BasicBlock, 2, 2, 2, 2>;
 /// ResNet v1 for CIFAR (6n + 2 layers; n = NetOptions::repeat).
 template <int Classes = 11>
 using ResNetCifar = Sequential<
-    Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<resnet::stem, resnet::ConvBN<3, 16, 1, true>>,
+    Rescale<std::ratio<1, 128>, std::ratio<-1>>, Named<resnet::stem, resnet::ConvBN<3, 16, 1, FusedRelu>>,
     Named<resnet::stage1, resnet::Stage<16, 16, 1>>, Named<resnet::stage2, resnet::Stage<16, 32, 2>>,
     Named<resnet::stage3, resnet::Stage<32, 64, 2>>,
     Named<resnet::head, Sequential<GlobalAvgPool, Dense<64, Classes>>>>;

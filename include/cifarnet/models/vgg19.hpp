@@ -1,7 +1,7 @@
 // cifarnet/models/vgg19.hpp — the VGG-19 feature extractor of the style
 // transfer seed (TF_SEMANTICS.md §6), composed like any other cifarnet network.
 //
-// Every VGG conv is Named<convX_Y, Conv2d<In, Out, 3, 1, Same, bias>>, then
+// Every VGG conv is Named<convX_Y, Conv2d<In, Out, 3, 1, Same, WithBias>>, then
 // ReLU, then Tap<convX_Y>: Model::activation("conv4_2") is the ReLU output
 // the seed calls graph['conv4_2'], and Model::tap_gradient injects a loss
 // gradient there. The max-pools are 2x2 stride-2 SAME average pools
@@ -60,7 +60,7 @@ struct Widths {
 
 /// conv 3x3 stride 1 SAME + bias, ReLU, and a tap named like the conv.
 template <class Name, int In, int Out>
-using Conv = Sequential<Named<Name, Conv2d<In, Out, 3, 1, Padding::Same, true>>, ReLU, Tap<Name>>;
+using Conv = Sequential<Named<Name, Conv2d<In, Out, 3, 1, Padding::Same, WithBias>>, ReLU, Tap<Name>>;
 /// The seed's replacement of VGG's max-pools.
 using Pool = AvgPool2d<2, 2, Padding::Same>;
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/layers/options.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -242,11 +243,14 @@ struct Sequential : LayerBase {
 };
 
 /// A residual block: out = body(x) + shortcut(x). ResNet v1 follows the sum
-/// with ReLU: Relu = true does it in the same pass (and masks the incoming
+/// with ReLU: FusedRelu does it in the same pass (and masks the incoming
 /// gradient in one pass before both branches), equal to
 /// Sequential<Residual<Body, Shortcut>, ReLU> with the same parameter names.
-template <class Body, class Shortcut = Identity, bool Relu = false>
+template <class Body, class Shortcut = Identity, auto ReluOpt = NoRelu>
 struct Residual : LayerBase {
+  static_assert(detail::ReluOption<ReluOpt>::valid,
+                "cifarnet: Residual<Body, Shortcut, Relu>: Relu must be FusedRelu or NoRelu (not a bool).");
+  static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
   // Fails naming the three channel counts (detail::ResidualChannelMismatch).
   static_assert(Body::in_channels < 0 ||
                     detail::ResidualChannelMismatch<

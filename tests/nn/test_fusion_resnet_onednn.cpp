@@ -1,0 +1,14 @@
+// The whole fused ResNet on oneDNN in float against the unfused one on the
+// reference backend in double (test_fusion_reference.cpp has the reference
+// backend's fused form).
+#include <cifarnet/backend/onednn.hpp>
+
+#include "nn/fusion_compare.hpp"
+
+using namespace cifarnet;
+
+TEST_CASE("The fused ResNet on oneDNN equals the unfused ResNet: names, outputs, gradients and BN statistics",
+          "[nn][fusion][resnet]") {
+  test::compare_formats<ResNetCifar<5>, test::UnfusedResNet<5>, backend::OneDnn, float>({3, 8, 8}, 4, 1e-4,
+                                                                                        resnet_options(14));
+}
