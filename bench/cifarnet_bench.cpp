@@ -197,10 +197,10 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
         b != "infer56")
       throw ConfigError("--only: unknown benchmark '" + b + "'");
   std::printf(
-      "cifarnet_bench: %d OpenMP threads, oneDNN %d.%d.%d, %d reps x %d steps after %d warm-up, %s "
+      "cifarnet_bench: %d OpenMP threads, oneDNN %s, %d reps x %d steps after %d warm-up, %s "
       "convolutions\n",
-      omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch, p.reps,
-      p.steps, p.warmup, to_string(p.prec));
+      omp_get_max_threads(), backend::onednn::version_string().c_str(), p.reps, p.steps, p.warmup,
+      to_string(p.prec));
   std::vector<Result> results;
   for (const auto& f : split(formats)) {
     const DataFormat fmt = parse_data_format(f);

@@ -48,9 +48,9 @@ int main(int argc, char** argv) {
                           {"16->32 s2 @32->16", 16, 32, 32, 2}, {"32->32 @16x16", 32, 16, 32, 1},
                           {"32->64 s2 @16->8", 32, 16, 64, 2},  {"64->64 @8x8", 64, 8, 64, 1}};
   std::printf(
-      "conv_passes_bench: %d OpenMP threads, oneDNN %d.%d.%d, %s, batch %zu, bf16 kernels on this CPU: %s\n",
-      omp_get_max_threads(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch,
-      to_string(fmt), batch, backend::onednn::cpu_has_bf16_convolutions() ? "yes" : "no");
+      "conv_passes_bench: %d OpenMP threads, oneDNN %s, %s, batch %zu, bf16 kernels on this CPU: %s\n",
+      omp_get_max_threads(), backend::onednn::version_string().c_str(), to_string(fmt), batch,
+      backend::onednn::cpu_has_bf16_convolutions() ? "yes" : "no");
   std::printf("%-20s %21s %21s %21s   (ms: fp32 -> bf16)\n", "shape", "forward", "backward_data",
               "backward_weights");
   Device<B> dev;

@@ -1,7 +1,8 @@
 // examples/cifar10_cnn/cifar10.hpp — what cifar10_train and cifar10_eval
 // share, as the tutorial's cifar10.py / cifar10_input.py do: the model type
 // and its constants, the flags both programs take, loading CIFAR-10 (or the
-// built-in synthetic set, labelled as such) and the error convention.
+// built-in synthetic set, labelled as such); the error convention is
+// examples/common/run_main.hpp's.
 //
 // The model is the tutorial CNN (cifarnet/models/cifar10_cnn.hpp) on 24x24
 // crops, on the oneDNN backend in NHWC (the faster layout on the CPUs we
@@ -23,6 +24,9 @@
 #include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/models/cifar10_cnn.hpp>
 
+#include "../common/cifar10_help.hpp"
+#include "../common/run_main.hpp"
+
 namespace cifar10 {
 
 using namespace cifarnet;
@@ -43,12 +47,10 @@ inline constexpr double kWeightDecay = 0.004;            ///< wd of local3/local
 /// Size of the built-in synthetic sets (used when --data_dir is not given).
 inline constexpr std::size_t kSyntheticTrain = 2560, kSyntheticTest = 500;
 
-inline const char* kHowToGetData =
-    "CIFAR-10 (binary version) is expected in a directory holding data_batch_1.bin ... data_batch_5.bin\n"
-    "and test_batch.bin (10,000 records of 3,073 bytes each: a label byte, then 1,024 red, 1,024 green\n"
-    "and 1,024 blue bytes), or holding that cifar-10-batches-bin/ directory. cifar10_train --download\n"
-    "fetches https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz into --data_dir and unpacks it there\n"
-    "(or by hand: tar xzf cifar-10-binary.tar.gz  ->  cifar-10-batches-bin/).\n";
+/// Where the data must be and how to get it (--data_dir errors, the synthetic fallback).
+inline std::string how_to_get_data() {
+  return examples::how_to_get_cifar10("--data_dir", /*tfrecords=*/false, "cifar10_train --download");
+}
 
 /// Flags both programs take.
 struct CommonFlags {
@@ -69,7 +71,7 @@ inline void validate_common(const CommonFlags& f, bool will_download = false) {
   if (f.batch_size <= 0)
     throw ConfigError("--batch_size must be positive, got " + std::to_string(f.batch_size));
   if (!will_download && !f.data_dir.empty() && !std::filesystem::is_directory(f.data_dir))
-    throw IoError("--data_dir '" + f.data_dir + "' is not a directory.\n" + kHowToGetData);
+    throw IoError("--data_dir '" + f.data_dir + "' is not a directory.\n" + how_to_get_data());
 }
 
 /// A data set the programs read, and whether it is the synthetic stand-in.
@@ -110,25 +112,9 @@ inline Source load(const CommonFlags& f, data::Split split, std::size_t max_exam
 /// The note both programs print when they fall back to the synthetic set.
 inline void explain_synthetic(std::ostream& out) {
   out << "No --data_dir given.\n"
-      << kHowToGetData << "Running on a small BUILT-IN SYNTHETIC data set instead (" << kSyntheticTrain
+      << how_to_get_data() << "Running on a small BUILT-IN SYNTHETIC data set instead (" << kSyntheticTrain
       << " training and " << kSyntheticTest
       << " test images of 10 made-up classes): its accuracy says nothing about CIFAR-10.\n";
-}
-
-/// Runs a program's body with the examples' error convention: a ConfigError
-/// (bad flag values) exits with 2, any other cifarnet::Error with 1, each
-/// with "<program>: <message>" on stderr.
-template <class F>
-int run_main(const char* program, F&& body) {
-  try {
-    return body();
-  } catch (const ConfigError& e) {
-    std::cerr << program << ": " << e.what() << "\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << program << ": " << e.what() << "\n";
-    return 1;
-  }
 }
 
 }  // namespace cifar10

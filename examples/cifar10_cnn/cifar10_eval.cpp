@@ -82,16 +82,8 @@ std::string eval_once(const Flags& f, cifar10::Net& net, optim::ExponentialMovin
   eo.format = cifar10::kFormat;
   eo.num_workers = 1;
   data::recipes::TutorialEvalT<data::ImageSetSource> pipe(src.images, eo);
-  data::Batch b;
-  train::Batch tb;
-  auto next = [&]() -> const train::Batch& {
-    if (!pipe.next(b)) b.labels.clear();
-    std::swap(tb.images, b.images);
-    std::swap(tb.labels, b.labels);
-    return tb;
-  };
   const auto t0 = std::chrono::steady_clock::now();
-  const train::EvalResult e = train::evaluate(net, next);
+  const train::EvalResult e = train::evaluate(net, pipe);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: precision @ 1 = %.3f (%zu/%zu correct; %s, global step %lld; %.1f s)\n",
               train::datetime_now().c_str(), e.precision(), e.correct, e.total, r->checkpoint.path.c_str(),
@@ -146,10 +138,5 @@ int main(int argc, char** argv) {
   app.add_option("--num_examples", f.num_examples, "Number of examples to run.")->capture_default_str();
   app.add_flag("--run_once", f.run_once, "Whether to run eval only once.");
   cifar10::add_common_flags(app, f);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return cifar10::run_main("cifar10_eval", [&] { return evaluate(f); });
+  return examples::parse_and_run(app, argc, argv, "cifar10_eval", [&] { return evaluate(f); });
 }

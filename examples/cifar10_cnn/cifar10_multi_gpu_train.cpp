@@ -86,10 +86,5 @@ int main(int argc, char** argv) {
   app.add_option("--num_gpus", f.num_gpus, "How many GPUs (towers) to use.")->capture_default_str();
   app.add_flag("--use_fp16", f.use_fp16,
                "Train with half-precision arithmetic (on CPUs: bf16 convolutions where the CPU has them).");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return cifar10::run_main("cifar10_multi_gpu_train", [&] { return run(f); });
+  return examples::parse_and_run(app, argc, argv, "cifar10_multi_gpu_train", [&] { return run(f); });
 }

@@ -30,12 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_train.py, see TF_SEMANTICS.md §4)"};
   cifar10::add_train_flags(app, f);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  return cifar10::run_main("cifar10_train", [&] {
+  return examples::parse_and_run(app, argc, argv, "cifar10_train", [&] {
     cifar10::validate_train(f);
     if (f.log_device_placement) cifar10::log_cpu_placement(std::cout);
     cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), f.seed);

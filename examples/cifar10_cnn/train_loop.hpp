@@ -6,8 +6,6 @@
 // checkpoints (with the pipeline's position) every 1,000 steps and resuming.
 #pragma once
 
-#include <omp.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
 #include <cifarnet/optim/optim.hpp>
+#include <cifarnet/recipes/strategy.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
 
@@ -58,9 +57,7 @@ inline void add_train_flags(CLI::App& app, TrainFlags& f) {
 
 /// --log_device_placement's line for the oneDNN CPU backend.
 inline void log_cpu_placement(std::ostream& out) {
-  out << "device: CPU, oneDNN " << dnnl_version()->major << "." << dnnl_version()->minor << "."
-      << dnnl_version()->patch << ", " << omp_get_max_threads()
-      << " OpenMP threads; every variable and op on /cpu:0\n";
+  out << recipes::describe_device<backend::OneDnn>() << "; every variable and op on /cpu:0\n";
 }
 
 inline void validate_train(const TrainFlags& f) {
@@ -122,14 +119,7 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   trainer.add_state_slots(avg_cross_entropy);
   trainer.add_state_slots(avg_weight_loss);
   trainer.add_state_slots(avg_total_loss);
-  trainer.add_state(std::make_shared<train::FunctionSaveable>(
-      [&](io::StateDict& d) { d.metadata["pipeline/train"] = pipe.position().to_string(); },
-      [&](const io::StateDict& d) {
-        auto it = d.metadata.find("pipeline/train");
-        if (it == d.metadata.end())
-          throw DataError("checkpoint " + io::detail::source_of(d) + " has no 'pipeline/train' position");
-        pipe.restore(data::PipelinePosition::parse(it->second));
-      }));
+  trainer.add_state(train::stream_position_saveable(pipe));
 
   std::cout << what << " (" << net.parameters().num_trainable() << " parameters) on " << src.description
             << ", batch " << batch << ", gradient descent lr " << kInitialLearningRate << " x"
@@ -182,17 +172,9 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 1000));
   trainer.add_hook(std::make_shared<train::ProgressBarHook>());
 
-  data::Batch b;
-  train::Batch tb;
-  auto next = [&]() -> const train::Batch& {
-    if (!pipe.next(b)) throw Error("the training pipeline ended (it repeats forever; this is a bug)");
-    std::swap(tb.images, b.images);
-    std::swap(tb.labels, b.labels);
-    return tb;
-  };
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t start_step = trainer.global_step();
-  trainer.run(next);
+  trainer.run(pipe);
   events.flush();
   const double secs = seconds_since(t0);
   std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n", static_cast<long long>(start_step),

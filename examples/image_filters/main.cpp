@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/run_main.hpp"
+
 using namespace cifarnet;
 using namespace cifarnet::vision;
 
@@ -155,18 +157,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-side", f.max_side, "Shrink larger inputs to this longer side first (0: never).")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    return run(f);
-  } catch (const ConfigError& e) {
-    std::cerr << "image_filters: " << e.what() << "\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << "image_filters: " << e.what() << "\n";
-    return 1;
-  }
+  return examples::parse_and_run(app, argc, argv, "image_filters", [&] { return run(f); });
 }

@@ -9,6 +9,8 @@
 
 namespace resnet_cifar10 {
 
-int run_cuda(const Flags& f, Cluster& cl) { return run<backend::Cuda>(f, cl); }
+int run_cuda(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus) {
+  return run<backend::Cuda>(f, st, gpus);
+}
 
 }  // namespace resnet_cifar10

@@ -27,6 +27,8 @@ std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer([[maybe_unu
 #endif
 }
 
-int run_cuda_towers(const Flags& f, Cluster& cl) { return run<backend::Cuda, true>(f, cl); }
+int run_cuda_towers(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus) {
+  return run<backend::Cuda, true>(f, st, gpus);
+}
 
 }  // namespace resnet_cifar10

@@ -168,56 +168,40 @@ int main(int argc, char** argv) {
          "Under mpirun: seconds a process waits for the others in a collective (or, asynchronous, for "
          "a message) before it ends the job with an error (a dead or hung process).")
       ->capture_default_str();
-#ifdef CIFARNET_WITH_MPI
   // Under mpirun, MPI starts first (it may take arguments of its own).
-  std::optional<distributed::Environment> mpi;
-  if (distributed::launched_by_mpi()) mpi.emplace(&argc, &argv);
-#endif
+  recipes::Strategy st(&argc, &argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  Cluster cl;
   // An error: rank 0 (or the rank that met it, when not a flag error) says
   // why; distributed, the whole job then ends (the others would wait for this
   // process until --collective-timeout).
   auto fail = [&](const std::exception& e, int code) {
-    if (cl.chief() || code != 2)
-      std::cerr << "resnet_cifar10: " << (cl.size > 1 ? "rank " + std::to_string(cl.rank) + ": " : "")
+    if (st.chief() || code != 2)
+      std::cerr << "resnet_cifar10: " << (st.size() > 1 ? "rank " + std::to_string(st.rank()) + ": " : "")
                 << e.what() << "\n"
                 << std::flush;
-#ifdef CIFARNET_WITH_MPI
-    if (cl.size > 1) distributed::Environment::abort_all(code);
-#endif
-    return code;
+    return st.abort_job(code);
   };
+  train::GpuPlacement gpus;
   try {
-#ifdef CIFARNET_WITH_MPI
-    if (mpi) {
-      cl.comm = std::make_unique<distributed::Communicator>(MPI_COMM_WORLD, f.collective_timeout);
-      cl.rank = cl.comm->rank();
-      cl.size = cl.comm->size();
-      if (cl.size > 1 && !f.sync) {                        // asynchronous: parameter servers, then workers
-        distributed::PsRoles(cl.size, cl.rank, f.num_ps);  // ConfigError when -np leaves no worker
-        cl.num_ps = f.num_ps;
-      }
-    }
-#endif
-    if (!cl.chief()) std::cout.rdbuf(nullptr);  // only rank 0 prints
-    validate(f, cl);
-    cl.gpus = place_devices(f, cl);
+    st.configure(strategy_options(f));
+    if (!st.chief()) std::cout.rdbuf(nullptr);  // only rank 0 prints
+    validate(f, st);
+    gpus = place_devices(f, st);
   } catch (const ConfigError& e) {  // the same on every rank: each exits cleanly
-    if (cl.chief()) std::cerr << "resnet_cifar10: " << e.what() << "\n";
+    if (st.chief()) std::cerr << "resnet_cifar10: " << e.what() << "\n";
     return 2;
   }
   try {
-    fetch_data(f, cl);
-#ifdef CIFARNET_WITH_CUDA
-    if (f.num_gpus > 1) return run_cuda_towers(f, cl);
-    if (f.num_gpus == 1) return run_cuda(f, cl);
-#endif
-    return run<backend::OneDnn>(f, cl);
+    fetch_data(f, st);
+    if constexpr (recipes::kHasCudaBackend) {
+      if (f.num_gpus > 1) return run_cuda_towers(f, st, gpus);
+      if (f.num_gpus == 1) return run_cuda(f, st, gpus);
+    }
+    return run<backend::OneDnn>(f, st, gpus);
   } catch (const ConfigError& e) {
     return fail(e, 2);
   } catch (const Error& e) {

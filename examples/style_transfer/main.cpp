@@ -27,6 +27,8 @@
 
 #include "flags.hpp"
 
+#include "../common/run_main.hpp"
+
 using namespace cifarnet;
 using namespace cifarnet::vision;
 namespace fs = std::filesystem;
@@ -85,9 +87,8 @@ int run(Flags f) {
     const auto conv1 = io::read_vgg19_mat(f.vgg_mat, {"conv1_1"});
     const std::size_t c1 = conv1.front().shape[3];
     if (c1 == 0 || 64 % c1 != 0)
-      throw ConfigError(
-          cifarnet::detail::concat("'", f.vgg_mat, "': conv1_1 has ", c1,
-                                   " output channels; VGG-19 has 64 (or 64 / D for a narrow test net)"));
+      throw ConfigError("'" + f.vgg_mat + "': conv1_1 has " + std::to_string(c1) +
+                        " output channels; VGG-19 has 64 (or 64 / D for a narrow test net)");
     divisor = int(64 / c1);
     if (divisor == 1 && size != kVgg19MatBytes)
       std::cout << "note: '" << f.vgg_mat << "' is " << size << " bytes; the published file is "
@@ -154,18 +155,5 @@ int main(int argc, char** argv) {
                  "Write a test-size .mat file (VGG-19's structure, random weights, channels / 16) and exit.");
   app.add_flag("--fresh", f.fresh, "Ignore existing checkpoints (the seed always resumes).");
   app.add_option("--keep-checkpoints", f.keep_checkpoints, "Checkpoints to keep.")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    return run(f);
-  } catch (const ConfigError& e) {
-    std::cerr << "style_transfer: " << e.what() << "\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << "style_transfer: " << e.what() << "\n";
-    return 1;
-  }
+  return examples::parse_and_run(app, argc, argv, "style_transfer", [&] { return run(f); });
 }

@@ -109,8 +109,8 @@ int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content,
     case 16:
       return run_net<16>(f, content, style);
     default:
-      throw cifarnet::ConfigError(cifarnet::detail::concat(
-          "width divisor ", divisor, " is not built into this program (1 = VGG-19, 16 = the test-size net)"));
+      throw cifarnet::ConfigError("width divisor " + std::to_string(divisor) +
+                                  " is not built into this program (1 = VGG-19, 16 = the test-size net)");
   }
 }
 

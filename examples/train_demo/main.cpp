@@ -91,13 +91,7 @@ int main(int argc, char** argv) {
     trainer.set_optimizer(opt, lr);
     trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
     trainer.add_state_slots(ema);
-    trainer.add_state(std::make_shared<train::FunctionSaveable>(
-        [&](io::StateDict& d) { d.metadata["pipeline/train"] = pipe.position().to_string(); },
-        [&](const io::StateDict& d) {
-          auto it = d.metadata.find("pipeline/train");
-          if (it == d.metadata.end()) throw DataError("checkpoint has no pipeline position");
-          pipe.restore(data::PipelinePosition::parse(it->second));
-        }));
+    trainer.add_state(train::stream_position_saveable(pipe));
 
     io::CheckpointOptions co;
     co.max_to_keep = std::size_t(keep);
@@ -128,14 +122,7 @@ int main(int argc, char** argv) {
             std::raise(SIGKILL);
           }));
 
-    data::Batch b;
-    train::Batch tb;
-    trainer.run([&]() -> const train::Batch& {
-      pipe.next(b);
-      std::swap(tb.images, b.images);
-      std::swap(tb.labels, b.labels);
-      return tb;
-    });
+    trainer.run(pipe);
 
     if (eval_examples == 0) {
       std::cout << "[synthetic data] step " << trainer.global_step() << "\n";
@@ -148,12 +135,7 @@ int main(int argc, char** argv) {
     train::EvalResult r;
     {
       auto averaged = ema.swap_in(net.parameters());
-      r = train::evaluate(net, [&]() -> const train::Batch& {
-        if (!eval_pipe.next(b)) b.labels.clear();
-        std::swap(tb.images, b.images);
-        std::swap(tb.labels, b.labels);
-        return tb;
-      });
+      r = train::evaluate(net, eval_pipe);
     }
     std::cout << "[synthetic data] step " << trainer.global_step()
               << ": accuracy with EMA weights = " << r.precision() << "\n";

@@ -474,3 +474,57 @@ TEST_CASE("Cifar10Binary and Cifar100Binary sources count their examples from th
   CHECK(coarse.decode(1, img.data()) == 5);
   CHECK(coarse.num_classes() == 20);
 }
+
+TEST_CASE("augment = false skips the transforms: the batches of the plain pipeline, in the same order",
+          "[data][pipeline][recipes]") {
+  const auto src = std::make_shared<const ImageSetSource>(synthetic_set(30));
+  auto o = recipes::resnet_train_options(7, 4);
+  o.shuffle_buffer = 10;
+  recipes::ResNetTrainT<ImageSetSource> augmented(src, o);
+  o.augment = false;
+  recipes::ResNetTrainT<ImageSetSource> switched_off(src, o);
+  recipes::ResNetEvalT<ImageSetSource> plain(src, o);  // no transforms at all
+  CHECK(switched_off.output_geometry() == plain.output_geometry());
+  const auto expected = take(plain, 9);
+  const auto off = take(switched_off, 9);
+  require_same(off, expected);
+  // The switch changes the pixels, not the stream (so positions stay valid).
+  const auto on = take(augmented, 9);
+  bool differs = false;
+  for (std::size_t i = 0; i < on.size(); ++i) {
+    CHECK(on[i].labels == off[i].labels);
+    differs = differs || !std::equal(on[i].images.begin(), on[i].images.end(), off[i].images.begin());
+  }
+  CHECK(differs);
+  CHECK(switched_off.position() == plain.position());
+}
+
+TEST_CASE("augment = false with transforms that change the image size is a ConfigError",
+          "[data][pipeline][errors]") {
+  const auto src = std::make_shared<const ImageSetSource>(synthetic_set(4));
+  auto o = recipes::tutorial_train_options(1, 2);
+  o.augment = false;
+  require_throws_with<ConfigError>([&] { recipes::TutorialTrainT<ImageSetSource> p(src, o); },
+                                   {"augment = false: the transforms turn 32x32x3 images into 24x24x3"});
+}
+
+TEST_CASE("reseed(s) restarts the stream as a pipeline built with seed s, through the BatchStream interface",
+          "[data][pipeline][resume]") {
+  const auto src = std::make_shared<const ImageSetSource>(synthetic_set(30));
+  auto o = recipes::resnet_train_options(3, 4);
+  o.shuffle_buffer = 10;
+  recipes::ResNetTrainT<ImageSetSource> a(src, o);
+  take(a, 5);
+  BatchStream& stream = a;
+  stream.reseed(99);
+  CHECK(stream.position().batches == 0);
+  o.seed = 99;
+  recipes::ResNetTrainT<ImageSetSource> b(src, o);
+  CHECK(a.position() == b.position());
+  require_same(take(a, 6), take(b, 6));
+  // A position saved before the reseed belongs to another stream now.
+  o.seed = 3;
+  recipes::ResNetTrainT<ImageSetSource> old(src, o);
+  take(old, 2);
+  CHECK_THROWS_AS(stream.restore(old.position()), ConfigError);
+}

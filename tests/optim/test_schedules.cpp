@@ -150,3 +150,36 @@ TEST_CASE("Schedules are validated up front, naming the option", "[optim][schedu
                     Catch::Contains("global step must be >= 0, got -1"));
   CHECK_THROWS_AS(cosine_decay(0.1, 10)(-5), ConfigError);
 }
+
+TEST_CASE("make_schedule picks a schedule by name and says what it does", "[optim][schedules]") {
+  ScheduleSpec spec;
+  spec.learning_rate = 0.1;
+  spec.train_steps = 1000;
+  spec.steps_per_epoch = 2.0;  // epochs 82/123/300 = steps 164/246/600
+  const NamedSchedule seed = make_schedule("seed", spec);
+  CHECK(seed.description == "piecewise constant, boundaries 164/246/600 steps");
+  CHECK(seed.schedule(164) == 0.1);
+  CHECK(seed.schedule(165) == Approx(0.01));
+  CHECK(seed.schedule(247) == Approx(0.001));
+  CHECK(seed.schedule(601) == Approx(0.0002));
+  // Sized in epochs: the boundaries at the seed's fractions of its 80k-step run.
+  spec.scale_to_run = true;
+  const NamedSchedule scaled = make_schedule("seed", spec);
+  CHECK(scaled.description == "piecewise constant, boundaries 359/539/1316 steps");
+  spec.scale_to_run = false;
+
+  const NamedSchedule step = make_schedule("step", spec);
+  CHECK(step.description == "x0.1 at 50% and 75% of the run");
+  CHECK(step.schedule(500) == 0.1);
+  CHECK(step.schedule(501) == Approx(0.01));
+  CHECK(step.schedule(751) == Approx(0.001));
+
+  const NamedSchedule cosine = make_schedule("cosine", spec);
+  CHECK(cosine.description == "cosine decay to 0");
+  CHECK(cosine.schedule(0) == Approx(0.1));
+  CHECK(cosine.schedule(500) == Approx(0.05));
+  CHECK(cosine.schedule(1000) == Approx(0.0).margin(1e-12));
+
+  CHECK_THROWS_WITH(make_schedule("linear", spec),
+                    Catch::Contains("learning-rate schedule 'linear': expected seed, step or cosine"));
+}

@@ -52,6 +52,7 @@
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/core/tensor.hpp"
+#include "cifarnet/data/batch.hpp"
 #include "cifarnet/data/image.hpp"
 #include "cifarnet/data/transforms.hpp"
 
@@ -85,6 +86,12 @@ struct PipelineOptions {
   std::size_t prefetch = 4;        ///< batches prepared ahead (queue capacity), >= 1
   std::uint64_t seed = 0;          ///< fixes shuffling and augmentation
   DataFormat format = DataFormat::NHWC;
+  /// false: the per-image transforms are skipped (e.g. --use-distortion
+  /// off): the batches are the source's images as decoded, in the same
+  /// shuffled order, from the same pipeline type. Only for transforms that
+  /// keep the image geometry (ConfigError otherwise), such as PadCrop and
+  /// the random flips and colour changes.
+  bool augment = true;
 
   void validate() const {
     if (batch_size == 0) throw ConfigError("pipeline option batch_size must be > 0");
@@ -93,72 +100,6 @@ struct PipelineOptions {
       throw ConfigError(
           cifarnet::detail::concat("pipeline option num_workers = ", num_workers, " (at most 256)"));
   }
-};
-
-/// A point in a pipeline's batch stream, enough to resume exactly there.
-/// Store it with to_words()/to_string(); restore() checks it against the
-/// pipeline (same seed, data size and stream options).
-struct PipelinePosition {
-  std::uint64_t examples = 0;     ///< examples delivered so far
-  std::uint64_t batches = 0;      ///< batches delivered so far
-  std::uint64_t epoch = 0;        ///< epoch the shuffle reads from next (input side)
-  std::uint64_t offset = 0;       ///< index within that epoch
-  Rng::State rng{};               ///< shuffle generator (buffer mode; zero otherwise)
-  std::uint64_t fingerprint = 0;  ///< hash of seed, data size and stream options
-
-  static constexpr std::size_t kWords = 9;
-  std::array<std::uint64_t, kWords> to_words() const {
-    return {examples, batches, epoch, offset, rng[0], rng[1], rng[2], rng[3], fingerprint};
-  }
-  static PipelinePosition from_words(const std::array<std::uint64_t, kWords>& w) {
-    PipelinePosition p;
-    p.examples = w[0];
-    p.batches = w[1];
-    p.epoch = w[2];
-    p.offset = w[3];
-    p.rng = {w[4], w[5], w[6], w[7]};
-    p.fingerprint = w[8];
-    return p;
-  }
-  /// "pipeline-position-v1 <9 decimal words>".
-  std::string to_string() const {
-    std::ostringstream os;
-    os << "pipeline-position-v1";
-    for (auto w : to_words()) os << ' ' << w;
-    return os.str();
-  }
-  static PipelinePosition parse(const std::string& s) {
-    std::istringstream is(s);
-    std::string tag;
-    is >> tag;
-    if (tag != "pipeline-position-v1")
-      throw ConfigError("pipeline position '" + s + "': expected it to start with 'pipeline-position-v1'");
-    std::array<std::uint64_t, kWords> w{};
-    for (auto& x : w) {
-      std::string tok;
-      if (!(is >> tok) || tok.find_first_not_of("0123456789") != std::string::npos)
-        throw ConfigError("pipeline position '" + s + "': expected 9 unsigned integers");
-      try {
-        x = std::stoull(tok);
-      } catch (const std::exception&) {
-        throw ConfigError("pipeline position '" + s + "': '" + tok + "' does not fit in 64 bits");
-      }
-    }
-    std::string extra;
-    if (is >> extra) throw ConfigError("pipeline position '" + s + "': unexpected '" + extra + "'");
-    return from_words(w);
-  }
-  bool operator==(const PipelinePosition& o) const { return to_words() == o.to_words(); }
-  bool operator!=(const PipelinePosition& o) const { return !(*this == o); }
-};
-
-/// One batch: images in the pipeline's DataFormat, labels, and its number
-/// in the stream.
-struct Batch {
-  Tensor<float> images;
-  std::vector<std::int32_t> labels;
-  std::uint64_t index = 0;
-  std::size_t size() const { return labels.size(); }
 };
 
 namespace detail {
@@ -265,7 +206,7 @@ struct is_transform<T,
 /// Input pipeline over `Source`, applying `Transforms...` to every image in
 /// order. See the top of this file for the semantics.
 template <class Source, class... Transforms>
-class Pipeline {
+class Pipeline : public BatchStream {
   static_assert(detail::is_source<Source>::value,
                 "cifarnet: the first argument of Pipeline<...> must be a source with size(), geometry() and "
                 "decode(i, float*) (see cifarnet/data/sources.hpp).");
@@ -288,14 +229,14 @@ class Pipeline {
     in_geom_ = src_->geometry();
     out_geom_ = in_geom_;
     std::apply([&](const auto&... t) { ((out_geom_ = t.output(out_geom_)), ...); }, transforms_);
+    if (!opt_.augment && out_geom_ != in_geom_)
+      throw ConfigError(cifarnet::detail::concat("pipeline option augment = false: the transforms turn ",
+                                                 in_geom_.str(), " images into ", out_geom_.str(),
+                                                 ", so they cannot be skipped; use a pipeline without them"));
+    if (!opt_.augment) out_geom_ = in_geom_;
     buffer_ =
         opt_.shuffle_buffer ? opt_.shuffle_buffer : default_shuffle_buffer(src_->size(), opt_.batch_size);
-    aug_seed_ = detail::mix64(opt_.seed, 0xA5u);
-    fingerprint_ = detail::mix64(
-        detail::mix64(detail::mix64(opt_.seed, src_->size()),
-                      detail::mix64(static_cast<std::uint64_t>(opt_.shuffle),
-                                    opt_.shuffle == ShuffleMode::buffer ? buffer_ : 0)),
-        detail::mix64(detail::mix64(opt_.batch_size, opt_.epochs), opt_.drop_remainder ? 1 : 0));
+    set_seed(opt_.seed);
     reset_state(initial_position());
   }
   /// A pipeline owning its source.
@@ -305,11 +246,11 @@ class Pipeline {
 
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  ~Pipeline() { stop(); }
+  ~Pipeline() override { stop(); }
 
   /// Fills `out` with the next batch; false when a finite stream has ended.
   /// Rethrows an error a worker met while preparing this batch.
-  bool next(Batch& out) {
+  bool next(Batch& out) override {
     if (opt_.num_workers == 0) return next_inline(out);
     std::unique_lock<std::mutex> lk(m_);
     if (!started_) start_locked();
@@ -322,7 +263,7 @@ class Pipeline {
   }
 
   /// The position after the last batch next() returned.
-  PipelinePosition position() const {
+  PipelinePosition position() const override {
     std::lock_guard<std::mutex> lk(m_);
     return position_;
   }
@@ -330,7 +271,7 @@ class Pipeline {
   /// Continues from `pos` (saved by a pipeline with the same source size,
   /// seed and stream options; ConfigError otherwise). Stops the workers,
   /// drops prepared batches, and replays the shuffle up to `pos`.
-  void restore(const PipelinePosition& pos) {
+  void restore(const PipelinePosition& pos) override {
     stop();
     if (pos.fingerprint != fingerprint_)
       throw ConfigError(
@@ -348,6 +289,14 @@ class Pipeline {
   /// Back to the first batch.
   void reset() {
     stop();
+    reset_state(initial_position());
+  }
+
+  /// Back to the first batch of the stream that seed `seed` gives: the same
+  /// batches as a pipeline built with options().seed = seed.
+  void reseed(std::uint64_t seed) override {
+    stop();
+    set_seed(seed);
     reset_state(initial_position());
   }
 
@@ -386,6 +335,16 @@ class Pipeline {
   struct Scratch {
     Image img, tmp;
   };
+
+  void set_seed(std::uint64_t seed) {
+    opt_.seed = seed;
+    aug_seed_ = detail::mix64(opt_.seed, 0xA5u);
+    fingerprint_ = detail::mix64(
+        detail::mix64(detail::mix64(opt_.seed, src_->size()),
+                      detail::mix64(static_cast<std::uint64_t>(opt_.shuffle),
+                                    opt_.shuffle == ShuffleMode::buffer ? buffer_ : 0)),
+        detail::mix64(detail::mix64(opt_.batch_size, opt_.epochs), opt_.drop_remainder ? 1 : 0));
+  }
 
   detail::Sampler make_sampler() const {
     return detail::Sampler(src_->size(), opt_.shuffle, buffer_, opt_.seed, opt_.epochs);
@@ -537,7 +496,7 @@ class Pipeline {
       sc.img.reshape(in_geom_.height, in_geom_.width, in_geom_.channels);
       s.batch.labels[i] = src_->decode(static_cast<std::size_t>(s.items[i].first), sc.img.data.data());
       Rng rng = example_rng(s.items[i].second);
-      std::apply([&](const auto&... t) { (t(sc.img, sc.tmp, rng), ...); }, transforms_);
+      if (opt_.augment) std::apply([&](const auto&... t) { (t(sc.img, sc.tmp, rng), ...); }, transforms_);
       if (sc.img.geometry() != out_geom_)
         throw ShapeError(cifarnet::detail::concat("Pipeline: transforms produced an image of ",
                                                   sc.img.geometry().str(), ", expected ", out_geom_.str()));

@@ -319,6 +319,7 @@ inline void take_shard(const train::Batch& global, int rank, int ranks, train::B
   if (out.images.shape() != shape) out.images.resize(shape);
   const std::size_t per = global.images.size() / std::max<std::size_t>(1, n);
   std::memcpy(out.images.data(), global.images.data() + std::size_t(rank) * b * per, b * per * sizeof(float));
+  out.index = global.index;
   out.labels.assign(global.labels.begin() + std::ptrdiff_t(std::size_t(rank) * b),
                     global.labels.begin() + std::ptrdiff_t(std::size_t(rank + 1) * b));
 }

@@ -219,4 +219,52 @@ LinearWarmup<Inner> linear_warmup(Inner inner, std::int64_t warmup_steps, double
   return LinearWarmup<Inner>(std::move(inner), warmup_steps, init_lr);
 }
 
+/// What make_schedule() needs to know of the run it schedules.
+struct ScheduleSpec {
+  double learning_rate = 0.1;    ///< the initial learning rate
+  std::int64_t train_steps = 0;  ///< the run's length in steps
+  double steps_per_epoch = 0;    ///< training examples / batch size
+  /// "seed" only: place the boundaries at the same fractions of this run as
+  /// in the estimator's 80,000-step run (a run sized in epochs) instead of
+  /// at fixed epochs.
+  bool scale_to_run = false;
+};
+
+/// A schedule chosen by name, and one line saying what it does.
+struct NamedSchedule {
+  Schedule schedule = 0.0;
+  std::string description;
+};
+
+/// The learning-rate schedule called `name` (a program's --schedule):
+///  - "seed": the ResNet estimator's piecewise constant lr, lr/10, lr/100,
+///    lr/500 with boundaries at epochs 82, 123 and 300 (or, scale_to_run, at
+///    those fractions of its 80,000-step run of 351-step epochs);
+///  - "step": lr x0.1 at 50 % and x0.01 at 75 % of the run;
+///  - "cosine": cosine decay from lr to 0 over the run.
+/// Another name is a ConfigError listing these.
+inline NamedSchedule make_schedule(const std::string& name, const ScheduleSpec& spec) {
+  const double lr = spec.learning_rate;
+  const std::int64_t n = spec.train_steps;
+  NamedSchedule r;
+  if (name == "seed") {
+    std::vector<std::int64_t> b;
+    for (double e : {82.0, 123.0, 300.0})
+      b.push_back(spec.scale_to_run ? std::int64_t(double(n) * e * 351.0 / 80000.0)
+                                    : std::int64_t(spec.steps_per_epoch * e));
+    r.description = "piecewise constant, boundaries " + std::to_string(b[0]) + "/" + std::to_string(b[1]) +
+                    "/" + std::to_string(b[2]) + " steps";
+    r.schedule = piecewise_constant(std::move(b), {lr, lr * 0.1, lr * 0.01, lr * 0.002});
+  } else if (name == "step") {
+    r.schedule = piecewise_constant({n / 2, n * 3 / 4}, {lr, lr * 0.1, lr * 0.01});
+    r.description = "x0.1 at 50% and 75% of the run";
+  } else if (name == "cosine") {
+    r.schedule = cosine_decay(lr, std::max<std::int64_t>(1, n));
+    r.description = "cosine decay to 0";
+  } else {
+    throw ConfigError("learning-rate schedule '" + name + "': expected seed, step or cosine");
+  }
+  return r;
+}
+
 }  // namespace cifarnet::optim

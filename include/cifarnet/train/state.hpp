@@ -20,6 +20,7 @@
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/core/state_dict.hpp"
+#include "cifarnet/data/batch.hpp"
 #include "cifarnet/io/parameter_state.hpp"
 
 namespace cifarnet::train {
@@ -75,6 +76,34 @@ class RngSaveable : public Saveable {
   std::string name_;
   Rng* rng_;
 };
+
+/// A batch stream's position (a data::Pipeline's) in the metadata as `key`
+/// ("pipeline-position-v1 ..."), so that a resumed run reads exactly the
+/// batches that would have followed. Loading a checkpoint without it is a
+/// DataError naming the file and the key. The stream must outlive the
+/// trainer; reseed() in place keeps it registered.
+class StreamPositionSaveable : public Saveable {
+ public:
+  explicit StreamPositionSaveable(data::BatchStream& stream, std::string key = "pipeline/train")
+      : stream_(&stream), key_(std::move(key)) {}
+  void save(io::StateDict& d) override { d.metadata[key_] = stream_->position().to_string(); }
+  void load(const io::StateDict& d) override {
+    const auto it = d.metadata.find(key_);
+    if (it == d.metadata.end())
+      throw DataError("checkpoint " + io::detail::source_of(d) + " has no '" + key_ + "' position");
+    stream_->restore(data::PipelinePosition::parse(it->second));
+  }
+
+ private:
+  data::BatchStream* stream_;
+  std::string key_;
+};
+
+/// The hook to checkpoint a pipeline: trainer.add_state(train::stream_position_saveable(pipe)).
+inline std::shared_ptr<Saveable> stream_position_saveable(data::BatchStream& stream,
+                                                          std::string key = "pipeline/train") {
+  return std::make_shared<StreamPositionSaveable>(stream, std::move(key));
+}
 
 /// The parameters, BN statistics and global step of a run, plus any
 /// registered saveables.

@@ -56,6 +56,7 @@
 
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/tensor.hpp"
+#include "cifarnet/data/batch.hpp"
 #include "cifarnet/loss/losses.hpp"
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -66,11 +67,9 @@
 
 namespace cifarnet::train {
 
-/// A batch of images (in the model's format) and labels.
-struct Batch {
-  Tensor<float> images;
-  std::vector<std::int32_t> labels;
-};
+/// A batch of images (in the model's format) and labels: the pipelines'
+/// own type, so a data::Pipeline's batches go to the trainer as they are.
+using Batch = data::Batch;
 
 /// What one step produced.
 struct StepResult {
@@ -435,6 +434,19 @@ class Trainer : public TrainerBase {
   /// pulling batches from `next`. Returns the final global step. With
   /// remote variables, each step first pulls them and ends the loop when the
   /// global step (advanced by every worker) has reached max_steps.
+  /// Trains on the batches of `stream` (a data::Pipeline, ...); a stream
+  /// that ends before max_steps is an Error.
+  std::int64_t run(data::BatchStream& stream) {
+    Batch b;
+    return run([&]() -> const Batch& {
+      if (!stream.next(b))
+        throw Error("Trainer::run: the batch stream ended at global step " + std::to_string(step_) +
+                    ", before max_steps " + std::to_string(opts_.max_steps()) +
+                    " (a training pipeline repeats forever: epochs = 0)");
+      return b;
+    });
+  }
+
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
     check_trace_options();
@@ -676,6 +688,19 @@ EvalResult evaluate(ModelT& model, const std::function<const Batch&()>& next, st
   }
   r.loss = r.total ? loss_sum / double(r.total) : 0.0;
   return r;
+}
+
+/// Evaluates the batches of `stream` until it ends (or `num_batches` of them).
+template <class ModelT>
+EvalResult evaluate(ModelT& model, data::BatchStream& stream, std::size_t num_batches = 0) {
+  Batch b;
+  return evaluate(
+      model,
+      [&]() -> const Batch& {
+        if (!stream.next(b)) b.labels.clear();
+        return b;
+      },
+      num_batches);
 }
 
 }  // namespace cifarnet::train

@@ -78,6 +78,13 @@ using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
+/// The oneDNN library's version, e.g. "3.5.3" (what programs print about
+/// the device they run on).
+inline std::string version_string() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 /// Name of a oneDNN status code, for error messages.
 inline const char* status_name(dnnl_status_t s) {
   switch (s) {
