@@ -23,7 +23,6 @@ struct Flags {
 
 /// Runs style transfer with the VGG-19 of width divisor `divisor` (1, or 16:
 /// the test-size net) from `content` to `style` (run.cpp).
-int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content,
-              const cifarnet::Image& style);
+int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style);
 
 }  // namespace style_transfer

@@ -101,8 +101,7 @@ int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Imag
   return 0;
 }
 
-int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content,
-              const cifarnet::Image& style) {
+int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style) {
   switch (divisor) {
     case 1:
       return run_net<1>(f, content, style);
