@@ -541,19 +541,6 @@ inline void momentum_update(Dev& dev, float* var, float* acc, const float* g, st
   st.finish();
 }
 
-/// One TF ApplyAdam over n elements with alpha = lr·sqrt(1-β2^t)/(1-β1^t).
-inline void adam_update(Dev& dev, float* var, float* m, float* v, const float* g, std::size_t n, float alpha,
-                        float one_minus_beta1, float one_minus_beta2, float eps) {
-  Staging st(dev);
-  float* dv = st.inout(var, n);
-  float* dm = st.inout(m, n);
-  float* dvv = st.inout(v, n);
-  const float* gr = st.in(g, n);
-  KernelLibrary::get(dev).launch(dev, kernel::adam, n, KernelLibrary::kMaxBlocks, dv, dm, dvv, gr,
-                                 static_cast<long long>(n), alpha, one_minus_beta1, one_minus_beta2, eps);
-  st.finish();
-}
-
 /// Kernel `name` over n elements of x (read and written) and y (read), with
 /// the trailing `scalars`: the shape of the two-operand updates below.
 template <class... S>
@@ -570,11 +557,6 @@ void update_with(Dev& dev, const Kernel<float*, const float*, long long, S...>& 
 /// shadow -= (shadow - var) · (1 - decay) over n elements.
 inline void ema_update(Dev& dev, float* shadow, const float* var, std::size_t n, float one_minus_decay) {
   update_with(dev, kernel::ema, shadow, var, n, one_minus_decay);
-}
-
-/// g += wd · var over n elements (L2 weight decay's gradient).
-inline void add_weight_decay(Dev& dev, float* g, const float* var, std::size_t n, float wd) {
-  update_with(dev, kernel::decay_grad, g, var, n, wd);
 }
 
 /// tf.clip_by_global_norm over one flat gradient buffer, as
