@@ -180,19 +180,11 @@ Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std
   return r;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');)
-    if (!t.empty()) out.push_back(t);
-  return out;
-}
-
 /// The benchmarks of --only in each of --formats; ConfigError for an unknown
 /// benchmark or format (checked before any runs).
 int run(const Protocol& p, const std::string& only, const std::string& formats, const std::string& json) {
-  for (const auto& f : split(formats)) parse_data_format(f);
-  for (const auto& b : split(only))
+  for (const auto& f : bench_cli::split_list(formats)) parse_data_format(f);
+  for (const auto& b : bench_cli::split_list(only))
     if (b != "resnet20" && b != "resnet44" && b != "resnet56" && b != "tfcnn" && b != "infer20" &&
         b != "infer56")
       throw ConfigError("--only: unknown benchmark '" + b + "'");
@@ -202,9 +194,9 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
       omp_get_max_threads(), backend::onednn::version_string().c_str(), p.reps, p.steps, p.warmup,
       to_string(p.prec));
   std::vector<Result> results;
-  for (const auto& f : split(formats)) {
+  for (const auto& f : bench_cli::split_list(formats)) {
     const DataFormat fmt = parse_data_format(f);
-    for (const auto& b : split(only)) {
+    for (const auto& b : bench_cli::split_list(only)) {
       if (b == "resnet20")
         results.push_back(
             train_bench<ResNetCifar<>>(b, fmt, {3, 32, 32}, resnet_options(20), 128, true, false, p));

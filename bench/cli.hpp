@@ -8,7 +8,9 @@
 
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <cifarnet/ops/conv_algorithm.hpp>
 
@@ -22,6 +24,15 @@ inline std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+}
+
+/// "a,b,,c" -> {"a", "b", "c"}: the comma lists of --only and --formats.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');)
+    if (!t.empty()) out.push_back(t);
+  return out;
 }
 
 /// --conv-algorithm auto|direct|winograd and --precision fp32|bf16, straight

@@ -23,8 +23,9 @@
 
 #include <omp.h>
 
-#include <CLI/CLI.hpp>
 #include <dnnl.hpp>
+
+#include "cli.hpp"
 
 namespace {
 
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
   long size = 2048;
   app.add_option("--seconds", secs, "Time per measurement")->check(CLI::PositiveNumber);
   app.add_option("--size", size, "Matmul size (size^3)")->check(CLI::Range(64L, 16384L));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
 
   const dnnl_version_t* v = dnnl_version();
   std::printf("threads %d, vector lanes %d (fp32), oneDNN %d.%d.%d, effective ISA %s\n",

@@ -15,11 +15,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "../cli.hpp"
 
 #include <cifarnet/backend/cuda.hpp>
 #include <cifarnet/cifarnet.hpp>
@@ -84,14 +83,6 @@ void infer(int depth, DataFormat fmt, std::size_t batch, const Protocol& p) {
   time_steps("infer" + std::to_string(depth), fmt, batch, p, [&] { net.forward(x, Mode::Infer); });
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');)
-    if (!t.empty()) out.push_back(t);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,17 +97,17 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", p.warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
   app.add_option("--batch", batch, "Training batch")->check(CLI::PositiveNumber);
   app.add_option("--infer-batch", infer_batch, "Inference batch")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   // Flags are checked before the GPU is looked for, so a typo fails everywhere.
   std::vector<DataFormat> fmts;
-  for (const std::string& f : split(formats)) {
+  for (const std::string& f : bench_cli::split_list(formats)) {
     if (f != "nhwc" && f != "nchw") {
       std::fprintf(stderr, "gpu_bench: --formats: '%s' is neither nhwc nor nchw\n", f.c_str());
       return 2;
     }
     fmts.push_back(f == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW);
   }
-  const std::vector<std::string> benches = split(only);
+  const std::vector<std::string> benches = bench_cli::split_list(only);
   for (const std::string& b : benches)
     if (b != "resnet20" && b != "resnet56" && b != "infer20" && b != "infer56") {
       std::fprintf(stderr, "gpu_bench: --only: unknown benchmark '%s'\n", b.c_str());
