@@ -249,12 +249,12 @@ class Strategy {
 
   /// The recipe's optimizer: weight decay, then momentum, with `schedule`;
   /// synchronous replicas average their gradients before the momentum step
-  /// (overlapped with backward, or a stage of the chain), and synchronized
-  /// batch norm is installed in `net` (not towers: never under mpirun).
-  template <class TrainerT, class Net>
-  void set_momentum_optimizer(TrainerT& trainer, [[maybe_unused]] Net& net,
-                              const optim::WeightDecayOptions& decay, const optim::MomentumOptions& momentum,
-                              optim::Schedule schedule) {
+  /// (overlapped with backward, or a stage of the chain). With
+  /// StrategyOptions::sync_batch_norm under mpirun it also makes the
+  /// cross-replica reducer the model must use (sync_batch_norm(); the
+  /// overload with the model installs it).
+  void set_momentum_optimizer(train::TrainerBase& trainer, const optim::WeightDecayOptions& decay,
+                              const optim::MomentumOptions& momentum, optim::Schedule schedule) {
     opt_ = std::make_unique<PlainOptimizer>(trainer.parameters(), decay, momentum);
 #ifdef CIFARNET_WITH_MPI
     if (comm_ && !async()) {
@@ -263,10 +263,7 @@ class Strategy {
         overlap_ = std::make_unique<distributed::OverlappedAllReduce<float>>(trainer.parameters(), ar);
       else
         dist_opt_ = std::make_unique<AveragingOptimizer>(trainer.parameters(), decay, ar, momentum);
-      if (opts_.sync_batch_norm()) {
-        sync_bn_ = std::make_unique<distributed::SyncBatchNorm>(*comm_);
-        if constexpr (!is_towers<Net>::value) net.set_cross_replica(sync_bn_.get());
-      }
+      if (opts_.sync_batch_norm()) sync_bn_ = std::make_unique<distributed::SyncBatchNorm>(*comm_);
     }
     if (dist_opt_) {
       trainer.set_optimizer(*dist_opt_, std::move(schedule));
@@ -279,13 +276,34 @@ class Strategy {
 #endif
   }
 
+  /// The same, and synchronized batch norm installed in `net` (not towers:
+  /// never under mpirun).
+  template <class Net>
+  void set_momentum_optimizer(train::TrainerBase& trainer, [[maybe_unused]] Net& net,
+                              const optim::WeightDecayOptions& decay, const optim::MomentumOptions& momentum,
+                              optim::Schedule schedule) {
+    set_momentum_optimizer(trainer, decay, momentum, std::move(schedule));
+    if constexpr (!is_towers<Net>::value)
+      if (CrossReplicaSum* s = sync_batch_norm()) net.set_cross_replica(s);
+  }
+
+  /// Synchronized batch norm's cross-replica reducer (after
+  /// set_momentum_optimizer; null unless StrategyOptions::sync_batch_norm
+  /// under mpirun): the model's Model::set_cross_replica.
+  CrossReplicaSum* sync_batch_norm() const {
+#ifdef CIFARNET_WITH_MPI
+    return sync_bn_.get();
+#else
+    return nullptr;
+#endif
+  }
+
   /// After the chief restored its checkpoint: synchronous replicas take the
   /// chief's whole training state (parameters, slots, step, pipeline
   /// position); asynchronous, the servers take it, every worker trains
   /// against them, and each worker but the chief reads its own shuffle of
   /// the data (`stream` reseeded by its index and the step it starts at).
-  template <class TrainerT>
-  void share_state([[maybe_unused]] TrainerT& trainer, [[maybe_unused]] data::BatchStream& stream,
+  void share_state([[maybe_unused]] train::TrainerBase& trainer, [[maybe_unused]] data::BatchStream& stream,
                    [[maybe_unused]] std::uint64_t seed) {
 #ifdef CIFARNET_WITH_MPI
     if (async()) {
@@ -312,8 +330,7 @@ class Strategy {
   /// the chief only, behind one that averages the loss over the ranks and
   /// shares the chief's stop decision (and `max_seconds`); elsewhere the
   /// trainer's own. Every rank calls it (it adds that hook).
-  template <class TrainerT>
-  std::function<void(std::shared_ptr<train::Hook>)> hooks(TrainerT& trainer,
+  std::function<void(std::shared_ptr<train::Hook>)> hooks(train::TrainerBase& trainer,
                                                           [[maybe_unused]] double max_seconds) {
 #ifdef CIFARNET_WITH_MPI
     if (comm_ && !async()) {
@@ -347,8 +364,7 @@ class Strategy {
   /// says so, an asynchronous worker says how stale its updates were (both
   /// on `log`); the chief pulls the servers' latest values (to evaluate),
   /// the other workers finish.
-  template <class TrainerT>
-  void end_training(const TrainerT& trainer, std::ostream& log) {
+  void end_training(const train::TrainerBase& trainer, std::ostream& log) {
     if (trainer.startup_waited_for() > 0)
       log << "worker " << worker_index() << " (rank " << rank_ << ") started at global step "
           << trainer.startup_waited_for() << " (--startup-delay-steps)\n";

@@ -266,44 +266,26 @@ class RemoteVariables {
   virtual void current_state(StateDict& d) = 0;
 };
 
-/// The model-independent part of a trainer, seen by hooks.
+/// The model-independent part of a trainer: the loop, the optimizer chain,
+/// the checkpointed state, hooks, checkpoints, numerics checks and traces.
+/// Hooks see it; so does code that drives a run without knowing the model's
+/// type (examples/resnet_cifar10 compiles that once for every backend). A
+/// Trainer<Model> adds the model's part of a step: forward, loss, backward.
 class TrainerBase {
  public:
+  using T = float;
+  using Options = TrainerOptions;
+
   virtual ~TrainerBase() = default;
+
   std::int64_t global_step() const { return step_; }
-  std::int64_t max_steps() const { return max_steps_; }
+  std::int64_t max_steps() const { return opts_.max_steps(); }
   /// Asks the loop to stop after the current step.
   void request_stop() { stop_ = true; }
   bool stop_requested() const { return stop_; }
-  /// Everything a checkpoint holds, at the current step.
-  virtual StateDict state_dict() = 0;
-  /// Trainable parameters and their gradients, for summaries.
-  virtual void visit_parameters(
-      const std::function<void(const ParamInfo&, const float*, const float*)>& f) = 0;
-  /// The model's parameters (init_fn assigns initial values here).
-  virtual Parameters<float>& parameters() = 0;
   /// TrainerOptions::save_summaries_secs (SummaryHook reads it).
-  double save_summaries_secs() const { return save_summaries_secs_; }
-
- protected:
-  std::int64_t step_ = 0, max_steps_ = 0;
-  bool stop_ = false;
-  double save_summaries_secs_ = 0;
-};
-
-template <class ModelT>
-class Trainer : public TrainerBase {
- public:
-  using T = typename ModelT::Scalar;
-  static_assert(std::is_same_v<T, float>, "cifarnet: Trainer trains float models");
-
-  using Options = TrainerOptions;
-
-  explicit Trainer(ModelT& model, Options opts = Options())
-      : model_(&model), opts_(std::move(opts)), state_(model.parameters()) {
-    max_steps_ = opts_.max_steps();
-    save_summaries_secs_ = opts_.save_summaries_secs();
-  }
+  double save_summaries_secs() const { return opts_.save_summaries_secs(); }
+  const Options& options() const { return opts_; }
 
   /// Sets the optimizer (or Chain of transforms + optimizer) and the
   /// learning-rate schedule; the optimizer's slots join the checkpoint. A
@@ -330,7 +312,7 @@ class Trainer : public TrainerBase {
   /// outlive the trainer's steps.
   void set_gradient_sync(GradientSync* s) {
     grad_sync_ = s;
-    model_->set_gradient_sync(s);
+    attach_gradient_sync(s);
   }
 
   /// Trains against variables held elsewhere (RemoteVariables; null: the
@@ -362,7 +344,8 @@ class Trainer : public TrainerBase {
   /// Checkpoint saves that failed during run() (Continue policy: the ones it trained past).
   std::int64_t checkpoint_failures() const { return checkpoint_failures_; }
 
-  StateDict state_dict() override {
+  /// Everything a checkpoint holds, at the current step.
+  StateDict state_dict() {
     StateDict d = state_.save(step_);
     if (remote_) {
       remote_->current_state(d);
@@ -399,10 +382,12 @@ class Trainer : public TrainerBase {
     return true;
   }
 
-  void visit_parameters(const std::function<void(const ParamInfo&, const float*, const float*)>& f) override {
-    model_->parameters().for_each([&](const ParamInfo& p, float* v, float* g) { f(p, v, g); });
+  /// Trainable parameters and their gradients, for summaries.
+  void visit_parameters(const std::function<void(const ParamInfo&, const float*, const float*)>& f) {
+    params_->for_each([&](const ParamInfo& p, float* v, float* g) { f(p, v, g); });
   }
-  Parameters<float>& parameters() override { return model_->parameters(); }
+  /// The model's parameters (init_fn assigns initial values here).
+  Parameters<T>& parameters() { return *params_; }
 
   /// Runs init_fn unless a checkpoint was restored or this is not the chief
   /// (once; later calls do nothing). run() and step() call it; call it
@@ -430,12 +415,9 @@ class Trainer : public TrainerBase {
     return pulled_step(b);
   }
 
-  /// Trains until max_steps (or a hook's request_stop, or max_seconds),
-  /// pulling batches from `next`. Returns the final global step. With
-  /// remote variables, each step first pulls them and ends the loop when the
-  /// global step (advanced by every worker) has reached max_steps.
-  /// Trains on the batches of `stream` (a data::Pipeline, ...); a stream
-  /// that ends before max_steps is an Error.
+  /// Trains on the batches of `stream` (a data::Pipeline, ...) until
+  /// max_steps (or a hook's request_stop, or max_seconds); a stream that
+  /// ends before max_steps is an Error. Returns the final global step.
   std::int64_t run(data::BatchStream& stream) {
     Batch b;
     return run([&]() -> const Batch& {
@@ -447,6 +429,10 @@ class Trainer : public TrainerBase {
     });
   }
 
+  /// Trains until max_steps (or a hook's request_stop, or max_seconds),
+  /// pulling batches from `next`. Returns the final global step. With
+  /// remote variables, each step first pulls them and ends the loop when the
+  /// global step (advanced by every worker) has reached max_steps.
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
     check_trace_options();
@@ -493,8 +479,35 @@ class Trainer : public TrainerBase {
     return step_;
   }
 
-  ModelT& model() { return *model_; }
   TrainingState<T>& training_state() { return state_; }
+
+ protected:
+  TrainerBase(Parameters<T>& params, Options opts)
+      : params_(&params), opts_(std::move(opts)), state_(params) {}
+
+  /// The model's part of a step: forward in Mode::Train on `b.images`, the
+  /// mean softmax cross-entropy against `b.labels` into `r.loss`, backward
+  /// (gradients into the parameters), each booked on `tp` when it is set.
+  /// Between the loss and backward it calls begin_gradient_sync().
+  virtual void forward_backward(const Batch& b, StepResult& r, Profiler* tp) = 0;
+  /// Hands `s` to the model (set_gradient_sync).
+  virtual void attach_gradient_sync(GradientSync* s) = 0;
+  /// Puts `p` in the model's profiler slot for a traced step (null: back to
+  /// `saved`); returns the profiler it had. Models without one ignore it.
+  virtual Profiler* swap_profiler(Profiler* p) = 0;
+
+  void begin_gradient_sync() {
+    if (grad_sync_) grad_sync_->begin();
+  }
+
+  /// Runs f(), booked as the Trainer's phase `name` when `tp` is set.
+  template <class F>
+  static void phase(Profiler* tp, const char* name, F&& f) {
+    if (!tp) return f();
+    const auto t0 = Profiler::Clock::now();
+    f();
+    tp->add(name, "step", false, t0, Profiler::Clock::now());
+  }
 
  private:
   /// A step once the variables are in the model (pulled, when remote).
@@ -503,25 +516,14 @@ class Trainer : public TrainerBase {
     // Slim's should_trace: the chief traces the steps that start at a
     // multiple of trace_every_n_steps (times from here on).
     const std::int64_t every = opts_.trace_every_n_steps();
-    TraceScope trace(*model_, trace_, every > 0 && opts_.worker_index() == 0 && step_ % every == 0);
+    TraceScope trace(*this, every > 0 && opts_.worker_index() == 0 && step_ % every == 0);
     Profiler* tp = trace.profiler();
     const auto t0 = Profiler::Clock::now();
-    auto& P = model_->parameters();
+    auto& P = *params_;
     StepResult r;
     r.learning_rate = schedule_(step_);
     r.batch_size = b.labels.size();
-    const auto tf = Profiler::Clock::now();
-    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
-    if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
-    cifarnet::detail::check_logits(logits, b.labels.size());
-    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
-    const std::size_t n = logits.shape()[0];
-    phase(tp, "softmax_cross_entropy", [&] {
-      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
-                                   dlogits_.data())));
-    });
-    if (grad_sync_) grad_sync_->begin();
-    phase(tp, "backward", [&] { model_->backward(dlogits_); });
+    forward_backward(b, r, tp);
     if (grad_sync_) phase(tp, "gradient_sync", [&] { grad_sync_->finish(); });
     phase(tp, "regularization", [&] { r.regularization = regularize_ ? regularize_(P) : 0.0; });
     r.total_loss = r.loss + r.regularization;
@@ -552,38 +554,25 @@ class Trainer : public TrainerBase {
   /// traced step (and puts back whatever profiler the model had).
   class TraceScope {
    public:
-    TraceScope(ModelT& m, Profiler& p, bool on) : model_(on ? &m : nullptr), p_(&p) {
-      if (!model_) return;
-      p.clear();
-      p.record_events(true);
-      if constexpr (detail::has_profiler<ModelT>::value) {
-        saved_ = m.profiler();
-        m.set_profiler(&p);
-      }
+    TraceScope(TrainerBase& t, bool on) : t_(on ? &t : nullptr) {
+      if (!t_) return;
+      t.trace_.clear();
+      t.trace_.record_events(true);
+      saved_ = t.swap_profiler(&t.trace_);
     }
     ~TraceScope() {
-      if (!model_) return;
-      if constexpr (detail::has_profiler<ModelT>::value) model_->set_profiler(saved_);
-      p_->record_events(false);
+      if (!t_) return;
+      t_->swap_profiler(saved_);
+      t_->trace_.record_events(false);
     }
     TraceScope(const TraceScope&) = delete;
     TraceScope& operator=(const TraceScope&) = delete;
-    Profiler* profiler() const { return model_ ? p_ : nullptr; }
+    Profiler* profiler() const { return t_ ? &t_->trace_ : nullptr; }
 
    private:
-    ModelT* model_;
-    Profiler* p_;
+    TrainerBase* t_;
     Profiler* saved_ = nullptr;
   };
-
-  /// Runs f(), booked as the Trainer's phase `name` when `tp` is set.
-  template <class F>
-  static void phase(Profiler* tp, const char* name, F&& f) {
-    if (!tp) return f();
-    const auto t0 = Profiler::Clock::now();
-    f();
-    tp->add(name, "step", false, t0, Profiler::Clock::now());
-  }
 
   void check_trace_options() const {
     if (opts_.trace_every_n_steps() > 0 && opts_.trace_dir().empty())
@@ -619,7 +608,7 @@ class Trainer : public TrainerBase {
     if (!std::isfinite(r.total_loss))
       throw NumericsError("Model diverged with loss = NaN (step " + std::to_string(step_) +
                           ", cross-entropy " + std::to_string(r.loss) + ")");
-    auto& P = model_->parameters();
+    auto& P = *params_;
     auto& kern = optim::detail::kernels(P);
     const std::size_t n = std::size_t(P.grads().size());
     if (grad_runs_.elements != n) grad_runs_ = ArenaRuns::span(0, n);  // built once
@@ -635,10 +624,12 @@ class Trainer : public TrainerBase {
                         std::to_string(step_) + ")");
   }
 
-  ModelT* model_;
+  Parameters<T>* params_;
+  Options opts_;
+  std::int64_t step_ = 0;
+  bool stop_ = false;
   GradientSync* grad_sync_ = nullptr;
   RemoteVariables* remote_ = nullptr;
-  Options opts_;
   TrainingState<T> state_;
   std::function<double(Parameters<T>&)> regularize_;
   std::function<void(Parameters<T>&, double)> apply_;
@@ -648,8 +639,6 @@ class Trainer : public TrainerBase {
   CheckpointErrorPolicy policy_ = CheckpointErrorPolicy::Stop;
   std::ostream* policy_log_ = &std::cerr;
   std::int64_t checkpoint_failures_ = 0;
-  ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
-  Tensor<T> dlogits_;
   ArenaRuns grad_runs_;  // the whole gradient buffer, for the numerics check
   bool restored_ = false, initialized_ = false, init_fn_ran_ = false;
   std::int64_t startup_waited_for_ = 0;
@@ -657,6 +646,49 @@ class Trainer : public TrainerBase {
   std::string last_trace_path_;
 };
 
+/// Trains a ModelT (Model<Net, Backend>, distributed::Towers...): its
+/// forward, loss and backward; the rest is TrainerBase's.
+template <class ModelT>
+class Trainer : public TrainerBase {
+ public:
+  static_assert(std::is_same_v<typename ModelT::Scalar, float>, "cifarnet: Trainer trains float models");
+
+  explicit Trainer(ModelT& model, Options opts = Options())
+      : TrainerBase(model.parameters(), std::move(opts)), model_(&model) {}
+
+  ModelT& model() { return *model_; }
+
+ protected:
+  void forward_backward(const Batch& b, StepResult& r, Profiler* tp) override {
+    const auto tf = Profiler::Clock::now();
+    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
+    cifarnet::detail::check_logits(logits, b.labels.size());
+    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
+    const std::size_t n = logits.shape()[0];
+    phase(tp, "softmax_cross_entropy", [&] {
+      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
+                                   dlogits_.data())));
+    });
+    begin_gradient_sync();
+    phase(tp, "backward", [&] { model_->backward(dlogits_); });
+  }
+  void attach_gradient_sync(GradientSync* s) override { model_->set_gradient_sync(s); }
+  Profiler* swap_profiler([[maybe_unused]] Profiler* p) override {
+    if constexpr (detail::has_profiler<ModelT>::value) {
+      Profiler* had = model_->profiler();
+      model_->set_profiler(p);
+      return had;
+    } else {
+      return nullptr;
+    }
+  }
+
+ private:
+  ModelT* model_;
+  ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
+  Tensor<T> dlogits_;
+};
 /// Precision@1 of a model over batches (Mode::Infer), TF's in_top_k.
 struct EvalResult {
   std::size_t correct = 0, total = 0;
