@@ -12,14 +12,14 @@
 
 #include <omp.h>
 
+#include <cstddef>
 #include <string>
 #include <type_traits>
 
-#include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/train/placement.hpp"
 #ifdef CIFARNET_WITH_CUDA
-#include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/backend/cuda/device_query.hpp"
 #endif
 
 namespace cifarnet {
@@ -32,7 +32,7 @@ namespace recipes {
 
 // ------------------------------------------------------------ devices
 
-/// Whether this build has the CUDA backend (a program's run_cuda() exists).
+/// Whether this build has the CUDA backend (a program's CUDA translation unit exists).
 #ifdef CIFARNET_WITH_CUDA
 inline constexpr bool kHasCudaBackend = true;
 #else
@@ -71,39 +71,42 @@ struct is_towers : std::false_type {};
 template <class M>
 struct is_towers<distributed::Towers<M>> : std::true_type {};
 
+namespace detail {
+/// The line of a backend without its own (backend::Reference): the CPU and
+/// its OpenMP threads. A backend's header declares its own,
+/// backend::device_description(B) (oneDNN: backend/onednn/common.hpp; CUDA:
+/// backend/cuda/common.hpp), found by argument-dependent lookup.
+template <class B>
+std::string device_description(B) {
+  return "device: CPU (" + std::string(B::name) + " backend), " + std::to_string(omp_get_max_threads()) +
+         " OpenMP threads";
+}
+/// Devices without cuDNN convolution options (every backend but CUDA's:
+/// backend::add_conv_options(Device<Cuda>&, ...) in backend/cuda/common.hpp).
+template <class D>
+void add_conv_options(D&, bool, bool) {}
+}  // namespace detail
+
 /// --log-device-placement's line for a model on backend B: the GPU and cuDNN
-/// version, or the CPU with the oneDNN version and the OpenMP threads.
+/// version, or the CPU with the oneDNN version and the OpenMP threads (from
+/// the backend's header, which the program includes to use the backend).
 template <class B>
 std::string describe_device() {
-#ifdef CIFARNET_WITH_CUDA
-  if constexpr (std::is_same_v<B, backend::Cuda>)
-    return "device: GPU " + std::to_string(Device<backend::Cuda>().ordinal()) + " (CUDA backend, cuDNN " +
-           std::to_string(cudnnGetVersion()) + ")";
-#endif
-  return "device: CPU, oneDNN " + backend::onednn::version_string() + ", " +
-         std::to_string(omp_get_max_threads()) + " OpenMP threads";
+  using detail::device_description;
+  return device_description(B{});
 }
 
 /// Adds the flags' cuDNN convolution options (reproducible algorithms only,
 /// TF32 allowed) to those of every device of `net` (a model or towers) on
 /// the CUDA backend, before its first convolution; nothing elsewhere.
 template <class Net>
-void set_cuda_conv_options([[maybe_unused]] Net& net, [[maybe_unused]] bool deterministic,
-                           [[maybe_unused]] bool allow_tf32) {
-#ifdef CIFARNET_WITH_CUDA
-  if constexpr (std::is_same_v<typename Net::Backend, backend::Cuda>) {
-    auto with_flags = [&](Device<backend::Cuda>& d) {
-      backend::cuda::ConvOptions co = d.conv_options();  // CIFARNET_CUDA_TF32 / _DETERMINISTIC, or defaults
-      co.deterministic = co.deterministic || deterministic;
-      co.allow_tf32 = co.allow_tf32 || allow_tf32;
-      d.set_conv_options(co);
-    };
-    if constexpr (is_towers<Net>::value)
-      for (std::size_t i = 0; i < net.size(); ++i) with_flags(net.tower(i).device());
-    else
-      with_flags(net.device());
-  }
-#endif
+void set_cuda_conv_options(Net& net, bool deterministic, bool allow_tf32) {
+  using detail::add_conv_options;
+  if constexpr (is_towers<Net>::value)
+    for (std::size_t i = 0; i < net.size(); ++i)
+      add_conv_options(net.tower(i).device(), deterministic, allow_tf32);
+  else
+    add_conv_options(net.device(), deterministic, allow_tf32);
 }
 
 }  // namespace recipes

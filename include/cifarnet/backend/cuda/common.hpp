@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/cuda/device_query.hpp"
 #include "cifarnet/backend/cuda/host_config.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
@@ -103,26 +104,6 @@ inline void check(cudnnStatus_t s, const char* what) {
 inline void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw BackendError(detail::concat("cuBLAS ", what, ": ", cublas_status_name(s)));
-}
-
-/// Number of usable CUDA devices; 0 when there is no GPU or no driver (never
-/// throws: callers use it to skip or to give the seed's --num-gpus error).
-inline int device_count() noexcept {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
-}
-
-/// Why no device is usable, for skip messages and errors.
-inline std::string no_device_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  (void)cudaGetLastError();
-  if (e != cudaSuccess) return detail::concat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-  return n == 0 ? std::string("no CUDA device present") : detail::concat(n, " CUDA device(s) present");
 }
 
 /// int for cuDNN/cuBLAS arguments; throws ShapeError past INT_MAX.
@@ -560,5 +541,21 @@ inline void unpad(Dev& dev, const PaddedInput& pad, const float* gp, const Tenso
 }
 
 }  // namespace cuda
+
+/// --log-device-placement's line on the CUDA backend (recipes::describe_device).
+inline std::string device_description(Cuda) {
+  return "device: GPU " + std::to_string(Device<Cuda>().ordinal()) + " (CUDA backend, cuDNN " +
+         std::to_string(cudnnGetVersion()) + ")";
+}
+
+/// Adds reproducible algorithms only / TF32 allowed to `d`'s cuDNN
+/// convolution options (recipes::set_cuda_conv_options).
+inline void add_conv_options(Device<Cuda>& d, bool deterministic, bool allow_tf32) {
+  cuda::ConvOptions co = d.conv_options();  // CIFARNET_CUDA_TF32 / _DETERMINISTIC, or defaults
+  co.deterministic = co.deterministic || deterministic;
+  co.allow_tf32 = co.allow_tf32 || allow_tf32;
+  d.set_conv_options(co);
+}
+
 }  // namespace backend
 }  // namespace cifarnet

@@ -13,6 +13,8 @@
 // object is stateful and not thread-safe: one per layer, used by one thread.
 #pragma once
 
+#include <omp.h>
+
 #include <dnnl.hpp>
 
 #include <cstddef>
@@ -84,6 +86,16 @@ inline std::string version_string() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
 }
+
+}  // namespace onednn
+
+/// --log-device-placement's line on the oneDNN backend (recipes::describe_device).
+inline std::string device_description(OneDnn) {
+  return "device: CPU, oneDNN " + onednn::version_string() + ", " + std::to_string(omp_get_max_threads()) +
+         " OpenMP threads";
+}
+
+namespace onednn {
 
 /// Name of a oneDNN status code, for error messages.
 inline const char* status_name(dnnl_status_t s) {
