@@ -68,3 +68,23 @@ TEST_CASE("The tutorial CNN has the tutorial's shapes, names and weight-decay se
   // 1,068,298 parameters in the TF tutorial model.
   CHECK(P.num_trainable() == 1068298);
 }
+
+#include <cifarnet/nn/pick_data_format.hpp>
+
+TEST_CASE("pick_data_format measures both layouts and takes the faster median", "[nn][format]") {
+  using Small = Sequential<Conv2d<3, 4, 3>, GlobalAvgPool, Dense<4, 2>>;
+  const FormatPick p = pick_data_format<Small, backend::Reference>({3, 8, 8}, NetOptions(), 4, 3);
+  CHECK(p.batch == 4);
+  CHECK(p.repetitions == 3);
+  REQUIRE(p.timings.size() == 2);
+  CHECK(p.timings[0].format == DataFormat::NHWC);
+  CHECK(p.timings[1].format == DataFormat::NCHW);
+  CHECK(p.timings[0].seconds > 0);
+  CHECK(p.timings[1].seconds > 0);
+  const FormatTiming& fastest = p.timings[0].seconds <= p.timings[1].seconds ? p.timings[0] : p.timings[1];
+  CHECK(p.format == fastest.format);
+  CHECK_THAT(p.describe(),
+             Catch::StartsWith("measured a training step of batch 4, median of 3: channels_last "));
+  CHECK_THROWS_WITH((pick_data_format<Small, backend::Reference>({3, 8, 8}, NetOptions(), 4, 0)),
+                    Catch::Contains("repetitions must be positive"));
+}

@@ -6,6 +6,7 @@
 #include <cifarnet/train/placement.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unistd.h>
 
@@ -61,6 +62,41 @@ TEST_CASE("place_on_gpus: enough GPUs, soft placement onto fewer or none, and th
     CHECK_THROWS_WITH(train::place_on_gpus(3, 2, "", false, "--gpus"),
                       Catch::Contains("--gpus 3: 2 GPU(s) present. Ask for at most 2"));
     CHECK_THROWS_AS(train::place_on_gpus(-1, 0, "", true), ConfigError);
+  }
+}
+
+TEST_CASE("choose_data_format with a measure (--data-format auto): new jobs only", "[placement]") {
+  JobDir job("measure");
+  int calls = 0;
+  const std::function<FormatPick()> measure = [&] {
+    ++calls;
+    FormatPick p;
+    p.format = DataFormat::NCHW;
+    p.batch = 8;
+    p.repetitions = 3;
+    p.timings = {{DataFormat::NHWC, 0.25}, {DataFormat::NCHW, 0.125}};
+    return p;
+  };
+  SECTION("a new job takes what the measure picked, and says what it measured") {
+    const auto c = train::choose_data_format(std::nullopt, false, job.str(), measure);
+    CHECK(calls == 1);
+    CHECK(c.format == DataFormat::NCHW);
+    CHECK(c.source == train::FormatSource::Measured);
+    CHECK(c.describe() ==
+          "Data format: channels_first (measured a training step of batch 8, median of 3: channels_last "
+          "0.2500 s, channels_first 0.1250 s)");
+  }
+  SECTION("a resume keeps the checkpoint's layout without measuring") {
+    save_checkpoint(job.str(), 4, "channels_last");
+    const auto c = train::choose_data_format(std::nullopt, false, job.str(), measure);
+    CHECK(calls == 0);
+    CHECK(c.format == DataFormat::NHWC);
+    CHECK(c.source == train::FormatSource::JobDir);
+  }
+  SECTION("a given layout wins without measuring") {
+    const auto c = train::choose_data_format(DataFormat::NHWC, false, job.str(), measure);
+    CHECK(calls == 0);
+    CHECK(c.source == train::FormatSource::Given);
   }
 }
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/io/checkpoint_manager.hpp"
 #include "cifarnet/io/parameter_state.hpp"
+#include "cifarnet/nn/format_pick.hpp"
 #include "cifarnet/train/state.hpp"
 
 namespace cifarnet::train {
@@ -99,6 +101,7 @@ enum class FormatSource {
   JobDir,      ///< recorded in the checkpoint the job resumes from
   DefaultCpu,  ///< the rule's default for training on the CPU (channels_last)
   DefaultGpu,  ///< the rule's default for training on GPUs (channels_first)
+  Measured,    ///< a new job's layout measured (pick_data_format: `--data-format auto`)
 };
 
 /// What choose_data_format() decided, and what it saw.
@@ -108,6 +111,7 @@ struct FormatChoice {
   std::optional<DataFormat> checkpoint;  ///< the layout of the checkpoint resumed from, if recorded
   std::string checkpoint_path;           ///< that checkpoint ("" when the job dir has none)
   std::string flag = "--data-format";    ///< the flag a given layout came from
+  std::optional<FormatPick> measured;    ///< what measuring found (FormatSource::Measured)
 
   /// A given layout that differs from the checkpoint's: the job changes
   /// layout at this resume, because the user asked for it.
@@ -134,6 +138,9 @@ struct FormatChoice {
       case FormatSource::DefaultGpu:
         why = "default for training on GPUs";
         break;
+      case FormatSource::Measured:
+        why = measured ? measured->describe() : std::string("measured");
+        break;
     }
     if (source != FormatSource::JobDir && source != FormatSource::Given && !checkpoint_path.empty())
       why += "; the job's checkpoint " + checkpoint_path + " records no layout";
@@ -142,12 +149,15 @@ struct FormatChoice {
 };
 
 /// The layout of a job: `given` when set; else the one recorded in the
-/// newest readable checkpoint in `job_dir`; else channels_first when
-/// training on GPUs and channels_last on the CPU. Reads the job dir only (a
-/// missing or empty one is a new job). A job dir whose checkpoints are all
-/// unreadable is left to the resume to report; the default applies here.
+/// newest readable checkpoint in `job_dir`; else, for a new job, what
+/// `measure` picks when given (nn/pick_data_format.hpp: `--data-format
+/// auto`), or channels_first when training on GPUs and channels_last on the
+/// CPU. Reads the job dir only (a missing or empty one is a new job). A job
+/// dir whose checkpoints are all unreadable is left to the resume to report;
+/// the default applies here.
 inline FormatChoice choose_data_format(std::optional<DataFormat> given, bool on_gpus,
-                                       const std::string& job_dir) {
+                                       const std::string& job_dir,
+                                       const std::function<FormatPick()>& measure = nullptr) {
   FormatChoice c;
   std::error_code ec;
   if (!job_dir.empty() && std::filesystem::is_directory(job_dir, ec)) {
@@ -168,6 +178,10 @@ inline FormatChoice choose_data_format(std::optional<DataFormat> given, bool on_
   } else if (c.checkpoint) {
     c.format = *c.checkpoint;
     c.source = FormatSource::JobDir;
+  } else if (measure) {
+    c.measured = measure();
+    c.format = c.measured->format;
+    c.source = FormatSource::Measured;
   } else {
     c.format = on_gpus ? DataFormat::NCHW : DataFormat::NHWC;
     c.source = on_gpus ? FormatSource::DefaultGpu : FormatSource::DefaultCpu;
