@@ -1,16 +1,64 @@
-// examples/resnet_cifar10/cuda.cpp — the run on the CUDA backend (--num-gpus 1),
-// compiled apart from main.cpp so the two instantiations build in parallel.
-// Under mpirun each process takes the GPU of its local rank: Device<Cuda>'s
-// default choice (CIFARNET_CUDA_DEVICE when the user set it, else the local
-// rank modulo the GPUs present; backend/cuda/host_config.hpp).
-#include <cifarnet/backend/cuda.hpp>
+// examples/resnet_cifar10/cuda.cpp — the network on the CUDA backend:
+// --num-gpus 1 one model, --num-gpus N > 1 the seed's towers in one process,
+// tower i on GPU i (distributed::Towers), the gradients summed on the host
+// (--variable-strategy CPU, the seed's default) or over the GPUs with NCCL
+// (--variable-strategy GPU). Both share the model's code here, apart from
+// the recipe (run.cpp). Under mpirun each process takes the GPU of its local
+// rank: Device<Cuda>'s default choice (CIFARNET_CUDA_DEVICE when the user
+// set it, else the local rank modulo the GPUs present;
+// backend/cuda/host_config.hpp).
+#include <memory>
 
-#include "train.hpp"
+#include <cifarnet/backend/cuda.hpp>
+#include <cifarnet/distributed/towers.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/nn/pick_data_format.hpp>
+#ifdef CIFARNET_WITH_NCCL
+#include <cifarnet/distributed/nccl.hpp>
+#endif
+
+#include "network.hpp"
 
 namespace resnet_cifar10 {
 
-int run_cuda(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus) {
-  return run<backend::Cuda>(f, st, gpus);
+namespace {
+
+using One = Model<ResNetCifar<>, backend::Cuda>;
+
+std::unique_ptr<distributed::TowerReducer<float>> make_tower_reducer([[maybe_unused]] int gpus,
+                                                                     distributed::VariableStrategy v) {
+  if (v == distributed::VariableStrategy::CPU)
+    return std::make_unique<distributed::HostTowerReducer<float>>();
+#ifdef CIFARNET_WITH_NCCL
+  return std::make_unique<distributed::NcclTowerReducer>(gpus);
+#else
+  throw ConfigError(
+      "--variable-strategy GPU with --num-gpus > 1 sums the towers' gradients with NCCL, which "
+      "this build has not found; use --variable-strategy CPU");
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<recipes::Session> make_cuda_session(const NetworkSpec& n, const train::TrainerOptions& o) {
+  auto net = std::make_unique<One>(kInput, n.format, network_options(n), n.seed);
+  recipes::set_cuda_conv_options(*net, n.deterministic, n.allow_tf32);  // before the first convolution
+  return recipes::make_session(std::move(net), o);
+}
+
+std::unique_ptr<recipes::Session> make_cuda_towers_session(const NetworkSpec& n,
+                                                           const train::TrainerOptions& o) {
+  using Dev = Device<backend::Cuda>;
+  auto net = std::make_unique<distributed::Towers<One>>(
+      std::size_t(n.num_gpus), kInput, n.format, network_options(n), n.seed,
+      [](std::size_t i) { return std::make_unique<Dev>(int(i)); },
+      make_tower_reducer(n.num_gpus, distributed::parse_variable_strategy(n.variable_strategy)));
+  recipes::set_cuda_conv_options(*net, n.deterministic, n.allow_tf32);
+  return recipes::make_session(std::move(net), o);
+}
+
+FormatPick pick_cuda_format(const NetworkSpec& n) {
+  return pick_data_format<ResNetCifar<>, backend::Cuda>(kInput, network_options(n));
 }
 
 }  // namespace resnet_cifar10

@@ -37,7 +37,7 @@
 //   mpirun -np 3 resnet_cifar10 --job-dir runs/r20ps --num-gpus 0 --num-layers 20 --num-ps 1
 #include <CLI/CLI.hpp>
 
-#include "train.hpp"
+#include "flags.hpp"
 
 using namespace cifarnet;
 using namespace resnet_cifar10;
@@ -94,10 +94,12 @@ int main(int argc, char** argv) {
                  "Number of input-pipeline worker threads; 0 = one.")
       ->capture_default_str();
   app.add_option("--data-format", f.data_format,
-                 "channels_first (NCHW) or channels_last (NHWC). Default: the layout recorded in the job "
-                 "dir's checkpoint when resuming, else channels_first on GPUs and channels_last on the CPU. "
-                 "Given and different from the checkpoint's, the job resumes in the new layout.")
-      ->check(CLI::IsMember({"channels_first", "channels_last"}));
+                 "channels_first (NCHW), channels_last (NHWC) or auto. Default: the layout recorded in the "
+                 "job dir's checkpoint when resuming, else channels_first on GPUs and channels_last on the "
+                 "CPU. auto: a new job measures a training step in both layouts on this machine and takes "
+                 "the faster (a resume keeps the checkpoint's). Given and different from the checkpoint's, "
+                 "the job resumes in the new layout.")
+      ->check(CLI::IsMember({"channels_first", "channels_last", "auto"}));
   app.add_flag("--soft-placement,!--no-soft-placement", f.soft_placement,
                "With fewer GPUs present than --num-gpus, train on the ones present (the CPU when none) and "
                "say so (default, as the seed's allow_soft_placement), or stop with an error "
@@ -198,10 +200,10 @@ int main(int argc, char** argv) {
   try {
     fetch_data(f, st);
     if constexpr (recipes::kHasCudaBackend) {
-      if (f.num_gpus > 1) return run_cuda_towers(f, st, gpus);
-      if (f.num_gpus == 1) return run_cuda(f, st, gpus);
+      if (f.num_gpus > 1) return run(f, st, gpus, {make_cuda_towers_session, pick_cuda_format});
+      if (f.num_gpus == 1) return run(f, st, gpus, {make_cuda_session, pick_cuda_format});
     }
-    return run<backend::OneDnn>(f, st, gpus);
+    return run(f, st, gpus, {make_onednn_session, pick_onednn_format});
   } catch (const ConfigError& e) {
     return fail(e, 2);
   } catch (const Error& e) {

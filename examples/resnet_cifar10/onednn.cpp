@@ -1,0 +1,28 @@
+// examples/resnet_cifar10/onednn.cpp — the network on the oneDNN backend
+// (--num-gpus 0, or no GPU present): its forward and backward compile here,
+// apart from the recipe (run.cpp) and the flags (main.cpp), so the three
+// build in parallel.
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/nn/pick_data_format.hpp>
+
+#include "network.hpp"
+
+namespace resnet_cifar10 {
+
+NetOptions network_options(const NetworkSpec& n) {
+  NetOptions opts = resnet_options(n.num_layers, n.bn_decay, n.bn_epsilon);
+  if (n.bf16) opts.with_conv_precision(ConvPrecision::BF16);
+  return opts;
+}
+
+std::unique_ptr<recipes::Session> make_onednn_session(const NetworkSpec& n, const train::TrainerOptions& o) {
+  using Net = Model<ResNetCifar<>, backend::OneDnn>;
+  return recipes::make_session(std::make_unique<Net>(kInput, n.format, network_options(n), n.seed), o);
+}
+
+FormatPick pick_onednn_format(const NetworkSpec& n) {
+  return pick_data_format<ResNetCifar<>, backend::OneDnn>(kInput, network_options(n));
+}
+
+}  // namespace resnet_cifar10
