@@ -30,7 +30,8 @@ inline std::string no_device_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   (void)cudaGetLastError();
   if (e != cudaSuccess) return cifarnet::detail::concat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-  return n == 0 ? std::string("no CUDA device present") : cifarnet::detail::concat(n, " CUDA device(s) present");
+  return n == 0 ? std::string("no CUDA device present")
+                : cifarnet::detail::concat(n, " CUDA device(s) present");
 }
 
 }  // namespace cifarnet::backend::cuda
