@@ -26,17 +26,11 @@
 
 #include "../common/cifar10_help.hpp"
 #include "../common/run_main.hpp"
+#include "network.hpp"
 
 namespace cifar10 {
 
 using namespace cifarnet;
-
-/// The tutorial CNN on the oneDNN CPU backend.
-using Net = Model<Cifar10Cnn, backend::OneDnn>;
-/// The tensor layout of the model and the batches.
-inline constexpr DataFormat kFormat = DataFormat::NHWC;
-/// The input the model sees: 24x24 crops of the 32x32 images (IMAGE_SIZE).
-inline constexpr InputShape kInput{3, 24, 24};
 
 // The tutorial's constants (cifar10.py).
 inline constexpr double kMovingAverageDecay = 0.9999;    ///< MOVING_AVERAGE_DECAY

@@ -25,7 +25,8 @@
 
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
-#include <cifarnet/optim/optim.hpp>
+#include <cifarnet/optim/ema.hpp>
+#include <cifarnet/recipes/session.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
 
@@ -56,7 +57,7 @@ void validate(const Flags& f) {
 /// Evaluates the newest checkpoint unless it is `last` (the one evaluated
 /// before). Returns the path evaluated, `last` when there was nothing new, or
 /// "" when the directory holds no checkpoint.
-std::string eval_once(const Flags& f, cifar10::Net& net, optim::ExponentialMovingAverage<float>& ema,
+std::string eval_once(const Flags& f, recipes::Session& net, optim::ExponentialMovingAverage<float>& ema,
                       const cifar10::Source& src, io::EventWriter& events, const std::string& last) {
   if (!fs::is_directory(f.checkpoint_dir)) return "";
   io::CheckpointManager mgr(f.checkpoint_dir);
@@ -74,7 +75,7 @@ std::string eval_once(const Flags& f, cifar10::Net& net, optim::ExponentialMovin
     throw DataError(std::string(e.what()) +
                     " (cifar10_eval reads the moving averages that cifar10_train saves with every weight)");
   }
-  ema.copy_to(net.parameters());
+  ema.copy_to(net.trainer().parameters());
   const auto step = io::global_step(r->dict);
   if (!step) throw DataError("checkpoint '" + r->checkpoint.path + "' has no 'global_step'");
 
@@ -83,7 +84,7 @@ std::string eval_once(const Flags& f, cifar10::Net& net, optim::ExponentialMovin
   eo.num_workers = 1;
   data::recipes::TutorialEvalT<data::ImageSetSource> pipe(src.images, eo);
   const auto t0 = std::chrono::steady_clock::now();
-  const train::EvalResult e = train::evaluate(net, pipe);
+  const train::EvalResult e = net.evaluate(pipe);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: precision @ 1 = %.3f (%zu/%zu correct; %s, global step %lld; %.1f s)\n",
               train::datetime_now().c_str(), e.precision(), e.correct, e.total, r->checkpoint.path.c_str(),
@@ -104,13 +105,13 @@ int evaluate(const Flags& f) {
               << src.images->size() << " images\n";
   std::cout << "Evaluating the moving averages of the weights on " << src.description << "\n";
 
-  cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), 0);
+  const auto net = cifar10::make_cpu_session(0, cifar10_cnn_options(), 0, train::TrainerOptions());
   optim::ExponentialMovingAverage<float> ema(
-      net.parameters(), optim::ExponentialMovingAverageOptions(cifar10::kMovingAverageDecay));
+      net->trainer().parameters(), optim::ExponentialMovingAverageOptions(cifar10::kMovingAverageDecay));
   io::EventWriter events(f.eval_dir);
   std::string last;
   for (;;) {
-    const std::string evaluated = eval_once(f, net, ema, src, events, last);
+    const std::string evaluated = eval_once(f, *net, ema, src, events, last);
     if (evaluated.empty()) {
       std::cout << "No checkpoint file found in '" << f.checkpoint_dir << "'\n" << std::flush;
       if (f.run_once) return 1;

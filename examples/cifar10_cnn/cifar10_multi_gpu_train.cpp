@@ -28,8 +28,6 @@
 #include <iostream>
 #include <string>
 
-#include <cifarnet/distributed/towers.hpp>
-
 #include "train_loop.hpp"
 
 #ifdef CIFARNET_WITH_CUDA
@@ -54,7 +52,13 @@ int run(const Flags& f) {
   if (cifar10::gpus_for_towers(f.num_gpus)) {
     if (f.use_fp16)
       throw ConfigError("--use_fp16: the CUDA backend has no half-precision path yet; run without it");
-    return cifar10::train_on_gpus(f, f.num_gpus, batch);
+    if (f.log_device_placement)
+      std::cout << "device: " << f.num_gpus << " GPU(s); tower i on GPU i, the variables and the update on "
+                << "GPU 0's tower (host arena)\n";
+    const auto net = cifar10::make_gpu_session(f.num_gpus, f.seed, cifar10::trainer_options(f));
+    return cifar10::train(f, *net, batch,
+                          "Tutorial CNN in " + std::to_string(f.num_gpus) + " tower(s) of batch " +
+                              std::to_string(f.batch_size) + " on " + std::to_string(f.num_gpus) + " GPU(s)");
   }
 #endif
   NetOptions opts = cifar10_cnn_options();
@@ -70,8 +74,8 @@ int run(const Flags& f) {
     }
   }
   if (f.log_device_placement) cifar10::log_cpu_placement(std::cout);
-  distributed::Towers<cifar10::Net> net(towers, cifar10::kInput, cifar10::kFormat, opts, f.seed);
-  return cifar10::train(f, net, batch,
+  const auto net = cifar10::make_cpu_session(towers, opts, f.seed, cifar10::trainer_options(f));
+  return cifar10::train(f, *net, batch,
                         "Tutorial CNN in " + std::to_string(towers) + " tower(s) of batch " +
                             std::to_string(f.batch_size) + " on the CPU (no GPU backend or too few GPUs), " +
                             precision);

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   return examples::parse_and_run(app, argc, argv, "cifar10_train", [&] {
     cifar10::validate_train(f);
     if (f.log_device_placement) cifar10::log_cpu_placement(std::cout);
-    cifar10::Net net(cifar10::kInput, cifar10::kFormat, cifar10_cnn_options(), f.seed);
-    return cifar10::train(f, net, std::size_t(f.batch_size), "Tutorial CNN");
+    const auto net = cifar10::make_cpu_session(0, cifar10_cnn_options(), f.seed, cifar10::trainer_options(f));
+    return cifar10::train(f, *net, std::size_t(f.batch_size), "Tutorial CNN");
   });
 }

@@ -4,28 +4,24 @@
 // does not compile the CUDA models.
 #include "multi_gpu_cuda.hpp"
 
-#include <iostream>
 #include <memory>
-#include <string>
 
 #include <cifarnet/backend/cuda.hpp>
 #include <cifarnet/distributed/towers.hpp>
+#include <cifarnet/models/cifar10_cnn.hpp>
 
 namespace cifar10 {
 
 bool gpus_for_towers(int n) { return backend::cuda::device_count() >= n; }
 
-int train_on_gpus(const TrainFlags& f, int n, std::size_t batch) {
+std::unique_ptr<recipes::Session> make_gpu_session(int n, std::uint64_t seed,
+                                                   const train::TrainerOptions& o) {
   using Gpu = Model<Cifar10Cnn, backend::Cuda>;
   using Dev = Device<backend::Cuda>;
-  if (f.log_device_placement)
-    std::cout << "device: " << n << " GPU(s); tower i on GPU i, the variables and the update on GPU 0's "
-              << "tower (host arena)\n";
-  distributed::Towers<Gpu> net(std::size_t(n), kInput, kFormat, cifar10_cnn_options(), f.seed,
-                               [](std::size_t i) { return std::make_unique<Dev>(int(i)); });
-  return train(f, net, batch,
-               "Tutorial CNN in " + std::to_string(n) + " tower(s) of batch " + std::to_string(f.batch_size) +
-                   " on " + std::to_string(n) + " GPU(s)");
+  return recipes::make_session(
+      std::make_unique<distributed::Towers<Gpu>>(std::size_t(n), kInput, kFormat, cifar10_cnn_options(), seed,
+                                                 [](std::size_t i) { return std::make_unique<Dev>(int(i)); }),
+      o);
 }
 
 }  // namespace cifar10

@@ -2,16 +2,18 @@
 // towers (multi_gpu_cuda.cpp, compiled only with the CUDA backend).
 #pragma once
 
-#include <cstddef>
+#include <cstdint>
+#include <memory>
 
-#include "train_loop.hpp"
+#include "network.hpp"
 
 namespace cifar10 {
 
-/// Whether this machine has at least `n` GPUs for the towers.
+/// Whether `n` GPUs are present for the towers.
 bool gpus_for_towers(int n);
 
-/// Trains with tower i on GPU i (i < n) on batches of `batch` images.
-int train_on_gpus(const TrainFlags& f, int n, std::size_t batch);
+/// The tutorial CNN in `n` towers, tower i on GPU i, the gradients summed on
+/// the host, with a trainer of options `o`.
+std::unique_ptr<recipes::Session> make_gpu_session(int n, std::uint64_t seed, const train::TrainerOptions& o);
 
 }  // namespace cifar10

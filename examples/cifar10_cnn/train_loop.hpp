@@ -15,8 +15,13 @@
 
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
-#include <cifarnet/optim/optim.hpp>
-#include <cifarnet/recipes/strategy.hpp>
+#include <cifarnet/optim/chain.hpp>
+#include <cifarnet/optim/ema.hpp>
+#include <cifarnet/optim/schedules.hpp>
+#include <cifarnet/optim/sgd.hpp>
+#include <cifarnet/optim/weight_decay.hpp>
+#include <cifarnet/recipes/devices.hpp>
+#include <cifarnet/recipes/session.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
 
@@ -73,11 +78,16 @@ inline void validate_train(const TrainFlags& f) {
     throw ConfigError("--keep_checkpoints must be >= 0, got " + std::to_string(f.keep_checkpoints));
 }
 
-/// Trains `net` (a Model, or distributed::Towers of them: the Trainer takes
-/// either) with the tutorial's recipe on batches of `batch` images; `what`
-/// names the model and where it runs for the first line.
-template <class NetLike>
-int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::string& what) {
+/// The trainer's options: the tutorial's --max_steps.
+inline train::TrainerOptions trainer_options(const TrainFlags& f) {
+  return train::TrainerOptions().max_steps(f.max_steps);
+}
+
+/// Trains the network of `net` (a Model, or distributed::Towers of them, with
+/// a trainer whose options carry --max_steps) with the tutorial's recipe on
+/// batches of `batch` images; `what` names the model and where it runs for
+/// the first line.
+inline int train(const TrainFlags& f, recipes::Session& net, std::size_t batch, const std::string& what) {
   namespace fs = std::filesystem;
   // --download: fetch and unpack CIFAR-10 into --data_dir unless it is there
   // (the tutorial's maybe_download_and_extract).
@@ -98,9 +108,9 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   // Every variable is trained; only local3/local4 weights are decayed (the tutorial's
   // _variable_with_weight_decay).
   optim::Chain<optim::WeightDecay, optim::GradientDescent> opt(
-      net.parameters(),
+      net.trainer().parameters(),
       optim::WeightDecayOptions(kWeightDecay).decay(optim::Selection(cifar10_cnn_decayed())), {});
-  optim::ExponentialMovingAverage<float> ema(net.parameters(),
+  optim::ExponentialMovingAverage<float> ema(net.trainer().parameters(),
                                              optim::ExponentialMovingAverageOptions(kMovingAverageDecay));
   // The tutorial's _add_loss_summaries: 0.9 averages of the losses (shadows
   // start at 0, as TF's for tensors that are not variables).
@@ -112,7 +122,7 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   po.num_workers = std::size_t(f.num_preprocess_threads);
   data::recipes::TutorialTrainT<data::ImageSetSource> pipe(src.images, po);
 
-  train::Trainer<NetLike> trainer(net, train::TrainerOptions().max_steps(f.max_steps));
+  train::TrainerBase& trainer = net.trainer();
   trainer.set_optimizer(opt, schedule);
   trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
   trainer.add_state_slots(ema);
@@ -121,7 +131,7 @@ int train(const TrainFlags& f, NetLike& net, std::size_t batch, const std::strin
   trainer.add_state_slots(avg_total_loss);
   trainer.add_state(train::stream_position_saveable(pipe));
 
-  std::cout << what << " (" << net.parameters().num_trainable() << " parameters) on " << src.description
+  std::cout << what << " (" << trainer.parameters().num_trainable() << " parameters) on " << src.description
             << ", batch " << batch << ", gradient descent lr " << kInitialLearningRate << " x"
             << kLearningRateDecayFactor << " every " << decay_steps << " steps (" << kNumEpochsPerDecay
             << " epochs), weight decay " << kWeightDecay << " on local3/local4 weights, EMA "
