@@ -28,18 +28,22 @@
 #include <memory>
 #include <thread>
 
-#include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/data/recipes.hpp>
 #include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/io/tfevents.hpp>
-#include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
+#include <cifarnet/recipes/session.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
 
 using namespace cifarnet;
+
+namespace train_demo {
+/// The demo's ResNet-8 on oneDNN and a trainer to `steps` (network.cpp).
+std::unique_ptr<cifarnet::recipes::Session> make_session(std::int64_t steps);
+}  // namespace train_demo
 
 int main(int argc, char** argv) {
   std::string job_dir;
@@ -68,17 +72,17 @@ int main(int argc, char** argv) {
   // becomes an IoError, instead of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   try {
-    // A ResNet-8 on synthetic 32x32 images.
-    using Net = Model<ResNetCifar<10>, backend::OneDnn>;
-    Net net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), /*seed=*/7);
+    // A ResNet-8 on synthetic 32x32 images (network.cpp), and its trainer.
+    const std::unique_ptr<recipes::Session> net = train_demo::make_session(steps);
+    train::TrainerBase& trainer = net->trainer();
 
     // Recipe as one type: weight decay 2e-4 on every trainable parameter,
     // clip the global norm at 2, then momentum 0.9.
     using Optimizer = optim::Chain<optim::WeightDecay, optim::ClipByGlobalNorm, optim::Momentum>;
-    Optimizer opt(net.parameters(), optim::WeightDecayOptions(2e-4), optim::ClipByGlobalNormOptions(2.0),
+    Optimizer opt(trainer.parameters(), optim::WeightDecayOptions(2e-4), optim::ClipByGlobalNormOptions(2.0),
                   optim::MomentumOptions().momentum(0.9));
     const auto lr = optim::piecewise_constant({steps / 2, steps * 3 / 4}, {0.1, 0.01, 0.001});
-    optim::ExponentialMovingAverage<float> ema(net.parameters(),
+    optim::ExponentialMovingAverage<float> ema(trainer.parameters(),
                                                optim::ExponentialMovingAverageOptions(0.99));
 
     // Input pipeline: pad-crop-flip, shuffled, deterministic under its seed.
@@ -87,7 +91,6 @@ int main(int argc, char** argv) {
     po.num_workers = 1;
     Pipe pipe(data::ImageSetSource(data::synthetic_cifar(1024, 3)), po);
 
-    train::Trainer<Net> trainer(net, train::TrainerOptions().max_steps(steps));
     trainer.set_optimizer(opt, lr);
     trainer.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
     trainer.add_state_slots(ema);
@@ -134,8 +137,8 @@ int main(int argc, char** argv) {
         data::ImageSetSource(data::synthetic_cifar(std::size_t(eval_examples), 4)), eo);
     train::EvalResult r;
     {
-      auto averaged = ema.swap_in(net.parameters());
-      r = train::evaluate(net, eval_pipe);
+      auto averaged = ema.swap_in(trainer.parameters());
+      r = net->evaluate(eval_pipe);
     }
     std::cout << "[synthetic data] step " << trainer.global_step()
               << ": accuracy with EMA weights = " << r.precision() << "\n";
