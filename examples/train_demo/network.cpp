@@ -16,9 +16,10 @@ using namespace cifarnet;
 
 std::unique_ptr<recipes::Session> make_session(std::int64_t steps) {
   using Net = Model<ResNetCifar<10>, backend::OneDnn>;
-  return recipes::make_session(std::make_unique<Net>(InputShape{3, 32, 32}, DataFormat::NHWC, resnet_options(8),
-                                                     /*seed=*/7),
-                               train::TrainerOptions().max_steps(steps));
+  return recipes::make_session(
+      std::make_unique<Net>(InputShape{3, 32, 32}, DataFormat::NHWC, resnet_options(8),
+                            /*seed=*/7),
+      train::TrainerOptions().max_steps(steps));
 }
 
 }  // namespace train_demo
