@@ -1,112 +1,15 @@
-// style_transfer's run with a VGG-19 of width divisor D (1: VGG-19, 16: the
-// test-size net): the network, the weights, the optimization loop, the
-// reports, summaries and checkpoints. Compiled apart from the command line
-// (main.cpp), so that `-j2` builds the two side by side.
-#include <cifarnet/backend/onednn.hpp>
-#include <cifarnet/cifarnet.hpp>
-#include <cifarnet/io/checkpoint.hpp>
-#include <cifarnet/io/image.hpp>
-#include <cifarnet/io/tfevents.hpp>
-#include <cifarnet/models/vgg19.hpp>
-#include <cifarnet/io/matconvnet.hpp>
-#include <cifarnet/vision/style_transfer.hpp>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <string>
-#include <vector>
-
-#include "flags.hpp"
+// examples/style_transfer/run.cpp — the run on VGG-19 (run.hpp), and the
+// choice of the width by its divisor.
+#include "run.hpp"
 
 namespace style_transfer {
-
-using Clock = std::chrono::steady_clock;
-inline double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-template <int D>
-int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style) {
-  using namespace cifarnet;
-  using namespace cifarnet::vision;
-  namespace fs = std::filesystem;
-  using Net = Vgg19Features<D>;
-  using M = Model<Net, backend::OneDnn, float>;
-  const DataFormat fmt = parse_data_format(f.data_format);
-  M net({3, f.opt.height, f.opt.width}, fmt, f.random_weights ? vgg19_random_options() : NetOptions{},
-        f.opt.seed,
-        /*input_gradient=*/true);
-  if (!f.random_weights) {
-    io::load_vgg19_mat(net, f.vgg_mat);
-    std::cout << "VGG-19 weights: " << f.vgg_mat << " (conv1_1 ... conv5_1"
-              << (D > 1 ? ", channel counts / " + std::to_string(D) : std::string()) << ")\n";
-  }
-  StyleTransfer<M> st(net, f.opt, content, style);
-
-  io::CheckpointManager ckpt(f.output_dir + "/checkpoints", f.keep_checkpoints);
-  if (!f.fresh) {
-    std::vector<std::string> warnings;
-    if (st.restore_latest(ckpt, &warnings)) {
-      for (const auto& w : warnings) std::cout << "warning: " << w << "\n";
-      std::cout << "resumed from " << *ckpt.latest() << " at step " << st.global_step() << "\n";
-    }
-  }
-  io::EventWriter events(f.output_dir + "/graphs");
-  fs::create_directories(f.output_dir + "/outputs");
-
-  std::vector<double> per_step;
-  Clock::time_point start = Clock::now();
-  std::int64_t saved_at = st.global_step();
-  for (std::int64_t index = st.global_step(); index < f.opt.iterations; ++index) {
-    const Clock::time_point t = Clock::now();
-    st.step();
-    per_step.push_back(seconds_since(t));
-    if (seed_reports(index)) {
-      // As the seed: the loss and the image after this iteration's update.
-      const LossParts p = st.loss();
-      std::printf("Step %lld\n   Sum: %5.1f\n   Loss: %5.1f\n   Time: %g\n",
-                  static_cast<long long>(index + 1), st.image_sum(), p.total, seconds_since(start));
-      std::printf("   (content %.4g x %g, style %.4g x %g%s)\n", p.content, f.opt.content_weight, p.style,
-                  f.opt.style_weight, f.opt.tv_weight > 0 ? (", tv " + std::to_string(p.tv)).c_str() : "");
-      std::fflush(stdout);
-      const io::Image8 img = io::to_uint8(st.image(), io::ToByte::Truncate);  // np.clip + astype('uint8')
-      io::save_png(f.output_dir + "/outputs/" + std::to_string(index) + ".png", img);
-      events.add_scalar("summaries/content loss", p.content, index);
-      events.add_scalar("summaries/style loss", p.style, index);
-      events.add_scalar("summaries/total loss", p.total, index);
-      events.add_histogram("summaries/histogram content loss", &p.content, 1, index);
-      events.add_histogram("summaries/histogram style loss", &p.style, 1, index);
-      events.add_histogram("summaries/histogram total loss", &p.total, 1, index);
-      events.add_image("summaries/generated image", img.pixels.data(), int(img.height), int(img.width), 3,
-                       index);
-      if ((index + 1) % 20 == 0) {
-        st.save(ckpt);
-        saved_at = st.global_step();
-      }
-      start = Clock::now();
-    }
-  }
-  if (st.global_step() != saved_at) st.save(ckpt);  // a run not ending on a multiple of 20
-  events.flush();
-  if (!per_step.empty()) {
-    std::vector<double> s = per_step;
-    std::nth_element(s.begin(), s.begin() + long(s.size() / 2), s.end());
-    std::printf(
-        "done: step %lld, %zu iterations this run, median %.3f s per iteration (forward + backward + Adam)\n",
-        static_cast<long long>(st.global_step()), per_step.size(), s[s.size() / 2]);
-  }
-  return 0;
-}
 
 int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style) {
   switch (divisor) {
     case 1:
       return run_net<1>(f, content, style);
     case 16:
-      return run_net<16>(f, content, style);
+      return run_vgg19_test_size(f, content, style);
     default:
       throw cifarnet::ConfigError("width divisor " + std::to_string(divisor) +
                                   " is not built into this program (1 = VGG-19, 16 = the test-size net)");
