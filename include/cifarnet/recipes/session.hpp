@@ -83,8 +83,6 @@ class SessionOf final : public Session {
       net_->set_cross_replica(reducer);
   }
 
-  Net& net() { return *net_; }
-
  private:
   std::unique_ptr<Net> net_;
   train::Trainer<Net> trainer_;

@@ -285,7 +285,6 @@ class TrainerBase {
   bool stop_requested() const { return stop_; }
   /// TrainerOptions::save_summaries_secs (SummaryHook reads it).
   double save_summaries_secs() const { return opts_.save_summaries_secs(); }
-  const Options& options() const { return opts_; }
 
   /// Sets the optimizer (or Chain of transforms + optimizer) and the
   /// learning-rate schedule; the optimizer's slots join the checkpoint. A
@@ -492,8 +491,9 @@ class TrainerBase {
   virtual void forward_backward(const Batch& b, StepResult& r, Profiler* tp) = 0;
   /// Hands `s` to the model (set_gradient_sync).
   virtual void attach_gradient_sync(GradientSync* s) = 0;
-  /// Puts `p` in the model's profiler slot for a traced step (null: back to
-  /// `saved`); returns the profiler it had. Models without one ignore it.
+  /// Puts `p` in the model's profiler slot for a traced step (and, after
+  /// it, the profiler it returned back); returns the one the model had.
+  /// Models without a profiler slot ignore it and return null.
   virtual Profiler* swap_profiler(Profiler* p) = 0;
 
   void begin_gradient_sync() {
