@@ -17,6 +17,8 @@
 #include <cifarnet/models/resnet.hpp>
 
 #include "agreement.hpp"
+#include "instances/resnet.hpp"
+#include "instances/cifar10_cnn.hpp"
 
 using namespace cifarnet;
 using namespace cifarnet::test;

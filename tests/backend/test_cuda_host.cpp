@@ -15,6 +15,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/distributed/towers.hpp>
 #include <cifarnet/models/resnet.hpp>
+#include "instances/resnet.hpp"
 
 #include <cmath>
 #include <cstring>

@@ -15,6 +15,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
+#include "instances/resnet.hpp"
 
 #include <cmath>
 #include <cstring>

@@ -19,6 +19,7 @@
 #include <cifarnet/models/resnet.hpp>
 
 #include "agreement.hpp"
+#include "instances/resnet.hpp"
 
 using namespace cifarnet;
 using namespace cifarnet::test;

@@ -11,6 +11,7 @@
 #include <cifarnet/backend/onednn.hpp>
 
 #include "step_numerics.hpp"
+#include "instances/resnet.hpp"
 
 using namespace cifarnet;
 

@@ -25,6 +25,7 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
 #include <cifarnet/train/trainer.hpp>
+#include "instances/resnet.hpp"
 
 using namespace cifarnet;
 namespace dist = cifarnet::distributed;

@@ -25,6 +25,7 @@
 #include <cifarnet/optim/optim.hpp>
 #include <cifarnet/train/hooks.hpp>
 #include <cifarnet/train/trainer.hpp>
+#include "instances/resnet.hpp"
 
 using namespace cifarnet;
 namespace dist = cifarnet::distributed;

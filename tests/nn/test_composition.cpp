@@ -2,6 +2,7 @@
 
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
+#include "instances/resnet.hpp"
 
 using namespace cifarnet;
 

@@ -1,11 +1,14 @@
-// Model behaviour: names, shape errors, train/infer modes, BN statistics,
-// and a small ResNet that fits 128 random examples.
+// Model behaviour: names, shape errors, TF padding, BN statistics,
+// initialization, losses, taps, and the backward pass skipped before the
+// first parameter (test_model_training.cpp and test_grad_sync.cpp: small
+// ResNets on both CPU backends).
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/weight_decay.hpp>
+#include "instances/resnet.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -189,45 +192,6 @@ TEST_CASE("Weight decay is wd * sum(v^2)/2 with gradient wd * v", "[nn][loss]") 
 }
 
 namespace {
-// A small ResNet-style network: stem, one stage of two blocks, a strided
-// block with the pool-pad shortcut, head.
-using TinyResNet =
-    Sequential<resnet::ConvBN<3, 8>, ReLU, resnet::BlockV1<8, 8, 1>, Repeat<resnet::BlockV1<8, 8, 1>>,
-               resnet::BlockV1<8, 16, 2>, GlobalAvgPool, Dense<16, 10>>;
-}  // namespace
-
-TEMPLATE_TEST_CASE("A small ResNet learns 128 random examples to 100% training accuracy", "[nn][learn]",
-                   backend::Reference, backend::OneDnn) {
-  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
-    INFO("backend " << TestType::name << ", format " << to_string(fmt));
-    Model<TinyResNet, TestType> net({3, 8, 8}, fmt, NetOptions().with_repeat(1), 7);
-    Rng rng(11);
-    const std::size_t n = 128;
-    Tensor<float> x = make_tensor<float>({n, 3, 8, 8}, fmt);
-    for (auto& v : x) v = float(rng.normal());
-    std::vector<std::int32_t> y(n);
-    for (auto& l : y) l = std::int32_t(rng.uniform_int(10));
-    auto& P = net.parameters();
-    Eigen::ArrayXf accum = Eigen::ArrayXf::Zero(P.values().size());
-    Tensor<float> d;
-    std::size_t correct = 0;
-    int step = 0;
-    for (; step < 400 && correct < n; ++step) {
-      const auto& logits = net.forward(x, Mode::Train);
-      correct = count_correct(logits, y);
-      softmax_cross_entropy(logits, y, &d);
-      net.backward(d);
-      accum = 0.9f * accum + P.grads();  // TF momentum
-      P.values() -= 0.1f * accum;
-    }
-    INFO("steps " << step);
-    CHECK(correct == n);
-    // In inference mode (moving statistics) the fit holds too once the statistics settle.
-    CHECK(step < 400);
-  }
-}
-
-namespace {
 CIFARNET_NAME(mid);
 }
 
@@ -309,73 +273,4 @@ TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the
   }
   CHECK(scale > 0);
   CHECK(diff <= 1e-5f * scale);
-}
-
-namespace {
-// A block whose shortcut has parameters (a strided 1x1 convolution), so the
-// shortcut's gradients are registered after the body's.
-using ProjectionBlock = Residual<Sequential<resnet::ConvBN<8, 16, 2, FusedRelu>, resnet::ConvBN<16, 16>>,
-                                 Sequential<Conv2d<8, 16, 1, 2>>, FusedRelu>;
-using SyncTestNet = Sequential<Conv2d<3, 8, 3>, BatchNorm2d<8, FusedRelu>, Repeat<resnet::BlockV1<8, 8, 1>>,
-                               ProjectionBlock, GlobalAvgPool, Dense<16, 10>>;
-
-/// At every ready_from(id) checks that each trainable gradient of a parameter
-/// id' >= id already holds its final value.
-struct CheckingSync : GradientSync {
-  const Parameters<float>* params = nullptr;
-  std::vector<float> final_grads;
-  std::vector<std::size_t> ids;
-  std::size_t violations = 0, begins = 0, finishes = 0;
-  void begin() override { ++begins; }
-  void finish() override { ++finishes; }
-  void ready_from(std::size_t id) override {
-    ids.push_back(id);
-    const auto& infos = params->infos();
-    for (std::size_t p = id; p < infos.size(); ++p) {
-      if (!infos[p].trainable) continue;
-      const float* g = params->grads().data() + infos[p].offset;
-      for (std::size_t i = 0; i < infos[p].size; ++i)
-        if (!(g[i] == final_grads[infos[p].offset + i])) {
-          ++violations;
-          break;
-        }
-    }
-  }
-};
-}  // namespace
-
-TEMPLATE_TEST_CASE("During backward the containers report only gradients that are already final",
-                   "[nn][backward][grad_sync]", backend::Reference, backend::OneDnn) {
-  NetOptions opts;
-  opts.repeat = 2;
-  Model<SyncTestNet, TestType> net({3, 8, 8}, DataFormat::NCHW, opts, 11);
-  Rng rng(5);
-  Tensor<float> x = make_tensor<float>({4, 3, 8, 8}, DataFormat::NCHW);
-  for (auto& v : x) v = float(rng.uniform(-1, 1));
-  const std::vector<std::int32_t> y{1, 4, 7, 9};
-  Tensor<float> d;
-  softmax_cross_entropy(net.forward(x), y, &d);
-  net.backward(d);
-  auto& P = net.parameters();
-  CheckingSync sync;
-  sync.params = &P;
-  sync.final_grads.assign(P.grads().data(), P.grads().data() + P.grads().size());
-  // The same backward again, from poisoned gradients: a report that came
-  // before a parameter's gradient was written would see the poison.
-  softmax_cross_entropy(net.forward(x), y, &d);
-  for (const auto& p : P.infos())
-    if (p.trainable) std::fill_n(P.grads().data() + p.offset, p.size, std::nanf(""));
-  net.set_gradient_sync(&sync);
-  net.backward(d);
-  net.set_gradient_sync(nullptr);
-  CHECK(sync.violations == 0);
-  REQUIRE(sync.ids.size() >= 5);                              // the dense layer, pool, blocks, stem...
-  CHECK(std::is_sorted(sync.ids.rbegin(), sync.ids.rend()));  // non-increasing
-  CHECK(sync.ids.front() > 0);                                // early reports, not just the end
-  CHECK(sync.ids.back() == 0);                                // the first layer ends it: all final
-  // And the gradients are the ones a backward without reports writes.
-  std::size_t differ = 0;
-  for (Eigen::Index i = 0; i < P.grads().size(); ++i)
-    differ += P.grads()[i] == sync.final_grads[std::size_t(i)] ? 0 : 1;
-  CHECK(differ == 0);
 }

@@ -15,6 +15,8 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
 #include <cifarnet/train/trainer.hpp>
+#include "instances/resnet.hpp"
+#include "instances/cifar10_cnn.hpp"
 
 #include <algorithm>
 #include <cmath>

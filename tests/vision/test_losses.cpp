@@ -10,6 +10,7 @@
 #include <cifarnet/models/vgg19.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
 #include <cifarnet/demo/images.hpp>
+#include "instances/vgg19.hpp"
 
 #include <cmath>
 

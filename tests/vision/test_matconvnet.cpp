@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "io/io_test_util.hpp"
+#include "instances/vgg19.hpp"
 
 using namespace cifarnet;
 using namespace cifarnet::io;

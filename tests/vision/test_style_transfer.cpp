@@ -12,6 +12,7 @@
 #include <cifarnet/demo/images.hpp>
 
 #include "io/io_test_util.hpp"
+#include "instances/vgg19.hpp"
 
 using namespace cifarnet;
 using namespace cifarnet::vision;

@@ -53,24 +53,7 @@ class Model {
   /// The same, run on `device` (say a Device<backend::Cuda> built for GPU i,
   /// one per tower) instead of the backend's default one (null: default).
   Model(std::unique_ptr<Device<B>> device, InputShape input, DataFormat fmt, NetOptions options = {},
-        std::uint64_t seed = 0, bool input_gradient = false)
-      : fmt_(fmt), options_(std::move(options)), input_{1, input.c, input.h, input.w} {
-    if (input.c == 0 || input.h == 0 || input.w == 0)
-      throw ShapeError("model input shape " + input_.str() + " has a zero dimension");
-    device_ = device ? std::move(device) : std::make_unique<Device<B>>();
-    node_ = std::make_unique<NodeType>();
-    BuildContext<T> ctx;
-    ctx.params = &params_;
-    ctx.fmt = fmt_;
-    ctx.options = &options_;
-    ctx.propagate_down = input_gradient;
-    ctx.taps = &taps_;
-    Scope root;
-    output_ = detail::build_child<Net>(*node_, input_, root, ctx);
-    params_.allocate();
-    params_.set_kernels(std::make_shared<ops::BackendArenaKernels<B, T>>(*device_));
-    reset(seed);
-  }
+        std::uint64_t seed = 0, bool input_gradient = false);
 
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -87,33 +70,12 @@ class Model {
 
   /// Runs the network on x (shape (n, c, h, w) in the model's format).
   /// The result is owned by the model and valid until the next forward.
-  const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train) {
-    if (x.dimension() != 4 || x.size() == 0)
-      throw ShapeError("model input must be a non-empty 4-D tensor in " + std::string(to_string(fmt_)) +
-                       " order");
-    const Shape s = shape_of(x, fmt_);
-    if (s.c != input_.c || s.h != input_.h || s.w != input_.w) {
-      Shape e = input_;
-      e.n = s.n;
-      throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
-    }
-    RunContext<B, T> rc = run_context(mode);
-    rc.param_grads = param_grads_;
-    last_mode_ = mode;
-    forwarded_ = true;
-    return node_->forward(x, rc);
-  }
+  const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train);
 
   /// Backpropagates d(loss)/d(output) through the last Train-mode forward;
   /// writes every trainable gradient (overwriting) and returns d(loss)/d(x)
   /// when the model was built with input_gradient (else an empty tensor).
-  const Tensor<T>& backward(const Tensor<T>& dy) {
-    if (!forwarded_ || last_mode_ != Mode::Train)
-      throw Error("Model::backward needs a preceding forward in Mode::Train");
-    RunContext<B, T> rc = run_context(Mode::Train);
-    rc.param_grads = param_grads_;
-    return node_->backward(dy, rc);
-  }
+  const Tensor<T>& backward(const Tensor<T>& dy);
 
   /// Freezes (false) or unfreezes the weights: frozen, backward computes
   /// only activation gradients (cheaper; style transfer).
@@ -247,5 +209,60 @@ class Model {
   Profiler* profiler_ = nullptr;
   GradientSync* grad_sync_ = nullptr;
 };
+
+// The members that build and run the network's layers are defined out of
+// the class, so they are not inline: after an explicit instantiation
+// declaration (`extern template class cifarnet::Model<Net, B, T>;`) a
+// translation unit compiles none of the network's code, which one other
+// translation unit compiles once (`template class cifarnet::Model<Net, B,
+// T>;`). The tests do this for their common models (tests/instances/).
+
+template <class Net, class B, class T>
+Model<Net, B, T>::Model(std::unique_ptr<Device<B>> device, InputShape input, DataFormat fmt,
+                        NetOptions options, std::uint64_t seed, bool input_gradient)
+    : fmt_(fmt), options_(std::move(options)), input_{1, input.c, input.h, input.w} {
+  if (input.c == 0 || input.h == 0 || input.w == 0)
+    throw ShapeError("model input shape " + input_.str() + " has a zero dimension");
+  device_ = device ? std::move(device) : std::make_unique<Device<B>>();
+  node_ = std::make_unique<NodeType>();
+  BuildContext<T> ctx;
+  ctx.params = &params_;
+  ctx.fmt = fmt_;
+  ctx.options = &options_;
+  ctx.propagate_down = input_gradient;
+  ctx.taps = &taps_;
+  Scope root;
+  output_ = detail::build_child<Net>(*node_, input_, root, ctx);
+  params_.allocate();
+  params_.set_kernels(std::make_shared<ops::BackendArenaKernels<B, T>>(*device_));
+  reset(seed);
+}
+
+template <class Net, class B, class T>
+const Tensor<T>& Model<Net, B, T>::forward(const Tensor<T>& x, Mode mode) {
+  if (x.dimension() != 4 || x.size() == 0)
+    throw ShapeError("model input must be a non-empty 4-D tensor in " + std::string(to_string(fmt_)) +
+                     " order");
+  const Shape s = shape_of(x, fmt_);
+  if (s.c != input_.c || s.h != input_.h || s.w != input_.w) {
+    Shape e = input_;
+    e.n = s.n;
+    throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
+  }
+  RunContext<B, T> rc = run_context(mode);
+  rc.param_grads = param_grads_;
+  last_mode_ = mode;
+  forwarded_ = true;
+  return node_->forward(x, rc);
+}
+
+template <class Net, class B, class T>
+const Tensor<T>& Model<Net, B, T>::backward(const Tensor<T>& dy) {
+  if (!forwarded_ || last_mode_ != Mode::Train)
+    throw Error("Model::backward needs a preceding forward in Mode::Train");
+  RunContext<B, T> rc = run_context(Mode::Train);
+  rc.param_grads = param_grads_;
+  return node_->backward(dy, rc);
+}
 
 }  // namespace cifarnet
