@@ -1,0 +1,289 @@
+// cifarnet/recipes/airbench.hpp — the airbench94 CIFAR-10 recipe (public
+// repository KellerJordan/cifar10-airbench, airbench94_muon.py: 94.01 % mean
+// over 200 runs in 8 epochs) as one call:
+//
+//   const auto r = recipes::train_airbench<backend::OneDnn>(train_set, test_set, opts, on_epoch);
+//
+// What it does, as the original (docs/SPEEDRUN.md has the recipe's facts):
+// - data: pixels / 255 normalised by CIFAR-10's mean and std; each epoch a
+//   fresh permutation, batches of 2,000 (the last partial one dropped),
+//   every image mirrored in one fixed half of the epochs and translated by
+//   up to 2 px with reflect padding (data::AlternatingFlip,
+//   data::RandomTranslate<2>);
+// - network: Airbench94 (models/airbench.hpp), initialised by
+//   airbench_init (below) from the first 5,000 training images;
+// - loss: cross-entropy with label smoothing 0.2, summed over the batch;
+// - optimizers: Muon (momentum 0.6, Nesterov, lr 0.24) for the 3×3 filters;
+//   Nesterov SGD (momentum 0.85) with weight decay 2e-6·batch/lr for the
+//   whitening bias (lr 0.053, trained for the first 3 epochs only), BN's
+//   shifts (0.053) and the head (0.67); every rate decays linearly to 0
+//   (the whitening bias's over its 3 epochs);
+// - evaluation: accuracy on the test set after every epoch, and at the end
+//   with test-time augmentation level 2 (data/tta.hpp).
+// train_seconds counts the whitening initialisation and the training steps
+// (data augmentation included), not the evaluations: the reference's
+// definition.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/core/error.hpp"
+#include "cifarnet/core/filter_init.hpp"
+#include "cifarnet/core/rng.hpp"
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/data/image.hpp"
+#include "cifarnet/data/in_memory.hpp"
+#include "cifarnet/data/tta.hpp"
+#include "cifarnet/loss/label_smoothing.hpp"
+#include "cifarnet/loss/losses.hpp"
+#include "cifarnet/models/airbench.hpp"
+#include "cifarnet/nn/model.hpp"
+#include "cifarnet/optim/chain.hpp"
+#include "cifarnet/optim/momentum.hpp"
+#include "cifarnet/optim/muon.hpp"
+#include "cifarnet/optim/select.hpp"
+#include "cifarnet/optim/weight_decay.hpp"
+
+namespace cifarnet {
+namespace recipes {
+
+/// The recipe's settings; the defaults are airbench94_muon.py's.
+struct AirbenchOptions {
+  std::size_t batch_size = 2000;
+  double epochs = 8;              ///< training length (a fraction ends mid-epoch)
+  double whiten_bias_epochs = 3;  ///< the whitening bias trains this long
+  double filter_lr = 0.24, filter_momentum = 0.6;
+  double bias_lr = 0.053, head_lr = 0.67, sgd_momentum = 0.85;
+  double weight_decay = 2e-6;  ///< × batch size / the group's lr, as the original
+  double label_smoothing = 0.2;
+  int tta_level = 2;  ///< of the final evaluation (0, 1 or 2)
+  std::size_t whitening_images = 5000;
+  ConvPrecision conv_precision = ConvPrecision::F32;                 ///< BF16: convolutions in bf16
+  optim::MuonPrecision muon_precision = optim::MuonPrecision::Bf16;  ///< the recipe's Newton-Schulz in bf16
+  DataFormat format = DataFormat::NHWC;
+  std::uint64_t seed = 0;
+
+  /// ConfigError naming the field unless the settings make a run.
+  void validate(std::size_t train_size) const {
+    if (batch_size == 0) throw ConfigError("airbench: batch size must be positive");
+    if (train_size < batch_size)
+      throw ConfigError(cifarnet::detail::concat("airbench: ", train_size,
+                                                 " training images make no full batch of ", batch_size));
+    if (!(epochs > 0) || !std::isfinite(epochs)) throw ConfigError("airbench: epochs must be positive");
+    if (tta_level < 0 || tta_level > 2) throw ConfigError("airbench: TTA level must be 0, 1 or 2");
+    if (whitening_images == 0) throw ConfigError("airbench: whitening needs at least one image");
+  }
+};
+
+/// One epoch's line: the last batch's mean loss and accuracy, the test
+/// accuracy without TTA, the epoch's training seconds and images per second.
+struct AirbenchEpoch {
+  int epoch = 0;
+  double train_loss = 0, train_acc = 0, val_acc = 0, seconds = 0, images_per_second = 0;
+};
+
+struct AirbenchResult {
+  double tta_val_acc = 0, val_acc = 0;
+  double train_seconds = 0, tta_seconds = 0;
+  std::int64_t steps = 0;
+  std::vector<AirbenchEpoch> epochs;
+};
+
+/// CIFAR-10's per-channel mean and standard deviation (of pixels / 255).
+inline constexpr float kCifarMean[3] = {0.4914f, 0.4822f, 0.4465f};
+inline constexpr float kCifarStd[3] = {0.2470f, 0.2435f, 0.2616f};
+
+/// `set` (CHW bytes) as normalised HWC float images.
+inline data::InMemoryDataset airbench_dataset(const data::ImageSet& set) {
+  const auto g = set.geometry;
+  if (g.channels != 3) throw ConfigError("airbench: images must have 3 channels");
+  std::vector<Image> images(set.size());
+  const std::size_t hw = g.height * g.width;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    Image img(g.height, g.width, 3);
+    const std::uint8_t* src = set.image(i);
+    for (std::size_t p = 0; p < hw; ++p)
+      for (std::size_t c = 0; c < 3; ++c)
+        img.data[p * 3 + c] = (float(src[c * hw + p]) / 255.0f - kCifarMean[c]) / kCifarStd[c];
+    images[i] = std::move(img);
+  }
+  return data::InMemoryDataset(std::move(images), set.labels);
+}
+
+/// The recipe's initial weights, drawn from `seed`: PyTorch's default
+/// U(±1/√fan_in) for every convolution, the whitening bias and the head;
+/// identity (Dirac) kernels in the first `in` filters of each 3×3
+/// convolution; the head scaled to unit standard deviation; the whitening
+/// filters from the 2×2 patch covariance of `whitening_images`, an
+/// (n, 3, h, w) tensor of normalised training images in the model's format
+/// (the recipe: the first 5,000). BN keeps scale 1 and shift 0.
+template <class M>
+void airbench_init(M& net, const Tensor<float>& whitening_images, std::uint64_t seed, double eps = 5e-4) {
+  auto& P = net.host_parameters();
+  Rng rng(seed);
+  // U(±1/√fan_in): PyTorch's kaiming_uniform_(a=√5) for weights, and its
+  // bias rule; the fan-in of an HWIO filter bank is kh·kw·in.
+  for (std::size_t id = 0; id < P.infos().size(); ++id) {
+    const auto& info = P.info(id);
+    if (!info.trainable) continue;
+    const auto& s = info.shape;
+    const bool filters = s.size() == 4, matrix = s.size() == 2;
+    std::size_t fan_in = 0;
+    if (filters)
+      fan_in = s[0] * s[1] * s[2];
+    else if (matrix)
+      fan_in = s[0];
+    else if (info.name == "whiten/biases")
+      fan_in = 2 * 2 * 3;
+    else
+      continue;  // BN's gamma (1) and beta (0) keep their initial values
+    const double bound = 1.0 / std::sqrt(double(fan_in));
+    float* w = P.value(id);
+    for (std::size_t i = 0; i < info.size; ++i) w[i] = float(rng.uniform(-bound, bound));
+    if (filters && s[0] == 3 && s[1] == 3) dirac_init(w, 3, 3, s[2], s[3]);
+    if (matrix) {  // the head: unit standard deviation
+      double mean = 0, sq = 0;
+      for (std::size_t i = 0; i < info.size; ++i) mean += w[i];
+      mean /= double(info.size);
+      for (std::size_t i = 0; i < info.size; ++i) sq += (w[i] - mean) * (w[i] - mean);
+      const double sd = std::sqrt(sq / double(info.size - 1));
+      for (std::size_t i = 0; i < info.size; ++i) w[i] = float(w[i] / sd);
+    }
+  }
+  const Whitening<float> wh = whitening_filters(whitening_images, net.format(), 2, 2, eps);
+  float* dst = P.value(P.id("whiten/weights"));
+  for (std::size_t i = 0; i < wh.filters.size(); ++i) dst[i] = wh.filters[i];
+}
+
+namespace detail {
+/// Images [first, first + n) of `set` as one (n, c, h, w) tensor in `fmt`.
+inline Tensor<float> airbench_images(const data::InMemoryDataset& set, std::size_t first, std::size_t n,
+                                     DataFormat fmt) {
+  const auto g = set.image(0).geometry();
+  Tensor<float> x = make_tensor<float>({n, g.channels, g.height, g.width}, fmt);
+  const std::size_t hw = g.height * g.width, c = g.channels;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Image& img = set.image(first + k);
+    float* dst = x.data() + k * hw * c;
+    if (fmt == DataFormat::NHWC)
+      std::copy(img.data.begin(), img.data.end(), dst);
+    else
+      for (std::size_t p = 0; p < hw; ++p)
+        for (std::size_t ch = 0; ch < c; ++ch) dst[ch * hw + p] = img.data[p * c + ch];
+  }
+  return x;
+}
+
+/// Accuracy of `net` on `set` with TTA `level`, in batches of `batch`.
+template <class M>
+double airbench_accuracy(M& net, const data::InMemoryDataset& set, int level, std::size_t batch) {
+  std::size_t correct = 0;
+  std::vector<std::int32_t> labels;
+  for (std::size_t first = 0; first < set.size(); first += batch) {
+    const std::size_t n = std::min(batch, set.size() - first);
+    const Tensor<float> x = airbench_images(set, first, n, net.format());
+    const Tensor<float> z =
+        data::tta_logits([&](const Tensor<float>& v) -> Tensor<float> { return net.forward(v, Mode::Infer); },
+                         x, net.format(), level);
+    labels.assign(n, 0);
+    for (std::size_t k = 0; k < n; ++k) labels[k] = set.label(first + k);
+    correct += count_correct(z, labels);
+  }
+  return double(correct) / double(set.size());
+}
+}  // namespace detail
+
+/// Trains Airbench94 on backend B with the recipe and evaluates it (see the
+/// file comment); `on_epoch` sees each epoch's line as it ends.
+template <class B>
+AirbenchResult train_airbench(const data::InMemoryDataset& train, const data::InMemoryDataset& test,
+                              const AirbenchOptions& opt,
+                              const std::function<void(const AirbenchEpoch&)>& on_epoch = {}) {
+  opt.validate(train.size());
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  AirbenchResult result;
+
+  NetOptions nopts = airbench_options();
+  nopts.with_conv_precision(opt.conv_precision);
+  Model<Airbench94, B> net({3, 32, 32}, opt.format, nopts, opt.seed);
+
+  data::EpochLoaderOptions lopts;
+  lopts.batch_size = opt.batch_size;
+  lopts.seed = opt.seed;
+  lopts.format = opt.format;
+  data::EpochLoader<data::AlternatingFlip, data::RandomTranslate<2>> loader(
+      train, lopts, {data::AlternatingFlip{opt.seed}, data::RandomTranslate<2>{}});
+  const std::int64_t per_epoch = std::int64_t(loader.batches_per_epoch());
+  const std::int64_t total = std::int64_t(std::ceil(opt.epochs * double(per_epoch)));
+  const std::int64_t whiten_steps = std::int64_t(std::ceil(opt.whiten_bias_epochs * double(per_epoch)));
+
+  auto& P = net.parameters();
+  const double wd = opt.weight_decay * double(opt.batch_size);
+  using Sgd = optim::Chain<optim::WeightDecay, optim::Momentum>;
+  const auto sgd = optim::MomentumOptions().momentum(opt.sgd_momentum).nesterov(true);
+  Sgd whiten_bias(P, optim::variables_to_train({"whiten/biases"}),
+                  optim::WeightDecayOptions(wd / opt.bias_lr), sgd);
+  Sgd shifts(P, optim::variables_to_train({"*/beta"}), optim::WeightDecayOptions(wd / opt.bias_lr), sgd);
+  Sgd head(P, optim::variables_to_train({"head/weights"}), optim::WeightDecayOptions(wd / opt.head_lr), sgd);
+  optim::Muon<float> filters(
+      P, optim::MuonOptions().momentum(opt.filter_momentum).nesterov(true).precision(opt.muon_precision),
+      optim::variables_to_train({"block*/weights"}));
+  filters.use_backend(net.device());
+
+  // The whitening filters from the first images (timed, as the original).
+  auto t0 = Clock::now();
+  const std::size_t nw = std::min(opt.whitening_images, train.size());
+  airbench_init(net, detail::airbench_images(train, 0, nw, opt.format), opt.seed);
+  result.train_seconds += seconds_since(t0);
+
+  data::Batch batch;
+  Tensor<float> dlogits;
+  const CrossEntropyOptions ce{opt.label_smoothing, Reduction::Sum};
+  std::int64_t step = 0;
+  for (int epoch = 0; step < total; ++epoch) {
+    t0 = Clock::now();
+    loader.start_epoch(std::uint64_t(epoch));
+    AirbenchEpoch line;
+    line.epoch = epoch + 1;
+    std::size_t images = 0;
+    while (step < total && loader.next(batch)) {
+      const Tensor<float>& logits = net.forward(batch.images, Mode::Train);
+      const float loss = softmax_cross_entropy(logits, batch.labels, ce, &dlogits);
+      line.train_loss = double(loss) / double(batch.size());
+      line.train_acc = double(count_correct(logits, batch.labels)) / double(batch.size());
+      net.backward(dlogits);
+      const double decay = 1.0 - double(step) / double(total);
+      if (step < whiten_steps) whiten_bias.step(P, opt.bias_lr * (1.0 - double(step) / double(whiten_steps)));
+      shifts.step(P, opt.bias_lr * decay);
+      head.step(P, opt.head_lr * decay);
+      filters.step(P, opt.filter_lr * decay);
+      ++step;
+      images += batch.size();
+    }
+    line.seconds = seconds_since(t0);
+    result.train_seconds += line.seconds;
+    line.images_per_second = double(images) / line.seconds;
+    line.val_acc = detail::airbench_accuracy(net, test, 0, 2000);
+    result.val_acc = line.val_acc;
+    result.epochs.push_back(line);
+    if (on_epoch) on_epoch(line);
+  }
+  result.steps = step;
+  t0 = Clock::now();
+  result.tta_val_acc = detail::airbench_accuracy(net, test, opt.tta_level, 2000);
+  result.tta_seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace recipes
+}  // namespace cifarnet
