@@ -23,10 +23,10 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/data/cifar.hpp>
 #include <cifarnet/demo/synthetic_cifar.hpp>
-#include <cifarnet/recipes/airbench.hpp>
 
 #include "../common/cifar10_help.hpp"
 #include "../common/run_main.hpp"
+#include "speedrun.hpp"
 
 using namespace cifarnet;
 
@@ -111,13 +111,12 @@ int run(const Flags& f) {
   for (int r = 0; r < f.runs; ++r) {
     opts.seed = f.seed + std::uint64_t(r);
     double elapsed = 0;
-    const auto res =
-        recipes::train_airbench<backend::OneDnn>(train, test, opts, [&](const recipes::AirbenchEpoch& e) {
-          elapsed += e.seconds;
-          print_row({e.epoch == 1 ? std::to_string(r) : "", std::to_string(e.epoch), fixed(e.train_loss, 4),
-                     fixed(e.train_acc, 4), fixed(e.val_acc, 4), fixed(elapsed, 2),
-                     fixed(e.images_per_second, 1)});
-        });
+    const auto res = speedrun::train_onednn(train, test, opts, [&](const recipes::AirbenchEpoch& e) {
+      elapsed += e.seconds;
+      print_row({e.epoch == 1 ? std::to_string(r) : "", std::to_string(e.epoch), fixed(e.train_loss, 4),
+                 fixed(e.train_acc, 4), fixed(e.val_acc, 4), fixed(elapsed, 2),
+                 fixed(e.images_per_second, 1)});
+    });
     print_row({"", "eval", "", "", fixed(res.val_acc, 4), fixed(res.train_seconds, 2), ""});
     std::cout << "RUN " << r << " tta_val_acc=" << fixed(res.tta_val_acc, 4)
               << " val_acc=" << fixed(res.val_acc, 4) << " train_seconds=" << fixed(res.train_seconds, 2)
