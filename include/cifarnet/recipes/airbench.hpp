@@ -163,38 +163,29 @@ void airbench_init(M& net, const Tensor<float>& whitening_images, std::uint64_t 
 }
 
 namespace detail {
-/// Images [first, first + n) of `set` as one (n, c, h, w) tensor in `fmt`.
-inline Tensor<float> airbench_images(const data::InMemoryDataset& set, std::size_t first, std::size_t n,
-                                     DataFormat fmt) {
-  const auto g = set.image(0).geometry();
-  Tensor<float> x = make_tensor<float>({n, g.channels, g.height, g.width}, fmt);
-  const std::size_t hw = g.height * g.width, c = g.channels;
-  for (std::size_t k = 0; k < n; ++k) {
-    const Image& img = set.image(first + k);
-    float* dst = x.data() + k * hw * c;
-    if (fmt == DataFormat::NHWC)
-      std::copy(img.data.begin(), img.data.end(), dst);
-    else
-      for (std::size_t p = 0; p < hw; ++p)
-        for (std::size_t ch = 0; ch < c; ++ch) dst[ch * hw + p] = img.data[p * c + ch];
-  }
-  return x;
+/// The examples of `set` in order, in batches of `batch` (the last one
+/// smaller), in `fmt`: an EpochLoader without stages or shuffle.
+inline data::EpochLoader<> airbench_in_order(const data::InMemoryDataset& set, std::size_t batch,
+                                             DataFormat fmt) {
+  data::EpochLoaderOptions o;
+  o.batch_size = batch;
+  o.shuffle = false;
+  o.drop_last = false;
+  o.format = fmt;
+  return data::EpochLoader<>(set, o);
 }
 
 /// Accuracy of `net` on `set` with TTA `level`, in batches of `batch`.
 template <class M>
 double airbench_accuracy(M& net, const data::InMemoryDataset& set, int level, std::size_t batch) {
   std::size_t correct = 0;
-  std::vector<std::int32_t> labels;
-  for (std::size_t first = 0; first < set.size(); first += batch) {
-    const std::size_t n = std::min(batch, set.size() - first);
-    const Tensor<float> x = airbench_images(set, first, n, net.format());
+  auto loader = airbench_in_order(set, batch, net.format());
+  data::Batch b;
+  while (loader.next(b)) {
     const Tensor<float> z =
         data::tta_logits([&](const Tensor<float>& v) -> Tensor<float> { return net.forward(v, Mode::Infer); },
-                         x, net.format(), level);
-    labels.assign(n, 0);
-    for (std::size_t k = 0; k < n; ++k) labels[k] = set.label(first + k);
-    correct += count_correct(z, labels);
+                         b.images, net.format(), level);
+    correct += count_correct(z, b.labels);
   }
   return double(correct) / double(set.size());
 }
@@ -242,8 +233,9 @@ AirbenchResult train_airbench(const data::InMemoryDataset& train, const data::In
 
   // The whitening filters from the first images (timed, as the original).
   auto t0 = Clock::now();
-  const std::size_t nw = std::min(opt.whitening_images, train.size());
-  airbench_init(net, detail::airbench_images(train, 0, nw, opt.format), opt.seed);
+  data::Batch first;
+  detail::airbench_in_order(train, std::min(opt.whitening_images, train.size()), opt.format).next(first);
+  airbench_init(net, first.images, opt.seed);
   result.train_seconds += seconds_since(t0);
 
   data::Batch batch;
