@@ -11,7 +11,8 @@
 //     (complete, checksums right: a torn file never carries a final name) and
 //     the index names only existing files;
 //   - every restart says where it resumed ("Restored <newest indexed
-//     checkpoint> (global step N)", or "Starting from step 0" when none), removes
+//     checkpoint> (global step N)"; with no index yet, the newest checkpoint
+//     file; "Starting from step 0" when there is none), removes
 //     the temporary files the killed process left, and never skips a
 //     checkpoint (no "skipping checkpoint" warning: no torn file was read);
 //   - every run that completes exits with status 0, and its final checkpoint
@@ -186,6 +187,7 @@ std::optional<std::int64_t> inspect(const std::string& job, Counts& c, std::vect
     if (!latest) fail("the index " + index + " names '" + idx.latest + "'");
   }
   bool in_write = false, in_index = false, after_rename = false, before_rotation = false;
+  std::optional<std::int64_t> newest_file;  // the newest complete checkpoint file
   io::ReadOptions strict;
   strict.require_checksums = true;
   for (const auto& e : fs::directory_iterator(job)) {
@@ -204,6 +206,7 @@ std::optional<std::int64_t> inspect(const std::string& job, Counts& c, std::vect
       fail(std::string("torn or corrupt checkpoint after a kill: ") + err.what());
     }
     ++c.files_verified;
+    if (!newest_file || *step > *newest_file) newest_file = step;
     if (std::find(indexed.begin(), indexed.end(), *step) == indexed.end() && seen.insert(name).second)
       (latest && *step < *latest ? before_rotation : after_rename) = true;
   }
@@ -211,6 +214,10 @@ std::optional<std::int64_t> inspect(const std::string& job, Counts& c, std::vect
   c.during_index_write += in_index;
   c.after_rename += after_rename;
   c.before_rotation += before_rotation;
+  // Without an index (a kill between the first checkpoint's rename and the
+  // first index write), CheckpointManager lists the checkpoint files present
+  // and the restart restores the newest.
+  if (!fs::exists(index)) latest = newest_file;
   c.no_checkpoint_yet += !latest;
   return latest;
 }
