@@ -508,3 +508,47 @@ TEST_CASE("BatchNorm's fused ReLU backward needs the training forward of the sam
     CHECK_FALSE(std::isnan(dx[i]));  // every element written
   }
 }
+
+TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic loops' bits",
+          "[backend][onednn][batchnorm]") {
+  // bn_kernels.hpp runs ResNet's channel counts through loops specialised on
+  // the count (with_channels); they must be the generic loops, only faster.
+  namespace bn = backend::onednn::bn;
+  Rng rng = Rng::stream(7, 11);
+  for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64)}) {
+    INFO("channels " << c);
+    // 4 * 5 * 7 = 140 rows: several 16-row blocks and a partial one per thread.
+    const ChannelGeom g{DataFormat::NHWC, 4, c, 5, 7};
+    auto x = random_vec(rng, g.size());
+    for (auto& v : x) v = 3.f + 2.f * v;  // a mean far from 0: the shifted sums matter
+    const auto dy = random_cotangent(rng, g.size()), k = random_vec(rng, c), a = random_vec(rng, c),
+               b = random_vec(rng, c), A = random_vec(rng, c), Bc = random_vec(rng, c),
+               D = random_vec(rng, c);
+    std::vector<std::uint8_t> mask(g.size()), mask0(g.size());
+    std::vector<float> y(g.size()), y0(g.size()), dx(g.size()), dx0(g.size());
+    bn::Scratch sc, sc0;
+    bn::with_channels(g, [&](auto cc) {
+      constexpr std::size_t C = decltype(cc)::value;
+      REQUIRE(C == c);
+      bn::channel_sums<bn::SumKind::Stats, C>(g, x.data(), nullptr, nullptr, k.data(), sc);
+      bn::channel_sums<bn::SumKind::Stats, 0>(g, x.data(), nullptr, nullptr, k.data(), sc0);
+      CHECK(sc.sums == sc0.sums);
+      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), mask.data());
+      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), mask0.data());
+      CHECK(same_bits(y, y0));
+      CHECK(mask == mask0);
+      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), nullptr);
+      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), nullptr);
+      CHECK(same_bits(y, y0));
+      for (const std::uint8_t* m :
+           {static_cast<const std::uint8_t*>(mask.data()), static_cast<const std::uint8_t*>(nullptr)}) {
+        bn::channel_sums<bn::SumKind::Grad, C>(g, x.data(), dy.data(), m, k.data(), sc);
+        bn::channel_sums<bn::SumKind::Grad, 0>(g, x.data(), dy.data(), m, k.data(), sc0);
+        CHECK(sc.sums == sc0.sums);
+        bn::input_gradient<C>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx.data());
+        bn::input_gradient<0>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx0.data());
+        CHECK(same_bits(dx, dx0));
+      }
+    });
+  }
+}
