@@ -196,6 +196,24 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
     for (std::size_t j = 0; j < 2 * C; ++j) sc.sums[j] += sc.part[std::size_t(t) * 2 * C + j];
 }
 
+/// One NHWC row of affine(): C values (CC when known at compile time).
+template <std::size_t CC>
+inline void affine_row(std::size_t C, const float* __restrict xs, const float* __restrict a,
+                       const float* __restrict b, float* __restrict ys, std::uint8_t* __restrict ms) {
+  const std::size_t n = CC ? CC : C;
+  if (ms) {
+#pragma omp simd
+    for (std::size_t c = 0; c < n; ++c) {
+      const float v = xs[c] * a[c] + b[c];
+      ys[c] = v > 0.f ? v : 0.f;
+      ms[c] = v > 0.f;
+    }
+  } else {
+#pragma omp simd
+    for (std::size_t c = 0; c < n; ++c) ys[c] = xs[c] * a[c] + b[c];
+  }
+}
+
 /// y[i] = x[i] * a[c] + b[c] (with `mask`: max(., 0), and mask[i] = (. > 0)),
 /// parallel over rows (NHWC) or planes (NCHW).
 template <std::size_t CC = 0>
@@ -213,22 +231,8 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
         ac[c] = a[c];
         bc[c] = b[c];
       }
-      for (std::size_t r = r0; r < r1; ++r) {
-        const float* __restrict xs = x + r * C;
-        float* __restrict ys = y + r * C;
-        if (mask) {
-          std::uint8_t* __restrict ms = mask + r * C;
-#pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) {
-            const float v = xs[c] * ac[c] + bc[c];
-            ys[c] = v > 0.f ? v : 0.f;
-            ms[c] = v > 0.f;
-          }
-        } else {
-#pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) ys[c] = xs[c] * ac[c] + bc[c];
-        }
-      }
+      for (std::size_t r = r0; r < r1; ++r)
+        affine_row<CC>(C, x + r * C, ac, bc, y + r * C, mask ? mask + r * C : nullptr);
     }
     return;
   }
@@ -239,18 +243,7 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
     const float* __restrict xs = x + base;
     float* __restrict ys = y + base;
     if (nhwc) {
-      if (mask) {
-        std::uint8_t* __restrict ms = mask + base;
-#pragma omp simd
-        for (std::size_t c = 0; c < C; ++c) {
-          const float v = xs[c] * a[c] + b[c];
-          ys[c] = v > 0.f ? v : 0.f;
-          ms[c] = v > 0.f;
-        }
-      } else {
-#pragma omp simd
-        for (std::size_t c = 0; c < C; ++c) ys[c] = xs[c] * a[c] + b[c];
-      }
+      affine_row<0>(C, xs, a, b, ys, mask ? mask + base : nullptr);
     } else {
       const std::size_t c = std::size_t(u) % C;
       const float ac = a[c], bc = b[c];
