@@ -84,9 +84,10 @@ if has asan; then
   fi
   # -O0: clang builds these tests with ASan 2.8x faster than at -O1 (the
   # stage's build: 512 s against 1,070 s) and ASan misses nothing optimised
-  # away; the compute-bound test files keep -O1 (cifarnet_compute_bound in
-  # tests/CMakeLists.txt, docs/RELIABILITY.md). The CUDA backend is the main stage's:
-  # without a GPU its cases are skipped, and CUDA's runtime is not ASan-clean.
+  # away; the compute-bound test programs keep -O1 (cifarnet_compute_bound
+  # in tests/CMakeLists.txt, docs/RELIABILITY.md). The CUDA backend is the
+  # main stage's: without a GPU its cases are skipped, and CUDA's runtime is
+  # not ASan-clean.
   # clang: it builds these template-heavy tests with ASan about 2.5x faster
   # than GCC 12 (docs/RELIABILITY.md); CIFARNET_ASAN_CXX=g++ builds with GCC
   # (then -Wmaybe-uninitialized is no error: GCC 12 with -fsanitize=address

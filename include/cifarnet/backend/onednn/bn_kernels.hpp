@@ -66,8 +66,9 @@ enum class SumKind { Stats, Grad };
 /// rows [r0, r1) added into s1/s2 (C doubles each). The same sums in the same
 /// order as the generic loop, so the same bits, but the block sums, shifts
 /// and double totals are local arrays the compiler keeps in registers
-/// instead of loading and storing them for every row (2.3-6x faster on the
-/// ResNet geometries in cache: docs/BENCHMARKS.md).
+/// instead of loading and storing them for every row (with affine() and
+/// input_gradient() below: BN's time in a ResNet-20 step -35 %,
+/// docs/BENCHMARKS.md).
 template <SumKind K, std::size_t C>
 void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const float* __restrict dy,
                const std::uint8_t* __restrict mask, const float* __restrict k, double* __restrict s1,
