@@ -264,6 +264,23 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
   }
 }
 
+/// One NHWC row of input_gradient(): C values (CC when known at compile time).
+template <std::size_t CC>
+inline void input_gradient_row(std::size_t C, const float* __restrict xs, const float* __restrict ds,
+                               const std::uint8_t* __restrict ms, const float* __restrict mean,
+                               const float* __restrict A, const float* __restrict B,
+                               const float* __restrict D, float* __restrict os) {
+  const std::size_t n = CC ? CC : C;
+  if (ms) {
+#pragma omp simd
+    for (std::size_t c = 0; c < n; ++c)
+      os[c] = A[c] * (ds[c] * float(ms[c])) + B[c] * (xs[c] - mean[c]) + D[c];
+  } else {
+#pragma omp simd
+    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ds[c] + B[c] * (xs[c] - mean[c]) + D[c];
+  }
+}
+
 /// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or dy * mask),
 /// parallel over rows (NHWC) or planes (NCHW).
 template <std::size_t CC = 0>
@@ -285,20 +302,9 @@ void input_gradient(const ChannelGeom& g, const float* __restrict x, const float
         dc[c] = D[c];
         mc[c] = mean[c];
       }
-      for (std::size_t r = r0; r < r1; ++r) {
-        const float* __restrict xs = x + r * C;
-        const float* __restrict ds = dy + r * C;
-        float* __restrict os = dx + r * C;
-        if (mask) {
-          const std::uint8_t* __restrict ms = mask + r * C;
-#pragma omp simd
-          for (std::size_t c = 0; c < C; ++c)
-            os[c] = ac[c] * (ds[c] * float(ms[c])) + bc[c] * (xs[c] - mc[c]) + dc[c];
-        } else {
-#pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) os[c] = ac[c] * ds[c] + bc[c] * (xs[c] - mc[c]) + dc[c];
-        }
-      }
+      for (std::size_t r = r0; r < r1; ++r)
+        input_gradient_row<CC>(C, x + r * C, dy + r * C, mask ? mask + r * C : nullptr, mc, ac, bc, dc,
+                               dx + r * C);
     }
     return;
   }
@@ -307,12 +313,7 @@ void input_gradient(const ChannelGeom& g, const float* __restrict x, const float
   for (std::size_t u = 0; u < std::size_t(units); ++u) {
     const std::size_t len = nhwc ? C : hw, base = u * len;
     if (nhwc) {
-#pragma omp simd
-      for (std::size_t c = 0; c < C; ++c) {
-        const std::size_t i = base + c;
-        const float d = mask ? dy[i] * float(mask[i]) : dy[i];
-        dx[i] = A[c] * d + B[c] * (x[i] - mean[c]) + D[c];
-      }
+      input_gradient_row<0>(C, x + base, dy + base, mask ? mask + base : nullptr, mean, A, B, D, dx + base);
     } else {
       const std::size_t c = u % C;
       const float ac = A[c], bc = B[c], dc = D[c], mc = mean[c];
