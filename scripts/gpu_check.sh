@@ -84,7 +84,9 @@ else
   echo "gpu_check: no gpu_bench (cmake --build build --target gpu_bench): cifarnet's GPU speed not measured"
 fi
 echo "=== images/s on this GPU: PyTorch (bench/peer_torch_gpu.py)"
-${PEER_PY:-python3} bench/peer_torch_gpu.py --reps 5 --steps 10 --warmup 10 2>&1 | grep -v '^W[0-9]' || true
+# PEER_ARGS narrows it (say "--only resnet20,resnet56": torch.compile takes a while per model).
+# shellcheck disable=SC2086
+${PEER_PY:-python3} bench/peer_torch_gpu.py --reps 5 --steps 10 --warmup 10 ${PEER_ARGS:-} 2>&1 | grep -v '^W[0-9]' || true
 if grep -q "SKIPPED: the CUDA backend needs a GPU" /tmp/gpu_check_$$.log; then
   echo "gpu_check: cases were skipped for want of a GPU"
   rc=1

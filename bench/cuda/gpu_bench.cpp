@@ -5,13 +5,17 @@
 // the block); median, min and max over repetitions.
 //
 //   build/bench/cuda/gpu_bench [--only resnet20,resnet56,infer20,infer56] [--formats nhwc,nchw]
-//       [--reps 5] [--steps 10] [--warmup 10] [--batch 128] [--infer-batch 100]
+//       [--reps 5] [--steps 10] [--warmup 10] [--batch 128] [--infer-batch 100] [--staged]
 //
-// A training step is what a user's loop does: forward, softmax
-// cross-entropy (loss and d/dlogits), backward, then weight decay 2e-4 and
-// momentum 0.9 through optim::Chain. It measures the backend as it is
-// (whatever it stages through PCIe), not a kernel in isolation. Without a GPU
-// it says so and exits 0 (a benchmark with nothing to measure).
+// A training step is train::Trainer's: forward, softmax cross-entropy (loss
+// and d/dlogits), backward, then weight decay 2e-4 and momentum 0.9 through
+// optim::Chain, with the model's activations and gradients on the GPU and
+// its parameter arena and momentum slot there too (Model::
+// set_device_resident), as resnet_cifar10 --num-gpus 1 trains. --staged
+// measures the debugging path instead: every tensor a host tensor, copied
+// to the GPU and back by each op. It measures the backend as it is (whatever
+// it copies through PCIe), not a kernel in isolation. Without a GPU it says
+// so and exits 0 (a benchmark with nothing to measure).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +28,7 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
+#include <cifarnet/train/trainer.hpp>
 
 using namespace cifarnet;
 
@@ -58,25 +63,35 @@ void time_steps(const std::string& name, DataFormat fmt, std::size_t batch, cons
   std::fflush(stdout);
 }
 
-void train(int depth, DataFormat fmt, std::size_t batch, const Protocol& p) {
-  Model<ResNetCifar<>, backend::Cuda> net({3, 32, 32}, fmt, resnet_options(depth), 1);
+using Net = Model<ResNetCifar<>, backend::Cuda>;
+
+void time_training(int depth, DataFormat fmt, std::size_t batch, const Protocol& p, bool staged) {
+  Net net({3, 32, 32}, fmt, resnet_options(depth), 1);
+  if (staged)
+    net.set_device_activations(false);
+  else
+    net.set_device_resident(true);  // before the optimizer: its slot goes to the GPU too
   Rng rng(2);
-  Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
-  for (auto& v : x) v = float(rng.uniform(0, 255));
-  std::vector<std::int32_t> y(batch);
-  for (auto& l : y) l = std::int32_t(rng.uniform_int(10));
+  train::Batch b;
+  b.images = make_tensor<float>({batch, 3, 32, 32}, fmt);
+  for (auto& v : b.images) v = float(rng.uniform(0, 255));
+  for (std::size_t i = 0; i < batch; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
   optim::Chain<optim::WeightDecay, optim::Momentum> opt(net.parameters(), optim::WeightDecayOptions(2e-4),
                                                         optim::MomentumOptions().momentum(0.9));
-  Tensor<float> d;
-  time_steps("resnet" + std::to_string(depth), fmt, batch, p, [&] {
-    softmax_cross_entropy(net.forward(x, Mode::Train), y, &d);
-    net.backward(d);
-    opt.step(net.parameters(), 0.1);
-  });
+  train::Trainer<Net> t(net, train::TrainerOptions().max_steps(1 << 30));
+  t.set_optimizer(opt, [](std::int64_t) { return 0.1; });
+  time_steps("resnet" + std::to_string(depth), fmt, batch, p, [&] { t.step(b); });
+  const backend::cuda::TransferCounts c = net.device().transfers().reset();
+  const double steps = double(p.warmup + p.reps * p.steps);
+  std::printf(
+      "          PCIe per step: host->device %.3f MiB in %.1f copies, device->host %.3f MiB in %.1f copies\n",
+      double(c.h2d_bytes) / steps / (1 << 20), double(c.h2d_copies) / steps,
+      double(c.d2h_bytes) / steps / (1 << 20), double(c.d2h_copies) / steps);
 }
 
-void infer(int depth, DataFormat fmt, std::size_t batch, const Protocol& p) {
-  Model<ResNetCifar<>, backend::Cuda> net({3, 32, 32}, fmt, resnet_options(depth), 1);
+void time_inference(int depth, DataFormat fmt, std::size_t batch, const Protocol& p, bool staged) {
+  Net net({3, 32, 32}, fmt, resnet_options(depth), 1);
+  if (staged) net.set_device_activations(false);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
   for (auto& v : x) v = float(rng.uniform(0, 255));
@@ -97,6 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", p.warmup, "Untimed warm-up steps")->check(CLI::NonNegativeNumber);
   app.add_option("--batch", batch, "Training batch")->check(CLI::PositiveNumber);
   app.add_option("--infer-batch", infer_batch, "Inference batch")->check(CLI::PositiveNumber);
+  bool staged = false;
+  app.add_flag("--staged", staged, "Every tensor on the host, staged by each op (the debugging path)");
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   // Flags are checked before the GPU is looked for, so a typo fails everywhere.
   std::vector<DataFormat> fmts;
@@ -122,9 +139,9 @@ int main(int argc, char** argv) {
   for (DataFormat fmt : fmts)
     for (const std::string& b : benches) {
       if (b[0] == 'r')
-        train(std::stoi(b.substr(6)), fmt, batch, p);
+        time_training(std::stoi(b.substr(6)), fmt, batch, p, staged);
       else
-        infer(std::stoi(b.substr(5)), fmt, infer_batch, p);
+        time_inference(std::stoi(b.substr(5)), fmt, infer_batch, p, staged);
     }
   return 0;
 }

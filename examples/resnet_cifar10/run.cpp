@@ -33,6 +33,8 @@ int run(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, 
   // The network and its trainer, from the backend's translation unit.
   const std::unique_ptr<recipes::Session> net =
       backend.make(network_spec(f, fmt), st.trainer_options(trainer_options(f, train_steps), f.max_seconds));
+  // One process on a GPU: the arena stays there for the whole step (no-op on the CPU).
+  if (st.size() == 1) net->set_device_resident(true);
   if (f.log_device_placement) std::cout << net->device() << "\n";
   data::recipes::ResNetTrainT<data::Cifar10Source> pipe(data.train, train_pipeline_options(f, fmt));
   std::cout << describe_run(f, st, *net, data, train_steps, steps_per_epoch, schedule.description, fmt)

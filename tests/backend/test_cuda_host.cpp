@@ -376,6 +376,7 @@ TEST_CASE("Staging copies host buffers, passes device buffers through, and count
     CHECK(FakeCopyApi::seen.h2d_copies == 1);
     CHECK(FakeCopyApi::seen.d2h_copies == 1);
     CHECK(FakeCopyApi::seen.bytes() == 2 * 100 * sizeof(float));
+    CHECK(gpu.syncs == 2);  // an output came back: the host waits for it
   }
   SECTION("an op on device-resident tensors stages nothing and moves no byte") {
     gpu.transfers().reset();
@@ -386,7 +387,9 @@ TEST_CASE("Staging copies host buffers, passes device buffers through, and count
     CHECK(st.in(a, 64) == a);
     CHECK(st.out(b, 64) == b);
     CHECK(st.inout(a, 64) == a);
+    const int syncs = gpu.syncs;
     st.finish();
+    CHECK(gpu.syncs == syncs);  // nothing reaches the host: the op does not wait for the stream
     CHECK(st.staged() == 0);
     CHECK(gpu.transfers().read() == cu::TransferCounts{});
     CHECK(FakeCopyApi::seen == cu::TransferCounts{});
@@ -509,4 +512,26 @@ TEST_CASE(
   CHECK(FakeCopyApi::seen.h2d_copies == 1 + 3 + 1);  // the values went up again, before that op
   CHECK(gpu.mirrors().mirror_of(grads.data())->state() == cu::MirrorState::HostDirty);  // up when next read
   CHECK(gpu.transfers().read() == FakeCopyApi::seen);
+
+  SECTION("an optimizer's slot mirrored beside the arena goes back to the host when its owner lets go") {
+    // ArenaKernels::adopt_state: the slot is mirrored, updated on the device,
+    // and removed (its host copy downloaded first) when the optimizer goes.
+    std::vector<float> slot(n, 0.0f);
+    gpu.mirrors().add(gpu, slot.data(), gpu.device_tensor(n), n, cu::MirrorState::HostDirty);
+    {
+      FakeStaging st(gpu);
+      float* a = st.inout(slot.data(), n);
+      for (std::size_t i = 0; i < n; ++i) a[i] = float(i);
+      CHECK(st.staged() == 0);
+      st.finish();
+    }
+    CHECK(slot[5] == 0.0f);  // device-dirty: the host copy is stale
+    const std::size_t ranges = gpu.mirrors().size();
+    CHECK(gpu.mirrors().remove(slot.data()));
+    CHECK(slot[5] == 5.0f);  // downloaded before the range was forgotten
+    CHECK(gpu.mirrors().size() == ranges - 1);
+    CHECK(gpu.mirrors().mirror_of(slot.data()) == nullptr);
+    CHECK_FALSE(gpu.mirrors().remove(slot.data()));        // twice: nothing
+    CHECK_FALSE(gpu.mirrors().remove(values.data() + 1));  // only a range's start names it
+  }
 }

@@ -185,28 +185,35 @@ TEST_CASE("PCIe traffic of one ResNet-20 training step at batch 128, read from t
   }
 }
 
-TEST_CASE("A device-resident parameter arena trains like the staged one and moves no arena bytes per step",
-          "[backend][cuda][model][transfers][resident]") {
+TEST_CASE(
+    "The whole Trainer step on the GPU: device activations and arena train as the staged path, bit for bit",
+    "[backend][cuda][model][transfers][resident]") {
   if (!have_gpu()) return;
-  // Model::set_device_resident: the arena (values, gradients, BN state) on
-  // the GPU, used in place by every op; optim::cuda::Momentum keeps its slot
-  // there too. Against the same model staged op by op: the same losses and
-  // weights, and per step the arena's bytes no longer cross PCIe (the
-  // activations still do: they are host tensors until device activations
-  // land, docs/ARCHITECTURE.md "Storage").
+  // Two ResNet-20s from one seed, trained 3 steps by the same Trainer and
+  // optimizer chain (weight decay, momentum, an EMA of the weights):
+  //   staged   — every tensor a host tensor, staged op by op (the debug path:
+  //              set_device_activations(false), arena on the host);
+  //   resident — the default device activations and gradients, plus the
+  //              arena, the momentum slot and the EMA shadow on the GPU
+  //              (set_device_resident before the optimizers are made), so the
+  //              loss, weight decay, numerics check, momentum and EMA run
+  //              through the NVRTC kernels.
+  // Deterministic convolution algorithms on both: the same arithmetic in the
+  // same order, so the losses, the weights, the moving statistics and the EMA
+  // shadows must agree bit for bit; and per step the resident model moves the
+  // batch up and a few scalars back, nothing else.
   using Net = ResNetCifar<>;
   using M = Model<Net, backend::Cuda>;
   const std::size_t n = 128;
   const DataFormat fmt = DataFormat::NHWC;
   M staged({3, 32, 32}, fmt, resnet_options(20), 5), resident({3, 32, 32}, fmt, resnet_options(20), 5);
-  // Deterministic convolution algorithms on both, so the two runs do the
-  // same arithmetic in the same order and must agree bit for bit: residency
-  // moves where the arena lives, not what is computed.
   for (M* m : {&staged, &resident}) {
     backend::cuda::ConvOptions o = m->device().conv_options();
     o.deterministic = true;
     m->device().set_conv_options(o);
   }
+  staged.set_device_activations(false);
+  CHECK(resident.device_activations());
   resident.set_device_resident(true);
   CHECK(resident.device_resident());
   Rng rng(9);
@@ -218,27 +225,43 @@ TEST_CASE("A device-resident parameter arena trains like the staged one and move
   }
   backend::cuda::TransferCounts last[2];
   std::vector<double> losses[2];
+  std::vector<float> shadows[2];
   int side = 0;
   for (M* m : {&staged, &resident}) {
-    optim::cuda::Momentum<> opt(m->device(), m->parameters(), optim::MomentumOptions().momentum(0.9));
+    optim::Chain<optim::WeightDecay, optim::Momentum> opt(m->parameters(), optim::WeightDecayOptions(2e-4),
+                                                          optim::MomentumOptions().momentum(0.9));
+    optim::ExponentialMovingAverage<float> ema(m->parameters(), optim::ExponentialMovingAverageOptions(0.9));
     train::Trainer<M> t(*m, train::TrainerOptions().max_steps(3));
     t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+    t.add_update([&](Parameters<float>& p, std::int64_t step) { ema.apply(p, step); });
     for (std::size_t i = 0; i < batches.size(); ++i) {
       if (i + 1 == batches.size()) m->device().transfers().reset();
       losses[side].push_back(t.step(batches[i]).total_loss);
     }
     last[side] = m->device().transfers().reset();
+    (void)t.state_dict();  // a checkpoint: every host copy current (the EMA shadow's too)
+    ema.visit_state([&](const std::string&, const float* v, const auto& shape) {
+      std::size_t k = 1;
+      for (std::size_t d : shape) k *= d;
+      shadows[side].insert(shadows[side].end(), v, v + k);
+    });
     ++side;
   }
   const double mb = 1.0 / (1 << 20);
   for (int k = 0; k < 2; ++k)
-    WARN((k ? "device-resident arena" : "staged arena")
-         << ": PCIe per ResNet-20 step (batch 128, NHWC, optim::cuda::Momentum): host->device "
-         << double(last[k].h2d_bytes) * mb << " MiB in " << last[k].h2d_copies << " copies, device->host "
-         << double(last[k].d2h_bytes) * mb << " MiB in " << last[k].d2h_copies << " copies");
-  for (std::size_t i = 0; i < losses[0].size(); ++i) CHECK(losses[1][i] == losses[0][i]);
-  const std::uint64_t arena = staged.parameters().values().size() * sizeof(float);
-  CHECK(last[1].bytes() + 3 * arena <= last[0].bytes());
+    WARN(
+        (k ? "device-resident step" : "staged step")
+        << ": PCIe per ResNet-20 Trainer step (batch 128, NHWC, weight decay + momentum + EMA): host->device "
+        << double(last[k].h2d_bytes) * mb << " MiB in " << last[k].h2d_copies << " copies, device->host "
+        << double(last[k].d2h_bytes) * mb << " MiB in " << last[k].d2h_copies << " copies");
+  for (std::size_t i = 0; i < losses[0].size(); ++i)
+    CHECK(losses[1][i] ==
+          Approx(losses[0][i]).epsilon(1e-12));  // weight decay's Σv² adds blocks, not elements
+  const std::uint64_t batch_bytes = n * 3 * 32 * 32 * sizeof(float) + n * sizeof(std::int32_t);
+  CHECK(last[1].h2d_bytes >= n * 3 * 32 * 32 * sizeof(float));  // the batch went up
+  CHECK(last[1].h2d_bytes <= batch_bytes + 4096);               // and nothing else of size
+  CHECK(last[1].d2h_bytes <= 64 * 1024);                        // the loss, Σv² partial sums, flags
+  CHECK(last[0].bytes() > 100 * last[1].bytes());
   const auto& host = resident.sync_parameters_to_host();
   // The parameter that differs most, by name, to say where a difference is.
   const Parameters<float>& ref = std::as_const(staged).parameters();
@@ -247,12 +270,12 @@ TEST_CASE("A device-resident parameter arena trains like the staged one and move
   host.for_each([&](const ParamInfo& info, const float* v, const float*) {
     const std::size_t id = ref.id(info.name);
     const float* r = ref.value(id);
-    double e = 0, n = 0;
+    double e = 0, q2 = 0;
     for (std::size_t k = 0; k < info.size; ++k) {
       e += (double(v[k]) - double(r[k])) * (double(v[k]) - double(r[k]));
-      n += double(r[k]) * double(r[k]);
+      q2 += double(r[k]) * double(r[k]);
     }
-    const double q = n > 0 ? std::sqrt(e / n) : std::sqrt(e);
+    const double q = q2 > 0 ? std::sqrt(e / q2) : std::sqrt(e);
     if (q > worst_rel) worst_rel = q, worst = info.name;
   });
   WARN("resident vs staged after 3 steps: values "
@@ -261,9 +284,67 @@ TEST_CASE("A device-resident parameter arena trains like the staged one and move
        << "; most different parameter: " << (worst.empty() ? "none" : worst) << " (" << worst_rel << ")");
   CHECK(rel(host.values(), staged.parameters().values()) == 0.0);
   CHECK(rel(host.state(), staged.parameters().state()) == 0.0);
+  REQUIRE(shadows[0].size() == shadows[1].size());
+  CHECK(shadows[0] == shadows[1]);
   // A host write (a restore) reaches the device before the next op.
   resident.host_parameters().values() = staged.parameters().values();
   resident.host_parameters().state() = staged.parameters().state();
   CHECK(rel(resident.forward(batches[0].images, Mode::Infer),
             staged.forward(batches[0].images, Mode::Infer)) < 1e-4);
+}
+
+TEST_CASE(
+    "A device-resident GPU model checkpoints and resumes exactly: state_dict sees the device, a restore "
+    "reaches it",
+    "[backend][cuda][model][resident]") {
+  if (!have_gpu()) return;
+  // The Trainer's sync points with a resident arena and adopted momentum
+  // slots: state_dict() must read the device's values and slots (not the
+  // stale host copies), load_state_dict() must reach the device before the
+  // next step. A model restored into a differently initialised twin then
+  // takes the next step exactly as the original (deterministic algorithms).
+  using Net = ResNetCifar<>;
+  using M = Model<Net, backend::Cuda>;
+  const DataFormat fmt = DataFormat::NCHW;
+  const std::size_t n = 32;
+  Rng rng(21);
+  std::vector<train::Batch> batches(3);
+  for (auto& b : batches) {
+    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
+    for (auto& v : b.images) v = float(rng.normal());
+    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+  }
+  struct Run {
+    M m;
+    optim::Chain<optim::WeightDecay, optim::Momentum> opt;
+    train::Trainer<M> t;
+    explicit Run(std::uint64_t seed)
+        : m({3, 32, 32}, DataFormat::NCHW, resnet_options(8), seed),
+          opt((init(m), m.parameters()), optim::WeightDecayOptions(2e-4),
+              optim::MomentumOptions().momentum(0.9)),
+          t(m, train::TrainerOptions().max_steps(10)) {
+      t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+    }
+    static int init(M& m) {
+      backend::cuda::ConvOptions o = m.device().conv_options();
+      o.deterministic = true;
+      m.device().set_conv_options(o);
+      m.set_device_resident(true);  // before the optimizer: its slot is adopted
+      return 0;
+    }
+  };
+  Run a(5);
+  a.t.step(batches[0]);
+  a.t.step(batches[1]);
+  const auto saved = a.t.state_dict();
+  const double next = a.t.step(batches[2]).total_loss;
+  Run b(77);  // other initial weights: the restore must replace them on the device
+  b.t.load_state_dict(saved);
+  CHECK(b.t.global_step() == 2);
+  const double resumed = b.t.step(batches[2]).total_loss;
+  CHECK(resumed == next);
+  const auto& va = a.m.sync_parameters_to_host();
+  const auto& vb = b.m.sync_parameters_to_host();
+  CHECK(rel(vb.values(), va.values()) == 0.0);
+  CHECK(rel(vb.state(), va.state()) == 0.0);
 }

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace cifarnet {
@@ -90,6 +92,29 @@ class ArenaKernels {
   /// L2 weight decay of one parameter: g += T(wd)·v (rounded, then added);
   /// returns Σ v² summed in double element by element, in order.
   virtual double weight_decay(std::size_t begin, std::size_t end, T* g, const T* v, T wd) = 0;
+
+  /// weight_decay over each [begin, end) of `ranges`; returns the sum of
+  /// their Σ v² (added in range order: the same bits as adding the calls'
+  /// results). A backend on a device reads its sums back once.
+  virtual double weight_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
+                                     const T* v, T wd) {
+    double s = 0;
+    for (const auto& r : ranges) s += weight_decay(r.first, r.second, g, v, wd);
+    return s;
+  }
+
+  /// An optimizer's (or EMA's) arena-shaped state [p, p + n) in host memory,
+  /// offered to the backend: one that keeps the arena on its device (the
+  /// CUDA backend with Model::set_device_resident) keeps this buffer there
+  /// too, with p's host copy synchronised lazily like the arena's (current
+  /// after Model::sync_parameters_to_host / Trainer::state_dict). The
+  /// returned handle gives it back (host copy current) when the last copy
+  /// goes: the owner keeps it while p lives. Null: p stays host memory.
+  virtual std::shared_ptr<void> adopt_state(T* p, std::size_t n) {
+    (void)p;
+    (void)n;
+    return nullptr;
+  }
 };
 
 }  // namespace cifarnet

@@ -5,8 +5,11 @@
 // (N, H, W, C). A Shape always holds the logical dimensions (n, c, h, w)
 // whatever the format. Dense activations are 4-D too, with h = w = 1, so every
 // layer takes and returns the same type. Data are row-major and contiguous.
+// Elements are host memory unless a backend's TensorMemory is current when
+// the tensor allocates (core/tensor_memory.hpp: a CUDA model's layers).
 #pragma once
 
+#include <xtensor/xstorage.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include <array>
@@ -16,6 +19,7 @@
 #include <string>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 
 namespace cifarnet {
 
@@ -63,9 +67,15 @@ struct Shape {
 
 inline std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
-/// The activation tensor type.
+/// The activation tensor type (its allocator: core/tensor_memory.hpp).
 template <class T = float>
-using Tensor = xt::xtensor<T, 4>;
+using Tensor = xt::xtensor<T, 4, xt::layout_type::row_major, TensorAllocator<T>>;
+
+/// A flat buffer with the tensors' allocation (a layer's per-channel
+/// statistics): device memory where the layer's tensors are. Resizing
+/// leaves the elements uninitialised (xt::uvector).
+template <class T = float>
+using Buffer = xt::uvector<T, TensorAllocator<T>>;
 
 /// Allocates a tensor of logical shape `s` in format `f` (contents unspecified).
 template <class T = float>

@@ -56,8 +56,6 @@ struct BatchNorm2d : LayerBase {
       beta_ = ctx.add_param(scope, "beta", {in.c}, Initializer::zeros());
       mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false);
       mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false);
-      mean_.assign(in.c, T(0));
-      var_.assign(in.c, T(0));
       return in;
     }
 
@@ -65,6 +63,10 @@ struct BatchNorm2d : LayerBase {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       geom_ = ChannelGeom::make(fmt_, s);
       ensure_shape(y_, s, fmt_);
+      if (mean_.size() != s.c) {  // the batch's statistics, where the layer's tensors live
+        mean_.resize(s.c);
+        var_.resize(s.c);
+      }
       auto& P = *rc.params;
       const Parameters<T>& cp = P;  // reads (a non-const access counts as a write)
       if (rc.training()) {
@@ -146,8 +148,8 @@ struct BatchNorm2d : LayerBase {
     ChannelGeom geom_;
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
-    std::vector<T> mean_, var_, scratch_;
-    Tensor<T> masked_;  // dy masked by the ReLU when the op does not fuse it
+    Buffer<T> mean_, var_, scratch_;  // sized in forward/backward: device memory on CUDA
+    Tensor<T> masked_;                // dy masked by the ReLU when the op does not fuse it
     const Tensor<T>* x_ = nullptr;
   };
 };

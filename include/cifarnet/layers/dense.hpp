@@ -86,21 +86,30 @@ struct Flatten : LayerBase {
       this->bind(in, scope, ctx);
       return {in.n, in.per_example(), 1, 1};
     }
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) {
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       n_ = s.n;
       ensure_shape(y_, {s.n, s.per_example(), 1, 1}, fmt_);
-      std::copy(x.data(), x.data() + x.size(), y_.data());
+      copy(*rc.device, x, y_);
       return y_;
     }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) {
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!down_) return dx_;
       ensure_shape(dx_, {n_, in_.c, in_.h, in_.w}, fmt_);
-      std::copy(dy.data(), dy.data() + dy.size(), dx_.data());
+      copy(*rc.device, dy, dx_);
       return dx_;
     }
 
    private:
+    // The same elements in a new shape: a host copy, or (a backend whose
+    // tensors are device memory) the backend's copy (affine x·1 + 0, exact).
+    void copy(Device<B>& dev, const Tensor<T>& from, Tensor<T>& to) {
+      if constexpr (backend_traits<B>::host_memory)
+        std::copy(from.data(), from.data() + from.size(), to.data());
+      else
+        copy_.affine(dev, from.size(), from.data(), T(1), T(0), to.data());
+    }
+    ops::Eltwise<B, T> copy_;
     std::size_t n_ = 0;
   };
 };

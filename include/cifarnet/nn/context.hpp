@@ -90,6 +90,7 @@ template <class T>
 struct TapSlot {
   Shape shape;                            ///< per-example shape (n = 1)
   const Tensor<T>* activation = nullptr;  ///< set by the last forward
+  Tensor<T> host_activation;              ///< its host copy (a model whose tensors are device memory)
   Tensor<T> grad;                         ///< added to the backward gradient when has_grad
   bool has_grad = false;
 };

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 #include <string>
 
@@ -25,6 +26,7 @@
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/core/tensor.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -69,13 +71,41 @@ class Model {
   }
 
   /// Runs the network on x (shape (n, c, h, w) in the model's format).
-  /// The result is owned by the model and valid until the next forward.
+  /// The result is owned by the model and valid until the next forward. It
+  /// is host memory on every backend (a CUDA model downloads its output).
   const Tensor<T>& forward(const Tensor<T>& x, Mode mode = Mode::Train);
+
+  /// forward(), with the result where the backend keeps the model's
+  /// tensors: the same as forward() on the CPU backends, device memory on
+  /// CUDA (its elements are for the backend's ops, not the host; the
+  /// Trainer hands it to the loss op). No copy, no wait for the GPU.
+  const Tensor<T>& forward_on_device(const Tensor<T>& x, Mode mode = Mode::Train);
 
   /// Backpropagates d(loss)/d(output) through the last Train-mode forward;
   /// writes every trainable gradient (overwriting) and returns d(loss)/d(x)
-  /// when the model was built with input_gradient (else an empty tensor).
+  /// when the model was built with input_gradient (else an empty tensor;
+  /// host memory on every backend). dy may be host or device memory.
   const Tensor<T>& backward(const Tensor<T>& dy);
+
+  /// Where the layers' activations and gradients live on a backend whose
+  /// memory is not the host's (docs/ARCHITECTURE.md, "Storage"): on (the
+  /// default) the device only, allocated from Device::tensor_memory(); off,
+  /// host tensors that every op stages (copies in and out, a debugging
+  /// path). Set it before the first forward. A no-op on the CPU backends.
+  void set_device_activations(bool on) {
+    if (forwarded_ && on != device_activations_)
+      throw ConfigError("Model::set_device_activations: set it before the first forward");
+    device_activations_ = on;
+  }
+  bool device_activations() const { return !backend_traits<B>::host_memory && device_activations_; }
+  /// The memory the model makes current while its layers run (null: none;
+  /// its tensors then come from whatever memory is current, host memory
+  /// unless the caller's TensorMemoryScope says otherwise).
+  TensorMemory* tensor_memory() {
+    if constexpr (!backend_traits<B>::host_memory)
+      if (device_activations_) return &device_->tensor_memory();
+    return nullptr;
+  }
 
   /// Freezes (false) or unfreezes the weights: frozen, backward computes
   /// only activation gradients (cheaper; style transfer).
@@ -94,11 +124,13 @@ class Model {
   /// `s` which gradients are final. Null (the default) turns it off.
   void set_gradient_sync(GradientSync* s) { grad_sync_ = s; }
 
-  /// The activation a Tap<Tag> saw in the last forward (Tag::name).
-  const Tensor<T>& activation(const std::string& tap) const {
-    const auto& s = slot(tap);
+  /// The activation a Tap<Tag> saw in the last forward (Tag::name); host
+  /// memory (a CUDA model's device activation is downloaded).
+  const Tensor<T>& activation(const std::string& tap) {
+    auto& s = slot(tap);
     if (!s.activation) throw Error("tap '" + tap + "' has no activation yet: run forward first");
-    return *s.activation;
+    if (!device_activations()) return *s.activation;
+    return to_host(*s.activation, s.host_activation);
   }
   /// The gradient to inject at a tap in the next backward(s), sized like the
   /// tap's last activation; fill it after a forward.
@@ -200,7 +232,24 @@ class Model {
     return it->second;
   }
 
+  // A host copy of a device tensor (CUDA), in `dst` (host memory: it is
+  // resized outside the model's TensorMemoryScope).
+  const Tensor<T>& to_host(const Tensor<T>& src, Tensor<T>& dst) {
+    if constexpr (!backend_traits<B>::host_memory) {
+      if (dst.shape() != src.shape()) {
+        const TensorMemoryScope host(nullptr);
+        dst.resize(src.shape());
+      }
+      device_->download(dst.data(), src.data(), src.size());
+      return dst;
+    } else {
+      return src;
+    }
+  }
+
   std::map<std::string, TapSlot<T>> taps_;
+  Tensor<T> host_output_, host_input_grad_;  // CUDA: forward's and backward's results, downloaded
+  bool device_activations_ = true;           // set_device_activations (backends without host memory)
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
@@ -240,6 +289,12 @@ Model<Net, B, T>::Model(std::unique_ptr<Device<B>> device, InputShape input, Dat
 
 template <class Net, class B, class T>
 const Tensor<T>& Model<Net, B, T>::forward(const Tensor<T>& x, Mode mode) {
+  const Tensor<T>& y = forward_on_device(x, mode);
+  return device_activations() ? to_host(y, host_output_) : y;
+}
+
+template <class Net, class B, class T>
+const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mode) {
   if (x.dimension() != 4 || x.size() == 0)
     throw ShapeError("model input must be a non-empty 4-D tensor in " + std::string(to_string(fmt_)) +
                      " order");
@@ -253,6 +308,8 @@ const Tensor<T>& Model<Net, B, T>::forward(const Tensor<T>& x, Mode mode) {
   rc.param_grads = param_grads_;
   last_mode_ = mode;
   forwarded_ = true;
+  std::optional<TensorMemoryScope> memory;  // the layers' buffers: device memory on CUDA
+  if (TensorMemory* m = tensor_memory()) memory.emplace(m);
   return node_->forward(x, rc);
 }
 
@@ -262,7 +319,13 @@ const Tensor<T>& Model<Net, B, T>::backward(const Tensor<T>& dy) {
     throw Error("Model::backward needs a preceding forward in Mode::Train");
   RunContext<B, T> rc = run_context(Mode::Train);
   rc.param_grads = param_grads_;
-  return node_->backward(dy, rc);
+  const Tensor<T>* dx = nullptr;
+  {
+    std::optional<TensorMemoryScope> memory;
+    if (TensorMemory* m = tensor_memory()) memory.emplace(m);
+    dx = &node_->backward(dy, rc);
+  }
+  return device_activations() && dx->size() ? to_host(*dx, host_input_grad_) : *dx;
 }
 
 }  // namespace cifarnet

@@ -65,6 +65,12 @@
 // Which backend implements each op how: docs/ARCHITECTURE.md.
 #pragma once
 
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/arena.hpp"
 #include "cifarnet/core/cross_replica.hpp"
@@ -102,6 +108,24 @@ CIFARNET_OP_PRIMARY(Arena)
 
 #undef CIFARNET_OP_PRIMARY
 
+/// Does ops::Arena A take optimizer state onto its device (adopt_state)?
+template <class A, class D, class T, class = void>
+struct has_adopt_state : std::false_type {};
+template <class A, class D, class T>
+struct has_adopt_state<A, D, T,
+                       std::void_t<decltype(std::declval<A&>().adopt_state(
+                           std::declval<D&>(), std::declval<T*>(), std::size_t(0)))>> : std::true_type {};
+
+/// Does ops::Arena A decay several ranges with one read back (weight_decay_ranges)?
+template <class A, class D, class T, class = void>
+struct has_weight_decay_ranges : std::false_type {};
+template <class A, class D, class T>
+struct has_weight_decay_ranges<
+    A, D, T,
+    std::void_t<decltype(std::declval<A&>().weight_decay_ranges(
+        std::declval<D&>(), std::declval<const std::vector<std::pair<std::size_t, std::size_t>>&>(),
+        std::declval<T*>(), std::declval<const T*>(), std::declval<T>()))>> : std::true_type {};
+
 /// The ArenaKernels of backend B on `dev` (what a Model installs into its
 /// Parameters): ops::Arena<B, T> behind the type-erased interface.
 template <class B, class T>
@@ -130,6 +154,19 @@ class BackendArenaKernels final : public ArenaKernels<T> {
   }
   double weight_decay(std::size_t begin, std::size_t end, T* g, const T* v, T wd) override {
     return op_.weight_decay(*dev_, begin, end, g, v, wd);
+  }
+  double weight_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g, const T* v,
+                             T wd) override {
+    if constexpr (has_weight_decay_ranges<Arena<B, T>, Device<B>, T>::value)
+      return op_.weight_decay_ranges(*dev_, ranges, g, v, wd);
+    else
+      return ArenaKernels<T>::weight_decay_ranges(ranges, g, v, wd);
+  }
+  std::shared_ptr<void> adopt_state(T* p, std::size_t n) override {
+    if constexpr (has_adopt_state<Arena<B, T>, Device<B>, T>::value)
+      return op_.adopt_state(*dev_, p, n);
+    else
+      return ArenaKernels<T>::adopt_state(p, n);
   }
 
  private:

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,9 +81,16 @@ class Adam {
     layout_ = detail::Layout::trainable(params, train);
     m_.resize(layout_.buffer_size());
     v_.resize(layout_.buffer_size());
+    held_m_ = detail::kernels(params).adopt_state(m_.data(), m_.size());  // on the GPU beside the arena
+    held_v_ = detail::kernels(params).adopt_state(v_.data(), v_.size());
     beta1_power_ = T(opts_.beta1());
     beta2_power_ = T(opts_.beta2());
   }
+  // A copy would share the slots' device mirrors but not their host buffers.
+  Adam(const Adam&) = delete;
+  Adam& operator=(const Adam&) = delete;
+  Adam(Adam&&) noexcept = default;
+  Adam& operator=(Adam&&) noexcept = default;
 
   /// One update with learning rate `lr` (finite, >= 0).
   void step(Parameters<T>& params, double lr) {
@@ -129,6 +137,7 @@ class Adam {
   Options opts_;
   detail::Layout layout_;
   cifarnet::detail::AlignedBuffer<T> m_, v_;
+  std::shared_ptr<void> held_m_, held_v_;  // the backend's holds (ArenaKernels::adopt_state); go first
   T beta1_power_ = 0, beta2_power_ = 0;
 };
 

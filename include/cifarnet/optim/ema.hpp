@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,9 @@ class ExponentialMovingAverage {
     shadow_.resize(train_.buffer_size());
     shadow_state_.resize(state_.buffer_size());
     reset(params);
+    auto& k = detail::kernels(params);  // the shadows on the GPU beside a device-resident arena
+    held_ = k.adopt_state(shadow_.data(), shadow_.size());
+    held_state_ = k.adopt_state(shadow_state_.data(), shadow_state_.size());
   }
 
   ExponentialMovingAverage(const ExponentialMovingAverage&) = delete;
@@ -221,6 +225,7 @@ class ExponentialMovingAverage {
   Options opts_;
   detail::Layout train_, state_;
   cifarnet::detail::AlignedBuffer<T> shadow_, shadow_state_;
+  std::shared_ptr<void> held_, held_state_;  // the backend's holds (ArenaKernels::adopt_state); go first
   bool swapped_ = false;
 };
 

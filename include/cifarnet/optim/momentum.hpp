@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,7 +71,13 @@ class Momentum {
     opts_.validate();
     layout_ = detail::Layout::trainable(params, train);
     accum_.resize(layout_.buffer_size());
+    held_ = detail::kernels(params).adopt_state(accum_.data(), accum_.size());  // on the GPU beside the arena
   }
+  // A copy would share the slot's device mirror but not its host buffer.
+  Momentum(const Momentum&) = delete;
+  Momentum& operator=(const Momentum&) = delete;
+  Momentum(Momentum&&) noexcept = default;
+  Momentum& operator=(Momentum&&) noexcept = default;
 
   /// One update with learning rate `lr` (finite, >= 0).
   void step(Parameters<T>& params, double lr) {
@@ -99,6 +106,7 @@ class Momentum {
   Options opts_;
   detail::Layout layout_;
   cifarnet::detail::AlignedBuffer<T> accum_;
+  std::shared_ptr<void> held_;  // the backend's hold on accum_ (ArenaKernels::adopt_state); goes first
 };
 
 }  // namespace cifarnet::optim

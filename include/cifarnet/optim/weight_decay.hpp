@@ -97,13 +97,16 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
     const double wd = opts_.weight_decay();
     if (wd == 0) return last_loss_;
     auto& kern = detail::kernels(params);
-    const T* values = params.values().data();
-    T* grads = params.grads().data();
-    double total = 0;
-    for (std::size_t k : decayed_) {
-      const auto& en = layout_.entries()[k];
-      total += kern.weight_decay(en.offset, en.offset + en.size, grads, values, T(wd)) / 2;
+    if (ranges_.size() != decayed_.size()) {  // built once
+      ranges_.clear();
+      for (std::size_t k : decayed_) {
+        const auto& en = layout_.entries()[k];
+        ranges_.emplace_back(en.offset, en.offset + en.size);
+      }
     }
+    // Σ (Σv²)/2 is (Σ Σv²)/2 to the bit: halving is exact.
+    const double total =
+        kern.weight_decay_ranges(ranges_, params.grads().data(), params.values().data(), T(wd)) / 2;
     last_loss_ = double(T(wd * total));
     return last_loss_;
   }
@@ -124,7 +127,8 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
   }
 
  private:
-  std::vector<std::size_t> decayed_;  // entry indices
+  std::vector<std::size_t> decayed_;                         // entry indices
+  std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // their arena ranges (apply builds it)
   double last_loss_ = 0;
 };
 

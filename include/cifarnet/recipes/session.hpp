@@ -52,6 +52,12 @@ class Session {
   /// Synchronized batch norm's reducer for one model (Model::set_cross_replica);
   /// a ConfigError for towers, which never run under mpirun.
   virtual void set_cross_replica(CrossReplicaSum* reducer) = 0;
+  /// Keeps one model's parameter arena (and the optimizer slots made after
+  /// this call) on its GPU for the whole step (Model::set_device_resident;
+  /// the Trainer brings the host copy current for checkpoints and
+  /// summaries). For a single process: a gradient all-reduce between
+  /// processes reads the host arena. A no-op for towers and the CPU backends.
+  virtual void set_device_resident(bool on) = 0;
 };
 
 /// The Session of `net` (a Model or distributed::Towers), with a trainer of options `opts`.
@@ -81,6 +87,9 @@ class SessionOf final : public Session {
       throw ConfigError("synchronized batch norm is for one model per process, not towers");
     else
       net_->set_cross_replica(reducer);
+  }
+  void set_device_resident([[maybe_unused]] bool on) override {
+    if constexpr (train::detail::has_device_arena<Net>::value) net_->set_device_resident(on);
   }
 
  private:

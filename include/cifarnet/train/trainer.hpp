@@ -217,6 +217,22 @@ struct has_profiler : std::false_type {};
 template <class M>
 struct has_profiler<M, std::void_t<decltype(std::declval<M&>().set_profiler(std::declval<M&>().profiler()))>>
     : std::true_type {};
+/// Does M keep its output where the backend computes (Model::
+/// forward_on_device, Model::tensor_memory)? Then the Trainer hands the
+/// logits to the loss op there, and d(loss)/d(logits) lives there too.
+template <class M, class = void>
+struct has_device_forward : std::false_type {};
+template <class M>
+struct has_device_forward<M, std::void_t<decltype(std::declval<M&>().forward_on_device(
+                                             std::declval<const Tensor<float>&>(), Mode::Train)),
+                                         decltype(std::declval<M&>().tensor_memory())>> : std::true_type {};
+/// Can M keep its parameter arena on its device (Model::set_device_resident)?
+template <class M, class = void>
+struct has_device_arena : std::false_type {};
+template <class M>
+struct has_device_arena<M, std::void_t<decltype(std::declval<M&>().device_resident()),
+                                       decltype(std::declval<M&>().sync_parameters_to_host()),
+                                       decltype(std::declval<M&>().host_parameters())>> : std::true_type {};
 }  // namespace detail
 
 /// What the trainer does when a checkpoint cannot be saved.
@@ -345,6 +361,7 @@ class TrainerBase {
 
   /// Everything a checkpoint holds, at the current step.
   StateDict state_dict() {
+    arena_to_host();
     StateDict d = state_.save(step_);
     if (remote_) {
       remote_->current_state(d);
@@ -354,6 +371,7 @@ class TrainerBase {
   }
   /// Restores everything from a checkpoint; returns the global step.
   std::int64_t load_state_dict(const StateDict& d) {
+    arena_host_write();
     step_ = state_.restore(d);
     restored_ = true;  // a resume: init_fn is not run
     return step_;
@@ -383,10 +401,18 @@ class TrainerBase {
 
   /// Trainable parameters and their gradients, for summaries.
   void visit_parameters(const std::function<void(const ParamInfo&, const float*, const float*)>& f) {
+    arena_to_host();
     params_->for_each([&](const ParamInfo& p, float* v, float* g) { f(p, v, g); });
   }
-  /// The model's parameters (init_fn assigns initial values here).
-  Parameters<T>& parameters() { return *params_; }
+  /// The model's parameters, current on the host for reading and writing
+  /// (init_fn assigns initial values here). With a device-resident arena
+  /// (Model::set_device_resident) this brings the host copy current and the
+  /// device takes it back before the next step: call it where the host
+  /// reads or writes values, not in a per-step loop.
+  Parameters<T>& parameters() {
+    arena_host_write();
+    return *params_;
+  }
 
   /// Runs init_fn unless a checkpoint was restored or this is not the chief
   /// (once; later calls do nothing). run() and step() call it; call it
@@ -483,6 +509,13 @@ class TrainerBase {
  protected:
   TrainerBase(Parameters<T>& params, Options opts)
       : params_(&params), opts_(std::move(opts)), state_(params) {}
+
+  /// A model whose arena (and optimizer slots) live on a device: bring the
+  /// host copies current for reading (checkpoints, summaries) ...
+  virtual void arena_to_host() {}
+  /// ... or for writing too (a restore, init_fn): the device takes them
+  /// back before its next op. Host backends: nothing to do.
+  virtual void arena_host_write() {}
 
   /// The model's part of a step: forward in Mode::Train on `b.images`, the
   /// mean softmax cross-entropy against `b.labels` into `r.loss`, backward
@@ -661,10 +694,22 @@ class Trainer : public TrainerBase {
  protected:
   void forward_backward(const Batch& b, StepResult& r, Profiler* tp) override {
     const auto tf = Profiler::Clock::now();
-    const Tensor<T>& logits = model_->forward(b.images, Mode::Train);
+    // The logits stay where the model computed them (on a GPU: the loss op
+    // reads them there, and the host reads back the loss only).
+    const Tensor<T>* out = nullptr;
+    if constexpr (detail::has_device_forward<ModelT>::value)
+      out = &model_->forward_on_device(b.images, Mode::Train);
+    else
+      out = &model_->forward(b.images, Mode::Train);
+    const Tensor<T>& logits = *out;
     if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
     cifarnet::detail::check_logits(logits, b.labels.size());
-    if (dlogits_.shape() != logits.shape()) dlogits_.resize(logits.shape());
+    if (dlogits_.shape() != logits.shape()) {
+      std::optional<TensorMemoryScope> scope;  // beside the logits
+      if constexpr (detail::has_device_forward<ModelT>::value)
+        if (TensorMemory* m = model_->tensor_memory()) scope.emplace(m);
+      dlogits_.resize(logits.shape());
+    }
     const std::size_t n = logits.shape()[0];
     phase(tp, "softmax_cross_entropy", [&] {
       r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
@@ -674,6 +719,14 @@ class Trainer : public TrainerBase {
     phase(tp, "backward", [&] { model_->backward(dlogits_); });
   }
   void attach_gradient_sync(GradientSync* s) override { model_->set_gradient_sync(s); }
+  void arena_to_host() override {
+    if constexpr (detail::has_device_arena<ModelT>::value)
+      if (model_->device_resident()) model_->sync_parameters_to_host();
+  }
+  void arena_host_write() override {
+    if constexpr (detail::has_device_arena<ModelT>::value)
+      if (model_->device_resident()) model_->host_parameters();
+  }
   Profiler* swap_profiler([[maybe_unused]] Profiler* p) override {
     if constexpr (detail::has_profiler<ModelT>::value) {
       Profiler* had = model_->profiler();

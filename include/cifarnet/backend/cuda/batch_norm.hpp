@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/backend/cuda/kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -75,15 +76,16 @@ struct BatchNorm<backend::Cuda, float> {
                 float* dbeta) {
     namespace cu = backend::cuda;
     Plan& p = plan(g);
-    // cuDNN takes 1/sqrt(var + eps): computed on the host from the caller's variance.
-    cu::to_host(dev, var, g.c, inv_std_);  // in place: var, then 1/sqrt(var + eps)
-    for (float& v : inv_std_) v = float(1.0 / std::sqrt(double(v) + eps));
     cu::Staging st(dev);
     const float* ddx_in = st.in(x, g.size());
     const float* ddy = st.in(dy, g.size());
     const float* dg = st.in(gamma, g.c);
     const float* dmean = st.in(mean, g.c);
-    const float* dinv = st.in(inv_std_.data(), g.c);
+    // cuDNN takes 1/sqrt(var + eps): computed on the GPU from the caller's
+    // variance, in double as the host did (no copy, no wait).
+    float* dinv = dev.buffer(kInvStdSlot, g.c);
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::inv_std, g.c, cu::KernelLibrary::kMaxBlocks,
+                                       st.in(var, g.c), dinv, static_cast<long long>(g.c), eps);
     float* ddx = st.out(dx, g.size());
     float* ddg = st.out(dgamma, g.c);
     float* ddb = st.out(dbeta, g.c);
@@ -112,8 +114,8 @@ struct BatchNorm<backend::Cuda, float> {
     plans_.push_back(std::move(p));
     return *plans_.back();
   }
+  static constexpr std::size_t kInvStdSlot = 7;  // a Device op temporary (below kStagingBase)
   std::vector<std::unique_ptr<Plan>> plans_;
-  std::vector<float> inv_std_;
 };
 
 }  // namespace ops

@@ -8,8 +8,9 @@
 // Pointers: ops follow the interfaces of ops/ops.hpp. A pointer into a range
 // the Device mirrors (a device-resident parameter arena, Model::
 // set_device_resident) maps to its device copy; a pointer that CUDA knows as
-// device or managed memory is used in place; any other pointer (the host
-// tensors of Model and the layers) is staged: copied to a device buffer
+// device or managed memory (a model's activations and gradients: Device::
+// tensor_memory) is used in place; any other pointer (an input batch, a
+// host tensor of the staged debugging path) is staged: copied to a device buffer
 // owned by the Device before the op runs (inputs) and copied back when it ends
 // (outputs). The same host pointer passed twice in one call (in-place ReLU)
 // maps to the same device buffer. So every model of the library runs on the
@@ -30,9 +31,12 @@
 // guard.
 //
 // Invariants (as the oneDNN backend): descriptors and algorithm choices are
-// built once per geometry and reused; every op synchronizes its stream before
-// it returns, so the caller's buffers are ready when a call ends. An op
-// object is stateful and not thread-safe: one per layer, used by one thread.
+// built once per geometry and reused. Every op of a model runs on the
+// model's one stream, so ops see each other's results in order; an op waits
+// for the stream before it returns only when a value reaches the host (a
+// staged output copied back, a loss, a sum), so a step on device tensors
+// queues its ops and the host waits once for the loss. An op object is
+// stateful and not thread-safe: one per layer, used by one thread.
 //
 // Only host APIs of the CUDA runtime, cuDNN and cuBLAS are used, so this
 // backend compiles with any C++17 compiler (no nvcc needed in user code).
@@ -48,6 +52,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +61,7 @@
 #include "cifarnet/backend/cuda/host_config.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -213,6 +219,91 @@ class DeviceBuffer {
   std::size_t n_ = 0;
   int ordinal_ = -1;  ///< the device it lives on; -1: the current one at allocation
 };
+
+/// Tensors in one GPU's memory: the TensorMemory a CUDA model's layers
+/// allocate from (core/tensor_memory.hpp). A caching allocator, as
+/// PyTorch's: a freed block is kept for the next request of the same size
+/// (sizes rounded up to 512 bytes), so a training loop whose batch size
+/// changes (the last partial batch, evaluation batches) reaches a steady
+/// state after one pass at each size instead of fragmenting the driver's
+/// heap with cudaFree/cudaMalloc pairs. When cudaMalloc fails the cached
+/// blocks are freed and it is tried once more. A block is given back after
+/// the GPU has finished with it (the device is synchronised, as cudaFree
+/// would): two models on one GPU run on two streams.
+class DeviceTensorMemory final : public TensorMemory {
+ public:
+  explicit DeviceTensorMemory(int ordinal) : ordinal_(ordinal) {}
+  void* allocate(std::size_t bytes) override {
+    const std::size_t size = round(bytes);
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(size);
+    if (it != free_.end()) {
+      void* p = it->second;
+      free_.erase(it);
+      cached_ -= size;
+      return p;
+    }
+    const DeviceGuard guard(ordinal_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      release_cached_locked();
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw BackendError(detail::concat("CUDA cudaMalloc of ", size, " bytes for a tensor on GPU ", ordinal_,
+                                        ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+    }
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    on_device_noexcept(ordinal_, [&] { (void)cudaDeviceSynchronize(); });
+    const std::lock_guard<std::mutex> lock(mu_);
+    try {
+      free_.emplace(round(bytes), p);
+      cached_ += round(bytes);
+    } catch (...) {  // no memory for the cache's node: free it instead
+      on_device_noexcept(ordinal_, [&] { (void)cudaFree(p); });
+    }
+  }
+  /// Bytes held in freed blocks, ready for reuse.
+  std::size_t cached_bytes() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  /// Frees the cached blocks (cudaFree).
+  void release_cached() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    release_cached_locked();
+  }
+
+ private:
+  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
+  void release_cached_locked() noexcept {
+    on_device_noexcept(ordinal_, [&] {
+      for (auto& [size, p] : free_) (void)cudaFree(p);
+    });
+    free_.clear();
+    cached_ = 0;
+  }
+  int ordinal_;
+  mutable std::mutex mu_;
+  std::multimap<std::size_t, void*> free_;  // size -> freed block
+  std::size_t cached_ = 0;
+};
+
+/// GPU `ordinal`'s tensor memory: one per GPU for the whole process (it
+/// outlives every tensor, static ones included).
+inline DeviceTensorMemory& device_tensor_memory(int ordinal) {
+  static std::mutex mu;
+  static auto* all = new std::map<int, std::unique_ptr<DeviceTensorMemory>>;  // never freed: see above
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& m = (*all)[ordinal];
+  if (!m) m = std::make_unique<DeviceTensorMemory>(ordinal);
+  return *m;
+}
 
 /// True if CUDA can dereference `p` on the device (device or managed memory).
 inline bool is_device_pointer(const void* p) {
@@ -423,13 +514,23 @@ struct Device<backend::Cuda> {
   /// drops them.
   void mirror(float* host, std::size_t n) {
     if (!host || n == 0) return;
-    mirror_buffers_.emplace_back(ordinal_, n);
-    mirrors_.add(*this, host, mirror_buffers_.back().data(), n, backend::cuda::MirrorState::HostDirty);
+    backend::cuda::DeviceBuffer<float> d(ordinal_, n);
+    float* dp = d.data();
+    mirrors_.add(*this, host, dp, n, backend::cuda::MirrorState::HostDirty);  // throws on an overlap
+    mirror_buffers_[host] = std::move(d);
+  }
+  /// Stops mirroring the range that starts at `host` (its host copy made
+  /// current first) and frees the device copy; nothing when not mirrored.
+  void unmirror(const float* host) {
+    if (!mirrors_.remove(host)) return;
+    backend::cuda::on_device_noexcept(ordinal_, [&] { mirror_buffers_.erase(host); });
   }
   void clear_mirrors() {
     mirrors_.clear();
     backend::cuda::on_device_noexcept(ordinal_, [&] { mirror_buffers_.clear(); });
   }
+  /// Expires when this device goes (a handle that outlives it then does nothing).
+  std::weak_ptr<const int> life() const { return life_; }
   backend::cuda::MirrorSet& mirrors() { return mirrors_; }
 
   /// The PCIe traffic this device's ops issued (bytes and copies each way);
@@ -439,6 +540,24 @@ struct Device<backend::Cuda> {
 
   /// Waits for everything queued on the stream.
   void sync() { backend::cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  /// The memory of this GPU's tensors: a model's layers allocate their
+  /// activations and gradients from it (Model, TensorMemoryScope).
+  backend::cuda::DeviceTensorMemory& tensor_memory() { return backend::cuda::device_tensor_memory(ordinal_); }
+  /// The `n` floats at `src` (device memory, or the host) into host `dst`,
+  /// after everything queued before; counted, and waited for.
+  void download(float* dst, const float* src, std::size_t n) {
+    namespace cu = backend::cuda;
+    if (n == 0) return;
+    if (!cu::is_device_pointer(src)) {
+      std::copy(src, src + n, dst);
+      return;
+    }
+    const cu::DeviceGuard guard(ordinal_);
+    cu::counted_copy<cu::RuntimeCopyApi>(*this, dst, src, n * sizeof(float), cu::CopyDirection::DeviceToHost,
+                                         "copy of a model's output to the host");
+    sync();
+  }
 
   static constexpr std::size_t kWorkspace = 0;
   static constexpr std::size_t kStagingBase = 8;
@@ -471,7 +590,8 @@ struct Device<backend::Cuda> {
   std::vector<backend::cuda::DeviceBuffer<float>> buffers_;
   backend::cuda::TransferCounter transfers_;
   backend::cuda::MirrorSet mirrors_;
-  std::vector<backend::cuda::DeviceBuffer<float>> mirror_buffers_;  // the mirrors' device copies
+  std::map<const float*, backend::cuda::DeviceBuffer<float>> mirror_buffers_;  // the mirrors' device copies
+  std::shared_ptr<const int> life_ = std::make_shared<const int>(0);
 };
 
 namespace backend {
@@ -516,6 +636,24 @@ inline void to_host(Dev& dev, const float* p, std::size_t n, std::vector<float>&
     dev.sync();
   } else {
     std::copy(p, p + n, h.begin());
+  }
+}
+
+/// Writes the `n` host floats `h` to `p`, wherever p lives: a mirrored range
+/// (its device copy, which becomes the current one), device memory, or the
+/// host. Waits for the copy.
+inline void from_host(Dev& dev, const float* h, std::size_t n, float* p) {
+  if (n == 0) return;
+  if (float* d = dev.mirrors().map(p, n, false, true)) {
+    const DeviceGuard guard(dev.ordinal());
+    copy_to_device(dev, d, h, n * sizeof(float), "copy to the device");
+    dev.sync();
+  } else if (is_device_pointer(p)) {
+    const DeviceGuard guard(dev.ordinal());
+    copy_to_device(dev, p, h, n * sizeof(float), "copy to the device");
+    dev.sync();
+  } else {
+    std::copy(h, h + n, p);
   }
 }
 

@@ -14,8 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/backend/cuda/kernels.hpp"
@@ -141,39 +144,102 @@ struct BnStats<backend::Cuda, float> : backend::host::BnStatsOp<float> {
   }
 };
 
+/// Synchronized batch norm (MPI replicas) on the host: its inputs are
+/// brought to the host (device tensors downloaded), the host op runs with the
+/// cross-replica reducer, and its outputs go back where they live.
 template <>
-struct SyncBatchNorm<backend::Cuda, float> : backend::host::SyncBatchNormOp<float> {};
+struct SyncBatchNorm<backend::Cuda, float> {
+  using Dev = Device<backend::Cuda>;
+  double statistics(Dev& dev, const ChannelGeom& g, const float* x, CrossReplicaSum& reducer, float* mean,
+                    float* var) {
+    namespace cu = backend::cuda;
+    cu::to_host(dev, x, g.size(), x_);
+    mean_.resize(g.c);
+    var_.resize(g.c);
+    const double m = op_.statistics(dev, g, x_.data(), reducer, mean_.data(), var_.data());
+    cu::from_host(dev, mean_.data(), g.c, mean);
+    cu::from_host(dev, var_.data(), g.c, var);
+    return m;
+  }
+  void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                const float* gamma, const float* mean, const float* var, CrossReplicaSum& reducer, float* dx,
+                float* dgamma, float* dbeta) {
+    namespace cu = backend::cuda;
+    cu::to_host(dev, x, g.size(), x_);
+    cu::to_host(dev, dy, g.size(), dy_);
+    cu::to_host(dev, gamma, g.c, gamma_);
+    cu::to_host(dev, mean, g.c, mean_);
+    cu::to_host(dev, var, g.c, var_);
+    dx_.resize(g.size());
+    dgamma_.resize(g.c);
+    dbeta_.resize(g.c);
+    op_.backward(dev, g, eps, x_.data(), dy_.data(), gamma_.data(), mean_.data(), var_.data(), reducer,
+                 dx_.data(), dgamma_.data(), dbeta_.data());
+    cu::from_host(dev, dx_.data(), g.size(), dx);
+    cu::from_host(dev, dgamma_.data(), g.c, dgamma);
+    cu::from_host(dev, dbeta_.data(), g.c, dbeta);
+  }
 
-/// The optimizers' flat passes on the host arena (optim::cuda::Momentum and
-/// ::Adam run the same updates on the GPU with backend/cuda/kernels.hpp).
-/// With a device-resident arena (Model::set_device_resident) the device copy
-/// is the current one, so each pass first brings the host copy current
-/// (a download of what the device wrote) and, for a pass that writes, has
-/// the device take it back before its next op; without one the mirror set
-/// is empty and these calls cost nothing.
+ private:
+  backend::host::SyncBatchNormOp<float> op_;
+  std::vector<float> x_, dy_, gamma_, mean_, var_, dx_, dgamma_, dbeta_;  // host copies, reused
+};
+
+/// The flat arena passes (optimizers, weight decay, clipping, the numerics
+/// check, EMA). When every buffer a pass touches is on the GPU (a
+/// device-resident arena, Model::set_device_resident, and slots in device
+/// memory) the pass runs there with the backend's NVRTC kernels, span by
+/// span, and copies nothing; only the passes that return a value wait for
+/// the GPU (a sum, a flag). Otherwise (a host optimizer slot, a host EMA
+/// shadow) it runs on the host arena: with a device-resident arena each
+/// such pass first brings the host copy current (a download of what the
+/// device wrote) and, for a pass that writes, has the device take it back
+/// before its next op; without one the mirror set is empty and that costs
+/// nothing.
 template <>
 struct Arena<backend::Cuda, float> {
   using Dev = Device<backend::Cuda>;
   using T = float;
-  template <class... A>
-  void sgd(Dev& d, A&&... a) {
-    host(d, true).sgd(d, std::forward<A>(a)...);
+  void sgd(Dev& d, const ArenaRuns& r, T* var, const T* g, T lr) {
+    if (on_device(d, {var, g}))
+      return spans(r, [&](std::size_t b, std::size_t n) {
+        backend::cuda::update_with(d, backend::cuda::kernel::decay_grad, var + b, g + b, n, -lr);
+      });
+    host(d, true).sgd(d, r, var, g, lr);
   }
-  template <class... A>
-  void momentum(Dev& d, A&&... a) {
-    host(d, true).momentum(d, std::forward<A>(a)...);
+  void momentum(Dev& d, const ArenaRuns& r, T* var, T* acc, const T* g, T lr, T m, bool nesterov) {
+    if (on_device(d, {var, acc, g}))
+      return spans(r, [&](std::size_t b, std::size_t n) {
+        backend::cuda::momentum_update(d, var + b, acc + b, g + b, n, lr, m, nesterov);
+      });
+    host(d, true).momentum(d, r, var, acc, g, lr, m, nesterov);
   }
-  template <class... A>
-  void adam(Dev& d, A&&... a) {
-    host(d, true).adam(d, std::forward<A>(a)...);
+  void adam(Dev& d, const ArenaRuns& r, T* var, T* m, T* v, const T* g, T alpha, T omb1, T omb2, T eps) {
+    namespace cu = backend::cuda;
+    if (on_device(d, {var, m, v, g}))
+      return spans(r, [&](std::size_t b, std::size_t n) {
+        cu::Staging st(d);  // every pointer maps to its device copy: nothing is copied
+        float* dv = st.inout(var + b, n);
+        float* dm = st.inout(m + b, n);
+        float* dvv = st.inout(v + b, n);
+        const float* dg = st.in(g + b, n);
+        cu::KernelLibrary::get(d).launch(d, cu::kernel::adam, n, cu::KernelLibrary::kMaxBlocks, dv, dm, dvv,
+                                         dg, static_cast<long long>(n), alpha, omb1, omb2, eps);
+        st.finish();
+      });
+    host(d, true).adam(d, r, var, m, v, g, alpha, omb1, omb2, eps);
   }
-  template <class... A>
-  void ema(Dev& d, A&&... a) {
-    host(d, true).ema(d, std::forward<A>(a)...);
+  void ema(Dev& d, const ArenaRuns& r, T* shadow, const T* value, T omd) {
+    if (on_device(d, {shadow, value}))
+      return spans(r, [&](std::size_t b, std::size_t n) {
+        backend::cuda::ema_update(d, shadow + b, value + b, n, omd);
+      });
+    host(d, true).ema(d, r, shadow, value, omd);
   }
-  template <class... A>
-  void scale(Dev& d, A&&... a) {
-    host(d, true).scale(d, std::forward<A>(a)...);
+  void scale(Dev& d, const ArenaRuns& r, T* x, T s) {
+    if (on_device(d, {x}))
+      return spans(r, [&](std::size_t b, std::size_t n) { backend::cuda::scale(d, x + b, n, s); });
+    host(d, true).scale(d, r, x, s);
   }
   template <class... A>
   void scale_div(Dev& d, A&&... a) {
@@ -191,24 +257,83 @@ struct Arena<backend::Cuda, float> {
   void swap(Dev& d, A&&... a) {
     host(d, true).swap(d, std::forward<A>(a)...);
   }
-  template <class... A>
-  double sum_squares(Dev& d, A&&... a) {
-    return host(d, false).sum_squares(d, std::forward<A>(a)...);
+  double sum_squares(Dev& d, const ArenaRuns& r, const T* x) {
+    if (!on_device(d, {x})) return host(d, false).sum_squares(d, r, x);
+    double s = 0;
+    spans(r, [&](std::size_t b, std::size_t n) { s += backend::cuda::sum_squares(d, x + b, n); });
+    return s;
   }
-  template <class... A>
-  bool all_finite(Dev& d, A&&... a) {
-    return host(d, false).all_finite(d, std::forward<A>(a)...);
+  /// On the GPU: the sum of squares in double is finite exactly when every
+  /// element is (a float's square is below 1.2e77, and no arena holds 1e231
+  /// of them).
+  bool all_finite(Dev& d, const ArenaRuns& r, const T* x) {
+    if (!on_device(d, {x})) return host(d, false).all_finite(d, r, x);
+    return std::isfinite(sum_squares(d, r, x));
   }
   template <class... A>
   NonFinite find_non_finite(Dev& d, A&&... a) {
-    return host(d, false).find_non_finite(d, std::forward<A>(a)...);
+    return host(d, false).find_non_finite(d, std::forward<A>(a)...);  // after all_finite failed: once
   }
-  template <class... A>
-  double weight_decay(Dev& d, A&&... a) {
-    return host(d, true).weight_decay(d, std::forward<A>(a)...);
+  /// g += wd · v over [begin, end); returns Σ v² (in double; on the GPU the
+  /// partial sums of blocks are added, not the elements in order).
+  double weight_decay(Dev& d, std::size_t begin, std::size_t end, T* g, const T* v, T wd) {
+    if (!on_device(d, {g, v})) return host(d, true).weight_decay(d, begin, end, g, v, wd);
+    if (end <= begin) return 0.0;
+    const double s = backend::cuda::sum_squares(d, v + begin, end - begin);
+    backend::cuda::update_with(d, backend::cuda::kernel::decay_grad, g + begin, v + begin, end - begin, wd);
+    return s;
+  }
+  /// Every decayed range in one pass with one read back (WeightDecay).
+  double weight_decay_ranges(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
+                             const T* v, T wd) {
+    if (on_device(d, {g, v})) return backend::cuda::weight_decay_ranges(d, ranges, g, v, wd);
+    auto& h = host(d, true);
+    double s = 0;
+    for (const auto& r : ranges) s += h.weight_decay(d, r.first, r.second, g, v, wd);
+    return s;
+  }
+  /// With a device-resident arena, an optimizer's slot (or an EMA's shadow)
+  /// is mirrored on the GPU too, so the passes above find it there; the
+  /// handle unmirrors it (its host copy current) when the owner lets go,
+  /// and does nothing if the device went first.
+  std::shared_ptr<void> adopt_state(Dev& d, T* p, std::size_t n) {
+    if (d.mirrors().empty() || !p || n == 0 || d.mirrors().mirror_of(p)) return nullptr;
+    d.mirror(p, n);
+    std::weak_ptr<const int> life = d.life();
+    Dev* dev = &d;
+    return std::shared_ptr<void>(p, [dev, life](void* q) noexcept {
+      if (!life.lock()) return;
+      try {
+        dev->unmirror(static_cast<const float*>(q));
+      } catch (...) {  // a failing GPU while the owner goes: nothing left to save
+      }
+    });
   }
 
  private:
+  /// Every buffer on the GPU: in a mirrored range (the resident arena) or
+  /// device memory.
+  static bool on_device(Dev& d, std::initializer_list<const T*> ps) {
+    if (d.mirrors().empty()) return false;  // no resident arena: the host arena is the current one
+    for (const T* p : ps)
+      if (!d.mirrors().mirror_of(p) && !backend::cuda::is_device_pointer(p)) return false;
+    return true;
+  }
+  /// f(begin, size) for each run of contiguous chunks (one launch per run).
+  template <class F>
+  static void spans(const ArenaRuns& r, F&& f) {
+    std::size_t b = 0, e = 0;
+    for (const auto& c : r.chunks) {
+      if (c.begin == e && e != 0) {
+        e = c.end;
+        continue;
+      }
+      if (e > b) f(b, e - b);
+      b = c.begin;
+      e = c.end;
+    }
+    if (e > b) f(b, e - b);
+  }
   backend::host::ArenaOp<float>& host(Dev& d, bool write) {
     if (write)
       d.mirrors().host_write_all();

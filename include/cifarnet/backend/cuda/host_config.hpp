@@ -363,15 +363,21 @@ class BasicStaging {
   /// How many host buffers this call staged (tests; 0 on a device-resident path).
   std::size_t staged() const { return count_; }
 
-  /// Copies every staged output back to the host and waits for the stream.
+  /// Copies every staged output back to the host and, when there was one,
+  /// waits for the stream (the host reads it next). An op whose outputs are
+  /// all device memory returns without waiting: the ops queued on one
+  /// stream run in order, and the host waits only where a value reaches it.
   void finish() {
+    bool wrote = false;
     for (std::size_t i = 0; i < count_; ++i) {
       const Entry& e = entries_[i];
-      if (e.write_back)
+      if (e.write_back) {
         counted_copy<Api>(dev_, e.host, e.dev, e.n * sizeof(float), CopyDirection::DeviceToHost,
                           "copy of an op's output to the host");
+        wrote = true;
+      }
     }
-    dev_.sync();
+    if (wrote) dev_.sync();
   }
 
  private:
@@ -541,6 +547,17 @@ class BasicMirrorSet {
     entries_.push_back({host, device, n, BasicMirror<Api, D>(dev, device, host, n, initial)});
   }
   void clear() { entries_.clear(); }
+  /// Forgets the range that starts at `host`, its host copy made current
+  /// first (false: no such range).
+  bool remove(const float* host) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->host == host) {
+        it->mirror.host_read();
+        entries_.erase(it);
+        return true;
+      }
+    return false;
+  }
   bool empty() const { return entries_.empty(); }
   std::size_t size() const { return entries_.size(); }
 

@@ -29,11 +29,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cifarnet/backend/cuda/common.hpp"
@@ -232,6 +234,10 @@ extern "C" __global__ void cn_bn_moving(float* mm, float* mv, const float* mean,
     mv[i] = float(decay * double(mv[i]) + (1 - decay) * double(var[i]) * bessel);
   }
 }
+/* Batch norm backward's 1/sqrt(var + eps), in double (as the host did). */
+extern "C" __global__ void cn_inv_std(const float* var, float* inv, long long c, double eps) {
+  CN_LOOP(c) inv[i] = float(1.0 / sqrt(double(var[i]) + eps));
+}
 /* count images, one thread per byte of the whole batch. */
 extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long count, int c, int h,
                                              int w, int nchw) {
@@ -273,7 +279,8 @@ inline const std::vector<std::string>& kernel_names() {
                                               "cn_global_avg_pool_bwd",
                                               "cn_channel_pad",
                                               "cn_channel_unpad",
-                                              "cn_bn_moving"};
+                                              "cn_bn_moving",
+                                              "cn_inv_std"};
   return names;
 }
 
@@ -332,6 +339,7 @@ inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> chann
 inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> channel_unpad{"cn_channel_unpad"};
 inline constexpr Kernel<float*, float*, const float*, const float*, ll, double, double> bn_moving{
     "cn_bn_moving"};
+inline constexpr Kernel<const float*, float*, ll, double> inv_std{"cn_inv_std"};
 
 /// (name, signature) of every handle above, for the tests.
 inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
@@ -352,6 +360,7 @@ inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
   add_one(channel_pad);
   add_one(channel_unpad);
   add_one(bn_moving);
+  add_one(inv_std);
   return v;
 }
 }  // namespace kernel
@@ -515,8 +524,48 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
   copy_to_host(dev, h.data(), partial, blocks * sizeof(double), "copy of partial sums to the host");
   st.finish();
+  dev.sync();  // the sums reach the host
   double s = 0;
   for (std::size_t i = 0; i < blocks; ++i) s += h[i];
+  return s;
+}
+
+/// L2 weight decay of several ranges [begin, end) of an arena: g += wd · v
+/// on each, and the sum over all of Σ v² (double), read back in one copy
+/// (each range's per-block partial sums side by side in one buffer, added
+/// on the host in range order).
+inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                  float* g, const float* v, float wd) {
+  constexpr std::size_t kBlocks = 256;
+  std::size_t extent = 0, total_blocks = 0;
+  for (const auto& r : ranges) {
+    if (r.second <= r.first) continue;
+    extent = std::max(extent, r.second);
+    total_blocks +=
+        std::min(kBlocks, (r.second - r.first + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
+  }
+  if (total_blocks == 0) return 0.0;
+  Staging st(dev);
+  const float* dv = st.in(v, extent);
+  float* dg = st.inout(g, extent);
+  double* partial = scratch<double>(dev, kSlotA, total_blocks);
+  auto& lib = KernelLibrary::get(dev);
+  std::size_t at = 0;
+  for (const auto& r : ranges) {
+    if (r.second <= r.first) continue;
+    const std::size_t n = r.second - r.first;
+    lib.launch(dev, kernel::sum_squares, n, kBlocks, dv + r.first, static_cast<long long>(n), partial + at);
+    lib.launch(dev, kernel::decay_grad, n, KernelLibrary::kMaxBlocks, dg + r.first, dv + r.first,
+               static_cast<long long>(n), wd);
+    at += std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
+  }
+  thread_local std::vector<double> h;
+  h.resize(total_blocks);
+  copy_to_host(dev, h.data(), partial, total_blocks * sizeof(double), "copy of partial sums to the host");
+  st.finish();
+  dev.sync();  // the sum reaches the host
+  double s = 0;
+  for (double p : h) s += p;
   return s;
 }
 
@@ -580,19 +629,20 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
   Staging st(dev);
   const float* d_z = st.in(z, n * k);
   float* d_dz = dz ? st.out(dz, n * k) : nullptr;
-  int* d_labels = scratch<int>(dev, kSlotA, n + 1);  // the labels, then the count of bad ones
-  int* bad = d_labels + n;
-  double* loss = scratch<double>(dev, kSlotB, n);
+  int* d_labels = scratch<int>(dev, kSlotA, n);
+  double* loss = scratch<double>(dev, kSlotB, n + 1);  // the rows' losses, then the count of bad labels
+  int* bad = reinterpret_cast<int*>(loss + n);
   copy_to_device(dev, d_labels, labels, n * sizeof(int), "copy of labels to the device");
   check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
   KernelLibrary::get(dev).launch(dev, kernel::softmax_xent, n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
   thread_local std::vector<double> h;
-  h.resize(n);
-  int h_bad = 0;
-  copy_to_host(dev, h.data(), loss, n * sizeof(double), "copy of losses to the host");
-  copy_to_host(dev, &h_bad, bad, sizeof(int), "copy of a count to the host");
+  h.resize(n + 1);
+  copy_to_host(dev, h.data(), loss, (n + 1) * sizeof(double), "copy of losses to the host");  // one copy
   st.finish();
+  dev.sync();  // the losses reach the host
+  int h_bad = 0;
+  std::memcpy(&h_bad, &h[n], sizeof(int));
   if (h_bad) {
     for (std::size_t i = 0; i < n; ++i)
       if (labels[i] < 0 || std::size_t(labels[i]) >= k)
@@ -600,7 +650,7 @@ inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t
             cifarnet::detail::concat("label ", labels[i], " of example ", i, " is outside [0, ", k, ")"));
   }
   double total = 0;
-  for (double v : h) total += v;
+  for (std::size_t i = 0; i < n; ++i) total += h[i];
   return total / double(n);
 }
 

@@ -1,0 +1,124 @@
+// Where tensors live (core/tensor_memory.hpp): a TensorMemory made current
+// by a scope serves the tensors allocated in it, each block goes back to the
+// memory that made it, and a model's layers allocate their buffers while
+// they run — what the CUDA backend relies on to keep activations and
+// gradients on the GPU (nn/model.hpp; checked on a GPU by
+// tests/backend/test_cuda_training.cpp). Here the memory is host memory
+// that counts, so the host backends compute on it unchanged.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/resnet.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+using namespace cifarnet;
+
+namespace {
+
+/// Host memory that remembers what it handed out.
+class CountingMemory final : public TensorMemory {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = std::malloc(bytes);
+    if (!p) throw std::bad_alloc();
+    live.insert(p);
+    ++allocations;
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override {
+    if (live.erase(p) == 0) ++foreign;  // not ours: a routing error
+    std::free(p);
+  }
+  std::set<void*> live;
+  std::size_t allocations = 0, foreign = 0;
+};
+
+}  // namespace
+
+TEST_CASE("Tensors allocate from the memory current in their scope and free through the one that made them",
+          "[core][tensor_memory]") {
+  CountingMemory mem;
+  const std::size_t before = detail::TensorMemoryRegistry::instance().live();
+  CHECK(current_tensor_memory() == nullptr);
+  Tensor<float> host = make_tensor<float>({2, 3, 4, 5}, DataFormat::NCHW);
+  Tensor<float> dev;
+  Buffer<float> stats;
+  {
+    const TensorMemoryScope scope(&mem);
+    CHECK(current_tensor_memory() == &mem);
+    dev = make_tensor<float>({2, 3, 4, 5}, DataFormat::NCHW);  // made (and moved) inside: the memory's
+    stats.resize(7);
+    {
+      const TensorMemoryScope inner(nullptr);  // scopes nest: host memory again
+      Tensor<float> h = make_tensor<float>({1, 1, 1, 3}, DataFormat::NCHW);
+      CHECK(mem.live.count(h.data()) == 0);
+    }
+    CHECK(current_tensor_memory() == &mem);
+  }
+  CHECK(current_tensor_memory() == nullptr);
+  CHECK(mem.live.count(dev.data()) == 1);
+  CHECK(mem.live.count(stats.data()) == 1);
+  CHECK(mem.live.count(host.data()) == 0);
+  CHECK(detail::TensorMemoryRegistry::instance().live() == before + 2);
+
+  // A copy made outside a scope is host memory; a resize outside a scope
+  // frees the old block through its maker and takes host memory.
+  for (std::size_t i = 0; i < dev.size(); ++i) dev.data()[i] = float(i);
+  Tensor<float> copy = dev;
+  CHECK(mem.live.count(copy.data()) == 0);
+  CHECK(copy(1, 2, 3, 4) == dev(1, 2, 3, 4));
+  dev.resize({4, 3, 4, 5});
+  CHECK(mem.live.count(dev.data()) == 0);
+  CHECK(mem.live.size() == 1);
+  stats = Buffer<float>();
+  CHECK(mem.live.empty());
+  CHECK(mem.foreign == 0);
+  CHECK(detail::TensorMemoryRegistry::instance().live() == before);
+  // Host tensors are 64-byte aligned, as before (vector loads, oneDNN).
+  CHECK(reinterpret_cast<std::uintptr_t>(host.data()) % 64 == 0);
+}
+
+TEST_CASE(
+    "A model's layers size their buffers while they run, in the memory current then, with the same bits",
+    "[core][tensor_memory][nn]") {
+  // ResNet-8 on the reference backend, trained one step twice from the same
+  // seed: once with host memory, once with a counting memory current while
+  // it runs (what Model does with a GPU's memory on the CUDA backend). Every
+  // activation, gradient and batch-norm statistic the layers keep is then
+  // the memory's, the results are the same bits, and destroying the model
+  // gives every block back to it.
+  using Net = ResNetCifar<>;
+  const std::size_t n = 4;
+  Rng rng(3);
+  Tensor<float> x = make_tensor<float>({n, 3, 32, 32}, DataFormat::NHWC);
+  for (auto& v : x) v = float(rng.normal());
+  std::vector<std::int32_t> labels{1, 7, 3, 0};
+
+  auto step = [&](TensorMemory* mem, std::vector<float>& logits, std::vector<float>& grads) {
+    Model<Net, backend::Reference> net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 11);
+    Tensor<float> dlogits;
+    {
+      const TensorMemoryScope scope(mem);
+      const Tensor<float>& y = net.forward(x, Mode::Train);
+      logits.assign(y.begin(), y.end());
+      dlogits = y;  // made inside: the memory's too
+      softmax_cross_entropy(y, labels, &dlogits);
+      net.backward(dlogits);
+    }
+    const auto& g = net.parameters().grads();
+    grads.assign(g.data(), g.data() + g.size());
+  };
+  std::vector<float> logits[2], grads[2];
+  step(nullptr, logits[0], grads[0]);
+  CountingMemory mem;
+  step(&mem, logits[1], grads[1]);
+  CHECK(mem.allocations >= 3 * 7);  // 7 conv+BN layers: at least an output, a gradient and statistics each
+  CHECK(mem.live.empty());          // the model and its tensors are gone: every block came back
+  CHECK(mem.foreign == 0);
+  CHECK(logits[0] == logits[1]);
+  CHECK(grads[0] == grads[1]);
+}
