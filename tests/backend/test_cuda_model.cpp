@@ -137,13 +137,14 @@ TEST_CASE("The Trainer on one GPU follows the oneDNN Trainer: loss, weight decay
   const double update_rel = rel(moved_gpu, moved_cpu);
   WARN("updates over 3 steps: GPU vs oneDNN " << update_rel);
   // cuDNN and oneDNN sum the convolutions in different orders, and three
-  // momentum steps on 16 noise images carry that on: measured on an H100
-  // and an H200 (3 runs each, the same figures): losses within 1.1e-4, the
+  // momentum steps on 16 noise images carry that on. Measured (one run on
+  // an H100, three on an H200, the same figures: docs/runs/gpu/
+  // 2026-11-26-trainer-drift-h100-h200.txt): losses within 1.1e-4, the
   // weights 1.2e-3 apart, the updates 5.8e-2 apart, the evaluation loss
-  // 5.6e-4 apart — and the staged GPU path as far from oneDNN as the
-  // device-resident one (1.3e-4 from each other: cuDNN's non-deterministic
-  // algorithms). A wrong learning rate, momentum or update order changes
-  // the updates by O(1).
+  // 5.6e-4 apart; the staged GPU path is as far from oneDNN as the one with
+  // device activations (the two 1.3e-4 apart or less: cuDNN's
+  // non-deterministic algorithms). A learning rate off by a factor of two
+  // would move the updates by 100%.
   for (std::size_t i = 0; i < 3; ++i) {
     CHECK(losses[0][i] == Approx(losses[1][i]).epsilon(5e-4));
     CHECK(losses[2][i] == Approx(losses[1][i]).epsilon(5e-4));
