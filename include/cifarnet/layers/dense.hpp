@@ -102,12 +102,13 @@ struct Flatten : LayerBase {
 
    private:
     // The same elements in a new shape: a host copy, or (a backend whose
-    // tensors are device memory) the backend's copy (affine x·1 + 0, exact).
+    // tensors are device memory) the backend's affine op as a copy: x·1 +
+    // (-0) is x for every x, -0 included (+0 would turn -0 into +0).
     void copy(Device<B>& dev, const Tensor<T>& from, Tensor<T>& to) {
       if constexpr (backend_traits<B>::host_memory)
         std::copy(from.data(), from.data() + from.size(), to.data());
       else
-        copy_.affine(dev, from.size(), from.data(), T(1), T(0), to.data());
+        copy_.affine(dev, from.size(), from.data(), T(1), -T(0), to.data());
     }
     ops::Eltwise<B, T> copy_;
     std::size_t n_ = 0;
