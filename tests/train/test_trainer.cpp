@@ -305,3 +305,46 @@ TEST_CASE("Resuming skips a corrupt newest checkpoint, sets it aside, and ends e
 }
 
 // ------------------------------------------------ TF-Slim's train() options
+
+namespace {
+// A model whose arena says it lives on a device (the CUDA backend's
+// Model::set_device_resident): counts the Trainer's calls that bring the
+// host copy current for reading and for writing.
+struct ResidentCounting : trainer_test::M {
+  using trainer_test::M::M;
+  bool device_resident() const { return true; }
+  const Parameters<float>& sync_parameters_to_host() {
+    ++reads;
+    return trainer_test::M::parameters();
+  }
+  Parameters<float>& host_parameters() {
+    ++writes;
+    return trainer_test::M::parameters();
+  }
+  int reads = 0, writes = 0;
+};
+}  // namespace
+
+TEST_CASE(
+    "With a device-resident arena the Trainer syncs the host copy only where the host reads or writes it",
+    "[train][resident]") {
+  using namespace trainer_test;
+  ResidentCounting net({3, 6, 6}, DataFormat::NHWC, {}, 3);
+  optim::Momentum<float> opt(net.M::parameters(), optim::MomentumOptions().momentum(0.9));
+  train::Trainer<ResidentCounting> t(net, train::TrainerOptions().max_steps(5));
+  t.set_optimizer(opt, [](std::int64_t) { return 0.1; });
+  Source src;
+  t.step(src.next());
+  t.step(src.next());
+  CHECK(net.reads == 0);  // the steps themselves read nothing back to the host
+  CHECK(net.writes == 0);
+  const auto saved = t.state_dict();  // a checkpoint reads the arena and the slots
+  CHECK(net.reads == 1);
+  t.visit_parameters([](const ParamInfo&, const float*, const float*) {});  // summaries
+  CHECK(net.reads == 2);
+  t.load_state_dict(saved);  // a restore writes them
+  CHECK(net.writes == 1);
+  (void)t.parameters();  // init_fn's view: read and write
+  CHECK(net.writes == 2);
+  CHECK(net.reads == 2);
+}
