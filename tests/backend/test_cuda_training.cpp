@@ -22,6 +22,21 @@
 
 using namespace cifarnet;
 using cuda_test::have_gpu;
+
+namespace {
+/// `count` batches of n normal images (3x32x32, format fmt) and labels in [0, 10), from Rng(seed).
+std::vector<cifarnet::train::Batch> random_batches(std::size_t count, std::size_t n, cifarnet::DataFormat fmt,
+                                                   std::uint64_t seed) {
+  cifarnet::Rng rng(seed);
+  std::vector<cifarnet::train::Batch> batches(count);
+  for (auto& b : batches) {
+    b.images = cifarnet::make_tensor<float>({n, 3, 32, 32}, fmt);
+    for (auto& v : b.images) v = float(rng.normal());
+    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+  }
+  return batches;
+}
+}  // namespace
 using cuda_test::rel;
 
 #ifdef CIFARNET_WITH_NCCL
@@ -144,11 +159,7 @@ TEST_CASE("PCIe traffic of one ResNet-20 training step at batch 128, read from t
   const std::size_t n = 128;
   for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     Model<Net, backend::Cuda> gpu({3, 32, 32}, fmt, resnet_options(20), 5);
-    Rng rng(8);
-    train::Batch b;
-    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
-    for (auto& v : b.images) v = float(rng.normal());
-    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
+    const train::Batch b = random_batches(1, n, fmt, 8)[0];
     optim::Chain<optim::WeightDecay, optim::Momentum> opt(gpu.parameters(), optim::WeightDecayOptions(2e-4),
                                                           optim::MomentumOptions().momentum(0.9));
     train::Trainer<Model<Net, backend::Cuda>> t(gpu, train::TrainerOptions().max_steps(3));
@@ -216,13 +227,7 @@ TEST_CASE(
   CHECK(resident.device_activations());
   resident.set_device_resident(true);
   CHECK(resident.device_resident());
-  Rng rng(9);
-  std::vector<train::Batch> batches(3);
-  for (auto& b : batches) {
-    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
-    for (auto& v : b.images) v = float(rng.normal());
-    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
-  }
+  const std::vector<train::Batch> batches = random_batches(3, n, fmt, 9);
   backend::cuda::TransferCounts last[2];
   std::vector<double> losses[2];
   std::vector<float> shadows[2];
@@ -307,13 +312,7 @@ TEST_CASE(
   using M = Model<Net, backend::Cuda>;
   const DataFormat fmt = DataFormat::NCHW;
   const std::size_t n = 32;
-  Rng rng(21);
-  std::vector<train::Batch> batches(3);
-  for (auto& b : batches) {
-    b.images = make_tensor<float>({n, 3, 32, 32}, fmt);
-    for (auto& v : b.images) v = float(rng.normal());
-    for (std::size_t i = 0; i < n; ++i) b.labels.push_back(std::int32_t(rng.uniform_int(10)));
-  }
+  const std::vector<train::Batch> batches = random_batches(3, n, fmt, 21);
   struct Run {
     M m;
     optim::Chain<optim::WeightDecay, optim::Momentum> opt;

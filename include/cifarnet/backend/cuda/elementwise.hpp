@@ -278,10 +278,7 @@ struct Arena<backend::Cuda, float> {
   /// partial sums of blocks are added, not the elements in order).
   double weight_decay(Dev& d, std::size_t begin, std::size_t end, T* g, const T* v, T wd) {
     if (!on_device(d, {g, v})) return host(d, true).weight_decay(d, begin, end, g, v, wd);
-    if (end <= begin) return 0.0;
-    const double s = backend::cuda::sum_squares(d, v + begin, end - begin);
-    backend::cuda::update_with(d, backend::cuda::kernel::decay_grad, g + begin, v + begin, end - begin, wd);
-    return s;
+    return backend::cuda::weight_decay_ranges(d, {{begin, end}}, g, v, wd);
   }
   /// Every decayed range in one pass with one read back (WeightDecay).
   double weight_decay_ranges(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
