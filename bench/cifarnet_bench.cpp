@@ -22,7 +22,10 @@
 //
 // Benchmarks: resnet20, resnet44, resnet56 (training, batch 128: forward,
 // cross-entropy, backward, weight decay 2e-4, momentum 0.9), tfcnn (the tutorial
-// CNN, 24x24, plain SGD), infer20, infer56 (Mode::Infer, batch 100).
+// CNN, 24x24, plain SGD), airbench (the airbench94 network of
+// examples/cifar10_speedrun, batch 500, its BN settings; momentum in place of
+// its Muon, which bench/peak's matmul rates bound), infer20, infer56
+// (Mode::Infer, batch 100).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +41,7 @@
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
+#include <cifarnet/models/airbench.hpp>
 #include <cifarnet/models/cifar10_cnn.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
@@ -185,8 +189,8 @@ Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std
 int run(const Protocol& p, const std::string& only, const std::string& formats, const std::string& json) {
   for (const auto& f : bench_cli::split_list(formats)) parse_data_format(f);
   for (const auto& b : bench_cli::split_list(only))
-    if (b != "resnet20" && b != "resnet44" && b != "resnet56" && b != "tfcnn" && b != "infer20" &&
-        b != "infer56")
+    if (b != "resnet20" && b != "resnet44" && b != "resnet56" && b != "tfcnn" && b != "airbench" &&
+        b != "infer20" && b != "infer56")
       throw ConfigError("--only: unknown benchmark '" + b + "'");
   std::printf(
       "cifarnet_bench: %d OpenMP threads, oneDNN %s, %d reps x %d steps after %d warm-up, %s "
@@ -209,6 +213,9 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
       else if (b == "tfcnn")
         results.push_back(
             train_bench<Cifar10Cnn>(b, fmt, {3, 24, 24}, cifar10_cnn_options(), 128, false, true, p));
+      else if (b == "airbench")
+        results.push_back(
+            train_bench<Airbench94>(b, fmt, {3, 32, 32}, airbench_options(), 500, true, false, p));
       else if (b == "infer20")
         results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(20), 100, p));
       else if (b == "infer56")
@@ -242,7 +249,7 @@ int main(int argc, char** argv) {
   int profile = 1;
   CLI::App app{"images/s of cifarnet's training and inference steps (docs/BENCHMARKS.md)"};
   app.add_option("--only", only,
-                 "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, infer20, infer56.")
+                 "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, airbench, infer20, infer56.")
       ->capture_default_str();
   app.add_option("--formats", formats, "Comma-separated data formats: nhwc, nchw.")->capture_default_str();
   app.add_option("--reps", p.reps, "Timed repetitions.")
