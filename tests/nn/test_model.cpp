@@ -274,3 +274,80 @@ TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the
   CHECK(scale > 0);
   CHECK(diff <= 1e-5f * scale);
 }
+
+TEMPLATE_TEST_CASE("Parameters that require no gradient end backward below them (Parameters::requires_grad)",
+                   "[nn][backward]", backend::Reference, backend::OneDnn) {
+  // ResNet-8 with its stem frozen at run time: backward stops at the first
+  // block, whose first convolution computes no input gradient, and every
+  // other gradient is what the full backward gives. With the model's input
+  // gradient asked for, nothing stops. Turned back on, the stem trains again.
+  Model<ResNetCifar<>, TestType> net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 5);
+  Model<ResNetCifar<>, TestType> with_dx({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 5,
+                                         /*input_gradient=*/true);
+  Rng rng(3);
+  Tensor<float> x = make_tensor<float>({4, 3, 32, 32}, DataFormat::NHWC);
+  for (auto& v : x) v = float(rng.uniform_int(256));
+  const std::vector<std::int32_t> y{1, 4, 7, 9};
+  auto run = [&](auto& m) {
+    Profiler p;
+    m.set_profiler(&p);
+    m.parameters().grads().setConstant(7.0f);  // stale values a skipped pass would leave
+    Tensor<float> d;
+    softmax_cross_entropy(m.forward(x), y, &d);
+    m.backward(d);
+    m.set_profiler(nullptr);
+    return p;
+  };
+  auto calls = [](const Profiler& p, const std::string& name) {
+    for (const auto& e : p.entries())
+      if (e.name == name) return e.backward_calls;
+    return std::size_t(0);
+  };
+  const Profiler full = run(net);
+  const Eigen::ArrayXf g_full = net.parameters().grads();
+  auto& P = net.parameters();
+  std::vector<std::size_t> stem;
+  for (std::size_t id = 0; id < P.count(); ++id)
+    if (P.info(id).name.rfind("stem/", 0) == 0 && P.info(id).trainable) stem.push_back(id);
+  REQUIRE(stem.size() >= 3);  // conv weights, BN gamma and beta
+  CHECK(P.first_requiring_grad() == 0);
+  for (auto id : stem) P.set_requires_grad(id, false);
+  CHECK_FALSE(P.requires_grad(stem[0]));
+  CHECK(P.first_requiring_grad() > stem.back());
+  CHECK_THROWS_AS(P.set_requires_grad(P.id("stem/bn1/moving_mean"), true), Error);  // state has no gradient
+  const Profiler frozen = run(net);
+  CHECK(calls(full, "stem/conv1") == 1);
+  CHECK(calls(frozen, "stem/conv1") == 0);
+  CHECK(calls(frozen, "stem/bn1") == 0);
+  const Eigen::ArrayXf g_frozen = net.parameters().grads();
+  float scale = 0, diff = 0;
+  for (std::size_t id = 0; id < P.count(); ++id) {
+    const auto& info = P.info(id);
+    if (!info.trainable) continue;
+    const bool is_stem = std::find(stem.begin(), stem.end(), id) != stem.end();
+    for (std::size_t i = 0; i < info.size; ++i) {
+      const std::size_t k = info.offset + i;
+      if (is_stem) {
+        CHECK(g_frozen[Eigen::Index(k)] == 7.0f);  // not computed: left as it was
+        continue;
+      }
+      scale = std::max(scale, std::abs(g_full[Eigen::Index(k)]));
+      diff = std::max(diff, std::abs(g_frozen[Eigen::Index(k)] - g_full[Eigen::Index(k)]));
+    }
+  }
+  CHECK(scale > 0);
+  CHECK(diff <= 1e-5f * scale);
+  // The input gradient asked for: the frozen stem still passes it down.
+  for (auto id : stem) with_dx.parameters().set_requires_grad(id, false);
+  const Profiler wdx = run(with_dx);
+  CHECK(calls(wdx, "stem/conv1") == 1);
+  // Back on: the stem's gradients are computed again.
+  for (auto id : stem) P.set_requires_grad(id, true);
+  CHECK(P.first_requiring_grad() == 0);
+  const Profiler again = run(net);
+  CHECK(calls(again, "stem/conv1") == 1);
+  const Eigen::ArrayXf g_again = net.parameters().grads();
+  float diff2 = 0;
+  for (Eigen::Index i = 0; i < g_again.size(); ++i) diff2 = std::max(diff2, std::abs(g_again[i] - g_full[i]));
+  CHECK(diff2 <= 1e-5f * scale);
+}

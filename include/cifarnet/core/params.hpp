@@ -107,8 +107,10 @@ class Parameters {
     info.offset = end;
     end += (info.size + kAlign - 1) / kAlign * kAlign;
     index_.emplace(info.name, infos_.size());
+    requires_grad_.push_back(info.trainable ? 1 : 0);
     infos_.push_back(std::move(info));
     writes_.push_back(0);
+    update_first_requiring_grad();
     return infos_.size() - 1;
   }
 
@@ -165,6 +167,25 @@ class Parameters {
     return p.trainable ? grads_.data() + p.offset : nullptr;
   }
 
+  /// Whether backward computes parameter `id`'s gradient (run time; every
+  /// trainable parameter does until set_requires_grad(id, false), state
+  /// never does). Backward stops at the first layer below which no
+  /// parameter requires a gradient and nothing needs the model's input
+  /// gradient (RunContext::needs_dx): a frozen stem costs no backward pass.
+  /// A parameter that does not require a gradient keeps its last gradient
+  /// (not zeroed), so an optimizer must stop stepping it too.
+  bool requires_grad(std::size_t id) const { return requires_grad_.at(id) != 0; }
+  /// Turns parameter `id`'s gradient off (false) or back on (true; an Error
+  /// for state, which has no gradient).
+  void set_requires_grad(std::size_t id, bool on) {
+    const auto& p = infos_.at(id);
+    if (on && !p.trainable) throw Error("parameter '" + p.name + "' is state and has no gradient");
+    requires_grad_[id] = on ? 1 : 0;
+    update_first_requiring_grad();
+  }
+  /// The smallest id whose gradient is required (count() if none).
+  std::size_t first_requiring_grad() const { return first_requiring_grad_; }
+
   /// Write counter of parameter `id` (never 0): equal versions mean the
   /// values were not written in between (see the file comment).
   std::uint64_t version(std::size_t id) const { return epoch_ + writes_[id]; }
@@ -220,12 +241,19 @@ class Parameters {
       if (p.trainable == trainable) n += p.size;
     return n;
   }
+  void update_first_requiring_grad() {
+    first_requiring_grad_ = 0;
+    while (first_requiring_grad_ < requires_grad_.size() && !requires_grad_[first_requiring_grad_])
+      ++first_requiring_grad_;
+  }
 
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, std::size_t> index_;
   std::size_t trainable_end_ = 0, state_end_ = 0;
   detail::AlignedBuffer<T> values_, grads_, state_;
   std::vector<std::uint64_t> writes_;  // per parameter; version = epoch_ + writes_
+  std::vector<char> requires_grad_;    // per parameter (requires_grad)
+  std::size_t first_requiring_grad_ = 0;
   std::uint64_t epoch_ = 1;
   std::shared_ptr<ArenaKernels<T>> kernels_;
   bool allocated_ = false;

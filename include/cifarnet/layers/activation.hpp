@@ -33,7 +33,7 @@ class ActivationNode : NodeBase<T> {
     return y_;
   }
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-    if (!down_) return dx_;
+    if (!this->need_dx(rc)) return dx_;
     if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
     const T* saved = From == GradFrom::Output ? y_.data() : x_->data();
     op_.backward(*rc.device, dy.size(), saved, dy.data(), dx_.data());

@@ -71,17 +71,23 @@ struct Conv2d : LayerBase {
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      // Weight gradients unless frozen (Model::set_weight_gradients) or none
+      // of this layer's parameters requires one (Parameters::requires_grad).
+      const bool grads =
+          rc.param_grads && (rc.params->requires_grad(w_) || (Bias && rc.params->requires_grad(b_)));
+      const bool down = this->need_dx(rc);
       if constexpr (backend_traits<B>::joint_conv_backward) {
-        if (down_) ensure_shape(dx_, geom_.in_shape(), fmt_);
+        if (!grads && !down) return dx_;
+        if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
         op_.backward(*rc.device, geom_, x_->data(), dy.data(), weights(std::as_const(*rc.params)),
-                     down_ ? dx_.data() : nullptr, rc.param_grads ? rc.params->grad(w_) : nullptr,
-                     rc.param_grads && Bias ? rc.params->grad(b_) : nullptr);
+                     down ? dx_.data() : nullptr, grads ? rc.params->grad(w_) : nullptr,
+                     grads && Bias ? rc.params->grad(b_) : nullptr);
         return dx_;
       }
-      if (rc.param_grads)
+      if (grads)
         op_.backward_weights(*rc.device, geom_, x_->data(), dy.data(), rc.params->grad(w_),
                              Bias ? rc.params->grad(b_) : nullptr);
-      if (!down_) return dx_;
+      if (!down) return dx_;
       ensure_shape(dx_, geom_.in_shape(), fmt_);
       op_.backward_data(*rc.device, geom_, dy.data(), weights(std::as_const(*rc.params)), dx_.data());
       return dx_;

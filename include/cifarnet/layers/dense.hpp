@@ -58,7 +58,7 @@ struct Dense : LayerBase {
       if (rc.param_grads)
         op_.backward_weights(*rc.device, n_, in_.c, Out, x_->data(), dy.data(), rc.params->grad(w_),
                              Bias ? rc.params->grad(b_) : nullptr);
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, {n_, in_.c, 1, 1}, fmt_);
       op_.backward_data(*rc.device, n_, in_.c, Out, dy.data(), std::as_const(*rc.params).value(w_),
                         dx_.data());
@@ -94,7 +94,7 @@ struct Flatten : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, {n_, in_.c, in_.h, in_.w}, fmt_);
       copy(*rc.device, dy, dx_);
       return dx_;

@@ -72,11 +72,19 @@ class NodeBase {
     name_ = scope.prefix();
     fmt_ = ctx.fmt;
     down_ = ctx.propagate_down;
+    params_before_ = ctx.params ? ctx.params->count() : 0;
     in_ = in;
+  }
+  /// Whether backward must produce dx in this run (the build's decision and
+  /// RunContext::needs_dx).
+  template <class RC>
+  bool need_dx(const RC& rc) const {
+    return down_ && rc.needs_dx(params_before_);
   }
   std::string name_;
   DataFormat fmt_ = DataFormat::NCHW;
   bool down_ = true;
+  std::size_t params_before_ = 0;  // parameters registered before this node
   Shape in_;
   Tensor<T> y_, dx_;
 };

@@ -46,7 +46,7 @@ struct Lrn : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.shape(), fmt_);
       op_.backward(*rc.device, geom_, params(), x_->data(), y_.data(), dy.data(), dx_.data());
       return dx_;

@@ -37,7 +37,7 @@ struct Pool2d : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.in_shape(), fmt_);
       op_.backward(*rc.device, geom_, Kind, x_->data(), y_.data(), dy.data(), dx_.data());
       return dx_;
@@ -77,7 +77,7 @@ struct GlobalAvgPool : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.shape(), fmt_);
       op_.backward(*rc.device, geom_, dy.data(), dx_.data());
       return dx_;

@@ -39,7 +39,7 @@ struct ChannelPad : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.shape(), fmt_);
       op_.backward(*rc.device, geom_, Before, After, dy.data(), dx_.data());
       return dx_;
@@ -74,7 +74,7 @@ struct Rescale : LayerBase {
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      if (!down_) return dx_;
+      if (!this->need_dx(rc)) return dx_;
       if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
       op_.affine(*rc.device, dy.size(), dy.data(), kMul, T(0), dx_.data());
       return dx_;

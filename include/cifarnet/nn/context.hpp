@@ -156,7 +156,18 @@ struct RunContext {
   /// Set: containers report, during backward, which gradients are final
   /// (GradientSync::ready_from) so their all-reduce can start early.
   GradientSync* grad_sync = nullptr;
+  /// Whether the caller needs the model's input gradient (Model's
+  /// input_gradient). True keeps every dx the build decided on.
+  bool input_grad = true;
   bool training() const { return mode == Mode::Train; }
+  /// Whether a node must produce dx now, given `params_before`, the number
+  /// of parameters registered before it (forward order): only if the model's
+  /// input gradient is wanted or a parameter before it requires a gradient
+  /// (Parameters::requires_grad). The build's static decision still applies
+  /// on top; this one changes at run time (a stem frozen after N steps).
+  bool needs_dx(std::size_t params_before) const {
+    return input_grad || !params || params->first_requiring_grad() < params_before;
+  }
 };
 
 }  // namespace cifarnet

@@ -212,12 +212,14 @@ class Model {
     rc.cross_replica = cross_replica_;
     rc.profiler = profiler_;
     rc.grad_sync = grad_sync_;
+    rc.input_grad = input_gradient_;
     return rc;
   }
 
   DataFormat fmt_;
   NetOptions options_;
   Shape input_, output_;
+  bool input_gradient_ = false;  // backward() returns d/d(input)
   Parameters<T> params_;
   std::unique_ptr<Device<B>> device_;
   std::unique_ptr<NodeType> node_;
@@ -279,6 +281,7 @@ Model<Net, B, T>::Model(std::unique_ptr<Device<B>> device, InputShape input, Dat
   ctx.fmt = fmt_;
   ctx.options = &options_;
   ctx.propagate_down = input_gradient;
+  input_gradient_ = input_gradient;
   ctx.taps = &taps_;
   Scope root;
   output_ = detail::build_child<Net>(*node_, input_, root, ctx);

@@ -228,7 +228,7 @@ struct Sequential : LayerBase {
       if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
       if constexpr (I == 0)
         return dx;
-      else if (!down_[I])  // nothing before child I needs a gradient: dx is empty
+      else if (!down_[I] || !rc.needs_dx(first_param_[I]))  // nothing before child I needs a gradient
         return dx;
       else
         return backward_from<I - 1>(dx, rc);
@@ -272,7 +272,7 @@ struct Residual : LayerBase {
       add_name_ = scope.name("add");
       fmt_ = ctx.fmt;
       const bool down = ctx.propagate_down;
-      ctx.propagate_down = down;
+      params_before_ = ctx.params ? ctx.params->count() : 0;
       const Shape a = detail::build_child<Body>(body_, in, scope, ctx);
       ctx.propagate_down = down;
       const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx);
@@ -308,7 +308,7 @@ struct Residual : LayerBase {
       // GradientSync::ready_from reports inside the body relies on it).
       const Tensor<T>& db = shortcut_.backward(*g, rc);
       const Tensor<T>& da = body_.backward(*g, rc);
-      if (!propagate_down_) return da;
+      if (!propagate_down_ || !rc.needs_dx(params_before_)) return da;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         if (dx_.shape() != da.shape()) dx_.resize(da.shape());
         add_.add(*rc.device, da.size(), da.data(), db.data(), dx_.data(), false);
@@ -325,6 +325,7 @@ struct Residual : LayerBase {
     std::string name_, add_name_;
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
+    std::size_t params_before_ = 0;  // parameters registered before the block
   };
 };
 
@@ -391,7 +392,7 @@ struct RepeatOf : LayerBase {
       for (std::size_t i = blocks_.size(); i-- > 0;) {
         cur = &blocks_[i].backward(*cur, rc);
         if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[i]);
-        if (!down_[i]) break;  // nothing before block i needs a gradient
+        if (!down_[i] || !rc.needs_dx(first_param_[i])) break;  // nothing before block i needs a gradient
       }
       return *cur;
     }
