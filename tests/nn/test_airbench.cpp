@@ -1,9 +1,11 @@
 // The airbench94 network (models/airbench.hpp): its size and parameter
-// names, its output, and the recipe's initial weights (recipes/airbench.hpp).
+// names, its output, and the recipe's initial weights and its training loop's
+// untimed warm-up (recipes/airbench.hpp).
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/cifarnet.hpp>
+#include <cifarnet/demo/synthetic_cifar.hpp>
 #include <cifarnet/models/airbench.hpp>
 #include <cifarnet/recipes/airbench.hpp>
 
@@ -100,4 +102,32 @@ TEST_CASE("airbench_init: U(1/sqrt(fan_in)) weights, Dirac filters, a unit-std h
       if (info.trainable && info.name.size() > 6 && info.name.compare(info.name.size() - 6, 6, "/gamma") == 0)
         CHECK(P.value(P.id(info.name))[0] == 1.0f);
   }
+}
+
+TEST_CASE("train_airbench: the untimed warm-up leaves the run as it was, bit for bit", "[nn][airbench]") {
+  const data::InMemoryDataset train = recipes::airbench_dataset(data::synthetic_cifar(96, 1));
+  const data::InMemoryDataset test = recipes::airbench_dataset(data::synthetic_cifar(40, 2));
+  recipes::AirbenchOptions o;
+  o.batch_size = 32;
+  o.epochs = 2;
+  o.whiten_bias_epochs = 1;  // the bias trains 3 steps, then gets no gradient
+  o.tta_level = 0;
+  o.whitening_images = 32;
+  o.seed = 4;
+  o.warmup_steps = 0;
+  const auto cold = recipes::train_airbench<backend::OneDnn>(train, test, o);
+  o.warmup_steps = 2;
+  const auto warm = recipes::train_airbench<backend::OneDnn>(train, test, o);
+  CHECK(cold.warmup_seconds == 0);
+  CHECK(warm.warmup_seconds > 0);
+  REQUIRE(cold.epochs.size() == 2);
+  REQUIRE(warm.epochs.size() == 2);
+  CHECK(cold.steps == 6);
+  for (std::size_t e = 0; e < 2; ++e) {  // bit for bit: the same weights, statistics and batches
+    CHECK(warm.epochs[e].train_loss == cold.epochs[e].train_loss);
+    CHECK(warm.epochs[e].val_acc == cold.epochs[e].val_acc);
+  }
+  CHECK(std::isfinite(cold.epochs[1].train_loss));
+  o.warmup_steps = -1;
+  CHECK_THROWS_AS(recipes::train_airbench<backend::OneDnn>(train, test, o), ConfigError);
 }
