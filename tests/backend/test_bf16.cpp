@@ -2,8 +2,9 @@
 // against the reference in double, within bf16's rounding, and visibly not
 // float where the CPU has bf16 kernels (float where it has none); the joint
 // backward and the x kept from a training forward give the same bits as the
-// separate passes; the tutorial CNN and a ResNet in bf16 compute the float
-// models' logits (and the CNN's gradients) to bf16 accuracy.
+// separate passes; the im2col + matmul weight gradient of small images
+// agrees with the reference; the tutorial CNN and a ResNet in bf16 compute
+// the float models' logits (and the CNN's gradients) to bf16 accuracy.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -105,6 +106,40 @@ TEST_CASE("bf16 forward on a ResNet-sized geometry runs a bf16 kernel in every p
       CHECK(dx.err() < kBf16Tolerance);
       CHECK(dw.err() < kBf16Tolerance);
     }
+}
+
+TEST_CASE("The bf16 weight gradient of 7x7 and 3x3 images as im2col + matmul agrees with the reference",
+          "[backend][onednn][conv][bf16]") {
+  // Used where oneDNN has an AMX matmul (elsewhere the conv kernel runs, and
+  // the same check holds); four chunks of three images each, so the sum of
+  // the chunks' products is checked too.
+  const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  Rng rng = Rng::stream(2025, 14);
+  for (std::size_t hw : {std::size_t(7), std::size_t(3)}) {
+    const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {12, 128, hw, hw}, 128, 3, 1, Padding::Same);
+    INFO(str(g));
+    OpPair<ops::Conv2d, B> t;
+    t.op.set_precision(ConvPrecision::BF16);
+    t.op.set_im2col_chunk_bytes(3 * hw * hw * 9 * 128 * 2);
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+    const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
+               dy = Both::input(random_cotangent(rng, ny));
+    Both y = Both::output(ny), dx = Both::output(nx), dw = Both::output(nw);
+    t.both([&](auto& dev, auto& op, auto side) {
+      op.forward(dev, g, side(x), side(w), nullptr, side(y));
+      op.backward_weights(dev, g, side(x), side(dy), side(dw), nullptr);
+      op.backward_data(dev, g, side(dy), side(w), side(dx));
+    });
+    CHECK(t.op.uses_gemm_weights(g) == amx);
+    CHECK(dw.err() < kBf16Tolerance);
+    CHECK(dx.err() < kBf16Tolerance);
+    if (cpu_has_bf16_kernels()) CHECK(dw.err() > 1e-5);  // rounded to bf16, not float
+    // Both passes in one call: the same bits (each call overwrites dw).
+    std::vector<float> dx2(nx), dw2(nw, 1.0f);
+    t.op.backward(t.dev, g, x.f.data(), dy.f.data(), w.f.data(), dx2.data(), dw2.data(), nullptr);
+    CHECK(same_bits(dw.f, dw2));
+    CHECK(same_bits(dx.f, dx2));
+  }
 }
 
 TEST_CASE("The joint backward and the x kept by a training forward give the separate passes' bits",

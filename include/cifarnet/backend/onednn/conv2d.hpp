@@ -37,6 +37,16 @@
 // inputs of fewer than 8 channels: oneDNN 2.6's bf16 kernels are slower
 // than float there (measured on Zen 4, batch 128: 3.3-4.5x on ResNet's two
 // stride-2 3x3 convolutions, 1.3x on the 3-channel stem; faster elsewhere).
+// On images of at most 7x7 pixels with 128 or more output channels (NHWC,
+// stride 1, no bias), the bf16 weight gradient is a oneDNN bf16 matmul
+// over an im2col copy instead: dw[(kh, kw, ic), oc] = col(x)ᵀ · dy, the
+// im2col of about 16 MiB of images at a time (device scratch slot 0) and
+// each chunk's product summed into dw; only where oneDNN's matmul runs on
+// AMX. oneDNN 2.6's bf16 backward_weights kernel (it has no brgemm one) is
+// slow there: on a 2-core AMX Xeon, 256 -> 256 channels at batch 500 took
+// 41.8 ms on 7x7 and 20.6 ms on 3x3; with this path the layers' whole
+// backward (weights and data) went from 58.7 to 42.6 ms and from 29.5 to
+// 14.5 ms (docs/BENCHMARKS.md). Float accumulation in both.
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
@@ -45,7 +55,9 @@
 // and backward_weights.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -106,6 +118,18 @@ struct Conv2d<backend::OneDnn, float> {
     for (const auto& f : s->bwd_weights) any = any || (f && f->lp);
     return any;
   }
+
+  /// Whether backward_weights for geometry `g` (without bias) runs as the
+  /// im2col + bf16 matmul (see the file comment); false before it ran.
+  bool uses_gemm_weights(const ConvGeom& g) const {
+    const State* s = cache_.find(key(g));
+    return s && s->dw_gemm.has_value();
+  }
+
+  /// Bytes of im2col per chunk of the matmul weight gradient (default 16
+  /// MiB; smaller makes more chunks: tests). Takes effect for geometries
+  /// not seen yet.
+  void set_im2col_chunk_bytes(std::size_t bytes) { chunk_bytes_ = std::max<std::size_t>(bytes, 1); }
 
   /// forward() takes `relu` (a fused ReLU post-op).
   static constexpr bool fuses_relu = true;
@@ -168,13 +192,17 @@ struct Conv2d<backend::OneDnn, float> {
         dnnl::memory& user_dw = on::bind(s.w, dw);
         dnnl::memory src =
             fw->lp ? (s.kept_x == x ? s.x_keep : s.lower_x(cache_, dev, x, false)) : on::bind(s.x, x);
-        std::unordered_map<int, dnnl::memory> args{
-            {DNNL_ARG_SRC, src},
-            {DNNL_ARG_DIFF_DST, fw->lp ? *dy_lp : on::bind(s.y, dy)},
-            {DNNL_ARG_DIFF_WEIGHTS, fw->dw.direct() ? user_dw : fw->dw.mem}};
-        if (db) args.emplace(DNNL_ARG_DIFF_BIAS, on::bind(s.b, db));
-        fw->prim.execute(dev.stream, args);
-        if (!fw->dw.direct()) fw->dw.reorder.execute(dev.stream, fw->dw.mem, user_dw);
+        if (fw->lp && !db && s.gemm_weights(cache_, dev.engine, g, chunk_bytes_)) {
+          s.gemm_backward_weights(dev, g, src, *dy_lp, dw);
+        } else {
+          std::unordered_map<int, dnnl::memory> args{
+              {DNNL_ARG_SRC, src},
+              {DNNL_ARG_DIFF_DST, fw->lp ? *dy_lp : on::bind(s.y, dy)},
+              {DNNL_ARG_DIFF_WEIGHTS, fw->dw.direct() ? user_dw : fw->dw.mem}};
+          if (db) args.emplace(DNNL_ARG_DIFF_BIAS, on::bind(s.b, db));
+          fw->prim.execute(dev.stream, args);
+          if (!fw->dw.direct()) fw->dw.reorder.execute(dev.stream, fw->dw.mem, user_dw);
+        }
       }
       if (fd) {
         dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
@@ -256,6 +284,12 @@ struct Conv2d<backend::OneDnn, float> {
     std::optional<dnnl::reorder> lower_src, lower_dst;
     dnnl::memory x_keep, x_lp, dy_lp;
     const float* kept_x = nullptr;
+    // The im2col + matmul weight gradient (see the file comment): the first
+    // chunk's product overwrites dw, the others add to it (a sum post-op).
+    std::optional<dnnl::matmul> dw_gemm, dw_gemm_sum;
+    dnnl::memory mm_col, mm_dy, mm_dw;
+    std::size_t dw_chunk = 0;  // images per chunk (divides the batch)
+    bool dw_gemm_tried = false;
 
     State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
         : wino(winograd && !lowp), bf16(lowp), bf16_dw(lowp && g.sh == 1 && g.sw == 1 && g.ic >= 8) {
@@ -469,6 +503,84 @@ struct Conv2d<backend::OneDnn, float> {
       return *bwd_data;
     }
 
+    // Whether this geometry's bf16 weight gradient (no bias) is the im2col +
+    // matmul: NHWC, stride 1, at most 7x7 output pixels, 128 or more output
+    // channels, a chunk size that divides the batch near 16 MiB of im2col,
+    // and an AMX matmul kernel (measured only there). Decided and built once.
+    bool gemm_weights(Cache& c, const dnnl::engine& eng, const ConvGeom& g, std::size_t chunk_bytes) {
+      namespace on = backend::onednn;
+      if (dw_gemm_tried) return dw_gemm.has_value();
+      dw_gemm_tried = true;
+      if (g.fmt != DataFormat::NHWC || g.sh != 1 || g.sw != 1 || g.oh * g.ow > 49 || g.oc < 128) return false;
+      const std::size_t P = g.oh * g.ow, L = g.kh * g.kw * g.ic;
+      const std::size_t target = std::min(g.n, std::max<std::size_t>(1, chunk_bytes / (P * L * 2)));
+      std::size_t nc = target;
+      while (g.n % nc != 0) --nc;
+      if (nc * 4 < target) return false;  // only small chunks divide the batch: the conv kernel
+      const on::dim K = on::dim(nc * P), Lm = on::dim(L), O = on::dim(g.oc);
+      const dnnl::memory::desc col({Lm, K}, on::dt::bf16, on::dims{1, Lm});  // im2col, transposed view
+      const dnnl::memory::desc dyd({K, O}, on::dt::bf16, on::dims{O, 1});
+      const dnnl::memory::desc dwd({Lm, O}, on::dt::f32, on::dims{O, 1});  // HWIO
+      try {
+        const dnnl::matmul::desc d(col, dyd, dwd);
+        dnnl::matmul::primitive_desc first(d, eng);
+        if (std::string(first.impl_info_str()).find("amx") == std::string::npos) return false;
+        dnnl::post_ops po;
+        po.append_sum(1.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(po);
+        dnnl::matmul::primitive_desc rest(d, attr, eng);
+        dw_gemm = c.build<dnnl::matmul>(first);
+        dw_gemm_sum = c.build<dnnl::matmul>(rest);
+      } catch (const dnnl::error&) {  // no such matmul here: the conv kernel
+        dw_gemm.reset();
+        return false;
+      }
+      mm_col = dnnl::memory(col, eng, DNNL_MEMORY_NONE);
+      mm_dy = dnnl::memory(dyd, eng, DNNL_MEMORY_NONE);
+      mm_dw = dnnl::memory(dwd, eng, DNNL_MEMORY_NONE);
+      dw_chunk = nc;
+      return true;
+    }
+
+    // dw (HWIO, overwritten) from the bf16 NHWC copies of x and dy, chunk by
+    // chunk: each chunk's im2col rows (output pixel, then (kh, kw, ic)) in
+    // device scratch slot 0, then dw (+)= colᵀ · dy of the chunk.
+    void gemm_backward_weights(Device<backend::OneDnn>& dev, const ConvGeom& g, const dnnl::memory& xs,
+                               const dnnl::memory& dys, float* dw) {
+      const std::size_t P = g.oh * g.ow, L = g.kh * g.kw * g.ic, ic = g.ic;
+      const auto* x = static_cast<const std::uint16_t*>(xs.get_data_handle());
+      auto* dy = static_cast<std::uint16_t*>(dys.get_data_handle());
+      auto* col = static_cast<std::uint16_t*>(dev.scratch(0, dw_chunk * P * L * sizeof(std::uint16_t)));
+      mm_col.set_data_handle(col);
+      mm_dw.set_data_handle(dw);
+      const auto ih = std::ptrdiff_t(g.ih), iw = std::ptrdiff_t(g.iw);
+      for (std::size_t n0 = 0; n0 < g.n; n0 += dw_chunk) {
+        const auto rows = std::ptrdiff_t(dw_chunk * P);
+#pragma omp parallel for schedule(static)
+        for (std::ptrdiff_t r = 0; r < rows; ++r) {
+          const std::size_t n = n0 + std::size_t(r) / P, pix = std::size_t(r) % P;
+          const auto oy = std::ptrdiff_t(pix / g.ow), ox = std::ptrdiff_t(pix % g.ow);
+          std::uint16_t* out = col + std::size_t(r) * L;
+          for (std::size_t i = 0; i < g.kh; ++i) {
+            const std::ptrdiff_t iy = oy + std::ptrdiff_t(i) - std::ptrdiff_t(g.pt);
+            for (std::size_t j = 0; j < g.kw; ++j, out += ic) {
+              const std::ptrdiff_t ix = ox + std::ptrdiff_t(j) - std::ptrdiff_t(g.pl);
+              if (iy < 0 || ix < 0 || iy >= ih || ix >= iw)
+                std::memset(out, 0, ic * sizeof(std::uint16_t));
+              else
+                std::memcpy(out, x + ((n * g.ih + std::size_t(iy)) * g.iw + std::size_t(ix)) * ic,
+                            ic * sizeof(std::uint16_t));
+            }
+          }
+        }
+        mm_dy.set_data_handle(dy + n0 * P * g.oc);
+        (n0 == 0 ? *dw_gemm : *dw_gemm_sum)
+            .execute(dev.stream, {{DNNL_ARG_SRC, mm_col}, {DNNL_ARG_WEIGHTS, mm_dy}, {DNNL_ARG_DST, mm_dw}});
+        dev.stream.wait();  // the next chunk overwrites col
+      }
+    }
+
     BwdWeights& backward_weights(Cache& c, const dnnl::engine& eng, bool with_bias) {
       auto& f = bwd_weights[with_bias];
       if (!f) {
@@ -537,6 +649,7 @@ struct Conv2d<backend::OneDnn, float> {
   bool keep_input_ = false;
   std::uint64_t w_version_ = 0;
   std::size_t weight_reorders_ = 0;
+  std::size_t chunk_bytes_ = std::size_t(16) << 20;
 };
 
 }  // namespace ops
