@@ -248,8 +248,9 @@ int main(int argc, char** argv) {
   Protocol p;
   int profile = 1;
   CLI::App app{"images/s of cifarnet's training and inference steps (docs/BENCHMARKS.md)"};
-  app.add_option("--only", only,
-                 "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, airbench, infer20, infer56.")
+  app.add_option(
+         "--only", only,
+         "Comma-separated benchmarks: resnet20, resnet44, resnet56, tfcnn, airbench, infer20, infer56.")
       ->capture_default_str();
   app.add_option("--formats", formats, "Comma-separated data formats: nhwc, nchw.")->capture_default_str();
   app.add_option("--reps", p.reps, "Timed repetitions.")
