@@ -8,6 +8,7 @@
 #include "cifarnet/optim/adam.hpp"
 #include "cifarnet/optim/chain.hpp"
 #include "cifarnet/optim/ema.hpp"
+#include "cifarnet/optim/groups.hpp"
 #include "cifarnet/optim/layout.hpp"
 #include "cifarnet/optim/momentum.hpp"
 #include "cifarnet/optim/muon.hpp"
