@@ -15,10 +15,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/data/cifar.hpp>
@@ -41,6 +44,7 @@ struct Flags {
   std::size_t subset = 0;
   std::size_t batch_size = 2000;
   int warmup_steps = 2;
+  std::string progress = "auto";
   std::string json;
 };
 
@@ -50,6 +54,8 @@ void validate(const Flags& f) {
     throw ConfigError("--precision must be fp32 or bf16, got '" + f.precision + "'");
   if (!(f.epochs > 0) || !std::isfinite(f.epochs)) throw ConfigError("--epochs must be positive");
   if (f.batch_size == 0) throw ConfigError("--batch-size must be positive");
+  if (f.progress != "auto" && f.progress != "on" && f.progress != "off")
+    throw ConfigError("--progress must be auto, on or off, got '" + f.progress + "'");
   if (f.warmup_steps < 0)
     throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(f.warmup_steps));
 }
@@ -71,6 +77,22 @@ void print_row(const std::vector<std::string>& cols) {
     line += buf;
   }
   std::cout << line << "|\n" << std::flush;
+}
+
+/// The progress bar of the current epoch on stderr ("\r" redraws it; the
+/// epoch's row erases it).
+void draw_progress(const recipes::AirbenchProgress& p) {
+  constexpr int kWidth = 30;
+  const int done = p.steps > 0 ? int(kWidth * p.step / p.steps) : kWidth;
+  std::string bar(std::size_t(done), '#');
+  bar.append(std::size_t(kWidth - done), '.');
+  std::fprintf(stderr, "\r  epoch %d [%s] %lld/%lld steps", p.epoch, bar.c_str(),
+               static_cast<long long>(p.step), static_cast<long long>(p.steps));
+  std::fflush(stderr);
+}
+void erase_progress() {
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
 }
 
 std::string fixed(double v, int digits) {
@@ -115,12 +137,19 @@ int run(const Flags& f) {
   for (int r = 0; r < f.runs; ++r) {
     opts.seed = f.seed + std::uint64_t(r);
     double elapsed = 0;
-    const auto res = speedrun::train_onednn(train, test, opts, [&](const recipes::AirbenchEpoch& e) {
-      elapsed += e.seconds;
-      print_row({e.epoch == 1 ? std::to_string(r) : "", std::to_string(e.epoch), fixed(e.train_loss, 4),
-                 fixed(e.train_acc, 4), fixed(e.val_acc, 4), fixed(elapsed, 2),
-                 fixed(e.images_per_second, 1)});
-    });
+    const bool bar = f.progress == "on" || (f.progress == "auto" && isatty(STDERR_FILENO));
+    std::function<void(const recipes::AirbenchProgress&)> on_step;
+    if (bar) on_step = draw_progress;
+    const auto res = speedrun::train_onednn(
+        train, test, opts,
+        [&](const recipes::AirbenchEpoch& e) {
+          if (bar) erase_progress();
+          elapsed += e.seconds;
+          print_row({e.epoch == 1 ? std::to_string(r) : "", std::to_string(e.epoch), fixed(e.train_loss, 4),
+                     fixed(e.train_acc, 4), fixed(e.val_acc, 4), fixed(elapsed, 2),
+                     fixed(e.images_per_second, 1)});
+        },
+        on_step);
     print_row({"", "eval", "", "", fixed(res.val_acc, 4), fixed(res.train_seconds, 2), ""});
     std::cout << "RUN " << r << " tta_val_acc=" << fixed(res.tta_val_acc, 4)
               << " val_acc=" << fixed(res.val_acc, 4) << " train_seconds=" << fixed(res.train_seconds, 2)
@@ -180,6 +209,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", f.warmup_steps,
                  "Untimed forward+backward passes of one batch before the clock starts (the reference's "
                  "short warm-up); 0: none.")
+      ->capture_default_str();
+  app.add_option("--progress", f.progress,
+                 "A progress bar per epoch on stderr: auto (when stderr is a terminal), on or off.")
       ->capture_default_str();
   app.add_option("--json", f.json, "Write a JSON list of per-run results to this file.");
   return examples::parse_and_run(app, argc, argv, "cifar10_speedrun", [&] { return run(f); });

@@ -19,6 +19,7 @@ namespace speedrun {
 cifarnet::recipes::AirbenchResult train_onednn(
     const cifarnet::data::InMemoryDataset& train, const cifarnet::data::InMemoryDataset& test,
     const cifarnet::recipes::AirbenchOptions& opts,
-    const std::function<void(const cifarnet::recipes::AirbenchEpoch&)>& on_epoch);
+    const std::function<void(const cifarnet::recipes::AirbenchEpoch&)>& on_epoch,
+    const std::function<void(const cifarnet::recipes::AirbenchProgress&)>& on_step);
 
 }  // namespace speedrun

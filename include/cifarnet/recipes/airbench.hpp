@@ -56,8 +56,10 @@
 #include "cifarnet/models/airbench.hpp"
 #include "cifarnet/nn/model.hpp"
 #include "cifarnet/optim/chain.hpp"
+#include "cifarnet/optim/groups.hpp"
 #include "cifarnet/optim/momentum.hpp"
 #include "cifarnet/optim/muon.hpp"
+#include "cifarnet/optim/schedules.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/optim/weight_decay.hpp"
 
@@ -99,6 +101,13 @@ struct AirbenchOptions {
 struct AirbenchEpoch {
   int epoch = 0;
   double train_loss = 0, train_acc = 0, val_acc = 0, seconds = 0, images_per_second = 0;
+};
+
+/// Where training is within an epoch (after each step; a progress bar's input).
+struct AirbenchProgress {
+  int epoch = 0;           ///< from 1
+  std::int64_t step = 0;   ///< steps done in this epoch
+  std::int64_t steps = 0;  ///< steps this epoch will take
 };
 
 struct AirbenchResult {
@@ -205,11 +214,13 @@ double airbench_accuracy(M& net, const data::InMemoryDataset& set, int level, st
 }  // namespace detail
 
 /// Trains Airbench94 on backend B with the recipe and evaluates it (see the
-/// file comment); `on_epoch` sees each epoch's line as it ends.
+/// file comment); `on_epoch` sees each epoch's line as it ends, `on_step`
+/// the progress after each step (inside the timed region: keep it cheap).
 template <class B>
 AirbenchResult train_airbench(const data::InMemoryDataset& train, const data::InMemoryDataset& test,
                               const AirbenchOptions& opt,
-                              const std::function<void(const AirbenchEpoch&)>& on_epoch = {}) {
+                              const std::function<void(const AirbenchEpoch&)>& on_epoch = {},
+                              const std::function<void(const AirbenchProgress&)>& on_step = {}) {
   opt.validate(train.size());
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t0) {
@@ -231,20 +242,36 @@ AirbenchResult train_airbench(const data::InMemoryDataset& train, const data::In
   const std::int64_t total = std::int64_t(std::ceil(opt.epochs * double(per_epoch)));
   const std::int64_t whiten_steps = std::int64_t(std::ceil(opt.whiten_bias_epochs * double(per_epoch)));
 
+  // One parameter group per optimizer (optim/groups.hpp), each rate linear
+  // to 0 over its length: Nesterov SGD with weight decay for the whitening
+  // bias (its first epochs, then no gradient), BN's shifts and the head;
+  // Muon for the 3x3 filters. Stepped in that order.
   auto& P = net.parameters();
   const double wd = opt.weight_decay * double(opt.batch_size);
   using Sgd = optim::Chain<optim::WeightDecay, optim::Momentum>;
   const auto sgd = optim::MomentumOptions().momentum(opt.sgd_momentum).nesterov(true);
-  Sgd whiten_bias(P, optim::variables_to_train({"whiten/biases"}),
-                  optim::WeightDecayOptions(wd / opt.bias_lr), sgd);
-  Sgd shifts(P, optim::variables_to_train({"*/beta"}), optim::WeightDecayOptions(wd / opt.bias_lr), sgd);
-  Sgd head(P, optim::variables_to_train({"head/weights"}), optim::WeightDecayOptions(wd / opt.head_lr), sgd);
-  optim::Muon<float> filters(
-      P, optim::MuonOptions().momentum(opt.filter_momentum).nesterov(true).precision(opt.muon_precision),
-      optim::variables_to_train({"block*/weights"}));
-  filters.use_backend(net.device());
+  optim::ParamGroups<float> groups(P);
+  auto add_sgd = [&](const char* name, const char* pattern, double lr, std::int64_t steps) {
+    const auto sel = optim::variables_to_train({pattern});
+    groups.add(name, sel, std::make_unique<Sgd>(P, sel, optim::WeightDecayOptions(wd / lr), sgd),
+               optim::polynomial_decay(lr, steps), {steps < total ? steps : 0});
+  };
   const std::size_t whiten_w = P.id("whiten/weights"), whiten_b = P.id("whiten/biases");
-  P.set_requires_grad(whiten_w, false);
+  P.set_requires_grad(whiten_w, false);  // never trained
+  if (whiten_steps > 0)
+    add_sgd("whiten_bias", "whiten/biases", opt.bias_lr, whiten_steps);
+  else
+    P.set_requires_grad(whiten_b, false);
+  add_sgd("bn_shifts", "*/beta", opt.bias_lr, total);
+  add_sgd("head", "head/weights", opt.head_lr, total);
+  const auto filter_sel = optim::variables_to_train({"block*/weights"});
+  auto& filters = groups.add(
+      "filters", filter_sel,
+      std::make_unique<optim::Muon<float>>(
+          P, optim::MuonOptions().momentum(opt.filter_momentum).nesterov(true).precision(opt.muon_precision),
+          filter_sel),
+      optim::polynomial_decay(opt.filter_lr, total));
+  filters.use_backend(net.device());
 
   data::Batch batch;
   Tensor<float> dlogits;
@@ -280,20 +307,18 @@ AirbenchResult train_airbench(const data::InMemoryDataset& train, const data::In
     AirbenchEpoch line;
     line.epoch = epoch + 1;
     std::size_t images = 0;
+    AirbenchProgress progress{epoch + 1, 0, std::min(per_epoch, total - step)};
     while (step < total && loader.next(batch)) {
       const Tensor<float>& logits = net.forward(batch.images, Mode::Train);
       const float loss = softmax_cross_entropy(logits, batch.labels, ce, &dlogits);
       line.train_loss = double(loss) / double(batch.size());
       line.train_acc = double(count_correct(logits, batch.labels)) / double(batch.size());
       net.backward(dlogits);
-      const double decay = 1.0 - double(step) / double(total);
-      if (step < whiten_steps) whiten_bias.step(P, opt.bias_lr * (1.0 - double(step) / double(whiten_steps)));
-      if (step + 1 == whiten_steps) P.set_requires_grad(whiten_b, false);
-      shifts.step(P, opt.bias_lr * decay);
-      head.step(P, opt.head_lr * decay);
-      filters.step(P, opt.filter_lr * decay);
+      groups.step(P, step);
       ++step;
       images += batch.size();
+      ++progress.step;
+      if (on_step) on_step(progress);
     }
     line.seconds = seconds_since(t0);
     result.train_seconds += line.seconds;
