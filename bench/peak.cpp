@@ -13,8 +13,9 @@
 //    AVX512-BF16 or AMX tiles where the CPU has them; elsewhere oneDNN 2.6
 //    has no bf16 matmul and the line says so (not a figure).
 // 3. The FLOPs of one training step of the CIFAR ResNets (6n+2 layers,
-//    batch 128), from their convolution geometry (counted below), so that a
-//    measured images/s reads as a fraction of 1. and 2.
+//    batch 128) and of the airbench94 network (examples/cifar10_speedrun),
+//    from their convolution geometry (counted below), so that a measured
+//    images/s reads as a fraction of 1. and 2.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -159,6 +160,20 @@ double resnet_forward_macs(int n) {
   return macs + 64.0 * 10;
 }
 
+// Multiply-adds of one forward pass of the airbench94 network on one 32x32
+// image (models/airbench.hpp): the 2x2 whitening convolution 3 -> 24
+// (valid: 31x31), then per group a 3x3 convolution at the group's input
+// size, a 2x2 max pool, a 3x3 convolution at the pooled size (24 -> 64 at
+// 31x31 then 64 -> 64 at 15x15; 64 -> 256 at 15x15, 256 -> 256 at 7x7;
+// 256 -> 256 at 7x7, then at 3x3), the head (256 -> 10).
+double airbench_forward_macs() {
+  double macs = 24.0 * 3 * 4 * 31 * 31;
+  macs += 64.0 * 24 * 9 * 31 * 31 + 64.0 * 64 * 9 * 15 * 15;
+  macs += 256.0 * 64 * 9 * 15 * 15 + 256.0 * 256 * 9 * 7 * 7;
+  macs += 256.0 * 256 * 9 * 7 * 7 + 256.0 * 256 * 9 * 3 * 3;
+  return macs + 256.0 * 10;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +211,20 @@ int main(int argc, char** argv) {
         "ResNet-%d: forward %.1f MFLOP/image, training %.1f MFLOP/image = %.1f GFLOP per step of 128;"
         " at the fp32 FMA peak %.0f img/s (training), %.0f img/s (inference)\n",
         layers, fwd / 1e6, train / 1e6, 128 * train / 1e9, peak * 1e9 / train, peak * 1e9 / fwd);
+  }
+  {
+    const double fwd = 2.0 * airbench_forward_macs();
+    // Training: three passes of every convolution, less the whitening
+    // layer's data gradient (nothing needs it) and, once its bias is frozen,
+    // its weight gradient and the first group's data gradient; counted here
+    // with both (the first three of the recipe's eight epochs).
+    const double train = 3.0 * fwd - 2.0 * (24.0 * 3 * 4 * 31 * 31);
+    const double run = 8.0 * 50000.0 * train;  // 8 epochs of 25 batches of 2,000
+    std::printf(
+        "airbench94: forward %.1f MFLOP/image, training %.1f MFLOP/image = %.1f GFLOP per step of 2,000,"
+        " %.1f TFLOP per 8-epoch run; at the fp32 FMA peak %.0f img/s, at the bf16 matmul rate %s\n",
+        fwd / 1e6, train / 1e6, 2000 * train / 1e9, run / 1e12, peak * 1e9 / train,
+        b16 < 0 ? "-" : std::to_string(long(b16 * 1e9 / train + 0.5)).append(" img/s").c_str());
   }
   return 0;
 }
