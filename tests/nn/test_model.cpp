@@ -13,9 +13,21 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <vector>
 
 using namespace cifarnet;
+
+namespace {
+/// Backward calls booked under `name`; a name the profile does not hold
+/// fails the test unless `absent_is_zero` (a layer whose backward never ran).
+std::size_t backward_calls(const Profiler& p, const std::string& name, bool absent_is_zero = false) {
+  for (const auto& e : p.entries())
+    if (e.name == name) return e.backward_calls;
+  if (!absent_is_zero) FAIL("no profile entry '" << name << "'");
+  return 0;
+}
+}  // namespace
 
 TEST_CASE("ResNet-20 parameters have stable hierarchical names", "[nn][names]") {
   Model<ResNetCifar<>, backend::Reference> net({3, 32, 32}, DataFormat::NCHW, resnet_options(20));
@@ -253,12 +265,6 @@ TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the
   const std::size_t dx_with = with_dx.backward(d).size();
   CHECK(dx_plain == 0);
   CHECK(dx_with == x.size());
-  auto backward_calls = [](const Profiler& p, const std::string& name) {
-    for (const auto& e : p.entries())
-      if (e.name == name) return e.backward_calls;
-    FAIL("no profile entry '" << name << "'");
-    return std::size_t(0);
-  };
   CHECK(backward_calls(pa, "rescale1") == 0);
   CHECK(backward_calls(pb, "rescale1") == 1);
   CHECK(backward_calls(pa, "stem/conv1") == 1);  // its weight gradient is still computed
@@ -298,11 +304,7 @@ TEMPLATE_TEST_CASE("Parameters that require no gradient end backward below them 
     m.set_profiler(nullptr);
     return p;
   };
-  auto calls = [](const Profiler& p, const std::string& name) {
-    for (const auto& e : p.entries())
-      if (e.name == name) return e.backward_calls;
-    return std::size_t(0);
-  };
+  auto calls = [](const Profiler& p, const std::string& name) { return backward_calls(p, name, true); };
   const Profiler full = run(net);
   const Eigen::ArrayXf g_full = net.parameters().grads();
   auto& P = net.parameters();

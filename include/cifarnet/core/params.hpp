@@ -107,10 +107,12 @@ class Parameters {
     info.offset = end;
     end += (info.size + kAlign - 1) / kAlign * kAlign;
     index_.emplace(info.name, infos_.size());
+    // The first id requiring a gradient moves past the new one only when
+    // none did before and the new one is state.
+    if (first_requiring_grad_ == infos_.size() && !info.trainable) ++first_requiring_grad_;
     requires_grad_.push_back(info.trainable ? 1 : 0);
     infos_.push_back(std::move(info));
     writes_.push_back(0);
-    update_first_requiring_grad();
     return infos_.size() - 1;
   }
 
