@@ -38,15 +38,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nhwc", "nchw"}))
       ->capture_default_str();
   app.add_option("--batch", batch, "Images per call.")->check(CLI::Range(1, 1000000))->capture_default_str();
+  std::string net = "resnet";
+  app.add_option("--net", net, "Whose 3x3 convolutions: resnet (ResNet-20's) or airbench (airbench94's).")
+      ->check(CLI::IsMember({"resnet", "airbench"}))
+      ->capture_default_str();
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
     const char* name;
     std::size_t ic, hw, oc, stride;
   };
-  const Shape shapes[] = {{"3->16 @32x32", 3, 32, 16, 1},       {"16->16 @32x32", 16, 32, 16, 1},
-                          {"16->32 s2 @32->16", 16, 32, 32, 2}, {"32->32 @16x16", 32, 16, 32, 1},
-                          {"32->64 s2 @16->8", 32, 16, 64, 2},  {"64->64 @8x8", 64, 8, 64, 1}};
+  const std::vector<Shape> resnet = {{"3->16 @32x32", 3, 32, 16, 1},       {"16->16 @32x32", 16, 32, 16, 1},
+                                     {"16->32 s2 @32->16", 16, 32, 32, 2}, {"32->32 @16x16", 32, 16, 32, 1},
+                                     {"32->64 s2 @16->8", 32, 16, 64, 2},  {"64->64 @8x8", 64, 8, 64, 1}};
+  const std::vector<Shape> airbench = {{"24->64 @31x31", 24, 31, 64, 1},
+                                       {"64->64 @15x15", 64, 15, 64, 1},
+                                       {"64->256 @15x15", 64, 15, 256, 1},
+                                       {"256->256 @7x7", 256, 7, 256, 1},
+                                       {"256->256 @3x3", 256, 3, 256, 1}};
+  const std::vector<Shape>& shapes = net == "airbench" ? airbench : resnet;
   std::printf(
       "conv_passes_bench: %d OpenMP threads, oneDNN %s, %s, batch %zu, bf16 kernels on this CPU: %s\n",
       omp_get_max_threads(), backend::onednn::version_string().c_str(), to_string(fmt), batch,

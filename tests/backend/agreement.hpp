@@ -179,6 +179,12 @@ inline std::vector<ConvGeom> pool_cases() {
   for (DataFormat fmt : kFormats) {
     out.push_back(padded_geom(fmt, {3, 4, 7, 6}, 4, 3, 2, 2, 0, 0, 2));
     out.push_back(padded_geom(fmt, {2, 5, 9, 8}, 5, 3, 1, 0, 1, 2, 0));
+    // Windows that do not overlap (oneDNN's own NHWC max-pool kernels):
+    // airbench's 2/2 at a vector-wide channel count, 3/3 with rows and
+    // columns outside every window, and stride above the window.
+    out.push_back(ConvGeom::make(fmt, {3, 64, 8, 9}, 64, 2, 2, Padding::Valid));
+    out.push_back(ConvGeom::make(fmt, {2, 7, 10, 11}, 7, 3, 3, Padding::Valid));
+    out.push_back(ConvGeom::make(fmt, {2, 5, 9, 9}, 5, 2, 3, Padding::Valid));
   }
   return out;
 }

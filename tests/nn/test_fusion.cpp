@@ -1,17 +1,13 @@
 // Fused layers against the unfused composition they replace: batch norm with
-// its ReLU (BatchNorm2d<C, FusedRelu>), convolution + batch norm as one layer
-// folded for inference (ConvBatchNorm), the residual sum with its ReLU
-// (Residual<..., FusedRelu>), the fused ResNet v1 block and a whole fused ResNet.
-// Both sides must have the same parameter names and give the same outputs,
-// input and parameter gradients, and moving statistics: the fused network on
-// the reference backend in double (rounding only) and on oneDNN in float,
-// each against the unfused network on the reference backend in double. The
-// reference's fused fallback (ReLU and its mask applied by the layer) is also
-// checked against finite differences.
-// The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole
-// fused ResNet in test_fusion_reference.cpp (with the finite differences)
-// and test_fusion_resnet_onednn.cpp: files of their own, so that no test
-// translation unit takes long to compile.
+// its ReLU or GELU (BatchNorm2d<C, FusedRelu>, BatchNorm2d<C, FusedGelu>), convolution + batch norm as one
+// layer folded for inference (ConvBatchNorm), the residual sum with its ReLU (Residual<..., FusedRelu>), the
+// fused ResNet v1 block and a whole fused ResNet. Both sides must have the same parameter names and give the
+// same outputs, input and parameter gradients, and moving statistics: the fused network on the reference
+// backend in double (rounding only) and on oneDNN in float, each against the unfused network on the reference
+// backend in double. The reference's fused fallback (ReLU and its mask applied by the layer) is also checked
+// against finite differences. The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole fused
+// ResNet in test_fusion_reference.cpp (with the finite differences) and test_fusion_resnet_onednn.cpp: files
+// of their own, so that no test translation unit takes long to compile.
 #include <cifarnet/backend/onednn.hpp>
 
 #include "nn/fusion_compare.hpp"
@@ -23,6 +19,18 @@ TEST_CASE("Batch norm with a fused ReLU equals batch norm followed by ReLU", "[n
   compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, FusedRelu>>,
               Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 3, 1e-5);
   compare_all<Sequential<BatchNorm2d<0, FusedRelu>>, Sequential<BatchNorm2d<0>, ReLU>>({17, 4, 5}, 4, 1e-5);
+}
+
+TEST_CASE("Batch norm with a fused GELU equals batch norm followed by GELU", "[nn][fusion][bn][gelu]") {
+  compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, FusedGelu>>,
+              Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, GELU>>({3, 6, 7}, 3, 1e-5);
+  compare_all<Sequential<BatchNorm2d<0, FusedGelu>>, Sequential<BatchNorm2d<0>, GELU>>({17, 4, 5}, 4, 1e-5);
+  // airbench's widths (the NHWC kernels specialised for 64 and 256 channels)
+  // at a batch where the sums run over thousands of values per channel.
+  compare_all<Sequential<BatchNorm2d<64, FusedGelu>>, Sequential<BatchNorm2d<64>, GELU>>({64, 16, 16}, 16,
+                                                                                         1e-5);
+  compare_all<Sequential<BatchNorm2d<256, FusedGelu>>, Sequential<BatchNorm2d<256>, GELU>>({256, 8, 8}, 32,
+                                                                                           1e-5);
 }
 
 TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded for inference",

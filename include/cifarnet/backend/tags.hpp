@@ -42,6 +42,9 @@ struct Cuda {
 ///                       both backward passes in one call
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
+///   fused_gelu          ops::BatchNorm's passes take a trailing
+///                       ops::BnActivation, Gelu included (the exact GELU in
+///                       the same passes over memory)
 ///   concurrent_replicas replicas of one model (distributed::Towers, one device
 ///                       each) may run at the same time on threads of their
 ///                       own: true for CUDA (one GPU per replica); false on the
@@ -61,6 +64,7 @@ struct backend_traits {
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
   static constexpr bool fused_relu = false;
+  static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
   static constexpr bool versioned_weights = false;
   static constexpr bool host_memory = true;
@@ -72,6 +76,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool bf16_convolutions = true;
   static constexpr bool joint_conv_backward = true;
   static constexpr bool fused_relu = true;
+  static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
   static constexpr bool versioned_weights = true;
   static constexpr bool host_memory = true;
@@ -83,6 +88,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
   static constexpr bool fused_relu = false;
+  static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;
   static constexpr bool versioned_weights = false;
   static constexpr bool host_memory = false;

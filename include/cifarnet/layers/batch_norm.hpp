@@ -10,7 +10,9 @@
 // BatchNorm2d<C, FusedRelu> is batch norm followed by ReLU in one layer (same
 // parameter names, kind "bn"): backends that fuse it (oneDNN's
 // fuse_norm_relu) skip the separate ReLU passes; others apply the ReLU and
-// its mask here.
+// its mask here. BatchNorm2d<C, FusedGelu> is the same with the exact GELU
+// (backend_traits<B>::fused_gelu; elsewhere, and with synchronized BN, the
+// layer keeps bn(x) and runs ops::Gelu on it).
 // With RunContext::cross_replica set, training uses the global batch's
 // statistics over all data-parallel replicas (ops::SyncBatchNorm).
 // Every pass is a backend op: ops::BatchNorm, ops::Relu (the ReLU and its
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,12 +31,24 @@
 
 namespace cifarnet {
 
-/// Batch normalization over channels; FusedRelu applies max(., 0) after it.
-template <int C = 0, auto ReluOpt = NoRelu>
+namespace detail {
+/// BatchNorm2d's stand-in for ops::Gelu when the layer has no GELU (never called).
+struct NoGeluOp {
+  template <class... A>
+  void forward(A&&...) {}
+  template <class... A>
+  void backward(A&&...) {}
+};
+}  // namespace detail
+
+/// Batch normalization over channels; FusedRelu applies max(., 0) after it,
+/// FusedGelu the exact GELU.
+template <int C = 0, auto ActOpt = NoRelu>
 struct BatchNorm2d : LayerBase {
-  static_assert(detail::ReluOption<ReluOpt>::valid,
-                "cifarnet: BatchNorm2d<C, Relu>: Relu must be FusedRelu or NoRelu (not a bool).");
-  static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
+  static_assert(detail::ReluOption<ActOpt>::valid || detail::GeluOption<ActOpt>::valid,
+                "cifarnet: BatchNorm2d<C, Act>: Act must be FusedRelu, FusedGelu or NoRelu (not a bool).");
+  static constexpr bool Relu = detail::ReluOption<ActOpt>::on;
+  static constexpr bool Gelu = detail::GeluOption<ActOpt>::on;
   static_assert(C >= 0, "cifarnet: BatchNorm2d<C>: C must be >= 0 (0 = inferred from the input).");
   static constexpr const char* kind = "bn";
   static constexpr int in_channels = C == 0 ? -1 : C;
@@ -43,6 +58,7 @@ struct BatchNorm2d : LayerBase {
     using B_ = detail::NodeBase<T>;
     using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
     static constexpr bool kFused = Relu && backend_traits<B>::fused_relu;
+    static constexpr bool kFusedGelu = Gelu && backend_traits<B>::fused_gelu;
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -72,17 +88,33 @@ struct BatchNorm2d : LayerBase {
       if (rc.training()) {
         x_ = &x;
         double m = double(s.n * s.h * s.w);
+        // A GELU the op does not fuse runs here on bn(x), kept in z_ for its backward.
+        T* bn_out = y_.data();
+        if (Gelu && (!kFusedGelu || rc.cross_replica)) {
+          ensure_shape(z_, s, fmt_);
+          bn_out = z_.data();
+        }
         if (rc.cross_replica) {  // synchronized BN: global statistics, then the inference op
           m = sync_.statistics(*rc.device, geom_, x.data(), *rc.cross_replica, mean_.data(), var_.data());
-          infer(rc, x, mean_.data(), var_.data());
+          if constexpr (Gelu) {
+            op_.forward_infer(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_),
+                              mean_.data(), var_.data(), bn_out);
+            gelu_.forward(*rc.device, z_.size(), z_.data(), y_.data());
+          } else {
+            infer(rc, x, mean_.data(), var_.data());
+          }
         } else {
           if constexpr (kFused)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
-          else
+          else if constexpr (kFusedGelu)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
+                              mean_.data(), var_.data(), ops::BnActivation::Gelu);
+          else
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), bn_out,
                               mean_.data(), var_.data());
           if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
+          if constexpr (Gelu && !kFusedGelu) gelu_.forward(*rc.device, z_.size(), z_.data(), y_.data());
         }
         const double bessel = m > 1 ? m / (m - 1) : 1.0;
         stats_.update_moving(*rc.device, s.c, decay_, bessel, mean_.data(), var_.data(), P.value(mmean_),
@@ -106,11 +138,17 @@ struct BatchNorm2d : LayerBase {
         dg = scratch_.data();
         db = scratch_.data() + in_.c;
       }
-      // The ReLU's mask: fused into the op, or applied here (dy where y > 0).
+      // The ReLU's mask (dy where y > 0) or the GELU's derivative: fused into
+      // the op, or applied here.
       const T* g = dy.data();
       if (Relu && !(kFused && !rc.cross_replica)) {
         ensure_shape(masked_, geom_.shape(), fmt_);
         relu_.backward(*rc.device, masked_.size(), y_.data(), dy.data(), masked_.data());
+        g = masked_.data();
+      }
+      if (Gelu && !(kFusedGelu && !rc.cross_replica)) {
+        ensure_shape(masked_, geom_.shape(), fmt_);
+        gelu_.backward(*rc.device, masked_.size(), z_.data(), dy.data(), masked_.data());
         g = masked_.data();
       }
       if (rc.cross_replica)  // synchronized BN (ops::SyncBatchNorm)
@@ -119,6 +157,9 @@ struct BatchNorm2d : LayerBase {
       else if constexpr (kFused)
         op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
                      db, true);
+      else if constexpr (kFusedGelu)
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
+                     db, ops::BnActivation::Gelu);
       else
         op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
                      db);
@@ -136,20 +177,28 @@ struct BatchNorm2d : LayerBase {
       if constexpr (kFused)
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data(), true);
+      else if constexpr (kFusedGelu)
+        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
+                          y_.data(), ops::BnActivation::Gelu);
       else
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data());
       if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
+      if constexpr (Gelu && !kFusedGelu) gelu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
     }
     ops::BatchNorm<B, T> op_;
     ops::Relu<B, T> relu_;  // the ReLU and its mask where the op does not fuse them
+    // The GELU where the op does not fuse it (a placeholder in layers without
+    // GELU: backends without a Gelu op still build every other BatchNorm2d).
+    std::conditional_t<Gelu, ops::Gelu<B, T>, detail::NoGeluOp> gelu_;
     ops::BnStats<B, T> stats_;
     ops::SyncBatchNorm<B, T> sync_;
     ChannelGeom geom_;
     double decay_ = 0.997, eps_ = 1e-5;
     std::size_t gamma_ = 0, beta_ = 0, mmean_ = 0, mvar_ = 0;
     Buffer<T> mean_, var_, scratch_;  // sized in forward/backward: device memory on CUDA
-    Tensor<T> masked_;                // dy masked by the ReLU when the op does not fuse it
+    Tensor<T> masked_;                // dy through the ReLU or GELU when the op does not fuse it
+    Tensor<T> z_;                     // bn(x) under a GELU the op does not fuse (its backward's input)
     const Tensor<T>* x_ = nullptr;
   };
 };

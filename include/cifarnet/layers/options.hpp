@@ -6,6 +6,7 @@
 //   Conv2d<3, 64, 5, 1, Padding::Same, WithBias>    // default: NoBias
 //   Dense<64, 10, NoBias>                           // default: WithBias
 //   BatchNorm2d<64, FusedRelu>                      // default: NoRelu
+//   BatchNorm2d<256, FusedGelu>                     // GELU instead of ReLU
 //   ConvBatchNorm<16, 32, 3, 2, Padding::Explicit, FusedRelu>
 //   Residual<Body, Shortcut, FusedRelu>             // ReLU on the sum
 //
@@ -29,6 +30,11 @@ enum class ReluAfter { No, Fused };
 inline constexpr ReluAfter NoRelu = ReluAfter::No;
 inline constexpr ReluAfter FusedRelu = ReluAfter::Fused;
 
+/// Whether a BatchNorm2d applies the exact GELU to its output itself (in
+/// the same passes where the backend fuses it: backend_traits<B>::fused_gelu).
+enum class GeluAfter { No, Fused };
+inline constexpr GeluAfter FusedGelu = GeluAfter::Fused;
+
 namespace detail {
 /// V checked as a value of the option enum Option: `valid` is false for a
 /// bool or a number (the layer's static_assert says what to pass), `on` is
@@ -43,6 +49,8 @@ template <auto V>
 using BiasOption = NamedOption<BiasTerm, V>;
 template <auto V>
 using ReluOption = NamedOption<ReluAfter, V>;
+template <auto V>
+using GeluOption = NamedOption<GeluAfter, V>;
 }  // namespace detail
 
 }  // namespace cifarnet

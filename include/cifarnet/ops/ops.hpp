@@ -80,6 +80,11 @@
 namespace cifarnet {
 namespace ops {
 
+/// The activation a backend's BatchNorm applies in its own passes
+/// (backend_traits<B>::fused_relu, fused_gelu): the forward writes act(bn(x))
+/// and the backward takes the gradient of that output.
+enum class BnActivation { None, Relu, Gelu };
+
 #define CIFARNET_OP_PRIMARY(Op)                                                                   \
   template <class B, class T>                                                                     \
   struct Op {                                                                                     \

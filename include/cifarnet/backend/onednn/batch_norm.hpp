@@ -15,9 +15,17 @@
 // a mask kept by this op, and backward takes the gradient of the ReLU's
 // output (dy) and applies that mask itself, so a fused backward must follow
 // the training forward of the same geometry.
+//
+// With BnActivation::Gelu the exact GELU follows in the same passes: the
+// forward writes gelu(bn(x)) and keeps bn's per-channel a, b (bn(x) = x a +
+// b); the backward recomputes bn(x) from x, a and b in the pass of its sums
+// (no pre-activation tensor is stored). Inference computes a, b from the
+// moving statistics and runs the same GELU kernel (oneDNN 2.6's batch norm
+// has no GELU post-op).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <tuple>
 
@@ -34,7 +42,8 @@ namespace ops {
 template <>
 struct BatchNorm<backend::OneDnn, float> {
   using Dev = Device<backend::OneDnn>;
-  /// forward_train / forward_infer / backward take `relu` (fused ReLU).
+  /// forward_train / forward_infer / backward take `relu` (fused ReLU) or a
+  /// BnActivation (ReLU or GELU).
   static constexpr bool fuses_relu = true;
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the batch statistics,
@@ -42,28 +51,56 @@ struct BatchNorm<backend::OneDnn, float> {
   /// With `relu`, y = max(bn(x), 0) (fused).
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var, bool relu = false) {
+    forward_train(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None);
+  }
+  /// The same with the activation `act` applied in the same pass.
+  void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
+                     const float* beta, float* y, float* mean, float* var, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
     (void)dev;
     std::uint8_t* m = nullptr;
-    if (relu) {
+    float* ab = nullptr;
+    if (act == BnActivation::Relu) {
       mask_.resize(g.size());
-      mask_geom_ = g;
       m = mask_.data();
+    } else if (act == BnActivation::Gelu) {
+      gelu_ab_.resize(2 * g.c);
+      ab = gelu_ab_.data();
     }
-    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_);
+    act_geom_ = g;
+    act_ = act;
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab);
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
   /// With `relu`, y = max(bn(x), 0) (fused).
   void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
                      const float* beta, const float* mean, const float* var, float* y, bool relu = false) {
+    forward_infer(dev, g, eps, x, gamma, beta, mean, var, y, relu ? BnActivation::Relu : BnActivation::None);
+  }
+  /// The same with the activation `act` applied in the same pass.
+  void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
+                     const float* beta, const float* mean, const float* var, float* y, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_infer";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}, {y, "y"}});
+    if (act == BnActivation::Gelu) {  // a, b as the training forward forms them, then the GELU kernel
+      infer_ab_.resize(2 * g.c);
+      float *a = infer_ab_.data(), *b = a + g.c;
+      for (std::size_t c = 0; c < g.c; ++c) {
+        const double scale = double(gamma[c]) / std::sqrt(double(var[c]) + eps);
+        a[c] = float(scale);
+        b[c] = float(double(beta[c]) - double(mean[c]) * scale);
+      }
+      namespace bn = backend::onednn::bn;
+      bn::with_channels(g, [&](auto cc) { bn::affine_gelu<decltype(cc)::value>(g, x, a, b, y); });
+      return;
+    }
+    const bool relu = act == BnActivation::Relu;
     on::guarded(op, [&] {
       State& s = state(dev, g, eps, relu);
       dnnl::primitive& p = s.infer(cache_, dev.engine);
@@ -84,6 +121,15 @@ struct BatchNorm<backend::OneDnn, float> {
   void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
                 float* dbeta, bool relu = false) {
+    backward(dev, g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+             relu ? BnActivation::Relu : BnActivation::None);
+  }
+  /// The same for a forward with the activation `act`: dy is the gradient of
+  /// act's output, and the last forward_train of this geometry must have
+  /// used the same act (its mask or its a, b are used here).
+  void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
+                float* dbeta, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward";
     on::check_geometry(g, op);
@@ -96,11 +142,13 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
     (void)dev;
-    if (relu && (!mask_geom_ || *mask_geom_ != g))
-      throw ConfigError(
-          detail::concat(op, ": fused ReLU backward without a training forward (", on::describe(g), ")"));
+    if (act != BnActivation::None && (!act_geom_ || *act_geom_ != g || act_ != act))
+      throw ConfigError(detail::concat(op, ": fused ", act == BnActivation::Relu ? "ReLU" : "GELU",
+                                       " backward without a training forward with it (", on::describe(g),
+                                       ")"));
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  relu ? mask_.data() : nullptr, scratch_);
+                                  act == BnActivation::Relu ? mask_.data() : nullptr, scratch_,
+                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr);
   }
 
   /// Geometries whose primitives are cached now.
@@ -148,9 +196,12 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   Cache cache_;
-  std::vector<std::uint8_t> mask_;        // the fused ReLU's mask of the last training forward
-  std::optional<ChannelGeom> mask_geom_;  // its geometry
-  backend::onednn::bn::Scratch scratch_;  // the kernels' buffers, kept between calls
+  std::vector<std::uint8_t> mask_;         // the fused ReLU's mask of the last training forward
+  std::vector<float> gelu_ab_;             // the fused GELU's a, b (2C) of the last training forward
+  std::vector<float> infer_ab_;            // the same for inference, from the moving statistics
+  std::optional<ChannelGeom> act_geom_;    // the last training forward's geometry
+  BnActivation act_ = BnActivation::None;  // and its activation
+  backend::onednn::bn::Scratch scratch_;   // the kernels' buffers, kept between calls
 };
 
 }  // namespace ops

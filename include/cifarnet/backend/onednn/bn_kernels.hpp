@@ -27,6 +27,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>  // Eigen's vectorized erf (packet math)
+
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -53,6 +56,38 @@ struct Scratch {
 /// while their rounding stays at the level of a few float ulps.
 inline constexpr std::size_t kBlockRows = 16;
 
+/// The GELU fused after batch normalization (exact erf form, PyTorch's
+/// nn.GELU() default): gelu(z) = z Φ(z), gelu'(z) = Φ(z) + z φ(z) with
+/// Φ(z) = (1 + erf(z/√2))/2, φ(z) = exp(-z²/2)/√(2π). Written as Eigen array
+/// expressions over a row (NHWC) or plane (NCHW) so erf and exp run as
+/// Eigen's vectorized packet functions (float erf to a few ulp, as oneDNN's
+/// gelu_erf); z = x a + b is formed inside the expression, never stored.
+namespace gelu {
+inline constexpr float kRsqrt2 = 0.70710678118654752f, kRsqrt2Pi = 0.39894228040143268f;
+template <std::size_t CC>
+using Row = Eigen::Array<float, CC == 0 ? Eigen::Dynamic : int(CC), 1>;
+
+/// y = gelu(z) for the expression z.
+template <class Z, class Y>
+inline void value(const Z& z, Y&& y) {
+  y = z * (0.5f + 0.5f * (z * kRsqrt2).erf());
+}
+/// u = dy gelu'(z) for the expressions z and dy.
+template <class Z, class D, class U>
+inline void grad(const Z& z, const D& dy, U&& u) {
+  u = dy * (0.5f + 0.5f * (z * kRsqrt2).erf() + kRsqrt2Pi * z * (-0.5f * z.square()).exp());
+}
+}  // namespace gelu
+
+/// The fused GELU's input to the backward sums: the forward's per-channel
+/// a and b (z = x a + b, from the forward's statistics and gamma/beta), and
+/// the buffer (dx, overwritten later) that receives u = dy gelu'(z).
+struct GeluGrad {
+  const float* a;
+  const float* b;
+  float* u;
+};
+
 /// The two per-channel sums of one pass over (n, h, w), into sc.sums:
 ///   sums[c] = sum u, sums[C + c] = sum u * v
 /// with u = x - k[c] and v = x - k[c] (statistics: kind Stats), or
@@ -72,7 +107,8 @@ enum class SumKind { Stats, Grad };
 template <SumKind K, std::size_t C>
 void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const float* __restrict dy,
                const std::uint8_t* __restrict mask, const float* __restrict k, double* __restrict s1,
-               double* __restrict s2) {
+               double* __restrict s2, const GeluGrad* gg) {
+  using Row = gelu::Row<C>;
   double d1[C], d2[C];
   float kc[C];
   for (std::size_t c = 0; c < C; ++c) {
@@ -91,6 +127,16 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
           const float v = xr[c] - kc[c];
           b1[c] += v;
           b2[c] += v * v;
+        }
+      } else if (gg) {  // u = dy gelu'(x a + b), stored for input_gradient, then summed
+        float* __restrict ur = gg->u + r * C;
+        const Eigen::Map<const Row> xv(xr), av(gg->a), bv(gg->b);
+        gelu::grad(xv * av + bv, Eigen::Map<const Row>(dy + r * C), Eigen::Map<Row>(ur));
+#pragma omp simd
+        for (std::size_t c = 0; c < C; ++c) {
+          const float u = ur[c];
+          b1[c] += u;
+          b2[c] += u * (xr[c] - kc[c]);
         }
       } else if (mask) {
         const float* __restrict dr = dy + r * C;
@@ -124,7 +170,8 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
 
 template <SumKind K, std::size_t CC = 0>
 void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
-                  const std::uint8_t* __restrict mask, const float* __restrict k, Scratch& sc) {
+                  const std::uint8_t* __restrict mask, const float* __restrict k, Scratch& sc,
+                  const GeluGrad* gg = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const int nt = std::max(1, omp_get_max_threads());
   sc.part.assign(std::size_t(nt) * 2 * C, 0.0);
@@ -140,13 +187,27 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
       v = x[i] - kc;
       if constexpr (K == SumKind::Stats) {
         u = v;
+      } else if (gg) {
+        u = gg->u[i];  // computed by the row's or plane's gelu::grad just before
       } else {
         u = mask ? dy[i] * float(mask[i]) : dy[i];
       }
     };
+    // The fused GELU's u = dy gelu'(x a + b) for n values at `base` with the
+    // coefficients a, b (length n: an NHWC row; length 1: an NCHW plane).
+    auto gelu_u = [&](std::size_t base, std::size_t n, const float* a, const float* b, bool per_value) {
+      using Row = gelu::Row<0>;
+      const Eigen::Map<const Row> xv(x + base, Eigen::Index(n)), dv(dy + base, Eigen::Index(n));
+      Eigen::Map<Row> uv(gg->u + base, Eigen::Index(n));
+      if (per_value)
+        gelu::grad(xv * Eigen::Map<const Row>(a, Eigen::Index(n)) + Eigen::Map<const Row>(b, Eigen::Index(n)),
+                   dv, uv);
+      else
+        gelu::grad(xv * *a + *b, dv, uv);
+    };
     if (g.fmt == DataFormat::NHWC && CC != 0) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
-      if constexpr (CC != 0) nhwc_sums<K, CC>(r0, r1, x, dy, mask, k, s1, s2);
+      if constexpr (CC != 0) nhwc_sums<K, CC>(r0, r1, x, dy, mask, k, s1, s2, gg);
     } else if (g.fmt == DataFormat::NHWC) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
       for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
@@ -154,6 +215,7 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
         for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
         for (std::size_t r = rb; r < re; ++r) {
           const std::size_t base = r * C;
+          if (K == SumKind::Grad && gg) gelu_u(base, C, gg->a, gg->b, true);
 #pragma omp simd
           for (std::size_t c = 0; c < C; ++c) {
             float u, v;
@@ -173,6 +235,7 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
       for (std::size_t p = p0; p < p1; ++p) {
         const std::size_t c = p % C, base = p * hw;
         const float kc = k[c];
+        if (K == SumKind::Grad && gg) gelu_u(base, hw, gg->a + c, gg->b + c, false);
         double a = 0, b = 0;
         for (std::size_t ib = 0; ib < hw; ib += 256) {  // float sums of 256 values, then double
           const std::size_t ie = std::min(hw, ib + 256);
@@ -265,11 +328,13 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
 }
 
 /// One NHWC row of input_gradient(): C values (CC when known at compile time).
+/// ds and os may be the same buffer (the fused GELU's u is overwritten by
+/// dx), so they are not restrict; each element is read before it is written.
 template <std::size_t CC>
-inline void input_gradient_row(std::size_t C, const float* __restrict xs, const float* __restrict ds,
+inline void input_gradient_row(std::size_t C, const float* __restrict xs, const float* ds,
                                const std::uint8_t* __restrict ms, const float* __restrict mean,
                                const float* __restrict A, const float* __restrict B,
-                               const float* __restrict D, float* __restrict os) {
+                               const float* __restrict D, float* os) {
   const std::size_t n = CC ? CC : C;
   if (ms) {
 #pragma omp simd
@@ -282,12 +347,12 @@ inline void input_gradient_row(std::size_t C, const float* __restrict xs, const 
 }
 
 /// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or dy * mask),
-/// parallel over rows (NHWC) or planes (NCHW).
+/// parallel over rows (NHWC) or planes (NCHW); dy == dx allowed.
 template <std::size_t CC = 0>
-void input_gradient(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
+void input_gradient(const ChannelGeom& g, const float* __restrict x, const float* dy,
                     const std::uint8_t* __restrict mask, const float* __restrict mean,
                     const float* __restrict A, const float* __restrict B, const float* __restrict D,
-                    float* __restrict dx) {
+                    float* dx) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
@@ -326,8 +391,32 @@ void input_gradient(const ChannelGeom& g, const float* __restrict x, const float
   }
 }
 
+/// y[i] = gelu(x[i] a[c] + b[c]) (the fused GELU's forward), parallel over
+/// rows (NHWC) or planes (NCHW).
+template <std::size_t CC = 0>
+void affine_gelu(const ChannelGeom& g, const float* x, const float* a, const float* b, float* y) {
+  using Row = gelu::Row<CC>;
+  const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
+  const bool nhwc = g.fmt == DataFormat::NHWC;
+  const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
+  const Eigen::Index len = Eigen::Index(nhwc ? C : hw);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t u = 0; u < units; ++u) {
+    const std::size_t base = std::size_t(u) * std::size_t(len);
+    const Eigen::Map<const Row> xv(x + base, len);
+    Eigen::Map<Row> yv(y + base, len);
+    if (nhwc) {
+      gelu::value(xv * Eigen::Map<const Row>(a, len) + Eigen::Map<const Row>(b, len), yv);
+    } else {
+      const std::size_t c = std::size_t(u) % C;
+      gelu::value(xv * a[c] + b[c], yv);
+    }
+  }
+}
+
 /// f(std::integral_constant<std::size_t, C>) with C = the channel count when
-/// it is one of ResNet's (16, 32, 64) and the layout is NHWC, so the
+/// it is one of ResNet's (16, 32, 64) or airbench's (64, 128, 256) and the
+/// layout is NHWC, so the
 /// per-row loops have a trip count known at compile time; else C = 0 (any).
 template <class F>
 void with_channels(const ChannelGeom& g, F&& f) {
@@ -335,6 +424,8 @@ void with_channels(const ChannelGeom& g, F&& f) {
     if (g.c == 16) return f(std::integral_constant<std::size_t, 16>{});
     if (g.c == 32) return f(std::integral_constant<std::size_t, 32>{});
     if (g.c == 64) return f(std::integral_constant<std::size_t, 64>{});
+    if (g.c == 128) return f(std::integral_constant<std::size_t, 128>{});
+    if (g.c == 256) return f(std::integral_constant<std::size_t, 256>{});
   }
   f(std::integral_constant<std::size_t, 0>{});
 }
@@ -347,10 +438,11 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// Training forward: the batch mean and biased variance of each channel
 /// (sums of x - x0 and (x - x0)^2, x0 the channel's first value), then
 /// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
-/// `mask`, y = max(y, 0) and mask[i] = (y > 0).
+/// `mask`, y = max(y, 0) and mask[i] = (y > 0); with `gelu_ab` (2C floats),
+/// y = gelu(x * a + b) and a, b are kept there for the backward.
 inline void forward_train(const ChannelGeom& g, double eps, const float* x, const float* gamma,
                           const float* beta, float* y, float* mean, float* var, std::uint8_t* mask,
-                          Scratch& sc) {
+                          Scratch& sc, float* gelu_ab = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -368,22 +460,34 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
     a[c] = float(scale);
     b[c] = float(double(beta[c]) - mu * scale);
   }
+  if (gelu_ab) {
+    std::copy(a, a + C, gelu_ab);
+    std::copy(b, b + C, gelu_ab + C);
+    with_channels(g, [&](auto cc) { affine_gelu<decltype(cc)::value>(g, x, a, b, y); });
+    return;
+  }
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask); });
 }
 
 /// Backward of the training forward, given its batch statistics: with
 /// inv = 1/sqrt(var + eps), xhat = (x - mean) inv and dyr = dy (or dy where
-/// mask, with the fused ReLU):
+/// mask, with the fused ReLU; dy gelu'(x a + b) with the fused GELU, whose
+/// a, b the forward kept in `gelu_ab`):
 ///   dbeta = sum dyr, dgamma = inv * sum dyr (x - mean)
 ///   dx = gamma inv / m * (m dyr - dbeta - xhat dgamma)
 /// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
+/// The GELU's dyr is computed once, in the pass of the sums, into dx, which
+/// the second pass then overwrites in place.
 inline void backward(const ChannelGeom& g, double eps, const float* x, const float* dy, const float* gamma,
                      const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
-                     const std::uint8_t* mask, Scratch& sc) {
+                     const std::uint8_t* mask, Scratch& sc, const float* gelu_ab = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
-  with_channels(g,
-                [&](auto cc) { channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sc); });
+  const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
+  with_channels(g, [&](auto cc) {
+    channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sc, gelu_ab ? &gg : nullptr);
+  });
+  if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
   const std::vector<double>& sums = sc.sums;
   sc.coef.resize(3 * C);
   float *A = sc.coef.data(), *B = A + C, *D = B + C;

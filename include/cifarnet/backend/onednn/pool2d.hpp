@@ -12,11 +12,20 @@
 // rebuild it. So backward is correct for the x it is given as long as the
 // contents of x did not change since the training forward that read the same
 // buffer. dx is overwritten.
+//
+// Max pooling over NHWC data with windows that do not overlap and no padding
+// (airbench's pools) runs in the project's own loops instead
+// (onednn/max_pool_kernels.hpp: one byte of argmax per output, a backward
+// that writes dx once), with the same rule for its argmax.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <tuple>
+#include <vector>
 
 #include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/backend/onednn/max_pool_kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -33,6 +42,17 @@ struct Pool2d<backend::OneDnn, float> {
     static constexpr const char* op = "Pool2d forward";
     on::check_geometry(g, op, true);
     on::require(op, {{x, "x"}, {y, "y"}});
+    if (kind == PoolKind::Max && on::max_pool::handles(g)) {
+      std::uint8_t* a = nullptr;
+      if (training) {
+        argmax_.resize(g.n * g.oh * g.ow * g.ic);
+        argmax_geom_ = g;
+        argmax_src_ = x;
+        a = argmax_.data();
+      }
+      on::max_pool::forward(g, x, y, a);
+      return;
+    }
     on::guarded(op, [&] {
       state(dev, g, kind).forward(cache_, dev, training, x, y);
       dev.stream.wait();
@@ -47,6 +67,17 @@ struct Pool2d<backend::OneDnn, float> {
     static constexpr const char* op = "Pool2d backward";
     on::check_geometry(g, op, true);
     on::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
+    if (kind == PoolKind::Max && on::max_pool::handles(g)) {
+      if (!argmax_geom_ || *argmax_geom_ != g || argmax_src_ != x) {  // rebuild the argmax from x
+        argmax_.resize(g.n * g.oh * g.ow * g.ic);
+        y_scratch_.resize(argmax_.size());
+        on::max_pool::forward(g, x, y_scratch_.data(), argmax_.data());
+        argmax_geom_ = g;
+        argmax_src_ = x;
+      }
+      on::max_pool::backward(g, argmax_.data(), dy, dx);
+      return;
+    }
     on::guarded(op, [&] {
       state(dev, g, kind).backward(cache_, dev, x, dy, dx);
       dev.stream.wait();
@@ -81,6 +112,12 @@ struct Pool2d<backend::OneDnn, float> {
   }
 
   backend::onednn::PrimitiveCache<Key, State> cache_;
+  // The own max-pool kernels' argmax of the last training forward, its
+  // geometry and input buffer (as the workspace of the primitives).
+  std::vector<std::uint8_t> argmax_;
+  std::optional<ConvGeom> argmax_geom_;
+  const float* argmax_src_ = nullptr;
+  std::vector<float> y_scratch_;  // the output of a forward rerun only to rebuild the argmax
 };
 
 }  // namespace ops

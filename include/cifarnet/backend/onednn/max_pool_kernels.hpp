@@ -1,0 +1,107 @@
+// cifarnet/backend/onednn/max_pool_kernels.hpp — max pooling over NHWC float
+// data with windows that do not overlap (stride >= window) and no padding,
+// in the project's own OpenMP loops, used by the oneDNN backend's Pool2d for
+// those geometries (airbench's 2×2/2 and 3×3/3 pools).
+//
+// Why not oneDNN's primitive there: oneDNN 2.6's NHWC max pooling forward and
+// backward ran at about 60 % of the memory rate of the batch norm passes on
+// the same data (docs/BENCHMARKS.md, airbench profile); without overlap, each
+// input element belongs to at most one window, so the backward writes every
+// element of dx exactly once (the gradient at the window's argmax, 0 elsewhere)
+// with no zeroing pass and no scattered accumulation, and the forward keeps
+// the argmax as one byte per output value. Vectorized over channels.
+//
+// Semantics as the reference backend's: the first maximum of a window in
+// row-major order wins (strict >, starting from -inf), so a NaN never wins
+// and ties go to the earliest position.
+#pragma once
+
+#include <omp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace max_pool {
+
+/// Whether these kernels handle g: NHWC, no padding, stride >= window in both
+/// axes, at most 255 window positions (the argmax is one byte).
+inline bool handles(const ConvGeom& g) {
+  return g.fmt == DataFormat::NHWC && g.pt == 0 && g.pb == 0 && g.pl == 0 && g.pr == 0 && g.sh >= g.kh &&
+         g.sw >= g.kw && g.kh * g.kw <= 255 && g.oh > 0 && g.ow > 0 && (g.oh - 1) * g.sh + g.kh <= g.ih &&
+         (g.ow - 1) * g.sw + g.kw <= g.iw;
+}
+
+/// y = max over each window; with `argmax`, the window position (ky kw + kx)
+/// of each output's maximum. Parallel over output rows.
+inline void forward(const ConvGeom& g, const float* x, float* y, std::uint8_t* argmax) {
+  const std::size_t C = g.ic;
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t n = std::size_t(r) / g.oh, oy = std::size_t(r) % g.oh;
+    for (std::size_t ox = 0; ox < g.ow; ++ox) {
+      const std::size_t o = (std::size_t(r) * g.ow + ox) * C;
+      float* __restrict yo = y + o;
+      std::uint8_t* __restrict ao = argmax ? argmax + o : nullptr;
+      for (std::size_t c = 0; c < C; ++c) yo[c] = -std::numeric_limits<float>::infinity();
+      if (ao)
+        for (std::size_t c = 0; c < C; ++c) ao[c] = 0;
+      for (std::size_t ky = 0; ky < g.kh; ++ky)
+        for (std::size_t kx = 0; kx < g.kw; ++kx) {
+          const float* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
+          const auto k = std::uint8_t(ky * g.kw + kx);
+          if (ao) {
+#pragma omp simd
+            for (std::size_t c = 0; c < C; ++c) {
+              const bool win = xi[c] > yo[c];
+              yo[c] = win ? xi[c] : yo[c];
+              ao[c] = win ? k : ao[c];
+            }
+          } else {
+#pragma omp simd
+            for (std::size_t c = 0; c < C; ++c) yo[c] = xi[c] > yo[c] ? xi[c] : yo[c];
+          }
+        }
+    }
+  }
+}
+
+/// dx from dy: each input element gets dy of its window's output where it is
+/// that window's argmax, 0 elsewhere (also outside every window). dx is
+/// written once per element. Parallel over input rows.
+inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, float* dx) {
+  const std::size_t C = g.ic;
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t n = std::size_t(r) / g.ih, iy = std::size_t(r) % g.ih;
+    const std::size_t oy = iy / g.sh, ky = iy % g.sh;
+    const bool row_in = oy < g.oh && ky < g.kh;
+    float* __restrict dxr = dx + std::size_t(r) * g.iw * C;
+    for (std::size_t ix = 0; ix < g.iw; ++ix) {
+      float* __restrict d = dxr + ix * C;
+      const std::size_t ox = ix / g.sw, kx = ix % g.sw;
+      if (!row_in || ox >= g.ow || kx >= g.kw) {
+        for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
+        continue;
+      }
+      const std::size_t o = ((n * g.oh + oy) * g.ow + ox) * C;
+      const float* __restrict dyo = dy + o;
+      const std::uint8_t* __restrict ao = argmax + o;
+      const auto k = std::uint8_t(ky * g.kw + kx);
+#pragma omp simd
+      for (std::size_t c = 0; c < C; ++c) d[c] = ao[c] == k ? dyo[c] : 0.f;
+    }
+  }
+}
+
+}  // namespace max_pool
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet
