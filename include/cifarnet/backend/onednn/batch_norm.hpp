@@ -96,8 +96,7 @@ struct BatchNorm<backend::OneDnn, float> {
         a[c] = float(scale);
         b[c] = float(double(beta[c]) - double(mean[c]) * scale);
       }
-      namespace bn = backend::onednn::bn;
-      bn::with_channels(g, [&](auto cc) { bn::affine_gelu<decltype(cc)::value>(g, x, a, b, y); });
+      backend::onednn::bn::affine_gelu(g, x, a, b, y);
       return;
     }
     const bool relu = act == BnActivation::Relu;
