@@ -10,6 +10,9 @@
 // of their own, so that no test translation unit takes long to compile.
 #include <cifarnet/backend/onednn.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "nn/fusion_compare.hpp"
 
 using namespace cifarnet;
@@ -44,4 +47,54 @@ TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
   compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
+}
+
+namespace {
+/// Synchronized BN's reducer for one replica: its sums are already global.
+struct OneReplica : CrossReplicaSum {
+  void sum(double*, std::size_t) override {}
+};
+
+/// BatchNorm2d<C, FusedGelu> under synchronized BN (the layer runs the GELU
+/// itself, on bn(x) kept for its backward) against the same layer without it,
+/// on backend B: outputs and parameter gradients.
+template <class B>
+void check_sync_gelu() {
+  using Net =
+      Sequential<Conv2d<3, 6, 3>, BatchNorm2d<6, FusedGelu>, Conv2d<6, 4, 3>, BatchNorm2d<4, FusedGelu>>;
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Model<Net, B> plain({3, 7, 6}, fmt, NetOptions{}, 3), synced({3, 7, 6}, fmt, NetOptions{}, 3);
+    OneReplica one;
+    synced.set_cross_replica(&one);
+    Rng rng(9);
+    Tensor<float> x = make_tensor<float>({5, 3, 7, 6}, fmt), dy;
+    for (auto& v : x) v = float(rng.uniform(-2, 2));
+    const Tensor<float>& y1 = plain.forward(x);
+    const Tensor<float>& y2 = synced.forward(x);
+    REQUIRE(y1.size() == y2.size());
+    dy = y1;
+    for (auto& v : dy) v = float(rng.uniform(-1, 1));
+    double dy_max = 0;
+    for (std::size_t i = 0; i < y1.size(); ++i)
+      dy_max = std::max(dy_max, std::abs(double(y1.data()[i]) - double(y2.data()[i])));
+    CHECK(dy_max < 1e-5);
+    plain.backward(dy);
+    synced.backward(dy);
+    const auto &g1 = plain.parameters().grads(), &g2 = synced.parameters().grads();
+    double g_max = 0, g_scale = 0;
+    for (Eigen::Index i = 0; i < g1.size(); ++i) {
+      g_max = std::max(g_max, std::abs(double(g1[i]) - double(g2[i])));
+      g_scale = std::max(g_scale, std::abs(double(g1[i])));
+    }
+    CHECK(g_scale > 0);
+    CHECK(g_max < 1e-5 * std::max(1.0, g_scale));
+  }
+}
+}  // namespace
+
+TEST_CASE("Batch norm with a fused GELU under synchronized BN equals it without, on both CPU backends",
+          "[nn][fusion][bn][gelu][sync_bn]") {
+  check_sync_gelu<backend::Reference>();
+  check_sync_gelu<backend::OneDnn>();
 }
