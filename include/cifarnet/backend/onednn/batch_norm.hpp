@@ -25,7 +25,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <tuple>
 
@@ -91,11 +90,9 @@ struct BatchNorm<backend::OneDnn, float> {
     if (act == BnActivation::Gelu) {  // a, b as the training forward forms them, then the GELU kernel
       infer_ab_.resize(2 * g.c);
       float *a = infer_ab_.data(), *b = a + g.c;
-      for (std::size_t c = 0; c < g.c; ++c) {
-        const double scale = double(gamma[c]) / std::sqrt(double(var[c]) + eps);
-        a[c] = float(scale);
-        b[c] = float(double(beta[c]) - double(mean[c]) * scale);
-      }
+      for (std::size_t c = 0; c < g.c; ++c)
+        backend::onednn::bn::scale_shift(double(gamma[c]), double(beta[c]), double(mean[c]), double(var[c]),
+                                         eps, a[c], b[c]);
       backend::onednn::bn::affine_gelu(g, x, a, b, y);
       return;
     }

@@ -73,9 +73,9 @@ template <class Z>
 inline void value(const Z& z, Out y) {
   y = z * (0.5f + 0.5f * (z * kRsqrt2).erf());
 }
-/// u = dy gelu'(z) for the expressions z and dy.
-template <class Z>
-inline void grad(const Z& z, const In& dy, Out u) {
+/// u = dy gelu'(z) for the expressions z and dy (u: a map of any length).
+template <class Z, class D, class U>
+inline void grad(const Z& z, const D& dy, U u) {
   u = dy * (0.5f + 0.5f * (z * kRsqrt2).erf() + kRsqrt2Pi * z * (-0.5f * z.square()).exp());
 }
 // The four entry points, plain functions so the Eigen code is compiled once
@@ -101,15 +101,22 @@ template <std::size_t N>
 inline void grad_row(const float* x, const float* dy, const float* a, const float* b, float* u) {
   using R = Eigen::Array<float, int(N), 1>;
   const Eigen::Map<const R> xv(x), av(a), bv(b), dv(dy);
-  const auto z = xv * av + bv;
-  Eigen::Map<R> uv(u);
-  uv = dv * (0.5f + 0.5f * (z * kRsqrt2).erf() + kRsqrt2Pi * z * (-0.5f * z.square()).exp());
+  grad(xv * av + bv, dv, Eigen::Map<R>(u));
 }
 inline void grad_plane(std::size_t n, const float* x, const float* dy, float a, float b, float* u) {
   const auto m = Eigen::Index(n);
   grad(In(x, m) * a + b, In(dy, m), Out(u, m));
 }
 }  // namespace gelu
+
+/// bn(x) = x a + b per channel: a = gamma / sqrt(var + eps), b = beta - mean a
+/// (the training forward's coefficients from the batch statistics, the
+/// inference's from the moving ones).
+inline void scale_shift(double gamma, double beta, double mean, double var, double eps, float& a, float& b) {
+  const double scale = gamma / std::sqrt(var + eps);
+  a = float(scale);
+  b = float(beta - mean * scale);
+}
 
 /// The fused GELU's input to the backward sums: the forward's per-channel
 /// a and b (z = x a + b, from the forward's statistics and gamma/beta), and
@@ -478,9 +485,7 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
     const double d = sums[c] / m, mu = double(shift[c]) + d, v = std::max(0.0, sums[C + c] / m - d * d);
     mean[c] = float(mu);
     var[c] = float(v);
-    const double scale = double(gamma[c]) / std::sqrt(v + eps);
-    a[c] = float(scale);
-    b[c] = float(double(beta[c]) - mu * scale);
+    scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
   }
   if (gelu_ab) {
     std::copy(a, a + C, gelu_ab);
