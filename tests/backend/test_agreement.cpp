@@ -263,6 +263,40 @@ TEMPLATE_TEST_CASE("Eltwise add (with and without ReLU, in place) and affine agr
   }
 }
 
+TEMPLATE_TEST_CASE("Eltwise add_masked (a sum through a ReLU's mask, in place) agrees with the reference",
+                   "[backend][agreement][eltwise]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::Eltwise, TestType> t;
+  Rng rng = Rng::stream(2024, 17);
+  // One element, a SIMD tail, and more than two of the oneDNN loop's chunks.
+  for (std::size_t n : {std::size_t(1), std::size_t(1000), std::size_t(40003)}) {
+    INFO("n=" << n);
+    std::vector<float> mv = random_vec(rng, n);  // a ReLU's output: zeros where it cut
+    for (float& v : mv) v = v < 0.1f ? 0.0f : v;
+    const Both a = Both::input(random_vec(rng, n)), b = Both::input(random_vec(rng, n)), m = Both::input(mv);
+    Both out = Both::output(n), in_place_a = a, in_place_b = b;
+    t.both([&](auto& dev, auto& op, auto side) {
+      op.add_masked(dev, n, side(a), side(b), side(m), side(out));
+      op.add_masked(dev, n, side(in_place_a), side(b), side(m), side(in_place_a));
+      op.add_masked(dev, n, side(a), side(in_place_b), side(m), side(in_place_b));
+    });
+    EXPECT_AGREES(out);
+    EXPECT_AGREES(in_place_a);
+    EXPECT_AGREES(in_place_b);
+    std::size_t cut = 0, kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (mv[i] > 0) {
+        kept += out.f[i] == float(a.f[i] + b.f[i]);  // the float sum, bit for bit
+      } else {
+        CHECK(out.f[i] == 0.0f);
+        ++cut;
+      }
+    }
+    CHECK(kept + cut == n);
+    if (n > 1) CHECK(cut > 0);
+  }
+}
+
 TEMPLATE_TEST_CASE("ChannelPad and GlobalAvgPool, forward and backward, agree with the reference",
                    "[backend][agreement][channel_pad][global_pool]", CIFARNET_BACKENDS_UNDER_TEST) {
   SKIP_UNLESS_RUNNABLE();

@@ -1,13 +1,14 @@
 // Fused layers against the unfused composition they replace: batch norm with
 // its ReLU or GELU (BatchNorm2d<C, FusedRelu>, BatchNorm2d<C, FusedGelu>), convolution + batch norm as one
-// layer folded for inference (ConvBatchNorm), the residual sum with its ReLU (Residual<..., FusedRelu>), the
-// fused ResNet v1 block and a whole fused ResNet. Both sides must have the same parameter names and give the
-// same outputs, input and parameter gradients, and moving statistics: the fused network on the reference
-// backend in double (rounding only) and on oneDNN in float, each against the unfused network on the reference
-// backend in double. The reference's fused fallback (ReLU and its mask applied by the layer) is also checked
-// against finite differences. The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole fused
-// ResNet in test_fusion_reference.cpp (with the finite differences) and test_fusion_resnet_onednn.cpp: files
-// of their own, so that no test translation unit takes long to compile.
+// layer folded for inference (ConvBatchNorm), the residual sum with its ReLU (Residual<..., FusedRelu>) and
+// consecutive such blocks (the next one applies the ReLU's mask in its gradient's sum), the fused ResNet v1
+// block and a whole fused ResNet. Both sides must have the same parameter names and give the same outputs,
+// input and parameter gradients, and moving statistics: the fused network on the reference backend in double
+// (rounding only) and on oneDNN in float, each against the unfused network on the reference backend in
+// double. The reference's fused fallback (ReLU and its mask applied by the layer) is also checked against
+// finite differences. The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole fused ResNet
+// in test_fusion_reference.cpp (with the finite differences) and test_fusion_resnet_onednn.cpp: files of
+// their own, so that no test translation unit takes long to compile.
 #include <cifarnet/backend/onednn.hpp>
 
 #include <algorithm>
@@ -47,6 +48,50 @@ TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
   compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);
+}
+
+TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pass, as the unfused network",
+          "[nn][fusion][residual]") {
+  using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
+  using Block = Residual<Body, Identity, FusedRelu>;
+  // Block 1 (and 2) apply the ReLU mask of the block before them in the sum of their input gradient
+  // (Eltwise::add_masked), which then skips its own mask pass.
+  compare_all<Sequential<Block, Block, Block>,
+              Sequential<Residual<Body>, ReLU, Residual<Body>, ReLU, Residual<Body>, ReLU>>({4, 5, 6}, 2,
+                                                                                            1e-5);
+  compare_all<Sequential<Block, Repeat<Block, 1>>,
+              Sequential<Residual<Body>, ReLU, Repeat<Sequential<Residual<Body>, ReLU>, 1>>>({4, 5, 6}, 2,
+                                                                                             1e-5);
+
+  // Which blocks do it, and the same bits as a chain an Identity breaks (no fused mask) on oneDNN.
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, NetOptions{}, 3);
+    Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, NetOptions{}, 3);
+    REQUIRE(chained.parameters().count() == broken.parameters().count());
+    for (std::size_t id = 0; id < chained.parameters().count(); ++id) {
+      const std::size_t size = chained.parameters().info(id).size;
+      REQUIRE(broken.parameters().info(id).size == size);
+      std::copy(chained.parameters().value(id), chained.parameters().value(id) + size,
+                broken.parameters().value(id));
+    }
+    Rng rng(5);
+    Tensor<float> x = make_tensor<float>({3, 4, 5, 6}, fmt);
+    for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
+    const Tensor<float> y = chained.forward(x, Mode::Train);
+    CHECK(y == broken.forward(x, Mode::Train));
+    CHECK_FALSE(std::get<0>(chained.root().children()).masks_input_gradient());
+    CHECK(std::get<1>(chained.root().children()).masks_input_gradient());
+    CHECK_FALSE(std::get<2>(broken.root().children()).masks_input_gradient());
+    Tensor<float> dy = y;
+    for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
+    chained.backward(dy);
+    broken.backward(dy);
+    for (Eigen::Index i = 0; i < chained.parameters().grads().size(); ++i)
+      REQUIRE(chained.parameters().grads()[i] == broken.parameters().grads()[i]);
+    chained.forward(x, Mode::Infer);  // inference: nothing to mask
+    CHECK_FALSE(std::get<1>(chained.root().children()).masks_input_gradient());
+  }
 }
 
 namespace {

@@ -159,6 +159,17 @@ struct RunContext {
   /// Whether the caller needs the model's input gradient (Model's
   /// input_gradient). True keeps every dx the build decided on.
   bool input_grad = true;
+  /// The residual sum's gradient through the previous block's ReLU in one
+  /// pass (nn/sequential.hpp, Residual): forward, the output a
+  /// Residual<..., FusedRelu> just wrote (`relu_out`, cleared by the
+  /// containers before each child) and whether the child now running reads
+  /// it as its input (`input_is_relu`); backward, the input gradient a block
+  /// returned already multiplied by that ReLU's mask, and the ReLU output
+  /// whose mask it was (`premasked_grad`, `premasked_by`).
+  const void* relu_out = nullptr;
+  bool input_is_relu = false;
+  const void* premasked_grad = nullptr;
+  const void* premasked_by = nullptr;
   bool training() const { return mode == Mode::Train; }
   /// Whether a node must produce dx now, given `params_before`, the number
   /// of parameters registered before it (forward order): only if the model's

@@ -135,6 +135,17 @@ template <class L, class... Ls>
 struct First {
   using type = L;
 };
+/// Before a container's child runs forward: whether its input is the output
+/// the Residual<..., FusedRelu> that ran just before it wrote
+/// (RunContext::relu_out; see Residual). The first child keeps what the
+/// container was told about its own input; any other child that ran in
+/// between (even one that returns its input) ends the chain.
+template <class B, class T>
+void enter_child(RunContext<B, T>& rc, const Tensor<T>& in, bool& first) {
+  if (!first) rc.input_is_relu = rc.relu_out != nullptr && rc.relu_out == in.data();
+  first = false;
+  rc.relu_out = nullptr;
+}
 }  // namespace detail
 
 /// Passes its input through unchanged (no copy).
@@ -179,7 +190,10 @@ struct Sequential : LayerBase {
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       if (rc.profiler) return forward_profiled(x, rc, std::index_sequence_for<Ls...>{});
       const Tensor<T>* cur = &x;
-      std::apply([&](auto&... n) { ((cur = &n.forward(*cur, rc)), ...); }, nodes_);
+      bool first = true;
+      std::apply(
+          [&](auto&... n) { ((detail::enter_child(rc, *cur, first), cur = &n.forward(*cur, rc)), ...); },
+          nodes_);
       return *cur;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
@@ -217,7 +231,8 @@ struct Sequential : LayerBase {
     template <std::size_t... I>
     const Tensor<T>& forward_profiled(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
       const Tensor<T>* cur = &x;
-      ((cur = &run_child<I, Ls>(*cur, rc, false)), ...);
+      bool first = true;
+      ((detail::enter_child(rc, *cur, first), cur = &run_child<I, Ls>(*cur, rc, false)), ...);
       return *cur;
     }
     template <std::size_t I>
@@ -246,6 +261,11 @@ struct Sequential : LayerBase {
 /// with ReLU: FusedRelu does it in the same pass (and masks the incoming
 /// gradient in one pass before both branches), equal to
 /// Sequential<Residual<Body, Shortcut>, ReLU> with the same parameter names.
+/// When a block's input is the output of such a block just before it (a
+/// ResNet stage), its backward sums the two branches' input gradients and
+/// applies the previous block's ReLU mask (input > 0) in one pass
+/// (Eltwise::add_masked), and the previous block skips its mask pass: the
+/// containers pass the facts along in RunContext, checked by pointer.
 template <class Body, class Shortcut = Identity, auto ReluOpt = NoRelu>
 struct Residual : LayerBase {
   static_assert(detail::ReluOption<ReluOpt>::valid,
@@ -284,37 +304,63 @@ struct Residual : LayerBase {
       return a;
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const bool input_is_relu = rc.input_is_relu;
+      rc.relu_out = nullptr;
       const Tensor<T>& a = body_.forward(x, rc);
+      rc.input_is_relu = input_is_relu;  // the shortcut reads the same x
+      rc.relu_out = nullptr;
       const Tensor<T>& b = shortcut_.forward(x, rc);
-      return detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
+      x_ = &x;
+      mask_input_ = input_is_relu && rc.training();
+      const Tensor<T>& y = detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
         if (y_.shape() != a.shape()) y_.resize(a.shape());
         add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), Relu);
         return y_;
       });
+      rc.relu_out = Relu ? y_.data() : nullptr;
+      return y;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* g = &dy;
-      if constexpr (Relu) {  // the ReLU's gradient: dy where y > 0, kept in dx_ (the
-        // sum below is elementwise, so it may overwrite it in place: one buffer less)
-        detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
-          if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
-          relu_.backward(*rc.device, dy.size(), y_.data(), dy.data(), dx_.data());
-          return dx_;
-        });
-        g = &dx_;
+      const bool premasked = rc.premasked_grad == dy.data() && rc.premasked_by == y_.data();
+      rc.premasked_grad = rc.premasked_by = nullptr;
+      if constexpr (Relu) {
+        // The ReLU's gradient: dy where y > 0, unless the next block already
+        // applied it in its sum (below). Kept in dx_: the sum below is
+        // elementwise, so it may overwrite it in place (one buffer less).
+        if (!premasked) {
+          detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
+            if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
+            relu_.backward(*rc.device, dy.size(), y_.data(), dy.data(), dx_.data());
+            return dx_;
+          });
+          g = &dx_;
+        }
       }
       // Shortcut first: its parameters were registered after the body's, and
       // backward finishes parameters in reverse registration order (what
       // GradientSync::ready_from reports inside the body relies on it).
       const Tensor<T>& db = shortcut_.backward(*g, rc);
       const Tensor<T>& da = body_.backward(*g, rc);
+      rc.premasked_grad = rc.premasked_by = nullptr;
       if (!propagate_down_ || !rc.needs_dx(params_before_)) return da;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         if (dx_.shape() != da.shape()) dx_.resize(da.shape());
-        add_.add(*rc.device, da.size(), da.data(), db.data(), dx_.data(), false);
+        if (mask_input_) {  // x is the previous block's ReLU output: its mask in this pass
+          add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+          rc.premasked_grad = dx_.data();
+          rc.premasked_by = x_->data();
+        } else {
+          add_.add(*rc.device, da.size(), da.data(), db.data(), dx_.data(), false);
+        }
         return dx_;
       });
     }
+    /// Whether the last training forward found the input to be the output of
+    /// a Residual<..., FusedRelu> just before this block: backward then
+    /// multiplies the input gradient by that ReLU's mask in the pass of its
+    /// sum, and that block skips its own mask pass (RunContext::premasked_grad).
+    bool masks_input_gradient() const { return mask_input_; }
 
    private:
     ops::Eltwise<B, T> add_;  // the sum (with ReLU)
@@ -322,9 +368,11 @@ struct Residual : LayerBase {
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
     Tensor<T> y_, dx_;
+    const Tensor<T>* x_ = nullptr;  // the last forward's input (backward's mask)
     std::string name_, add_name_;
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
+    bool mask_input_ = false;
     std::size_t params_before_ = 0;  // parameters registered before the block
   };
 };
@@ -384,7 +432,11 @@ struct RepeatOf : LayerBase {
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Tensor<T>* cur = &x;
-      for (auto& b : blocks_) cur = &b.forward(*cur, rc);
+      bool first = true;
+      for (auto& b : blocks_) {
+        detail::enter_child(rc, *cur, first);
+        cur = &b.forward(*cur, rc);
+      }
       return *cur;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {

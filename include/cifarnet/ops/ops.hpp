@@ -36,6 +36,9 @@
 //                  op(B) k×n (B stored n×k when tb); beta = 0 ignores C's contents
 //  Eltwise     add(dev, n, a, b, y, relu)   y = a + b, then max(., 0) when relu
 //                                           (y may alias a or b; NaN propagates)
+//              add_masked(dev, n, a, b, m, y)   y = a + b where m > 0, else 0: a sum's
+//                                           gradient through the ReLU whose output is m
+//                                           (y may alias a or b; NaN in a + b propagates)
 //              affine(dev, n, x, a, b, y)   y = x·a + b with scalars a, b (x == y allowed)
 //  ChannelPad  forward(dev, g, before, after, x, y)   g: the input's geometry; y has
 //                                           before + g.c + after channels, the new ones zero

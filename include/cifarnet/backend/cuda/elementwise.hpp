@@ -43,6 +43,17 @@ struct Eltwise<backend::Cuda, float> {
                                        static_cast<long long>(n), relu ? 1 : 0);
     st.finish();
   }
+  void add_masked(Dev& dev, std::size_t n, const float* a, const float* b, const float* m, float* y) {
+    namespace cu = backend::cuda;
+    cu::Staging st(dev);
+    const float* da = st.in(a, n);
+    const float* db = st.in(b, n);
+    const float* dm = st.in(m, n);
+    float* dy = st.out(y, n);
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::add_masked, n, cu::KernelLibrary::kMaxBlocks, da, db,
+                                       dm, dy, static_cast<long long>(n));
+    st.finish();
+  }
   void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
     namespace cu = backend::cuda;
     cu::Staging st(dev);

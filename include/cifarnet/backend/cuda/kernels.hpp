@@ -172,6 +172,11 @@ extern "C" __global__ void cn_add(const float* a, const float* b, float* y, long
     y[i] = (relu && v < 0.f) ? 0.f : v;
   }
 }
+/* y = a + b where m > 0, else 0 (a sum's gradient through a ReLU). */
+extern "C" __global__ void cn_add_masked(const float* a, const float* b, const float* m, float* y,
+                                         long long n) {
+  CN_LOOP(n) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+}
 extern "C" __global__ void cn_affine(const float* x, float* y, long long n, float a, float b) {
   CN_LOOP(n) y[i] = x[i] * a + b;
 }
@@ -274,6 +279,7 @@ inline const std::vector<std::string>& kernel_names() {
                                               "cn_softmax_xent",
                                               "cn_image_to_float",
                                               "cn_add",
+                                              "cn_add_masked",
                                               "cn_affine",
                                               "cn_global_avg_pool",
                                               "cn_global_avg_pool_bwd",
@@ -331,6 +337,7 @@ inline constexpr Kernel<const float*, const int*, ll, int, double, double*, floa
 inline constexpr Kernel<const unsigned char*, float*, ll, int, int, int, int> image_to_float{
     "cn_image_to_float"};
 inline constexpr Kernel<const float*, const float*, float*, ll, int> add{"cn_add"};
+inline constexpr Kernel<const float*, const float*, const float*, float*, ll> add_masked{"cn_add_masked"};
 inline constexpr Kernel<const float*, float*, ll, float, float> affine{"cn_affine"};
 inline constexpr Kernel<const float*, float*, ll, int, int, int> global_avg_pool{"cn_global_avg_pool"};
 inline constexpr Kernel<const float*, float*, ll, int, int, int> global_avg_pool_bwd{
@@ -354,6 +361,7 @@ inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
   add_one(softmax_xent);
   add_one(image_to_float);
   add_one(add);
+  add_one(add_masked);
   add_one(affine);
   add_one(global_avg_pool);
   add_one(global_avg_pool_bwd);

@@ -3,6 +3,7 @@
 //  - Eltwise::add: oneDNN's binary_add primitive, with the ReLU as an
 //    eltwise post-op (one pass); Eltwise::affine: eltwise_linear. Flat 1-D
 //    tensors (tag a), primitives cached per element count (and constants).
+//    Eltwise::add_masked (three sources): an own OpenMP loop.
 //  - GlobalAvgPool: oneDNN average pooling with the window the whole h×w
 //    plane (ops::Pool2d<OneDnn> over that geometry), forward and backward.
 //  - ChannelPad: host copies (backend/host/channel_pad.hpp: oneDNN has no
@@ -13,6 +14,7 @@
 //    oneDNN's softmax would round the loss in float.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -58,6 +60,22 @@ struct Eltwise<backend::OneDnn, float> {
                                 {DNNL_ARG_DST, on::bind(s.c, y)}});
       dev.stream.wait();
     });
+  }
+
+  /// y = a + b where m > 0, else 0 (y may alias a or b). An own OpenMP loop:
+  /// oneDNN's binary takes two sources, so it would be two passes.
+  void add_masked(Dev&, std::size_t n, const float* a, const float* b, const float* m, float* y) {
+    static constexpr const char* op = "Eltwise add_masked";
+    check(n, op);
+    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {m, "m"}, {y, "y"}});
+    constexpr std::size_t kChunk = 16384;  // floats per task: 64 KiB of each operand
+    const long chunks = long((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long c = 0; c < chunks; ++c) {
+      const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
+#pragma omp simd
+      for (std::size_t i = b0; i < e; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+    }
   }
 
   /// y = x·a + b; x == y allowed.

@@ -24,6 +24,9 @@ struct Eltwise<backend::Reference, T> {
       y[i] = relu && v < T(0) ? T(0) : v;  // NaN propagates through the ReLU
     }
   }
+  void add_masked(Dev&, std::size_t n, const T* a, const T* b, const T* m, T* y) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = m[i] > T(0) ? a[i] + b[i] : T(0);
+  }
   void affine(Dev&, std::size_t n, const T* x, T a, T b, T* y) {
     for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
   }
