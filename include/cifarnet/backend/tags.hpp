@@ -40,6 +40,11 @@ struct Cuda {
 ///                       set_keep_input(bool)
 ///   joint_conv_backward ops::Conv2d has backward(dev, g, x, dy, w, dx, dw, db):
 ///                       both backward passes in one call
+///   bf16_gradients      ops::Conv2d has bf16_dy(dev, g, weights, data) and
+///                       backward_bf16_dy(dev, g, x, w, dx, dw), and
+///                       ops::BatchNorm has backward_bf16(...): a batch norm
+///                       hands its input gradient to the bf16 convolution in
+///                       front of it as bfloat16 (layers/conv_bn.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -63,6 +68,7 @@ struct backend_traits {
   static constexpr bool conv_algorithms = false;
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
+  static constexpr bool bf16_gradients = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -75,6 +81,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool conv_algorithms = true;
   static constexpr bool bf16_convolutions = true;
   static constexpr bool joint_conv_backward = true;
+  static constexpr bool bf16_gradients = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -87,6 +94,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool conv_algorithms = false;
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
+  static constexpr bool bf16_gradients = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

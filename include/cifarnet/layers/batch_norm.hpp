@@ -21,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -59,6 +60,8 @@ struct BatchNorm2d : LayerBase {
     using B_::dx_, B_::down_, B_::fmt_, B_::in_, B_::name_, B_::y_;
     static constexpr bool kFused = Relu && backend_traits<B>::fused_relu;
     static constexpr bool kFusedGelu = Gelu && backend_traits<B>::fused_gelu;
+    // The op takes bf16 x and writes bf16 dx (forward_bf16, backward_bf16).
+    static constexpr bool kBf16 = backend_traits<B>::bf16_gradients && !Gelu && (!Relu || kFused);
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -77,16 +80,11 @@ struct BatchNorm2d : LayerBase {
 
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
-      geom_ = ChannelGeom::make(fmt_, s);
-      ensure_shape(y_, s, fmt_);
-      if (mean_.size() != s.c) {  // the batch's statistics, where the layer's tensors live
-        mean_.resize(s.c);
-        var_.resize(s.c);
-      }
-      auto& P = *rc.params;
-      const Parameters<T>& cp = P;  // reads (a non-const access counts as a write)
+      start(s);
+      const Parameters<T>& cp = *rc.params;  // reads (a non-const access counts as a write)
       if (rc.training()) {
         x_ = &x;
+        x_bf16_ = nullptr;
         double m = double(s.n * s.h * s.w);
         // A GELU the op does not fuse runs here on bn(x), kept in z_ for its backward.
         T* bn_out = y_.data();
@@ -116,28 +114,40 @@ struct BatchNorm2d : LayerBase {
           if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
           if constexpr (Gelu && !kFusedGelu) gelu_.forward(*rc.device, z_.size(), z_.data(), y_.data());
         }
-        const double bessel = m > 1 ? m / (m - 1) : 1.0;
-        stats_.update_moving(*rc.device, s.c, decay_, bessel, mean_.data(), var_.data(), P.value(mmean_),
-                             P.value(mvar_));
+        update_moving(rc, m);
       } else {
         infer(rc, x, cp.value(mmean_), cp.value(mvar_));
       }
       return y_;
     }
 
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      auto& P = *rc.params;
-      const T* gamma = std::as_const(P).value(gamma_);
-      ensure_shape(dx_, geom_.shape(), fmt_);
-      // The op computes dx together with dgamma/dbeta; frozen weights write
-      // their gradients into scratch.
-      T* dg = P.grad(gamma_);
-      T* db = P.grad(beta_);
-      if (!rc.param_grads) {
-        scratch_.resize(2 * in_.c);
-        dg = scratch_.data();
-        db = scratch_.data() + in_.c;
+    /// The training forward of x given as bfloat16 bits of shape `s` (the
+    /// bf16 output of the convolution in front of it, ConvBatchNorm: the
+    /// buffer must hold them until backward, which reads them again). Needs
+    /// backward_bf16_ready(rc).
+    const Tensor<T>& forward_bf16(const std::uint16_t* x, const Shape& s, RunContext<B, T>& rc) {
+      if constexpr (kBf16) {
+        if (s.c != in_.c || s.h != in_.h || s.w != in_.w)
+          throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + in_.str() + " but got " +
+                           s.str());
+        start(s);
+        x_ = nullptr;
+        x_bf16_ = x;
+        const Parameters<T>& cp = *rc.params;
+        op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
+                          mean_.data(), var_.data(), Relu);
+        update_moving(rc, double(s.n * s.h * s.w));
+      } else {
+        (void)x, (void)s, (void)rc;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): forward_bf16 is not available here");
       }
+      return y_;
+    }
+
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const T* gamma = std::as_const(*rc.params).value(gamma_);
+      ensure_shape(dx_, geom_.shape(), fmt_);
+      auto [dg, db] = grad_targets(rc);
       // The ReLU's mask (dy where y > 0) or the GELU's derivative: fused into
       // the op, or applied here.
       const T* g = dy.data();
@@ -150,6 +160,13 @@ struct BatchNorm2d : LayerBase {
         ensure_shape(masked_, geom_.shape(), fmt_);
         gelu_.backward(*rc.device, masked_.size(), z_.data(), dy.data(), masked_.data());
         g = masked_.data();
+      }
+      if constexpr (kBf16) {
+        if (x_bf16_) {  // forward_bf16's x
+          op_.backward(*rc.device, geom_, eps_, x_bf16_, g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
+                       db, Relu);
+          return dx_;
+        }
       }
       if (rc.cross_replica)  // synchronized BN (ops::SyncBatchNorm)
         sync_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(),
@@ -166,11 +183,61 @@ struct BatchNorm2d : LayerBase {
       return dx_;
     }
 
+    /// Whether backward_bf16 can run now: a backend with bf16_gradients, no
+    /// synchronized BN, no GELU, the ReLU (if any) fused into the op.
+    bool backward_bf16_ready(const RunContext<B, T>& rc) const {
+      if constexpr (kBf16)
+        return !rc.cross_replica;
+      else
+        return false;
+    }
+    /// backward() with dx written as bfloat16 bits into `dx_bf16` (the
+    /// buffer of the bf16 convolution in front of it, Conv2d's bf16_dy)
+    /// instead of dx_; needs backward_bf16_ready(rc).
+    void backward_bf16(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bf16) {
+      if constexpr (kBf16) {
+        auto [dg, db] = grad_targets(rc);
+        const T* gamma = std::as_const(*rc.params).value(gamma_);
+        if (x_bf16_)
+          op_.backward_bf16(*rc.device, geom_, eps_, x_bf16_, dy.data(), gamma, mean_.data(), var_.data(),
+                            dx_bf16, dg, db, Relu);
+        else
+          op_.backward_bf16(*rc.device, geom_, eps_, x_->data(), dy.data(), gamma, mean_.data(), var_.data(),
+                            dx_bf16, dg, db, Relu);
+      } else {
+        (void)dy, (void)rc, (void)dx_bf16;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_bf16 is not available here");
+      }
+    }
+
     /// Arena ids of gamma, beta, moving_mean, moving_variance (for folding).
     std::array<std::size_t, 4> param_ids() const { return {gamma_, beta_, mmean_, mvar_}; }
     double epsilon() const { return eps_; }
 
    private:
+    // The training or inference forward's geometry, output and statistics buffers.
+    void start(const Shape& s) {
+      geom_ = ChannelGeom::make(fmt_, s);
+      ensure_shape(y_, s, fmt_);
+      if (mean_.size() != s.c) {  // the batch's statistics, where the layer's tensors live
+        mean_.resize(s.c);
+        var_.resize(s.c);
+      }
+    }
+    // The moving statistics from the batch's (m values per channel).
+    void update_moving(RunContext<B, T>& rc, double m) {
+      auto& P = *rc.params;
+      const double bessel = m > 1 ? m / (m - 1) : 1.0;
+      stats_.update_moving(*rc.device, geom_.c, decay_, bessel, mean_.data(), var_.data(), P.value(mmean_),
+                           P.value(mvar_));
+    }
+    // Where the op writes dgamma and dbeta: the gradients, or scratch when
+    // the weights are frozen (the op computes them together with dx).
+    std::pair<T*, T*> grad_targets(RunContext<B, T>& rc) {
+      if (rc.param_grads) return {rc.params->grad(gamma_), rc.params->grad(beta_)};
+      scratch_.resize(2 * in_.c);
+      return {scratch_.data(), scratch_.data() + in_.c};
+    }
     // y_ = bn(x) with the given statistics (+ ReLU).
     void infer(RunContext<B, T>& rc, const Tensor<T>& x, const T* mean, const T* var) {
       const Parameters<T>& P = *rc.params;
@@ -200,6 +267,7 @@ struct BatchNorm2d : LayerBase {
     Tensor<T> masked_;                // dy through the ReLU or GELU when the op does not fuse it
     Tensor<T> z_;                     // bn(x) under a GELU the op does not fuse (its backward's input)
     const Tensor<T>* x_ = nullptr;
+    const std::uint16_t* x_bf16_ = nullptr;  // forward_bf16's x (then x_ is null)
   };
 };
 

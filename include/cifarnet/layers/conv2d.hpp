@@ -10,7 +10,9 @@
 // default; layers/options.hpp).
 #pragma once
 
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/layers/options.hpp"
@@ -54,28 +56,34 @@ struct Conv2d : LayerBase {
     }
 
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
-      const Shape s = detail::check_input(name_, in_, x, fmt_);
-      geom_.n = s.n;
+      prepare(x, rc);
       ensure_shape(y_, geom_.out_shape(), fmt_);
-      x_ = &x;
-      // Auto never trains weights with Winograd: a replica's result must not
-      // depend on how many images it holds (ops/conv_algorithm.hpp).
-      if constexpr (backend_traits<B>::conv_algorithms)
-        op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
-                              ? ConvAlgorithm::Direct
-                              : policy_);
-      if constexpr (backend_traits<B>::bf16_convolutions) op_.set_keep_input(rc.training() && rc.param_grads);
       const Parameters<T>& params = *rc.params;
       op_.forward(*rc.device, geom_, x.data(), weights(params), Bias ? params.value(b_) : nullptr, y_.data());
       return y_;
     }
 
+    /// A training forward writing y as bfloat16 bits into a buffer of this
+    /// layer (ops::Conv2d::forward_bf16_dst: bf16 convolutions with a kernel
+    /// for it, no bias), for a batch norm that reads bf16 (ConvBatchNorm);
+    /// y_ is not written. Returns the bits, or nullptr when this cannot run
+    /// (nothing done: call forward()).
+    const std::uint16_t* forward_bf16(const Tensor<T>& x, RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias) {
+        if (!rc.training()) return nullptr;
+        prepare(x, rc);
+        if (!op_.has_bf16_dst(*rc.device, geom_)) return nullptr;
+        y_bf16_.resize(geom_.out_shape().size());
+        op_.forward_bf16_dst(*rc.device, geom_, x.data(), weights(*rc.params), y_bf16_.data());
+        return y_bf16_.data();
+      } else {
+        (void)x, (void)rc;
+        return nullptr;
+      }
+    }
+
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      // Weight gradients unless frozen (Model::set_weight_gradients) or none
-      // of this layer's parameters requires one (Parameters::requires_grad).
-      const bool grads =
-          rc.param_grads && (rc.params->requires_grad(w_) || (Bias && rc.params->requires_grad(b_)));
-      const bool down = this->need_dx(rc);
+      const bool grads = wants_grads(rc), down = this->need_dx(rc);
       if constexpr (backend_traits<B>::joint_conv_backward) {
         if (!grads && !down) return dx_;
         if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
@@ -93,11 +101,58 @@ struct Conv2d : LayerBase {
       return dx_;
     }
 
+    /// Where this backward can take dy as bfloat16 (ops::Conv2d::bf16_dy:
+    /// bf16 convolutions whose passes needed now all run in bf16, no bias),
+    /// or nullptr. ConvBatchNorm's batch norm writes its dx there and then
+    /// calls backward_bf16_dy instead of backward.
+    std::uint16_t* bf16_dy(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias) {
+        const bool grads = wants_grads(rc), down = this->need_dx(rc);
+        if (!grads && !down) return nullptr;
+        return op_.bf16_dy(*rc.device, geom_, grads, down);
+      } else {
+        (void)rc;
+        return nullptr;
+      }
+    }
+    /// backward() with dy the values written into bf16_dy()'s buffer.
+    const Tensor<T>& backward_bf16_dy(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias) {
+        const bool grads = wants_grads(rc), down = this->need_dx(rc);
+        if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
+        op_.backward_bf16_dy(*rc.device, geom_, x_->data(), weights(std::as_const(*rc.params)),
+                             down ? dx_.data() : nullptr, grads ? rc.params->grad(w_) : nullptr);
+      } else {
+        throw ConfigError("layer '" + name_ +
+                          "' (Conv2d): backward_bf16_dy on a backend without bf16 gradients");
+      }
+      return dx_;
+    }
+
     const ConvGeom& geometry() const { return geom_; }
     /// The arena id of `weights` (layers/conv_bn.hpp folds batch norm into it).
     std::size_t weights_id() const { return w_; }
 
    private:
+    // Everything forward does before the op: input check, batch size, the
+    // kept input, the algorithm and what the op keeps for backward.
+    void prepare(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Shape s = detail::check_input(name_, in_, x, fmt_);
+      geom_.n = s.n;
+      x_ = &x;
+      // Auto never trains weights with Winograd: a replica's result must not
+      // depend on how many images it holds (ops/conv_algorithm.hpp).
+      if constexpr (backend_traits<B>::conv_algorithms)
+        op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
+                              ? ConvAlgorithm::Direct
+                              : policy_);
+      if constexpr (backend_traits<B>::bf16_convolutions) op_.set_keep_input(rc.training() && rc.param_grads);
+    }
+    // Weight gradients unless frozen (Model::set_weight_gradients) or none
+    // of this layer's parameters requires one (Parameters::requires_grad).
+    bool wants_grads(const RunContext<B, T>& rc) const {
+      return rc.param_grads && (rc.params->requires_grad(w_) || (Bias && rc.params->requires_grad(b_)));
+    }
     // The weights for the op; a backend that caches a copy of them in its own
     // layout gets their version (core/params.hpp).
     const T* weights(const Parameters<T>& params) {
@@ -110,6 +165,7 @@ struct Conv2d : LayerBase {
     std::size_t w_ = 0, b_ = 0;
     ConvAlgorithm policy_ = ConvAlgorithm::Auto;
     const Tensor<T>* x_ = nullptr;
+    std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output (host backends only)
   };
 };
 

@@ -17,6 +17,7 @@
 // Relu is NoRelu or FusedRelu (layers/options.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -76,18 +77,54 @@ struct ConvBatchNorm : LayerBase {
       if (!rc.training())
         return detail::profiled(rc.profiler, conv_name_, "conv_bn", false,
                                 [&]() -> const Tensor<T>& { return infer(x, rc); });
-      const Tensor<T>& a = detail::profiled(rc.profiler, conv_name_, "conv", false,
-                                            [&]() -> const Tensor<T>& { return conv_.forward(x, rc); });
+      // bf16 convolutions: the convolution writes its output as bf16 and the
+      // batch norm reads those bits, forward and backward (half the bytes of
+      // a float output; the rounding bf16 training has anyway).
+      const std::uint16_t* lp = nullptr;
+      const Tensor<T>& a =
+          detail::profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
+            if constexpr (backend_traits<B>::bf16_gradients)
+              if (bn_.backward_bf16_ready(rc)) lp = conv_.forward_bf16(x, rc);
+            return lp ? x : conv_.forward(x, rc);
+          });
+      if (lp) {
+        ++bf16_outputs_;
+        return detail::profiled(rc.profiler, bn_name_, "bn", false, [&]() -> const Tensor<T>& {
+          return bn_.forward_bf16(lp, conv_.geometry().out_shape(), rc);
+        });
+      }
       return detail::profiled(rc.profiler, bn_name_, "bn", false,
                               [&]() -> const Tensor<T>& { return bn_.forward(a, rc); });
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients) {
+        // bf16 convolutions: the batch norm writes its dx as bf16 straight
+        // into the buffer the convolution's backward reads (no float dx, no
+        // conversion pass; the same rounding).
+        if (bn_.backward_bf16_ready(rc)) {
+          if (std::uint16_t* lp = conv_.bf16_dy(rc)) {
+            ++bf16_handoffs_;
+            detail::profiled(rc.profiler, bn_name_, "bn", true, [&]() -> const Tensor<T>& {
+              bn_.backward_bf16(dy, rc, lp);
+              return dy;
+            });
+            return detail::profiled(rc.profiler, conv_name_, "conv", true,
+                                    [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
+          }
+        }
+      }
       const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
                                              [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
       return detail::profiled(rc.profiler, conv_name_, "conv", true,
                               [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
     }
+
+    /// How many backward passes handed the batch norm's dx to the
+    /// convolution as bf16, and how many training forwards had the
+    /// convolution write bf16 for the batch norm (above; tests).
+    std::size_t bf16_handoffs() const { return bf16_handoffs_; }
+    std::size_t bf16_outputs() const { return bf16_outputs_; }
 
    private:
     // y = conv(x, w * s) + (beta - mean * s) [+ ReLU] with the moving statistics.
@@ -128,6 +165,7 @@ struct ConvBatchNorm : LayerBase {
     ops::Relu<B, T> relu_;  // where the convolution does not fuse it
     std::vector<T> folded_w_, folded_b_;
     std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
+    std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0;
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

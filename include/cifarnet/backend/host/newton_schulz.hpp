@@ -16,10 +16,10 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
+
+#include "cifarnet/backend/host/bf16.hpp"
 
 namespace cifarnet::backend::host {
 
@@ -28,22 +28,6 @@ enum class NsArithmetic {
   F32,  ///< the parameter's scalar type throughout
   Bf16  ///< every operation's result rounded to bfloat16 (the airbench recipe)
 };
-
-/// x rounded to the nearest bfloat16 (ties to even), returned as float; NaN
-/// stays NaN, infinities stay infinite.
-inline float round_to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-    u = (u | 0x00400000u) & 0xFFFF0000u;  // NaN: keep it a (quiet) NaN
-  } else {
-    u += 0x7FFFu + ((u >> 16) & 1u);  // to nearest, ties to even (overflow rounds to infinity)
-    u &= 0xFFFF0000u;
-  }
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
 
 /// Rounds n values to bfloat16 in place (through float for double).
 template <class T>

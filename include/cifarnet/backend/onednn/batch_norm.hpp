@@ -25,8 +25,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
@@ -55,23 +57,15 @@ struct BatchNorm<backend::OneDnn, float> {
   /// The same with the activation `act` applied in the same pass.
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var, BnActivation act) {
-    namespace on = backend::onednn;
-    static constexpr const char* op = "BatchNorm forward_train";
-    on::check_geometry(g, op);
-    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
-    (void)dev;
-    std::uint8_t* m = nullptr;
-    float* ab = nullptr;
-    if (act == BnActivation::Relu) {
-      mask_.resize(g.size());
-      m = mask_.data();
-    } else if (act == BnActivation::Gelu) {
-      gelu_ab_.resize(2 * g.c);
-      ab = gelu_ab_.data();
-    }
-    act_geom_ = g;
-    act_ = act;
-    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab);
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, act);
+  }
+  /// The training forward (no activation, or the fused ReLU) of x given as
+  /// bfloat16 bits: the bf16 output of the convolution in front of it
+  /// (ConvBatchNorm), widened exactly; the statistics and y as for float x
+  /// holding the same values.
+  void forward_train(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x, const float* gamma,
+                     const float* beta, float* y, float* mean, float* var, bool relu) {
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None);
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -138,13 +132,32 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
     (void)dev;
-    if (act != BnActivation::None && (!act_geom_ || *act_geom_ != g || act_ != act))
-      throw ConfigError(detail::concat(op, ": fused ", act == BnActivation::Relu ? "ReLU" : "GELU",
-                                       " backward without a training forward with it (", on::describe(g),
-                                       ")"));
+    check_activation(g, act, op);
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
                                   act == BnActivation::Relu ? mask_.data() : nullptr, scratch_,
                                   act == BnActivation::Gelu ? gelu_ab_.data() : nullptr);
+  }
+  /// backward() (no activation, or the fused ReLU) of a forward_train whose
+  /// x was bfloat16 bits (the same bits here).
+  void backward(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x, const float* dy,
+                const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
+                float* dbeta, bool relu) {
+    backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta, relu);
+  }
+  /// backward() (no activation, or the fused ReLU; x float or bfloat16
+  /// bits, as its forward_train had it) with dx written as bfloat16 bits into
+  /// dx_bf16 (host::store_bf16's rounding) instead of a float tensor: the
+  /// output gradient of the bf16 convolution in front of this batch norm,
+  /// handed over without a float copy (ops::Conv2d::bf16_dy).
+  template <class X>
+  void backward_bf16(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* dy,
+                     const float* gamma, const float* mean, const float* var, std::uint16_t* dx_bf16,
+                     float* dgamma, float* dbeta, bool relu) {
+    static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
+                  "BatchNorm::backward_bf16: x is float or bfloat16 bits (std::uint16_t)");
+    backend::onednn::require("BatchNorm backward (bf16 dx)", {{dx_bf16, "dx_bf16"}});
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, nullptr, dx_bf16, dgamma, dbeta, relu);
   }
 
   /// Geometries whose primitives are cached now.
@@ -153,6 +166,59 @@ struct BatchNorm<backend::OneDnn, float> {
   std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
+  template <class X>
+  void train_forward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
+                     const float* beta, float* y, float* mean, float* var, BnActivation act) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm forward_train";
+    on::check_geometry(g, op);
+    if (!std::is_same_v<X, float> && act == BnActivation::Gelu)
+      throw ConfigError(detail::concat(op, ": the fused GELU takes float x only (", on::describe(g), ")"));
+    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
+    (void)dev;
+    std::uint8_t* m = nullptr;
+    float* ab = nullptr;
+    if (act == BnActivation::Relu) {
+      mask_.resize(g.size());
+      m = mask_.data();
+    } else if (act == BnActivation::Gelu) {
+      gelu_ab_.resize(2 * g.c);
+      ab = gelu_ab_.data();
+    }
+    act_geom_ = g;
+    act_ = act;
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab);
+  }
+
+  // backward without GELU: dx as float (dx) or as bfloat16 bits (dx_bf16).
+  template <class X>
+  void run_backward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* dy,
+                    const float* gamma, const float* mean, const float* var, float* dx,
+                    std::uint16_t* dx_bf16, float* dgamma, float* dbeta, bool relu) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm backward";
+    on::check_geometry(g, op);
+    on::require(op, {{x, "x"},
+                     {dy, "dy"},
+                     {gamma, "gamma"},
+                     {mean, "mean"},
+                     {var, "var"},
+                     {dgamma, "dgamma"},
+                     {dbeta, "dbeta"}});
+    (void)dev;
+    check_activation(g, relu ? BnActivation::Relu : BnActivation::None, op);
+    backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+                                  relu ? mask_.data() : nullptr, scratch_, nullptr, dx_bf16);
+  }
+
+  // A fused activation's backward needs the training forward that used it
+  // on this geometry (its mask, or its a and b).
+  void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
+    if (act != BnActivation::None && (!act_geom_ || *act_geom_ != g || act_ != act))
+      throw ConfigError(detail::concat(op, ": fused ", act == BnActivation::Relu ? "ReLU" : "GELU",
+                                       " backward without a training forward with it (",
+                                       backend::onednn::describe(g), ")"));
+  }
   struct State;
   using Key = std::tuple<decltype(ChannelGeom{}.key()), double, bool>;
   using Cache = backend::onednn::PrimitiveCache<Key, State>;

@@ -30,6 +30,7 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>  // Eigen's vectorized erf (packet math)
 
+#include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -109,6 +110,12 @@ inline void grad_plane(std::size_t n, const float* x, const float* dy, float a, 
 }
 }  // namespace gelu
 
+/// An element of the input x as float: x is float, or bfloat16 bits (the
+/// bf16 output of the convolution in front, ConvBatchNorm), widened exactly.
+/// Every pass below takes either; the fused GELU takes float only.
+inline float ld(float v) { return v; }
+inline float ld(std::uint16_t v) { return host::bf16_to_float(v); }
+
 /// bn(x) = x a + b per channel: a = gamma / sqrt(var + eps), b = beta - mean a
 /// (the training forward's coefficients from the batch statistics, the
 /// inference's from the moving ones).
@@ -143,8 +150,8 @@ enum class SumKind { Stats, Grad };
 /// instead of loading and storing them for every row (with affine() and
 /// input_gradient() below: BN's time in a ResNet-20 step -35 %,
 /// docs/BENCHMARKS.md).
-template <SumKind K, std::size_t C>
-void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const float* __restrict dy,
+template <SumKind K, std::size_t C, class X>
+void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const float* __restrict dy,
                const std::uint8_t* __restrict mask, const float* __restrict k, double* __restrict s1,
                double* __restrict s2, const GeluGrad* gg) {
   double d1[C], d2[C];
@@ -158,22 +165,24 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
     float b1[C], b2[C];
     for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
     for (std::size_t r = rb; r < re; ++r) {
-      const float* __restrict xr = x + r * C;
+      const X* __restrict xr = x + r * C;
       if constexpr (K == SumKind::Stats) {
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float v = xr[c] - kc[c];
+          const float v = ld(xr[c]) - kc[c];
           b1[c] += v;
           b2[c] += v * v;
         }
       } else if (gg) {  // u = dy gelu'(x a + b), stored for input_gradient, then summed
-        float* __restrict ur = gg->u + r * C;
-        gelu::grad_row<C>(xr, dy + r * C, gg->a, gg->b, ur);
+        if constexpr (std::is_same_v<X, float>) {
+          float* __restrict ur = gg->u + r * C;
+          gelu::grad_row<C>(xr, dy + r * C, gg->a, gg->b, ur);
 #pragma omp simd
-        for (std::size_t c = 0; c < C; ++c) {
-          const float u = ur[c];
-          b1[c] += u;
-          b2[c] += u * (xr[c] - kc[c]);
+          for (std::size_t c = 0; c < C; ++c) {
+            const float u = ur[c];
+            b1[c] += u;
+            b2[c] += u * (xr[c] - kc[c]);
+          }
         }
       } else if (mask) {
         const float* __restrict dr = dy + r * C;
@@ -182,7 +191,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
         for (std::size_t c = 0; c < C; ++c) {
           const float u = dr[c] * float(mr[c]);
           b1[c] += u;
-          b2[c] += u * (xr[c] - kc[c]);
+          b2[c] += u * (ld(xr[c]) - kc[c]);
         }
       } else {
         const float* __restrict dr = dy + r * C;
@@ -190,7 +199,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
         for (std::size_t c = 0; c < C; ++c) {
           const float u = dr[c];
           b1[c] += u;
-          b2[c] += u * (xr[c] - kc[c]);
+          b2[c] += u * (ld(xr[c]) - kc[c]);
         }
       }
     }
@@ -205,8 +214,8 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const float* __restrict x, const 
   }
 }
 
-template <SumKind K, std::size_t CC = 0>
-void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* __restrict dy,
+template <SumKind K, std::size_t CC = 0, class X = float>
+void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __restrict dy,
                   const std::uint8_t* __restrict mask, const float* __restrict k, Scratch& sc,
                   const GeluGrad* gg = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
@@ -221,7 +230,7 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
     float* __restrict b1 = sc.block.data() + std::size_t(t) * 2 * C;
     float* __restrict b2 = b1 + C;
     auto term = [&](std::size_t i, float kc, float& u, float& v) {
-      v = x[i] - kc;
+      v = ld(x[i]) - kc;
       if constexpr (K == SumKind::Stats) {
         u = v;
       } else if (gg) {
@@ -233,10 +242,12 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
     // The fused GELU's u = dy gelu'(x a + b) for n values at `base` with the
     // coefficients a, b (length n: an NHWC row; length 1: an NCHW plane).
     auto gelu_u = [&](std::size_t base, std::size_t n, const float* a, const float* b, bool per_value) {
-      if (per_value)
-        gelu::grad_row(n, x + base, dy + base, a, b, gg->u + base);
-      else
-        gelu::grad_plane(n, x + base, dy + base, *a, *b, gg->u + base);
+      if constexpr (std::is_same_v<X, float>) {
+        if (per_value)
+          gelu::grad_row(n, x + base, dy + base, a, b, gg->u + base);
+        else
+          gelu::grad_plane(n, x + base, dy + base, *a, *b, gg->u + base);
+      }
     };
     if (g.fmt == DataFormat::NHWC && CC != 0) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
@@ -294,28 +305,28 @@ void channel_sums(const ChannelGeom& g, const float* __restrict x, const float* 
 }
 
 /// One NHWC row of affine(): C values (CC when known at compile time).
-template <std::size_t CC>
-inline void affine_row(std::size_t C, const float* __restrict xs, const float* __restrict a,
+template <std::size_t CC, class X>
+inline void affine_row(std::size_t C, const X* __restrict xs, const float* __restrict a,
                        const float* __restrict b, float* __restrict ys, std::uint8_t* __restrict ms) {
   const std::size_t n = CC ? CC : C;
   if (ms) {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) {
-      const float v = xs[c] * a[c] + b[c];
+      const float v = ld(xs[c]) * a[c] + b[c];
       ys[c] = v > 0.f ? v : 0.f;
       ms[c] = v > 0.f;
     }
   } else {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c) ys[c] = xs[c] * a[c] + b[c];
+    for (std::size_t c = 0; c < n; ++c) ys[c] = ld(xs[c]) * a[c] + b[c];
   }
 }
 
 /// y[i] = x[i] * a[c] + b[c] (with `mask`: max(., 0), and mask[i] = (. > 0)),
 /// parallel over rows (NHWC) or planes (NCHW).
-template <std::size_t CC = 0>
-void affine(const ChannelGeom& g, const float* __restrict x, const float* __restrict a,
-            const float* __restrict b, float* __restrict y, std::uint8_t* __restrict mask) {
+template <std::size_t CC = 0, class X = float>
+void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict a, const float* __restrict b,
+            float* __restrict y, std::uint8_t* __restrict mask) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
@@ -337,7 +348,7 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t u = 0; u < units; ++u) {
     const std::size_t len = nhwc ? C : hw, base = std::size_t(u) * len;
-    const float* __restrict xs = x + base;
+    const X* __restrict xs = x + base;
     float* __restrict ys = y + base;
     if (nhwc) {
       affine_row<0>(C, xs, a, b, ys, mask ? mask + base : nullptr);
@@ -348,13 +359,13 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
         std::uint8_t* __restrict ms = mask + base;
 #pragma omp simd
         for (std::size_t i = 0; i < hw; ++i) {
-          const float v = xs[i] * ac + bc;
+          const float v = ld(xs[i]) * ac + bc;
           ys[i] = v > 0.f ? v : 0.f;
           ms[i] = v > 0.f;
         }
       } else {
 #pragma omp simd
-        for (std::size_t i = 0; i < hw; ++i) ys[i] = xs[i] * ac + bc;
+        for (std::size_t i = 0; i < hw; ++i) ys[i] = ld(xs[i]) * ac + bc;
       }
     }
   }
@@ -363,8 +374,8 @@ void affine(const ChannelGeom& g, const float* __restrict x, const float* __rest
 /// One NHWC row of input_gradient(): C values (CC when known at compile time).
 /// ds and os may be the same buffer (the fused GELU's u is overwritten by
 /// dx), so they are not restrict; each element is read before it is written.
-template <std::size_t CC>
-inline void input_gradient_row(std::size_t C, const float* __restrict xs, const float* ds,
+template <std::size_t CC, class X>
+inline void input_gradient_row(std::size_t C, const X* __restrict xs, const float* ds,
                                const std::uint8_t* __restrict ms, const float* __restrict mean,
                                const float* __restrict A, const float* __restrict B,
                                const float* __restrict D, float* os) {
@@ -372,20 +383,22 @@ inline void input_gradient_row(std::size_t C, const float* __restrict xs, const 
   if (ms) {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c)
-      os[c] = A[c] * (ds[c] * float(ms[c])) + B[c] * (xs[c] - mean[c]) + D[c];
+      os[c] = A[c] * (ds[c] * float(ms[c])) + B[c] * (ld(xs[c]) - mean[c]) + D[c];
   } else {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ds[c] + B[c] * (xs[c] - mean[c]) + D[c];
+    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ds[c] + B[c] * (ld(xs[c]) - mean[c]) + D[c];
   }
 }
 
 /// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or dy * mask),
-/// parallel over rows (NHWC) or planes (NCHW); dy == dx allowed.
-template <std::size_t CC = 0>
-void input_gradient(const ChannelGeom& g, const float* __restrict x, const float* dy,
+/// parallel over rows (NHWC) or planes (NCHW); dy == dx allowed. With
+/// `dx_bf16`, dx is written there as bfloat16 (host::store_bf16) instead,
+/// through a float block on the stack: dx is not touched.
+template <std::size_t CC = 0, class X = float>
+void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy,
                     const std::uint8_t* __restrict mask, const float* __restrict mean,
                     const float* __restrict A, const float* __restrict B, const float* __restrict D,
-                    float* dx) {
+                    float* dx, std::uint16_t* __restrict dx_bf16 = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
@@ -393,33 +406,44 @@ void input_gradient(const ChannelGeom& g, const float* __restrict x, const float
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       const std::size_t rows = g.n * hw, r0 = share(rows, t, nt), r1 = share(rows, t + 1, nt);
-      float ac[CC], bc[CC], dc[CC], mc[CC];
+      float ac[CC], bc[CC], dc[CC], mc[CC], tmp[CC];
       for (std::size_t c = 0; c < C; ++c) {
         ac[c] = A[c];
         bc[c] = B[c];
         dc[c] = D[c];
         mc[c] = mean[c];
       }
-      for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t r = r0; r < r1; ++r) {
         input_gradient_row<CC>(C, x + r * C, dy + r * C, mask ? mask + r * C : nullptr, mc, ac, bc, dc,
-                               dx + r * C);
+                               dx_bf16 ? tmp : dx + r * C);
+        if (dx_bf16) host::store_bf16(tmp, dx_bf16 + r * C, CC);
+      }
     }
     return;
   }
+  constexpr std::size_t kBlock = 256;  // floats per bf16 block
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
 #pragma omp parallel for schedule(static)
   for (std::size_t u = 0; u < std::size_t(units); ++u) {
     const std::size_t len = nhwc ? C : hw, base = u * len;
-    if (nhwc) {
-      input_gradient_row<0>(C, x + base, dy + base, mask ? mask + base : nullptr, mean, A, B, D, dx + base);
-    } else {
-      const std::size_t c = u % C;
-      const float ac = A[c], bc = B[c], dc = D[c], mc = mean[c];
+    float tmp[kBlock];
+    // [o, o + n) of the unit, into dx or through tmp into dx_bf16.
+    for (std::size_t o = 0; o < len; o += dx_bf16 ? kBlock : len) {
+      const std::size_t n = dx_bf16 ? std::min(kBlock, len - o) : len, at = base + o;
+      float* out = dx_bf16 ? tmp : dx + at;
+      if (nhwc) {
+        input_gradient_row<0>(n, x + at, dy + at, mask ? mask + at : nullptr, mean + o, A + o, B + o, D + o,
+                              out);
+      } else {
+        const std::size_t c = u % C;
+        const float ac = A[c], bc = B[c], dc = D[c], mc = mean[c];
 #pragma omp simd
-      for (std::size_t i = base; i < base + hw; ++i) {
-        const float d = mask ? dy[i] * float(mask[i]) : dy[i];
-        dx[i] = ac * d + bc * (x[i] - mc) + dc;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float d = mask ? dy[at + i] * float(mask[at + i]) : dy[at + i];
+          out[i] = ac * d + bc * (ld(x[at + i]) - mc) + dc;
+        }
       }
+      if (dx_bf16) host::store_bf16(tmp, dx_bf16 + at, n);
     }
   }
 }
@@ -469,14 +493,15 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
 /// `mask`, y = max(y, 0) and mask[i] = (y > 0); with `gelu_ab` (2C floats),
 /// y = gelu(x * a + b) and a, b are kept there for the backward.
-inline void forward_train(const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                          const float* beta, float* y, float* mean, float* var, std::uint8_t* mask,
-                          Scratch& sc, float* gelu_ab = nullptr) {
+template <class X>
+void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
+                   float* y, float* mean, float* var, std::uint8_t* mask, Scratch& sc,
+                   float* gelu_ab = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
   float *shift = sc.coef.data(), *a = shift + C, *b = a + C;
-  for (std::size_t c = 0; c < C; ++c) shift[c] = x[first_of_channel(g, c)];
+  for (std::size_t c = 0; c < C; ++c) shift[c] = ld(x[first_of_channel(g, c)]);
   with_channels(g, [&](auto cc) {
     channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift, sc);
   });
@@ -488,10 +513,12 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
     scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
   }
   if (gelu_ab) {
-    std::copy(a, a + C, gelu_ab);
-    std::copy(b, b + C, gelu_ab + C);
-    affine_gelu(g, x, a, b, y);
-    return;
+    if constexpr (std::is_same_v<X, float>) {
+      std::copy(a, a + C, gelu_ab);
+      std::copy(b, b + C, gelu_ab + C);
+      affine_gelu(g, x, a, b, y);
+      return;
+    }
   }
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask); });
 }
@@ -504,10 +531,13 @@ inline void forward_train(const ChannelGeom& g, double eps, const float* x, cons
 ///   dx = gamma inv / m * (m dyr - dbeta - xhat dgamma)
 /// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
 /// The GELU's dyr is computed once, in the pass of the sums, into dx, which
-/// the second pass then overwrites in place.
-inline void backward(const ChannelGeom& g, double eps, const float* x, const float* dy, const float* gamma,
-                     const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
-                     const std::uint8_t* mask, Scratch& sc, const float* gelu_ab = nullptr) {
+/// the second pass then overwrites in place. With `dx_bf16` (not with the
+/// GELU), dx goes there as bfloat16 and dx is not touched.
+template <class X>
+void backward(const ChannelGeom& g, double eps, const X* x, const float* dy, const float* gamma,
+              const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
+              const std::uint8_t* mask, Scratch& sc, const float* gelu_ab = nullptr,
+              std::uint16_t* dx_bf16 = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
@@ -527,7 +557,8 @@ inline void backward(const ChannelGeom& g, double eps, const float* x, const flo
     B[c] = float(-a * inv * dg / m);
     D[c] = float(-a * sdy / m);
   }
-  with_channels(g, [&](auto cc) { input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A, B, D, dx); });
+  with_channels(
+      g, [&](auto cc) { input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A, B, D, dx, dx_bf16); });
 }
 
 }  // namespace bn

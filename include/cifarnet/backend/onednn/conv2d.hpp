@@ -113,7 +113,7 @@ struct Conv2d<backend::OneDnn, float> {
   bool uses_bf16(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     if (!s) return false;
-    bool any = s->bwd_data && s->bwd_data->lp;
+    bool any = (s->bwd_data && s->bwd_data->lp) || s->fwd_lp_dst.has_value();
     for (const auto& f : s->fwd) any = any || (f && f->lp);
     for (const auto& f : s->bwd_weights) any = any || (f && f->lp);
     return any;
@@ -159,6 +159,40 @@ struct Conv2d<backend::OneDnn, float> {
     });
   }
 
+  /// Whether forward_bf16_dst() can run for `g`: bf16 convolutions and a
+  /// oneDNN jit kernel with bf16 input, weights and output (built once).
+  bool has_bf16_dst(Dev& dev, const ConvGeom& g) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward (bf16 y)";
+    on::check_geometry(g, op, false);
+    bool ok = false;
+    on::guarded(op, [&] { ok = state(dev, g).forward_lp_dst(cache_, dev.engine) != nullptr; });
+    return ok;
+  }
+  /// forward() without bias or ReLU writing y as bfloat16 bits: the kernel
+  /// rounds its float sums once, as a float y rounded to bf16 would be (the
+  /// input of a batch norm that reads bf16, ConvBatchNorm). Needs
+  /// has_bf16_dst(g); x is kept for backward_weights as in forward().
+  void forward_bf16_dst(Dev& dev, const ConvGeom& g, const float* x, const float* w, std::uint16_t* y) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward (bf16 y)";
+    on::check_geometry(g, op, false);
+    on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      Fwd* f = s.forward_lp_dst(cache_, dev.engine);
+      if (!f)
+        throw ConfigError(detail::concat(op, ": no bf16 kernel with a bf16 output for ", on::describe(g)));
+      dnnl::memory wm = weights_in(dev, s.w, w, f->w);
+      const bool keep = keep_input_ && s.bf16_dw;
+      dnnl::memory src = s.lower_x(cache_, dev, x, keep);
+      if (!keep) s.kept_x = nullptr;
+      s.y_lp.set_data_handle(y);
+      f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.y_lp}});
+      dev.stream.wait();
+    });
+  }
+
   /// dx = conv_transpose(dy, w), overwritten.
   void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w, float* dx) {
     backend::onednn::require("Conv2d backward_data", {{dy, "dy"}, {w, "w"}, {dx, "dx"}});
@@ -176,18 +210,65 @@ struct Conv2d<backend::OneDnn, float> {
   /// is given; all overwritten. In bf16, dy is rounded once for both.
   void backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
                 float* dw, float* db) {
+    backend::onednn::require(dw ? "Conv2d backward_weights" : "Conv2d backward_data", {{dy, "dy"}});
+    run_backward(dev, g, x, dy, w, dx, dw, db);
+  }
+
+  /// Where backward_bf16_dy() reads dy from, or nullptr when the backward
+  /// of `g` (the weight gradient without bias when `weights`, the data
+  /// gradient when `data`) does not read dy in bf16 only. The caller writes
+  /// dy there as bfloat16 bits (host::store_bf16: the rounding of the
+  /// reorder this replaces) and then calls backward_bf16_dy: the buffer is
+  /// device scratch, so no other op of this device may run in between.
+  std::uint16_t* bf16_dy(Dev& dev, const ConvGeom& g, bool weights, bool data) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d bf16_dy";
+    on::check_geometry(g, op, false);
+    std::uint16_t* out = nullptr;
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      BwdWeights* fw = weights ? &s.backward_weights(cache_, dev.engine, false) : nullptr;
+      BwdData* fd = data ? &s.backward_data(cache_, dev.engine) : nullptr;
+      if ((fw || fd) && (!fw || fw->lp) && (!fd || fd->lp))
+        out = static_cast<std::uint16_t*>(on::scratch(dev, s.dy_lp, 3).get_data_handle());
+    });
+    return out;
+  }
+  /// backward() (no bias) with dy the bf16 values written into bf16_dy()'s
+  /// buffer, for the same passes bf16_dy was asked about.
+  void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* dx, float* dw) {
+    run_backward(dev, g, x, nullptr, w, dx, dw, nullptr);
+  }
+
+  /// Geometries whose primitives are cached now.
+  std::size_t cached_geometries() const { return cache_.size(); }
+  /// Primitives (including reorders) built so far; constant once every
+  /// geometry and pass has been seen.
+  std::size_t primitive_builds() const { return cache_.builds(); }
+
+ private:
+  // backward(); dy == nullptr: dy is in the bf16 scratch buffer already (bf16_dy).
+  void run_backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
+                    float* dw, float* db) {
     namespace on = backend::onednn;
     const char* op = dw ? "Conv2d backward_weights" : "Conv2d backward_data";
     on::check_geometry(g, op, false);
-    on::require(op, {{dy, "dy"}});
     if (dw) on::require(op, {{x, "x"}});
     if (dx) on::require("Conv2d backward_data", {{w, "w"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
       BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
       BwdData* fd = dx ? &s.backward_data(cache_, dev.engine) : nullptr;
+      if (!dy && ((fw && !fw->lp) || (fd && !fd->lp)))
+        throw ConfigError(detail::concat(op,
+                                         ": dy handed over in bf16, but a pass of this geometry runs in "
+                                         "float (ask bf16_dy first): ",
+                                         on::describe(g)));
       std::optional<dnnl::memory> dy_lp;
-      if ((fw && fw->lp) || (fd && fd->lp)) dy_lp = s.lower_dy(cache_, dev, dy);
+      if (!dy)
+        dy_lp = on::scratch(dev, s.dy_lp, 3);
+      else if ((fw && fw->lp) || (fd && fd->lp))
+        dy_lp = s.lower_dy(cache_, dev, dy);
       if (fw) {
         dnnl::memory& user_dw = on::bind(s.w, dw);
         dnnl::memory src =
@@ -216,13 +297,6 @@ struct Conv2d<backend::OneDnn, float> {
     });
   }
 
-  /// Geometries whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
-  /// Primitives (including reorders) built so far; constant once every
-  /// geometry and pass has been seen.
-  std::size_t primitive_builds() const { return cache_.builds(); }
-
- private:
   struct State;
   using Key = decltype(std::tuple_cat(ConvGeom{}.key(), std::make_tuple(0, 0)));
   using Cache = backend::onednn::PrimitiveCache<Key, State>;
@@ -275,7 +349,10 @@ struct Conv2d<backend::OneDnn, float> {
     bool bf16;            // try bf16 kernels (ConvPrecision::BF16)
     bool bf16_dw;         // ... in backward_weights too (see the header comment)
     std::optional<dnnl::convolution_forward::primitive_desc> direct_hint_pd;
-    std::optional<Fwd> fwd[4];  // [with bias + 2 * with ReLU post-op]
+    std::optional<Fwd> fwd[4];      // [with bias + 2 * with ReLU post-op]
+    std::optional<Fwd> fwd_lp_dst;  // bf16 output (forward_bf16_dst), when oneDNN has the kernel
+    bool fwd_lp_dst_tried = false;
+    dnnl::memory y_lp;  // its output, re-pointed per call
     std::optional<dnnl::convolution_forward::primitive_desc> hint_pd, hint_pd_lp;
     std::optional<BwdData> bwd_data;
     std::optional<BwdWeights> bwd_weights[2];  // without / with bias
@@ -306,6 +383,7 @@ struct Conv2d<backend::OneDnn, float> {
       w_any_lp = dnnl::memory::desc(wd, on::dt::bf16, on::tag::any);
       x_lp = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
       dy_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
+      y_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
       bias = on::vec_desc(g.oc);
       strides = {on::dim(g.sh), on::dim(g.sw)};
       pad_l = {on::dim(g.pt), on::dim(g.pl)};
@@ -352,6 +430,28 @@ struct Conv2d<backend::OneDnn, float> {
       } catch (const dnnl::error&) {  // no bf16 kernel here: float
       }
       return std::nullopt;
+    }
+
+    // The direct training forward with bf16 input, weights and output, or
+    // nothing when bf16 is not asked for or oneDNN has no jit kernel for it.
+    Fwd* forward_lp_dst(Cache& c, const dnnl::engine& eng) {
+      if (!fwd_lp_dst_tried) {
+        fwd_lp_dst_tried = true;
+        if (bf16) {
+          using cf = dnnl::convolution_forward;
+          try {
+            cf::primitive_desc pd(
+                cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_lp,
+                         w_any_lp, dst_lp, strides, pad_l, pad_r),
+                eng);
+            if (jit_kernel(pd))
+              fwd_lp_dst =
+                  Fwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
+          } catch (const dnnl::error&) {  // no such kernel here: the float output
+          }
+        }
+      }
+      return fwd_lp_dst ? &*fwd_lp_dst : nullptr;
     }
 
     // The bf16 copy of the caller's x: into x_keep (kept for backward_weights
