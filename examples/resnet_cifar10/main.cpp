@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
   app.add_option(
          "--precision", f.precision,
          "Arithmetic of the convolutions on the CPU: fp32, or bf16 (bf16 inputs and weights with fp32 "
-         "accumulation; master weights, optimizer and the other layers stay fp32; needs AVX-512).")
+         "accumulation, each convolution's output bf16 for its batch norm; master weights, optimizer and "
+         "the other layers' arithmetic stay fp32; needs AVX-512).")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--synthetic-examples", f.synthetic_examples, "Size of the built-in synthetic training set.")

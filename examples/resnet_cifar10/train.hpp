@@ -115,7 +115,8 @@ inline std::string describe_run(const Flags& f, const recipes::Strategy& st, rec
   std::string precision = "fp32";
   if (f.precision == "bf16")
     precision = backend::onednn::cpu_has_bf16_convolutions()
-                    ? "bf16 convolutions (fp32 weights, optimizer and other layers)"
+                    ? "bf16 convolutions and conv outputs (fp32 weights, optimizer and other layers' "
+                      "arithmetic)"
                     : "fp32 (--precision bf16 asked, but oneDNN has no bf16 kernels on this CPU: it needs "
                       "AVX-512)";
   std::ostringstream os;

@@ -95,6 +95,66 @@ TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pa
 }
 
 namespace {
+// A residual block whose body ends in batch norm (sum and ReLU in the
+// normalising pass, RunContext::sum_out) against the same block with an
+// Identity after that batch norm (which leaves the sum to the block's own
+// pass): same parameters and input, the same values (== on floats),
+// gradients bit for bit, on oneDNN in float and with bf16 convolutions.
+template <class Summed, class Separate>
+void check_fused_sum(const NetOptions& opts) {
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, opts, 3);
+    Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, opts, 3);
+    REQUIRE(summed.parameters().count() == separate.parameters().count());
+    for (std::size_t id = 0; id < summed.parameters().count(); ++id) {
+      REQUIRE(summed.parameters().info(id).name == separate.parameters().info(id).name);
+      const std::size_t size = summed.parameters().info(id).size;
+      std::copy(summed.parameters().value(id), summed.parameters().value(id) + size,
+                separate.parameters().value(id));
+    }
+    Rng rng(7);
+    Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, fmt);
+    for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
+    for (int step = 0; step < 2; ++step) {
+      const Tensor<float> y = summed.forward(x, Mode::Train);
+      CHECK(y == separate.forward(x, Mode::Train));
+      CHECK(summed.root().body_summed());
+      CHECK_FALSE(separate.root().body_summed());
+      Tensor<float> dy = y;
+      for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
+      summed.backward(dy);
+      separate.backward(dy);
+      const auto &g1 = summed.parameters().grads(), &g2 = separate.parameters().grads();
+      REQUIRE(g1.size() == g2.size());
+      for (Eigen::Index i = 0; i < g1.size(); ++i) REQUIRE(g1[i] == g2[i]);
+    }
+    summed.forward(x, Mode::Infer);  // inference: the block's own sum
+    CHECK_FALSE(summed.root().body_summed());
+  }
+}
+}  // namespace
+
+TEST_CASE("A residual sum added by the body's last batch norm equals the block's own sum pass",
+          "[nn][fusion][residual]") {
+  using Conv = Conv2d<16, 16, 3>;
+  SECTION("float, ReLU after the sum") {
+    check_fused_sum<Residual<Sequential<Conv, BatchNorm2d<16>>, Identity, FusedRelu>,
+                    Residual<Sequential<Conv, BatchNorm2d<16>, Identity>, Identity, FusedRelu>>(NetOptions());
+  }
+  SECTION("float, no ReLU") {
+    check_fused_sum<Residual<Sequential<Conv, BatchNorm2d<16>>>,
+                    Residual<Sequential<Conv, BatchNorm2d<16>, Identity>>>(NetOptions());
+  }
+  SECTION("ResNet's ConvBatchNorm, bf16 convolutions (batch norm reads the bf16 output)") {
+    using CBN = ConvBatchNorm<16, 16, 3>;
+    check_fused_sum<Residual<Sequential<CBN>, Identity, FusedRelu>,
+                    Residual<Sequential<CBN, Identity>, Identity, FusedRelu>>(
+        NetOptions().with_conv_precision(ConvPrecision::BF16));
+  }
+}
+
+namespace {
 /// Synchronized BN's reducer for one replica: its sums are already global.
 struct OneReplica : CrossReplicaSum {
   void sum(double*, std::size_t) override {}

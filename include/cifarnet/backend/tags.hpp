@@ -45,6 +45,9 @@ struct Cuda {
 ///                       ops::BatchNorm has backward_bf16(...): a batch norm
 ///                       hands its input gradient to the bf16 convolution in
 ///                       front of it as bfloat16 (layers/conv_bn.hpp)
+///   fused_sum           ops::BatchNorm has forward_train_sum(...): a residual
+///                       branch added (and ReLU'd) in the normalising pass
+///                       (nn/sequential.hpp, Residual; layers/conv_bn.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -69,6 +72,7 @@ struct backend_traits {
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
+  static constexpr bool fused_sum = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -82,6 +86,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool bf16_convolutions = true;
   static constexpr bool joint_conv_backward = true;
   static constexpr bool bf16_gradients = true;
+  static constexpr bool fused_sum = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -95,6 +100,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool bf16_convolutions = false;
   static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
+  static constexpr bool fused_sum = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

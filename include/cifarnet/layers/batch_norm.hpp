@@ -62,6 +62,8 @@ struct BatchNorm2d : LayerBase {
     static constexpr bool kFusedGelu = Gelu && backend_traits<B>::fused_gelu;
     // The op takes bf16 x and writes bf16 dx (forward_bf16, backward_bf16).
     static constexpr bool kBf16 = backend_traits<B>::bf16_gradients && !Gelu && (!Relu || kFused);
+    // The op adds a residual branch in its normalising pass (takes_sum).
+    static constexpr bool kFusedSum = backend_traits<B>::fused_sum && !Gelu && !Relu;
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -101,7 +103,7 @@ struct BatchNorm2d : LayerBase {
           } else {
             infer(rc, x, mean_.data(), var_.data());
           }
-        } else {
+        } else if (!train_sum(rc, x.data())) {  // else a residual block's sum, in this pass
           if constexpr (kFused)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
@@ -134,8 +136,9 @@ struct BatchNorm2d : LayerBase {
         x_ = nullptr;
         x_bf16_ = x;
         const Parameters<T>& cp = *rc.params;
-        op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
-                          mean_.data(), var_.data(), Relu);
+        if (!train_sum(rc, x))
+          op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
+                            mean_.data(), var_.data(), Relu);
         update_moving(rc, double(s.n * s.h * s.w));
       } else {
         (void)x, (void)s, (void)rc;
@@ -215,6 +218,24 @@ struct BatchNorm2d : LayerBase {
     double epsilon() const { return eps_; }
 
    private:
+    // The training forward writing the residual sum a block offered
+    // (RunContext::sum_out) instead of y_, when it can: no activation of its
+    // own, no synchronized BN, a backend with fused_sum, the offer sized as
+    // the output. False: nothing done.
+    template <class X>
+    bool train_sum(RunContext<B, T>& rc, const X* x) {
+      if constexpr (kFusedSum) {
+        if (!rc.sum_out || rc.cross_replica || rc.sum_n != geom_.size()) return false;
+        const Parameters<T>& cp = *rc.params;
+        op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), rc.sum_shortcut,
+                              rc.sum_relu, rc.sum_out, mean_.data(), var_.data());
+        rc.sum_done = true;
+        return true;
+      } else {
+        (void)rc, (void)x;
+        return false;
+      }
+    }
     // The training or inference forward's geometry, output and statistics buffers.
     void start(const Shape& s) {
       geom_ = ChannelGeom::make(fmt_, s);

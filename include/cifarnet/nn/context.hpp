@@ -41,7 +41,9 @@ struct NetOptions {
   /// Convolution algorithm on backends that offer a choice (ops/conv_algorithm.hpp).
   ConvAlgorithm conv_algorithm = ConvAlgorithm::Auto;
   /// Arithmetic of the convolutions on backends that offer bf16 (oneDNN;
-  /// ops/conv_algorithm.hpp). Master weights and everything else stay float.
+  /// ops/conv_algorithm.hpp: inside ConvBatchNorm the convolution's output
+  /// and the batch norm's dx are bf16 too). Master weights, the optimizer and
+  /// every other layer's arithmetic stay float.
   ConvPrecision conv_precision = ConvPrecision::F32;
 
   NetOptions& with_repeat(int n) {
@@ -170,6 +172,16 @@ struct RunContext {
   bool input_is_relu = false;
   const void* premasked_grad = nullptr;
   const void* premasked_by = nullptr;
+  /// A residual block's sum offered to the last layer of its body
+  /// (nn/sequential.hpp, Residual): a layer that can add `sum_shortcut` to
+  /// its own output in the pass that writes it (and ReLU with `sum_relu`)
+  /// writes the `sum_n` values into `sum_out` and sets `sum_done`; the
+  /// containers pass the offer to their last child only.
+  const T* sum_shortcut = nullptr;
+  T* sum_out = nullptr;
+  std::size_t sum_n = 0;
+  bool sum_relu = false;
+  bool sum_done = false;
   bool training() const { return mode == Mode::Train; }
   /// Whether a node must produce dx now, given `params_before`, the number
   /// of parameters registered before it (forward order): only if the model's

@@ -146,6 +146,30 @@ void enter_child(RunContext<B, T>& rc, const Tensor<T>& in, bool& first) {
   first = false;
   rc.relu_out = nullptr;
 }
+/// A residual sum offered to a container (RunContext::sum_out), taken out
+/// of the context so that only its last child sees it (offer_sum).
+template <class T>
+struct SumOffer {
+  const T* shortcut = nullptr;
+  T* out = nullptr;
+  std::size_t n = 0;
+  bool relu = false;
+};
+template <class B, class T>
+SumOffer<T> take_sum(RunContext<B, T>& rc) {
+  SumOffer<T> o{rc.sum_shortcut, rc.sum_out, rc.sum_n, rc.sum_relu};
+  rc.sum_shortcut = nullptr;
+  rc.sum_out = nullptr;
+  rc.sum_n = 0;
+  return o;
+}
+template <class B, class T>
+void offer_sum(RunContext<B, T>& rc, const SumOffer<T>& o, bool last) {
+  rc.sum_shortcut = last ? o.shortcut : nullptr;
+  rc.sum_out = last ? o.out : nullptr;
+  rc.sum_n = last ? o.n : 0;
+  rc.sum_relu = o.relu;
+}
 }  // namespace detail
 
 /// Passes its input through unchanged (no copy).
@@ -188,13 +212,7 @@ struct Sequential : LayerBase {
       return s;
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
-      if (rc.profiler) return forward_profiled(x, rc, std::index_sequence_for<Ls...>{});
-      const Tensor<T>* cur = &x;
-      bool first = true;
-      std::apply(
-          [&](auto&... n) { ((detail::enter_child(rc, *cur, first), cur = &n.forward(*cur, rc)), ...); },
-          nodes_);
-      return *cur;
+      return forward_each(x, rc, std::index_sequence_for<Ls...>{});
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       return backward_from<sizeof...(Ls) - 1>(dy, rc);
@@ -228,11 +246,16 @@ struct Sequential : LayerBase {
         });
       }
     }
+    // Children in order; a residual sum offered to this container goes to
+    // the last child only (RunContext::sum_out).
     template <std::size_t... I>
-    const Tensor<T>& forward_profiled(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
+    const Tensor<T>& forward_each(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
       const Tensor<T>* cur = &x;
       bool first = true;
-      ((detail::enter_child(rc, *cur, first), cur = &run_child<I, Ls>(*cur, rc, false)), ...);
+      const detail::SumOffer<T> sum = detail::take_sum(rc);
+      ((detail::enter_child(rc, *cur, first), detail::offer_sum(rc, sum, I + 1 == sizeof...(Ls)),
+        cur = &run_child<I, Ls>(*cur, rc, false)),
+       ...);
       return *cur;
     }
     template <std::size_t I>
@@ -305,20 +328,30 @@ struct Residual : LayerBase {
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const bool input_is_relu = rc.input_is_relu;
+      detail::take_sum(rc);  // an offer for this block's output is not for its insides
       rc.relu_out = nullptr;
-      const Tensor<T>& a = body_.forward(x, rc);
-      rc.input_is_relu = input_is_relu;  // the shortcut reads the same x
-      rc.relu_out = nullptr;
+      // The shortcut first: the body's last layer may then add it (and the
+      // ReLU) in the pass that writes its own output (RunContext::sum_out),
+      // which saves the sum's pass over memory.
       const Tensor<T>& b = shortcut_.forward(x, rc);
+      if (y_.shape() != b.shape()) y_.resize(b.shape());
+      rc.input_is_relu = input_is_relu;  // the body reads the same x
+      rc.relu_out = nullptr;
+      detail::offer_sum(rc, detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu}, true);
+      rc.sum_done = false;
+      const Tensor<T>& a = body_.forward(x, rc);
+      summed_ = rc.sum_done;
+      detail::take_sum(rc);
+      rc.sum_done = false;
       x_ = &x;
       mask_input_ = input_is_relu && rc.training();
-      const Tensor<T>& y = detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
-        if (y_.shape() != a.shape()) y_.resize(a.shape());
-        add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), Relu);
-        return y_;
-      });
+      if (!summed_)
+        detail::profiled(rc.profiler, add_name_, "add", false, [&]() -> const Tensor<T>& {
+          add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), Relu);
+          return y_;
+        });
       rc.relu_out = Relu ? y_.data() : nullptr;
-      return y;
+      return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* g = &dy;
@@ -361,6 +394,10 @@ struct Residual : LayerBase {
     /// multiplies the input gradient by that ReLU's mask in the pass of its
     /// sum, and that block skips its own mask pass (RunContext::premasked_grad).
     bool masks_input_gradient() const { return mask_input_; }
+    /// Whether the last forward's sum (and ReLU) was computed by the body's
+    /// last layer in its own pass (RunContext::sum_out; batch norm on
+    /// backends with fused_sum) rather than by a pass of this block.
+    bool body_summed() const { return summed_; }
 
    private:
     ops::Eltwise<B, T> add_;  // the sum (with ReLU)
@@ -373,6 +410,7 @@ struct Residual : LayerBase {
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
     bool mask_input_ = false;
+    bool summed_ = false;
     std::size_t params_before_ = 0;  // parameters registered before the block
   };
 };
@@ -433,9 +471,11 @@ struct RepeatOf : LayerBase {
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Tensor<T>* cur = &x;
       bool first = true;
-      for (auto& b : blocks_) {
+      const detail::SumOffer<T> sum = detail::take_sum(rc);  // for the last block only
+      for (std::size_t i = 0; i < blocks_.size(); ++i) {
         detail::enter_child(rc, *cur, first);
-        cur = &b.forward(*cur, rc);
+        detail::offer_sum(rc, sum, i + 1 == blocks_.size());
+        cur = &blocks_[i].forward(*cur, rc);
       }
       return *cur;
     }

@@ -33,13 +33,16 @@ enum class ConvAlgorithm { Direct, Winograd, Auto };
 //   F32   float everywhere (the default)
 //   BF16  mixed precision: the convolution reads its input, weights and
 //         output gradient rounded to bfloat16 and accumulates in float; its
-//         output and both gradients are float, and the master weights, the
-//         optimizer, batch norm and every other layer stay float (oneDNN:
-//         native on AVX512-BF16 CPUs, emulated on other AVX-512 CPUs; where
-//         oneDNN has no bf16 kernel for a geometry that convolution runs in
-//         float). bf16 keeps 8 significant bits: expect relative errors
-//         around 3e-3 per convolution instead of 1e-6. Winograd is float
-//         only, so BF16 convolutions are direct.
+//         output and both gradients are float, except inside ConvBatchNorm
+//         (ResNet's conv+BN pairs) while training, where the convolution's
+//         output and the batch norm's input gradient are handed over as
+//         bfloat16 (layers/conv_bn.hpp). Master weights, the optimizer, batch
+//         norm's arithmetic and statistics, the loss and every other layer
+//         stay float (oneDNN: native on AVX512-BF16 CPUs, emulated on other
+//         AVX-512 CPUs; where oneDNN has no bf16 kernel for a geometry that
+//         convolution runs in float). bf16 keeps 8 significant bits: expect
+//         relative errors around 3e-3 per convolution instead of 1e-6.
+//         Winograd is float only, so BF16 convolutions are direct.
 enum class ConvPrecision { F32, BF16 };
 
 inline const char* to_string(ConvPrecision p) { return p == ConvPrecision::BF16 ? "bf16" : "fp32"; }

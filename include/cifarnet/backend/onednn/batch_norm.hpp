@@ -68,6 +68,21 @@ struct BatchNorm<backend::OneDnn, float> {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None);
   }
 
+  /// The training forward (no activation of its own; x float or bfloat16
+  /// bits) with a residual branch added in the same pass: y = bn(x) + r,
+  /// then max(., 0) with `relu` (NaN propagates, as Eltwise::add). The
+  /// same float operations as forward_train and Eltwise::add after it; the
+  /// backward is forward_train's without activation (the sum's ReLU mask is
+  /// the caller's, from y).
+  template <class X>
+  void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
+                         const float* beta, const float* r, bool relu, float* y, float* mean, float* var) {
+    static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
+                  "BatchNorm::forward_train_sum: x is float or bfloat16 bits (std::uint16_t)");
+    backend::onednn::require("BatchNorm forward_train (with a sum)", {{r, "r"}});
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu);
+  }
+
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
   /// With `relu`, y = max(bn(x), 0) (fused).
   void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
@@ -120,22 +135,8 @@ struct BatchNorm<backend::OneDnn, float> {
   void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
                 float* dbeta, BnActivation act) {
-    namespace on = backend::onednn;
-    static constexpr const char* op = "BatchNorm backward";
-    on::check_geometry(g, op);
-    on::require(op, {{x, "x"},
-                     {dy, "dy"},
-                     {gamma, "gamma"},
-                     {mean, "mean"},
-                     {var, "var"},
-                     {dx, "dx"},
-                     {dgamma, "dgamma"},
-                     {dbeta, "dbeta"}});
-    (void)dev;
-    check_activation(g, act, op);
-    backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  act == BnActivation::Relu ? mask_.data() : nullptr, scratch_,
-                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr);
+    backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta, act);
   }
   /// backward() (no activation, or the fused ReLU) of a forward_train whose
   /// x was bfloat16 bits (the same bits here).
@@ -143,7 +144,8 @@ struct BatchNorm<backend::OneDnn, float> {
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
                 float* dbeta, bool relu) {
     backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
-    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta, relu);
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta,
+                 relu ? BnActivation::Relu : BnActivation::None);
   }
   /// backward() (no activation, or the fused ReLU; x float or bfloat16
   /// bits, as its forward_train had it) with dx written as bfloat16 bits into
@@ -157,7 +159,8 @@ struct BatchNorm<backend::OneDnn, float> {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::backward_bf16: x is float or bfloat16 bits (std::uint16_t)");
     backend::onednn::require("BatchNorm backward (bf16 dx)", {{dx_bf16, "dx_bf16"}});
-    run_backward(dev, g, eps, x, dy, gamma, mean, var, nullptr, dx_bf16, dgamma, dbeta, relu);
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, nullptr, dx_bf16, dgamma, dbeta,
+                 relu ? BnActivation::Relu : BnActivation::None);
   }
 
   /// Geometries whose primitives are cached now.
@@ -168,7 +171,8 @@ struct BatchNorm<backend::OneDnn, float> {
  private:
   template <class X>
   void train_forward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, BnActivation act) {
+                     const float* beta, float* y, float* mean, float* var, BnActivation act,
+                     const float* sum = nullptr, bool sum_relu = false) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
@@ -187,14 +191,16 @@ struct BatchNorm<backend::OneDnn, float> {
     }
     act_geom_ = g;
     act_ = act;
-    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab);
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu);
   }
 
-  // backward without GELU: dx as float (dx) or as bfloat16 bits (dx_bf16).
+  // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the
+  // GELU, which keeps its u = dy gelu'(z) in dx); x float, or bfloat16 bits
+  // without the GELU.
   template <class X>
   void run_backward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* dy,
                     const float* gamma, const float* mean, const float* var, float* dx,
-                    std::uint16_t* dx_bf16, float* dgamma, float* dbeta, bool relu) {
+                    std::uint16_t* dx_bf16, float* dgamma, float* dbeta, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward";
     on::check_geometry(g, op);
@@ -206,9 +212,13 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
     (void)dev;
-    check_activation(g, relu ? BnActivation::Relu : BnActivation::None, op);
+    check_activation(g, act, op);
+    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float>))
+      throw ConfigError(
+          detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  relu ? mask_.data() : nullptr, scratch_, nullptr, dx_bf16);
+                                  act == BnActivation::Relu ? mask_.data() : nullptr, scratch_,
+                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16);
   }
 
   // A fused activation's backward needs the training forward that used it

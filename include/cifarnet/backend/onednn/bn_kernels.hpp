@@ -304,6 +304,24 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
     for (std::size_t j = 0; j < 2 * C; ++j) sc.sums[j] += sc.part[std::size_t(t) * 2 * C + j];
 }
 
+/// f(r, ac, bc) for every NHWC row r of this thread's share (rows of CC
+/// channels), in parallel, with a and b copied into local arrays first so
+/// the compiler keeps them in registers (affine, affine_sum).
+template <std::size_t CC, class F>
+void nhwc_rows_ab(const ChannelGeom& g, const float* __restrict a, const float* __restrict b, F&& f) {
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::size_t rows = g.n * g.h * g.w, r0 = share(rows, t, nt), r1 = share(rows, t + 1, nt);
+    float ac[CC], bc[CC];
+    for (std::size_t c = 0; c < CC; ++c) {
+      ac[c] = a[c];
+      bc[c] = b[c];
+    }
+    for (std::size_t r = r0; r < r1; ++r) f(r, ac, bc);
+  }
+}
+
 /// One NHWC row of affine(): C values (CC when known at compile time).
 template <std::size_t CC, class X>
 inline void affine_row(std::size_t C, const X* __restrict xs, const float* __restrict a,
@@ -330,18 +348,9 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
-#pragma omp parallel
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const std::size_t rows = g.n * hw, r0 = share(rows, t, nt), r1 = share(rows, t + 1, nt);
-      float ac[CC], bc[CC];
-      for (std::size_t c = 0; c < C; ++c) {
-        ac[c] = a[c];
-        bc[c] = b[c];
-      }
-      for (std::size_t r = r0; r < r1; ++r)
-        affine_row<CC>(C, x + r * C, ac, bc, y + r * C, mask ? mask + r * C : nullptr);
-    }
+    nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
+      affine_row<CC>(C, x + r * C, ac, bc, y + r * C, mask ? mask + r * C : nullptr);
+    });
     return;
   }
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
@@ -366,6 +375,56 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
       } else {
 #pragma omp simd
         for (std::size_t i = 0; i < hw; ++i) ys[i] = ld(xs[i]) * ac + bc;
+      }
+    }
+  }
+}
+
+/// One NHWC row of affine_sum(): C values (CC when known at compile time).
+template <std::size_t CC, bool Relu, class X>
+inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* __restrict a,
+                           const float* __restrict b, const float* __restrict rs, float* __restrict ys) {
+  const std::size_t n = CC ? CC : C;
+#pragma omp simd
+  for (std::size_t c = 0; c < n; ++c) {
+    const float v = (ld(xs[c]) * a[c] + b[c]) + rs[c];
+    ys[c] = Relu && v < 0.f ? 0.f : v;
+  }
+}
+
+/// y[i] = (x[i] a[c] + b[c]) + r[i], then max(., 0) with `relu` (NaN
+/// propagates, as Eltwise::add): batch norm's output and a residual
+/// branch summed in the pass that normalises (Residual, ConvBatchNorm), the
+/// same float operations as the two passes. Parallel over rows (NHWC) or
+/// planes (NCHW).
+template <std::size_t CC = 0, class X = float>
+void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
+                const float* __restrict b, const float* __restrict r, bool relu, float* __restrict y) {
+  const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
+  const bool nhwc = g.fmt == DataFormat::NHWC;
+  auto row = [&](std::size_t base, const float* ac, const float* bc) {
+    if (relu)
+      affine_sum_row<CC, true>(C, x + base, ac, bc, r + base, y + base);
+    else
+      affine_sum_row<CC, false>(C, x + base, ac, bc, r + base, y + base);
+  };
+  if constexpr (CC != 0) {  // NHWC with C known: constants in registers
+    nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) { row(q * C, ac, bc); });
+    return;
+  }
+  const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t u = 0; u < units; ++u) {
+    const std::size_t base = std::size_t(u) * (nhwc ? C : hw);
+    if (nhwc) {
+      row(base, a, b);
+    } else {
+      const std::size_t c = std::size_t(u) % C;
+      const float ac = a[c], bc = b[c];
+#pragma omp simd
+      for (std::size_t i = 0; i < hw; ++i) {
+        const float v = (ld(x[base + i]) * ac + bc) + r[base + i];
+        y[base + i] = relu && v < 0.f ? 0.f : v;
       }
     }
   }
@@ -492,11 +551,13 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// (sums of x - x0 and (x - x0)^2, x0 the channel's first value), then
 /// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
 /// `mask`, y = max(y, 0) and mask[i] = (y > 0); with `gelu_ab` (2C floats),
-/// y = gelu(x * a + b) and a, b are kept there for the backward.
+/// y = gelu(x * a + b) and a, b are kept there for the backward; with `sum`
+/// (no activation of its own), y = x * a + b + sum (then max(., 0) with
+/// `sum_relu`): a residual branch added in the same pass (affine_sum).
 template <class X>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, std::uint8_t* mask, Scratch& sc,
-                   float* gelu_ab = nullptr) {
+                   float* gelu_ab = nullptr, const float* sum = nullptr, bool sum_relu = false) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -519,6 +580,10 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
       affine_gelu(g, x, a, b, y);
       return;
     }
+  }
+  if (sum) {
+    with_channels(g, [&](auto cc) { affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y); });
+    return;
   }
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask); });
 }
