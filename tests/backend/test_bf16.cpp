@@ -4,7 +4,8 @@
 // backward and the x kept from a training forward give the same bits as the
 // separate passes; the im2col + matmul weight gradient of small images
 // agrees with the reference; the bf16 hand-overs inside ConvBatchNorm (the
-// convolution's output to the batch norm, the batch norm's dx back) give
+// convolution's output to the batch norm, the batch norm's dx back, a
+// layer's bf16 copy of its output to the next convolution) give
 // the bits of the float passes on the same rounded values, and the layer
 // agrees with the separate layers to bf16 accuracy; the tutorial CNN and a ResNet in bf16 compute
 // the float models' logits (and the CNN's gradients) to bf16 accuracy.
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -436,5 +438,63 @@ TEST_CASE("ConvBatchNorm's bf16 hand-overs are about as accurate as the separate
     CHECK(std::get<0>(c).bf16_handoffs() == 0);
     CHECK(std::get<1>(c).bf16_handoffs() == steps);
     CHECK(std::get<2>(c).bf16_handoffs() == 0);
+  }
+}
+
+// A batch norm (or a residual block's sum) writes a bf16 copy of its output
+// in the pass that writes it (RunContext::bf16_of), and the bf16
+// convolution that reads that output next uses the copy instead of rounding
+// it with a reorder: the same bits (host::store_bf16 and the reorder round
+// alike on this CPU; see that test above). Two ResNet v1 blocks in a row
+// against the same blocks with an Identity between them, which drops the
+// copy at the boundary: the second block's first convolution rounds x
+// itself there. Inside each block the first batch norm's copy feeds the
+// second convolution in both.
+TEST_CASE("A convolution reading the bf16 copy its producer wrote gives the bits of rounding x itself",
+          "[backend][onednn][bf16][copy]") {
+  using Block = resnet::BlockV1<16, 16, 1>;
+  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  for (DataFormat fmt : kFormats) {
+    INFO(to_string(fmt));
+    Model<Sequential<Block, Block>, B> chained({16, 8, 8}, fmt, bf16, 5);
+    Model<Sequential<Block, Identity, Block>, B> broken({16, 8, 8}, fmt, bf16, 5);
+    REQUIRE(chained.parameters().count() == broken.parameters().count());
+    for (std::size_t id = 0; id < chained.parameters().count(); ++id) {
+      const std::size_t size = chained.parameters().info(id).size;
+      REQUIRE(broken.parameters().info(id).size == size);
+      std::copy(chained.parameters().value(id), chained.parameters().value(id) + size,
+                broken.parameters().value(id));
+    }
+    Rng rng(31);
+    Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, fmt);
+    for (auto& v : x) v = float(rng.normal());
+    for (int step = 0; step < 2; ++step) {
+      const Tensor<float> y = chained.forward(x, Mode::Train);
+      REQUIRE(y == broken.forward(x, Mode::Train));
+      Tensor<float> dy = y;
+      for (auto& v : dy) v = float(rng.uniform(-1, 1));
+      chained.backward(dy);
+      broken.backward(dy);
+      const auto &g1 = chained.parameters().grads(), &g2 = broken.parameters().grads();
+      REQUIRE(g1.size() == g2.size());
+      CHECK(std::memcmp(g1.data(), g2.data(), std::size_t(g1.size()) * sizeof(float)) == 0);
+    }
+    // Which convolutions read a copy, per step: in both models each block's
+    // second (its batch norm's copy); the second block's first one only in
+    // the chained model (the first block's sum wrote it).
+    const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
+    auto conv_inputs = [](auto& block, auto k) {
+      return std::get<decltype(k)::value>(block.body().children()).conv().bf16_inputs();
+    };
+    using First = std::integral_constant<std::size_t, 0>;
+    using Second = std::integral_constant<std::size_t, 1>;
+    auto& c = chained.root().children();
+    auto& b = broken.root().children();
+    CHECK(conv_inputs(std::get<0>(c), First{}) == 0);  // the model's input: no producer
+    CHECK(conv_inputs(std::get<0>(c), Second{}) == steps);
+    CHECK(conv_inputs(std::get<1>(c), First{}) == steps);
+    CHECK(conv_inputs(std::get<1>(c), Second{}) == steps);
+    CHECK(conv_inputs(std::get<2>(b), First{}) == 0);
+    CHECK(conv_inputs(std::get<2>(b), Second{}) == steps);
   }
 }

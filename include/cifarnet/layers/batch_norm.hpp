@@ -77,6 +77,7 @@ struct BatchNorm2d : LayerBase {
       beta_ = ctx.add_param(scope, "beta", {in.c}, Initializer::zeros());
       mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false);
       mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false);
+      bf16_copies_ = kBf16 && ctx.options && ctx.options->conv_precision == ConvPrecision::BF16;
       return in;
     }
 
@@ -104,7 +105,12 @@ struct BatchNorm2d : LayerBase {
             infer(rc, x, mean_.data(), var_.data());
           }
         } else if (!train_sum(rc, x.data())) {  // else a residual block's sum, in this pass
-          if constexpr (kFused)
+          if constexpr (kBf16) {                // and a bf16 copy of y for a bf16 convolution after it
+            std::uint16_t* yb = copy_target(rc);
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
+                              mean_.data(), var_.data(), Relu, yb);
+            publish_copy(rc, y_.data(), yb);
+          } else if constexpr (kFused)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
           else if constexpr (kFusedGelu)
@@ -136,9 +142,12 @@ struct BatchNorm2d : LayerBase {
         x_ = nullptr;
         x_bf16_ = x;
         const Parameters<T>& cp = *rc.params;
-        if (!train_sum(rc, x))
+        if (!train_sum(rc, x)) {
+          std::uint16_t* yb = copy_target(rc);
           op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
-                            mean_.data(), var_.data(), Relu);
+                            mean_.data(), var_.data(), Relu, yb);
+          publish_copy(rc, y_.data(), yb);
+        }
         update_moving(rc, double(s.n * s.h * s.w));
       } else {
         (void)x, (void)s, (void)rc;
@@ -227,14 +236,35 @@ struct BatchNorm2d : LayerBase {
       if constexpr (kFusedSum) {
         if (!rc.sum_out || rc.cross_replica || rc.sum_n != geom_.size()) return false;
         const Parameters<T>& cp = *rc.params;
+        std::uint16_t* yb = copy_target(rc);
         op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), rc.sum_shortcut,
-                              rc.sum_relu, rc.sum_out, mean_.data(), var_.data());
+                              rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb);
         rc.sum_done = true;
+        publish_copy(rc, rc.sum_out, yb);
         return true;
       } else {
         (void)rc, (void)x;
         return false;
       }
+    }
+    // Where the training forward also writes its output as bf16, or nullptr:
+    // with bf16 convolutions (NetOptions::conv_precision) on a CPU where they
+    // run in bf16, for the convolution that may read the output next
+    // (RunContext::bf16_of). The buffer lives until the next forward.
+    std::uint16_t* copy_target(const RunContext<B, T>& rc) {
+      if constexpr (kBf16) {
+        if (!bf16_copies_ || rc.cross_replica || !decltype(op_)::bf16_copies_useful()) return nullptr;
+        y_bits_.resize(geom_.size());
+        return y_bits_.data();
+      } else {
+        (void)rc;
+        return nullptr;
+      }
+    }
+    // Offers the copy (if any) of the tensor at `out` to the next layer.
+    static void publish_copy(RunContext<B, T>& rc, const T* out, const std::uint16_t* bits) {
+      rc.bf16_of = bits ? out : nullptr;
+      rc.bf16_bits = bits;
     }
     // The training or inference forward's geometry, output and statistics buffers.
     void start(const Shape& s) {
@@ -289,6 +319,8 @@ struct BatchNorm2d : LayerBase {
     Tensor<T> z_;                     // bn(x) under a GELU the op does not fuse (its backward's input)
     const Tensor<T>* x_ = nullptr;
     const std::uint16_t* x_bf16_ = nullptr;  // forward_bf16's x (then x_ is null)
+    std::vector<std::uint16_t> y_bits_;      // copy_target's buffer (host backends only)
+    bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
   };
 };
 

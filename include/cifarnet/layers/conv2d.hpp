@@ -130,6 +130,14 @@ struct Conv2d : LayerBase {
     }
 
     const ConvGeom& geometry() const { return geom_; }
+    /// How many forward passes read the bf16 copy of x its producer wrote
+    /// (RunContext::bf16_of) instead of rounding x (tests).
+    std::size_t bf16_inputs() const {
+      if constexpr (backend_traits<B>::bf16_convolutions)
+        return op_.bf16_inputs();
+      else
+        return 0;
+    }
     /// The arena id of `weights` (layers/conv_bn.hpp folds batch norm into it).
     std::size_t weights_id() const { return w_; }
 
@@ -146,7 +154,11 @@ struct Conv2d : LayerBase {
         op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
                               ? ConvAlgorithm::Direct
                               : policy_);
-      if constexpr (backend_traits<B>::bf16_convolutions) op_.set_keep_input(rc.training() && rc.param_grads);
+      if constexpr (backend_traits<B>::bf16_convolutions) {
+        op_.set_keep_input(rc.training() && rc.param_grads);
+        // The bf16 copy of x its producer wrote in the same pass (RunContext::bf16_of).
+        op_.set_bf16_input(rc.input_bf16_of == x.data() ? rc.input_bf16 : nullptr);
+      }
     }
     // Weight gradients unless frozen (Model::set_weight_gradients) or none
     // of this layer's parameters requires one (Parameters::requires_grad).

@@ -15,6 +15,15 @@
 // ConvAlgorithm::Auto the folded convolution uses Winograd where the backend
 // has it (3x3, stride 1, at least 8 input channels), whatever the batch size.
 // Relu is NoRelu or FusedRelu (layers/options.hpp).
+//
+// With bf16 convolutions on a backend with bf16_gradients (oneDNN), a
+// training step hands the two tensors between the parts over as bfloat16:
+// the convolution writes its output as bf16 and the batch norm reads those
+// bits (forward and backward), and the batch norm writes its input gradient
+// as bf16 into the buffer the convolution's backward reads. The second is
+// the rounding the convolution applied anyway; the first rounds the
+// convolution's output once more than the separate layers do (bf16
+// activations, as bf16 autocast has them; tests/backend/test_bf16.cpp).
 #pragma once
 
 #include <cstddef>
@@ -125,6 +134,9 @@ struct ConvBatchNorm : LayerBase {
     /// convolution write bf16 for the batch norm (above; tests).
     std::size_t bf16_handoffs() const { return bf16_handoffs_; }
     std::size_t bf16_outputs() const { return bf16_outputs_; }
+    /// The parts (for inspection).
+    const node_t<ConvL, B, T>& conv() const { return conv_; }
+    const node_t<BnL, B, T>& bn() const { return bn_; }
 
    private:
     // y = conv(x, w * s) + (beta - mean * s) [+ ReLU] with the moving statistics.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -182,6 +183,16 @@ struct RunContext {
   std::size_t sum_n = 0;
   bool sum_relu = false;
   bool sum_done = false;
+  /// A bfloat16 copy of the tensor a layer just wrote (`bf16_of`: its
+  /// elements, `bf16_bits`: the copy, written in the same pass), for a bf16
+  /// convolution that reads that tensor next; the containers turn it into
+  /// `input_bf16` for the child whose input it is (checked by pointer,
+  /// dropped at any other boundary), and a convolution uses it only for an
+  /// x at `input_bf16_of` (layers/conv2d.hpp).
+  const T* bf16_of = nullptr;
+  const std::uint16_t* bf16_bits = nullptr;
+  const T* input_bf16_of = nullptr;
+  const std::uint16_t* input_bf16 = nullptr;
   bool training() const { return mode == Mode::Train; }
   /// Whether a node must produce dx now, given `params_before`, the number
   /// of parameters registered before it (forward order): only if the model's

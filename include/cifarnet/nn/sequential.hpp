@@ -140,11 +140,19 @@ struct First {
 /// (RunContext::relu_out; see Residual). The first child keeps what the
 /// container was told about its own input; any other child that ran in
 /// between (even one that returns its input) ends the chain.
+/// The same for a bf16 copy of the input (RunContext::bf16_of).
 template <class B, class T>
 void enter_child(RunContext<B, T>& rc, const Tensor<T>& in, bool& first) {
-  if (!first) rc.input_is_relu = rc.relu_out != nullptr && rc.relu_out == in.data();
+  if (!first) {
+    rc.input_is_relu = rc.relu_out != nullptr && rc.relu_out == in.data();
+    const bool copy = rc.bf16_of != nullptr && rc.bf16_of == in.data();
+    rc.input_bf16_of = copy ? rc.bf16_of : nullptr;
+    rc.input_bf16 = copy ? rc.bf16_bits : nullptr;
+  }
   first = false;
   rc.relu_out = nullptr;
+  rc.bf16_of = nullptr;
+  rc.bf16_bits = nullptr;
 }
 /// A residual sum offered to a container (RunContext::sum_out), taken out
 /// of the context so that only its last child sees it (offer_sum).
@@ -328,21 +336,28 @@ struct Residual : LayerBase {
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const bool input_is_relu = rc.input_is_relu;
+      const T* input_bf16_of = rc.input_bf16_of;
+      const std::uint16_t* input_bf16 = rc.input_bf16;
       detail::take_sum(rc);  // an offer for this block's output is not for its insides
       rc.relu_out = nullptr;
+      rc.bf16_of = nullptr;
       // The shortcut first: the body's last layer may then add it (and the
       // ReLU) in the pass that writes its own output (RunContext::sum_out),
       // which saves the sum's pass over memory.
       const Tensor<T>& b = shortcut_.forward(x, rc);
       if (y_.shape() != b.shape()) y_.resize(b.shape());
       rc.input_is_relu = input_is_relu;  // the body reads the same x
+      rc.input_bf16_of = input_bf16_of;
+      rc.input_bf16 = input_bf16;
       rc.relu_out = nullptr;
+      rc.bf16_of = nullptr;
       detail::offer_sum(rc, detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu}, true);
       rc.sum_done = false;
       const Tensor<T>& a = body_.forward(x, rc);
       summed_ = rc.sum_done;
       detail::take_sum(rc);
       rc.sum_done = false;
+      if (!summed_) rc.bf16_of = nullptr;  // a copy of the body's output, not of y_
       x_ = &x;
       mask_input_ = input_is_relu && rc.training();
       if (!summed_)
@@ -398,6 +413,9 @@ struct Residual : LayerBase {
     /// last layer in its own pass (RunContext::sum_out; batch norm on
     /// backends with fused_sum) rather than by a pass of this block.
     bool body_summed() const { return summed_; }
+    /// The branches (for inspection).
+    node_t<Body, B, T>& body() { return body_; }
+    node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
 
    private:
     ops::Eltwise<B, T> add_;  // the sum (with ReLU)

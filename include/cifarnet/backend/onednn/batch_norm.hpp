@@ -50,9 +50,13 @@ struct BatchNorm<backend::OneDnn, float> {
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the batch statistics,
   /// which are returned in mean and var (biased variance).
   /// With `relu`, y = max(bn(x), 0) (fused).
+  /// With `y_bf16`, y is also written there as bfloat16 bits in the same
+  /// pass (the input of a bf16 convolution: Conv2d::set_bf16_input).
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, bool relu = false) {
-    forward_train(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None);
+                     const float* beta, float* y, float* mean, float* var, bool relu = false,
+                     std::uint16_t* y_bf16 = nullptr) {
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
+                  nullptr, false, y_bf16);
   }
   /// The same with the activation `act` applied in the same pass.
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
@@ -64,9 +68,15 @@ struct BatchNorm<backend::OneDnn, float> {
   /// (ConvBatchNorm), widened exactly; the statistics and y as for float x
   /// holding the same values.
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, bool relu) {
-    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None);
+                     const float* beta, float* y, float* mean, float* var, bool relu,
+                     std::uint16_t* y_bf16 = nullptr) {
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
+                  nullptr, false, y_bf16);
   }
+
+  /// Whether a bf16 copy of y (y_bf16 above) can feed a bf16 convolution on
+  /// this CPU (oneDNN has bf16 convolution kernels here).
+  static bool bf16_copies_useful() { return backend::onednn::cpu_has_bf16_convolutions(); }
 
   /// The training forward (no activation of its own; x float or bfloat16
   /// bits) with a residual branch added in the same pass: y = bn(x) + r,
@@ -76,11 +86,12 @@ struct BatchNorm<backend::OneDnn, float> {
   /// the caller's, from y).
   template <class X>
   void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
-                         const float* beta, const float* r, bool relu, float* y, float* mean, float* var) {
+                         const float* beta, const float* r, bool relu, float* y, float* mean, float* var,
+                         std::uint16_t* y_bf16 = nullptr) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::forward_train_sum: x is float or bfloat16 bits (std::uint16_t)");
     backend::onednn::require("BatchNorm forward_train (with a sum)", {{r, "r"}});
-    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu);
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu, y_bf16);
   }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
@@ -172,7 +183,7 @@ struct BatchNorm<backend::OneDnn, float> {
   template <class X>
   void train_forward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var, BnActivation act,
-                     const float* sum = nullptr, bool sum_relu = false) {
+                     const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
@@ -191,7 +202,11 @@ struct BatchNorm<backend::OneDnn, float> {
     }
     act_geom_ = g;
     act_ = act;
-    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu);
+    if (y_bf16 && act == BnActivation::Gelu)
+      throw ConfigError(
+          detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
+    backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
+                                       y_bf16);
   }
 
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the

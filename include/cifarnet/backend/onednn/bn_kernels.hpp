@@ -344,12 +344,13 @@ inline void affine_row(std::size_t C, const X* __restrict xs, const float* __res
 /// parallel over rows (NHWC) or planes (NCHW).
 template <std::size_t CC = 0, class X = float>
 void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict a, const float* __restrict b,
-            float* __restrict y, std::uint8_t* __restrict mask) {
+            float* __restrict y, std::uint8_t* __restrict mask, std::uint16_t* __restrict yb = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
       affine_row<CC>(C, x + r * C, ac, bc, y + r * C, mask ? mask + r * C : nullptr);
+      if (yb) host::store_bf16(y + r * C, yb + r * C, CC);
     });
     return;
   }
@@ -377,6 +378,7 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
         for (std::size_t i = 0; i < hw; ++i) ys[i] = ld(xs[i]) * ac + bc;
       }
     }
+    if (yb) host::store_bf16(ys, yb + base, len);
   }
 }
 
@@ -399,7 +401,8 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
 /// planes (NCHW).
 template <std::size_t CC = 0, class X = float>
 void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
-                const float* __restrict b, const float* __restrict r, bool relu, float* __restrict y) {
+                const float* __restrict b, const float* __restrict r, bool relu, float* __restrict y,
+                std::uint16_t* __restrict yb = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   auto row = [&](std::size_t base, const float* ac, const float* bc) {
@@ -407,6 +410,7 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
       affine_sum_row<CC, true>(C, x + base, ac, bc, r + base, y + base);
     else
       affine_sum_row<CC, false>(C, x + base, ac, bc, r + base, y + base);
+    if (yb) host::store_bf16(y + base, yb + base, C);
   };
   if constexpr (CC != 0) {  // NHWC with C known: constants in registers
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) { row(q * C, ac, bc); });
@@ -426,6 +430,7 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
         const float v = (ld(x[base + i]) * ac + bc) + r[base + i];
         y[base + i] = relu && v < 0.f ? 0.f : v;
       }
+      if (yb) host::store_bf16(y + base, yb + base, hw);
     }
   }
 }
@@ -553,11 +558,14 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// `mask`, y = max(y, 0) and mask[i] = (y > 0); with `gelu_ab` (2C floats),
 /// y = gelu(x * a + b) and a, b are kept there for the backward; with `sum`
 /// (no activation of its own), y = x * a + b + sum (then max(., 0) with
-/// `sum_relu`): a residual branch added in the same pass (affine_sum).
+/// `sum_relu`): a residual branch added in the same pass (affine_sum). With
+/// `y_bf16` (not with the GELU), y is also written there as bfloat16 bits
+/// (host::store_bf16), in the same pass: the input of a bf16 convolution.
 template <class X>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, std::uint8_t* mask, Scratch& sc,
-                   float* gelu_ab = nullptr, const float* sum = nullptr, bool sum_relu = false) {
+                   float* gelu_ab = nullptr, const float* sum = nullptr, bool sum_relu = false,
+                   std::uint16_t* y_bf16 = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -582,10 +590,10 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     }
   }
   if (sum) {
-    with_channels(g, [&](auto cc) { affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y); });
+    with_channels(g, [&](auto cc) { affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y, y_bf16); });
     return;
   }
-  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask); });
+  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask, y_bf16); });
 }
 
 /// Backward of the training forward, given its batch statistics: with

@@ -381,6 +381,14 @@ class WorkspaceOp {
   const float* ws_src_ = nullptr;  // the x the workspace was computed from
 };
 
+/// Whether oneDNN has bf16 convolution kernels on this CPU (AVX-512:
+/// avx512_core, native with AVX512-BF16, emulated without). Elsewhere
+/// ConvPrecision::BF16 convolutions run in float.
+inline bool cpu_has_bf16_convolutions() {
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
+  return (isa & core) == core;  // the ISA values are feature bit sets
+}
+
 }  // namespace onednn
 }  // namespace backend
 

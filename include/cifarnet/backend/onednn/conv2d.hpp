@@ -61,26 +61,13 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/conv_algorithm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
-namespace backend {
-namespace onednn {
-
-/// Whether oneDNN has bf16 convolution kernels on this CPU (AVX-512:
-/// avx512_core, native with AVX512-BF16, emulated without). Elsewhere
-/// ConvPrecision::BF16 convolutions run in float.
-inline bool cpu_has_bf16_convolutions() {
-  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
-  return (isa & core) == core;  // the ISA values are feature bit sets
-}
-
-}  // namespace onednn
-}  // namespace backend
-
 namespace ops {
 
 /// Convolution with oneDNN primitives cached per ConvGeom (float only).
@@ -103,6 +90,14 @@ struct Conv2d<backend::OneDnn, float> {
   /// Whether forward keeps its bf16 copy of x for backward_weights (set
   /// while training; without it the copy lives in device scratch only).
   void set_keep_input(bool keep) { keep_input_ = keep; }
+  /// The bf16 copy of the x the next forward call gets (NHWC or NCHW as x,
+  /// host::store_bf16's rounding), written by the layer that wrote x in the
+  /// same pass: a bf16 pass reads it instead of rounding x itself, and keeps
+  /// it by pointer for backward_weights (it must not change before then).
+  /// nullptr (the default): none. Used by that one call only.
+  void set_bf16_input(const std::uint16_t* bits) { bf16_in_ = bits; }
+  /// How many forward passes read a caller's bf16 copy of x (tests).
+  std::size_t bf16_inputs() const { return bf16_inputs_; }
   /// The Parameters::version of the weights the calls that follow get (0,
   /// the default: unknown, so every call reorders them). The reordered copy
   /// of the weights is reused while buffer and version stay the same.
@@ -147,7 +142,8 @@ struct Conv2d<backend::OneDnn, float> {
       Fwd& f = s.forward(cache_, dev.engine, b != nullptr, relu);
       dnnl::memory wm = weights_in(dev, s.w, w, f.w);
       const bool keep = keep_input_ && s.bf16_dw;  // only a bf16 backward_weights reads the copy
-      dnnl::memory src = f.lp ? s.lower_x(cache_, dev, x, keep) : stage_in(dev, f.src, on::bind(s.x, x), 0);
+      const std::uint16_t* bits = std::exchange(bf16_in_, nullptr);
+      dnnl::memory src = f.lp ? lp_src(s, dev, x, bits, keep) : stage_in(dev, f.src, on::bind(s.x, x), 0);
       if (!f.lp || !keep) s.kept_x = nullptr;
       dnnl::memory dst = f.dst.direct() ? on::bind(s.y, y) : on::scratch(dev, f.dst.mem, 1);
       std::unordered_map<int, dnnl::memory> args{
@@ -185,7 +181,7 @@ struct Conv2d<backend::OneDnn, float> {
         throw ConfigError(detail::concat(op, ": no bf16 kernel with a bf16 output for ", on::describe(g)));
       dnnl::memory wm = weights_in(dev, s.w, w, f->w);
       const bool keep = keep_input_ && s.bf16_dw;
-      dnnl::memory src = s.lower_x(cache_, dev, x, keep);
+      dnnl::memory src = lp_src(s, dev, x, std::exchange(bf16_in_, nullptr), keep);
       if (!keep) s.kept_x = nullptr;
       s.y_lp.set_data_handle(y);
       f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.y_lp}});
@@ -272,7 +268,8 @@ struct Conv2d<backend::OneDnn, float> {
       if (fw) {
         dnnl::memory& user_dw = on::bind(s.w, dw);
         dnnl::memory src =
-            fw->lp ? (s.kept_x == x ? s.x_keep : s.lower_x(cache_, dev, x, false)) : on::bind(s.x, x);
+            fw->lp ? (s.kept_x == x ? (s.kept_ext ? s.x_ext : s.x_keep) : s.lower_x(cache_, dev, x, false))
+                   : on::bind(s.x, x);
         if (fw->lp && !db && s.gemm_weights(cache_, dev.engine, g, chunk_bytes_)) {
           s.gemm_backward_weights(dev, g, src, *dy_lp, dw);
         } else {
@@ -298,6 +295,16 @@ struct Conv2d<backend::OneDnn, float> {
   }
 
   struct State;
+  // The bf16 x of a forward pass: the caller's copy `bits` (set_bf16_input;
+  // kept by pointer when `keep`) or x rounded by a reorder (lower_x).
+  dnnl::memory lp_src(State& s, Dev& dev, const float* x, const std::uint16_t* bits, bool keep) {
+    if (!bits) return s.lower_x(cache_, dev, x, keep);
+    s.x_ext.set_data_handle(const_cast<std::uint16_t*>(bits));
+    s.kept_x = keep ? x : nullptr;
+    s.kept_ext = true;
+    ++bf16_inputs_;
+    return s.x_ext;
+  }
   using Key = decltype(std::tuple_cat(ConvGeom{}.key(), std::make_tuple(0, 0)));
   using Cache = backend::onednn::PrimitiveCache<Key, State>;
 
@@ -360,7 +367,9 @@ struct Conv2d<backend::OneDnn, float> {
     // holding kept_x's values), or in device scratch (x_lp slot 2, dy_lp slot 3).
     std::optional<dnnl::reorder> lower_src, lower_dst;
     dnnl::memory x_keep, x_lp, dy_lp;
+    dnnl::memory x_ext;  // a caller's bf16 copy of x (set_bf16_input), re-pointed per call
     const float* kept_x = nullptr;
+    bool kept_ext = false;  // kept_x's bf16 copy is x_ext (the caller's), not x_keep
     // The im2col + matmul weight gradient (see the file comment): the first
     // chunk's product overwrites dw, the others add to it (a sum post-op).
     std::optional<dnnl::matmul> dw_gemm, dw_gemm_sum;
@@ -384,6 +393,7 @@ struct Conv2d<backend::OneDnn, float> {
       x_lp = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
       dy_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
       y_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
+      x_ext = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
       bias = on::vec_desc(g.oc);
       strides = {on::dim(g.sh), on::dim(g.sw)};
       pad_l = {on::dim(g.pt), on::dim(g.pl)};
@@ -469,7 +479,10 @@ struct Conv2d<backend::OneDnn, float> {
         on::scratch(dev, x_lp, 2);
       }
       lower_src->execute(dev.stream, on::bind(x, px), out);
-      if (keep) kept_x = px;
+      if (keep) {
+        kept_x = px;
+        kept_ext = false;
+      }
       return out;
     }
 
@@ -747,6 +760,8 @@ struct Conv2d<backend::OneDnn, float> {
   ConvAlgorithm alg_ = ConvAlgorithm::Direct;
   ConvPrecision prec_ = ConvPrecision::F32;
   bool keep_input_ = false;
+  const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
+  std::size_t bf16_inputs_ = 0;
   std::uint64_t w_version_ = 0;
   std::size_t weight_reorders_ = 0;
   std::size_t chunk_bytes_ = std::size_t(16) << 20;
