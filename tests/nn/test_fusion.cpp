@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "copy_parameters.hpp"
 #include "nn/fusion_compare.hpp"
 
 using namespace cifarnet;
 using test::compare_all;
+using test::copy_parameters;
 
 TEST_CASE("Batch norm with a fused ReLU equals batch norm followed by ReLU", "[nn][fusion][bn]") {
   compare_all<Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5, FusedRelu>>,
@@ -68,13 +70,7 @@ TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pa
     INFO("format " << to_string(fmt));
     Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, NetOptions{}, 3);
     Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, NetOptions{}, 3);
-    REQUIRE(chained.parameters().count() == broken.parameters().count());
-    for (std::size_t id = 0; id < chained.parameters().count(); ++id) {
-      const std::size_t size = chained.parameters().info(id).size;
-      REQUIRE(broken.parameters().info(id).size == size);
-      std::copy(chained.parameters().value(id), chained.parameters().value(id) + size,
-                broken.parameters().value(id));
-    }
+    copy_parameters(chained, broken, /*same_names=*/false);  // the Identity shifts the block numbers
     Rng rng(5);
     Tensor<float> x = make_tensor<float>({3, 4, 5, 6}, fmt);
     for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
@@ -106,13 +102,7 @@ void check_fused_sum(const NetOptions& opts) {
     INFO("format " << to_string(fmt));
     Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, opts, 3);
     Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, opts, 3);
-    REQUIRE(summed.parameters().count() == separate.parameters().count());
-    for (std::size_t id = 0; id < summed.parameters().count(); ++id) {
-      REQUIRE(summed.parameters().info(id).name == separate.parameters().info(id).name);
-      const std::size_t size = summed.parameters().info(id).size;
-      std::copy(summed.parameters().value(id), summed.parameters().value(id) + size,
-                separate.parameters().value(id));
-    }
+    copy_parameters(summed, separate);
     Rng rng(7);
     Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, fmt);
     for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
