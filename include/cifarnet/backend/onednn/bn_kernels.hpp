@@ -15,7 +15,11 @@
 // thread sums a fixed contiguous share of the data and the shares are added
 // in thread order, so results depend on the thread count only, not on
 // timing. The element-wise passes are float. The data is read once per pass,
-// as oneDNN reads it, in loops the compiler vectorizes.
+// as oneDNN reads it, in loops the compiler vectorizes. x may also be
+// bfloat16 bits (the bf16 output of the convolution in front, widened
+// exactly by ld()), dx may be written as bfloat16, y may get a bf16 copy
+// in the same pass, and the normalising pass may add a residual branch
+// (affine_sum): the hand-overs of docs/ARCHITECTURE.md.
 #pragma once
 
 #include <omp.h>

@@ -50,6 +50,12 @@
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
+// Three hand-overs skip those roundings where the neighbouring layer can
+// write bf16 itself in a pass it makes anyway (layers/conv_bn.hpp,
+// layers/batch_norm.hpp): set_bf16_input (a bf16 copy of x written with x,
+// kept by pointer), forward_bf16_dst (y written as bf16), and bf16_dy +
+// backward_bf16_dy (dy written as bf16 straight into the buffer backward
+// reads).
 //
 // dx, dw and db are overwritten; the bias is optional (nullptr) in forward
 // and backward_weights.
