@@ -248,6 +248,9 @@ struct RecordingReducer final : distributed::DeviceTowerReducer<backend::OneDnn,
   explicit RecordingReducer(std::vector<Device<backend::OneDnn>*>* b) : bound(b) {}
   void bind(const std::vector<Device<backend::OneDnn>*>& d) override { *bound = d; }
   void sum(const std::vector<float*>& buffers, std::size_t n) override { host.sum(buffers, n); }
+  void broadcast(const std::vector<float*>& buffers, std::size_t n) override {
+    for (std::size_t i = 1; i < buffers.size(); ++i) std::copy(buffers[0], buffers[0] + n, buffers[i]);
+  }
   const char* name() const override { return "recording"; }
   distributed::HostTowerReducer<float> host;
 };
@@ -533,5 +536,186 @@ TEST_CASE(
     CHECK(gpu.mirrors().mirror_of(slot.data()) == nullptr);
     CHECK_FALSE(gpu.mirrors().remove(slot.data()));        // twice: nothing
     CHECK_FALSE(gpu.mirrors().remove(values.data() + 1));  // only a range's start names it
+  }
+}
+
+namespace {
+/// Stand-in memory for the read-back area: "device" bytes FakeCopyApi knows
+/// as device memory (a FakeGpu tensor), host bytes plain vectors.
+struct FakeDeviceBytes {
+  FakeDeviceBytes() = default;
+  FakeDeviceBytes(int, std::size_t n) : p(FakeCopyApi::gpu->device_tensor((n + 3) / 4)), size_(n) {}
+  void* data() { return p; }
+  std::size_t size() const { return size_; }
+  float* p = nullptr;
+  std::size_t size_ = 0;
+};
+struct FakeHostBytes {
+  FakeHostBytes() = default;
+  explicit FakeHostBytes(std::size_t n) : v(n) {}
+  unsigned char* data() { return v.data(); }
+  std::size_t size() const { return v.size(); }
+  std::vector<unsigned char> v;
+};
+using FakeReadback = cu::BasicReadback<FakeCopyApi, FakeGpu, FakeHostBytes, FakeDeviceBytes>;
+
+/// An "op": writes `values` into fresh room of `rb` as its kernel would and
+/// returns the Pending of their sum (through `finish` when given).
+Pending write_values(FakeReadback& rb, const std::vector<double>& values, PendingFinish finish = nullptr,
+                     PendingArgs args = {}) {
+  const auto room = rb.reserve(values.size() * sizeof(double));
+  std::memcpy(room.device, values.data(), values.size() * sizeof(double));
+  return Pending::on(rb, room.generation, room.offset, values.size(), finish, args);
+}
+}  // namespace
+
+TEST_CASE("The read-back area brings a step's pending values to the host in one copy and one wait",
+          "[backend][cuda][host][transfers][readback]") {
+  FakeGpu gpu;
+  FakeCopyApi::reset(gpu);
+  FakeReadback rb(gpu);
+  // A step: the loss's rows, the weight decay's partial sums, the numerics sum.
+  const Pending loss = write_values(
+      rb, {1.0, 2.0, 3.0, 6.0}, [](double s, const unsigned char*, const PendingArgs& a) { return s / a.a; },
+      PendingArgs{4.0});
+  const Pending decay = write_values(rb, {0.5, 0.25});
+  const Pending numerics = write_values(rb, {1e300, 1e300});
+  CHECK_FALSE(loss.is_ready());
+  CHECK(gpu.transfers().read() == cu::TransferCounts{});  // nothing moved yet
+  CHECK(gpu.syncs == 0);
+  CHECK(rb.used() == (4 + 2 + 2) * sizeof(double));
+
+  CHECK(loss.get() == 3.0);  // (1 + 2 + 3 + 6) / 4
+  CHECK(decay.get() == 0.75);
+  CHECK(numerics.get() == 2e300);  // finite: the numerics check passes
+  const cu::TransferCounts c = gpu.transfers().read();
+  CHECK(c.d2h_copies == 1);  // the three values: one copy
+  CHECK(c.d2h_bytes == 8 * sizeof(double));
+  CHECK(c.h2d_copies == 0);
+  CHECK(c == FakeCopyApi::seen);
+  CHECK(gpu.syncs == 1);  // and one wait
+  CHECK(rb.fetches() == 1);
+  CHECK(loss.get() == 3.0);  // read again: no copy
+  CHECK(gpu.transfers().read() == c);
+
+  SECTION("a fetched batch stays readable until two more batches are fetched") {
+    const Pending next = write_values(rb, {7.0});
+    CHECK(decay.get() == 0.75);  // batch 0 still readable
+    CHECK(next.get() == 7.0);    // fetches batch 1
+    CHECK(rb.fetches() == 2);
+    CHECK(decay.get() == 0.75);  // batch 0's host buffer is not the one batch 1 went to
+    const Pending third = write_values(rb, {8.0});
+    CHECK(third.get() == 8.0);  // batch 2 overwrites batch 0's host buffer
+    CHECK(next.get() == 7.0);   // batch 1 is still there
+    CHECK_THROWS_WITH(decay.get(), Catch::Contains("were overwritten"));
+  }
+  SECTION("a reservation that does not fit fetches the open batch first; a large one grows the room") {
+    const Pending a = write_values(rb, {1.5});
+    std::vector<double> big((std::size_t(64) << 10) / sizeof(double) + 10, 1.0);  // more than the 64 KiB room
+    const Pending b = write_values(rb, big);
+    CHECK(rb.fetches() == 2);  // `a`'s batch was fetched to make room
+    CHECK(a.get() == 1.5);     // and stays readable after the room grew
+    CHECK(b.get() == double(big.size()));
+    CHECK(rb.fetches() == 3);
+  }
+  SECTION("a finish step sees the bytes an op wrote after its doubles (the loss's bad-label count)") {
+    const auto room = rb.reserve(2 * sizeof(double));
+    const double row = 2.5;
+    const int bad = 1;
+    std::memcpy(room.device, &row, sizeof row);
+    std::memcpy(static_cast<unsigned char*>(room.device) + sizeof(double), &bad, sizeof bad);
+    const Pending p = Pending::on(rb, room.generation, room.offset, 1,
+                                  [](double, const unsigned char* tail, const PendingArgs&) -> double {
+                                    int b = 0;
+                                    std::memcpy(&b, tail, sizeof b);
+                                    if (b) throw DataError("bad label");
+                                    return 0;
+                                  });
+    CHECK_THROWS_AS(p.get(), DataError);
+  }
+}
+
+namespace {
+/// A stand-in of the CUDA runtime for the input ring: streams and events
+/// are names, and every call is logged in order.
+struct FakeRingApi {
+  static inline std::vector<std::string> log;
+  static inline bool pinned_ok = true;
+  struct Stream {
+    explicit Stream(int) {}
+    const char* get() { return "copy"; }
+  };
+  struct Event {
+    int id = next_id++;
+    static inline int next_id = 0;
+  };
+  struct HostBytes {
+    HostBytes() = default;
+    explicit HostBytes(std::size_t n) : v(n), pinned_(pinned_ok) {}
+    unsigned char* data() { return v.data(); }
+    std::size_t size() const { return v.size(); }
+    bool pinned() const { return pinned_; }
+    std::vector<unsigned char> v;
+    bool pinned_ = false;
+  };
+  static void record(Event& e, const char* s) {
+    log.push_back("record e" + std::to_string(e.id) + " on " + s);
+  }
+  static void stream_wait(const char* s, Event& e) {
+    log.push_back(std::string(s) + " waits e" + std::to_string(e.id));
+  }
+  static void host_wait(Event& e) { log.push_back("host waits e" + std::to_string(e.id)); }
+  template <class D>
+  static void copy_async(D&, const char* s, void* dst, const void* src, std::size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    log.push_back(std::string("copy ") + std::to_string(bytes) + " on " + s);
+  }
+};
+struct RingGpu {
+  int ordinal() const { return 0; }
+  const char* stream() const { return "compute"; }
+  cu::TransferCounter& transfers() { return counter; }
+  cu::TransferCounter counter;
+};
+}  // namespace
+
+TEST_CASE("The input ring uploads on a copy stream the compute stream waits for, and reuses a slot safely",
+          "[backend][cuda][host][transfers][ring]") {
+  FakeRingApi::log.clear();
+  FakeRingApi::Event::next_id = 0;
+  FakeRingApi::pinned_ok = true;
+  RingGpu gpu;
+  cu::BasicInputRing<FakeRingApi, RingGpu> ring(gpu);  // events e0, e1: copied; e2, e3: consumed
+  std::vector<float> batch[3] = {std::vector<float>(8, 1.0f), std::vector<float>(8, 2.0f),
+                                 std::vector<float>(8, 3.0f)};
+  std::vector<float> device[2] = {std::vector<float>(8), std::vector<float>(8)};
+  const std::size_t bytes = 8 * sizeof(float);
+  for (int k = 0; k < 3; ++k) {
+    const std::size_t j = ring.next();
+    CHECK(j == std::size_t(k % 2));
+    ring.upload(batch[k].data(), bytes, device[j].data());
+    CHECK(device[j] == batch[k]);
+  }
+  const std::vector<std::string> expected = {
+      // upload 0 into slot 0: a copy on the copy stream, the compute stream waits for it
+      "copy 32 on copy", "record e0 on copy", "compute waits e0",
+      // upload 1 into slot 1: slot 0's step is queued (consumed e2)
+      "record e2 on compute", "copy 32 on copy", "record e1 on copy", "compute waits e1",
+      // upload 2 into slot 0 again: the host waits for slot 0's last copy out of its pinned buffer,
+      // and the copy stream for the compute work that read slot 0's device tensor
+      "host waits e0", "record e3 on compute", "copy waits e2", "copy 32 on copy", "record e0 on copy",
+      "compute waits e0"};
+  CHECK(FakeRingApi::log == expected);
+  CHECK(gpu.transfers().read().h2d_copies == 3);
+  CHECK(gpu.transfers().read().h2d_bytes == 3 * bytes);
+  CHECK(ring.uploads() == 3);
+  CHECK(ring.pinned());
+
+  SECTION("without page-locked memory the slots fall back to pageable memory and say so") {
+    FakeRingApi::pinned_ok = false;
+    cu::BasicInputRing<FakeRingApi, RingGpu> plain(gpu);
+    plain.upload(batch[0].data(), bytes, device[0].data());
+    CHECK(device[0] == batch[0]);
+    CHECK_FALSE(plain.pinned());
   }
 }

@@ -86,12 +86,21 @@ TEST_CASE("Towers on two GPUs with NCCL train like towers on the CPU (the seed's
   using Gpu = Model<ResNetCifar<>, backend::Cuda>;
   using Cpu = Model<ResNetCifar<>, backend::OneDnn>;
   const DataFormat fmt = DataFormat::NHWC;
+  // Host arenas (staged NCCL), device-resident arenas (ncclBroadcast and
+  // ncclAllReduce in place, --variable-strategy GPU), and device-resident
+  // arenas with the host reducer (--variable-strategy CPU).
+  const int variant = GENERATE(0, 1, 2);
+  INFO("variant " << (variant == 0   ? "host arenas, NCCL"
+                      : variant == 1 ? "resident, NCCL"
+                                     : "resident, host sum"));
+  std::unique_ptr<distributed::TowerReducer<float>> reducer;
+  if (variant < 2) reducer = std::make_unique<distributed::NcclTowerReducer>(2);
   distributed::Towers<Gpu> gpu(
       2, {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5,
-      [](std::size_t i) { return std::make_unique<Device<backend::Cuda>>(int(i)); },
-      std::make_unique<distributed::NcclTowerReducer>(2));
+      [](std::size_t i) { return std::make_unique<Device<backend::Cuda>>(int(i)); }, std::move(reducer));
+  if (variant > 0) gpu.set_device_resident(true);
   distributed::Towers<Cpu> cpu(2, {3, 32, 32}, fmt, NetOptions().with_repeat(1), 5);
-  CHECK(std::string(gpu.reducer().name()) == "NCCL");
+  CHECK(std::string(gpu.reducer().name()) == (variant < 2 ? "NCCL" : "host"));
   Rng rng(4);
   std::vector<train::Batch> batches(3);
   for (auto& b : batches) {
@@ -110,8 +119,13 @@ TEST_CASE("Towers on two GPUs with NCCL train like towers on the CPU (the seed's
   };
   train(gpu);
   train(cpu);
-  CHECK(rel(gpu.parameters().values(), cpu.parameters().values()) < 1e-4);
-  CHECK(rel(gpu.parameters().state(), cpu.parameters().state()) < 1e-4);
+  const Parameters<float>& g = gpu.sync_parameters_to_host();
+  CHECK(rel(g.values(), cpu.parameters().values()) < 1e-4);
+  CHECK(rel(g.state(), cpu.parameters().state()) < 1e-4);
+  if (variant > 0) {  // tower 1 holds tower 0's variables after the next forward's broadcast
+    (void)gpu.forward(batches[0].images, Mode::Infer);
+    CHECK(rel(gpu.tower(1).sync_parameters_to_host().values(), g.values()) == 0.0);
+  }
   // Evaluation with fewer examples than towers, and with an uneven split.
   for (std::size_t m : {1, 7}) {
     Tensor<float> x = make_tensor<float>({m, 3, 32, 32}, fmt);
@@ -266,6 +280,14 @@ TEST_CASE(
   CHECK(last[1].h2d_bytes >= n * 3 * 32 * 32 * sizeof(float));  // the batch went up
   CHECK(last[1].h2d_bytes <= batch_bytes + 4096);               // and nothing else of size
   CHECK(last[1].d2h_bytes <= 64 * 1024);                        // the loss, Σv² partial sums, flags
+  // One read back per step: the loss rows, the weight decay's and the
+  // numerics check's partial sums wait in the read-back area for one copy
+  // (core/pending.hpp); up go the batch (through the pinned input ring, on
+  // its copy stream) and the labels.
+  CHECK(last[1].d2h_copies == 1);
+  CHECK(last[1].h2d_copies == 2);
+  CHECK(resident.device().input_ring().pinned());
+  CHECK(resident.device().input_ring().uploads() == batches.size());
   CHECK(last[0].bytes() > 100 * last[1].bytes());
   const auto& host = resident.sync_parameters_to_host();
   // The parameter that differs most, by name, to say where a difference is.
@@ -346,4 +368,59 @@ TEST_CASE(
   const auto& vb = b.m.sync_parameters_to_host();
   CHECK(rel(vb.values(), va.values()) == 0.0);
   CHECK(rel(vb.state(), va.state()) == 0.0);
+}
+
+TEST_CASE("Byte batches go up through the input ring as bytes and train as float batches, bit for bit",
+          "[backend][cuda][model][transfers][bytes]") {
+  if (!have_gpu()) return;
+  // Two resident ResNet-20s from one seed (deterministic convolutions), one
+  // fed float batches, one the same images as bytes (the ResNet pipeline's
+  // byte_pixels): the bytes go up (a quarter of the float batch) and
+  // Eltwise::from_bytes makes the float input on the GPU, so both train to
+  // the same bits.
+  using M = Model<ResNetCifar<>, backend::Cuda>;
+  const std::size_t n = 128;
+  for (DataFormat fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    M a({3, 32, 32}, fmt, resnet_options(20), 5), b({3, 32, 32}, fmt, resnet_options(20), 5);
+    Rng rng(12);
+    std::vector<train::Batch> floats(3), bytes(3);
+    for (std::size_t k = 0; k < floats.size(); ++k) {
+      bytes[k].pixel_height = bytes[k].pixel_width = 32;
+      bytes[k].pixel_channels = 3;
+      bytes[k].pixels.resize(n * 3072);
+      for (auto& p : bytes[k].pixels) p = std::uint8_t(rng.uniform_int(256));
+      for (std::size_t i = 0; i < n; ++i) bytes[k].labels.push_back(std::int32_t(rng.uniform_int(10)));
+      floats[k].labels = bytes[k].labels;
+      pixels_to_images(bytes[k], fmt, floats[k].images);
+    }
+    std::vector<double> losses[2];
+    backend::cuda::TransferCounts last[2];
+    int side = 0;
+    for (M* m : {&a, &b}) {
+      backend::cuda::ConvOptions o = m->device().conv_options();
+      o.deterministic = true;
+      m->device().set_conv_options(o);
+      m->set_device_resident(true);
+      optim::Chain<optim::WeightDecay, optim::Momentum> opt(m->parameters(), optim::WeightDecayOptions(2e-4),
+                                                            optim::MomentumOptions().momentum(0.9));
+      train::Trainer<M> t(*m, train::TrainerOptions().max_steps(3));
+      t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+      const auto& batches = side == 0 ? floats : bytes;
+      for (std::size_t i = 0; i < batches.size(); ++i) {
+        if (i + 1 == batches.size()) m->device().transfers().reset();
+        losses[side].push_back(t.step(batches[i]).total_loss);
+      }
+      last[side] = m->device().transfers().reset();
+      ++side;
+    }
+    CHECK(losses[0] == losses[1]);
+    CHECK(rel(a.sync_parameters_to_host().values(), b.sync_parameters_to_host().values()) == 0.0);
+    CHECK(rel(a.sync_parameters_to_host().state(), b.sync_parameters_to_host().state()) == 0.0);
+    const std::uint64_t labels = n * sizeof(std::int32_t);
+    CHECK(last[0].h2d_bytes == n * 3072 * sizeof(float) + labels);
+    CHECK(last[1].h2d_bytes == n * 3072 + labels);  // a quarter of the images' bytes
+    CHECK(last[1].h2d_copies == 2);
+    CHECK(last[1].d2h_copies == 1);
+  }
 }

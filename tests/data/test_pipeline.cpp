@@ -238,6 +238,40 @@ TEST_CASE("the same seed gives the same batches whatever the number of workers",
   CHECK_FALSE(std::equal(diff[0].images.begin(), diff[0].images.end(), reference[0].images.begin()));
 }
 
+TEST_CASE("byte batches carry the float batches' values as bytes, and a non-byte value is a clear error",
+          "[data][pipeline][bytes]") {
+  const auto src = std::make_shared<const ImageSetSource>(synthetic_set(7));
+  for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    auto o = opts(3, ShuffleMode::buffer, 0);
+    o.format = fmt;
+    recipes::ResNetTrainT<ImageSetSource> floats(src, o);  // pad-and-crop, flips: whole values in [0, 255]
+    o.byte_pixels = true;
+    recipes::ResNetTrainT<ImageSetSource> bytes(src, o);
+    for (int k = 0; k < 3; ++k) {
+      Batch f, b;
+      REQUIRE(floats.next(f));
+      REQUIRE(bytes.next(b));
+      CHECK(b.images.size() == 0);
+      CHECK(b.has_pixels());
+      CHECK_FALSE(f.has_pixels());
+      CHECK(b.labels == f.labels);
+      CHECK(b.pixels.size() == f.images.size());
+      CHECK((b.pixel_height == 32 && b.pixel_width == 32 && b.pixel_channels == 3));
+      Tensor<float> back;
+      pixels_to_images(b, fmt, back);
+      REQUIRE(back.shape() == f.images.shape());
+      CHECK(std::equal(back.begin(), back.end(), f.images.begin()));
+    }
+    CHECK(bytes.position() == floats.position());  // the same stream, only delivered as bytes
+  }
+  // A colour transform leaves fractions: not bytes.
+  auto o = opts(3, ShuffleMode::none, 0);
+  o.byte_pixels = true;
+  Pipeline<ImageSetSource, PadCrop<4>, RandomFlipLR, RandomBrightness<63>> bright(src, o);
+  Batch b;
+  CHECK_THROWS_WITH(bright.next(b), Catch::Contains("byte_pixels") && Catch::Contains("not a byte value"));
+}
+
 TEST_CASE("each example is decoded once and augmented with the generator of its stream position",
           "[data][pipeline][determinism]") {
   const auto src = std::make_shared<const ImageSetSource>(synthetic_set(5));

@@ -280,4 +280,15 @@ TEST_CASE("Variable strategies CPU and GPU (the seed's flag) train towers to the
   CHECK(max_abs_diff(cpu.parameters().values(), gpu.parameters().values()) == 0.0);
   CHECK(max_abs_diff(cpu.parameters().state(), gpu.parameters().state()) == 0.0);
   CHECK(max_abs(cpu.parameters().values()) > 0.0);
+  // The GPU strategy's broadcast of the variables (NCCL's on CUDA): tower
+  // 0's buffer into every other; on a host backend a copy.
+  std::vector<float> a{1, 2, 3}, b(3, 0.0f), c(3, -1.0f);
+  dist::Tower0Reducer<backend::OneDnn, float> t0;
+  t0.broadcast({a.data(), b.data(), c.data()}, 3);
+  CHECK(b == a);
+  CHECK(c == a);
+  // On the CPU backends the arenas are the devices': resident is a no-op.
+  gpu.set_device_resident(true);
+  CHECK_FALSE(gpu.device_resident());
+  CHECK(&gpu.host_parameters() == &gpu.parameters());
 }

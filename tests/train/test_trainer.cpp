@@ -348,3 +348,43 @@ TEST_CASE(
   CHECK(net.writes == 2);
   CHECK(net.reads == 2);
 }
+
+TEST_CASE("A batch of byte images trains exactly as the same images as floats", "[train][bytes]") {
+  // Whole pixel values, as the ResNet pipeline's (PadCrop, flips) are.
+  Run floats(6), bytes(6);
+  Rng rng(11);
+  std::vector<train::Batch> fb(6), bb(6);
+  for (std::size_t k = 0; k < fb.size(); ++k) {
+    train::Batch& f = fb[k];
+    train::Batch& b = bb[k];
+    f.images = make_tensor<float>({8, 3, 6, 6}, DataFormat::NHWC);
+    b.pixel_height = b.pixel_width = 6;
+    b.pixel_channels = 3;
+    for (auto& v : f.images) {
+      const auto byte = std::uint8_t(rng.uniform_int(256));
+      v = float(byte);
+      b.pixels.push_back(byte);  // NHWC floats and HWC bytes: the same order
+    }
+    for (int i = 0; i < 8; ++i) f.labels.push_back(std::int32_t(rng.uniform_int(5)));
+    b.labels = f.labels;
+    CHECK(b.has_pixels());
+  }
+  std::size_t i = 0, j = 0;
+  floats.trainer.run([&]() -> const train::Batch& { return fb[i++]; });
+  bytes.trainer.run([&]() -> const train::Batch& { return bb[j++]; });
+  CHECK((floats.net.parameters().values() == bytes.net.parameters().values()).all());
+  CHECK((floats.net.parameters().state() == bytes.net.parameters().state()).all());
+  // Evaluation takes byte batches too.
+  const auto ef = train::evaluate(
+      floats.net, [&]() -> const train::Batch& { return fb[0]; }, 1);
+  const auto eb = train::evaluate(
+      bytes.net, [&]() -> const train::Batch& { return bb[0]; }, 1);
+  CHECK(ef.correct == eb.correct);
+  CHECK(ef.loss == eb.loss);
+  // A byte batch whose size disagrees with its geometry is a clear error.
+  train::Batch bad = bb[0];
+  bad.pixel_height = 5;
+  CHECK_THROWS_WITH(bytes.net.forward_pixels_on_device(bad.pixels.data(), bad.size(), bad.pixel_height,
+                                                       bad.pixel_width, bad.pixel_channels),
+                    Catch::Contains("byte images of 5x6x3"));
+}

@@ -15,9 +15,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
+
+#include "cifarnet/core/pending.hpp"
 
 namespace cifarnet {
 
@@ -101,6 +104,25 @@ class ArenaKernels {
     double s = 0;
     for (const auto& r : ranges) s += weight_decay(r.first, r.second, g, v, wd);
     return s;
+  }
+
+  /// sum_squares as a Pending (core/pending.hpp): a backend on a device
+  /// leaves it there until it is read, with the step's other values.
+  virtual Pending sum_squares_deferred(const ArenaRuns& r, const T* x) {
+    return Pending::ready(sum_squares(r, x));
+  }
+  /// A Pending whose value is finite exactly when every element is (the
+  /// numerics check's; its value means nothing else).
+  virtual Pending finite_deferred(const ArenaRuns& r, const T* x) {
+    return Pending::ready(all_finite(r, x) ? 0.0 : std::numeric_limits<double>::quiet_NaN());
+  }
+  /// weight_decay_ranges as a Pending of finish(Σ v², nullptr, args) (Σ v²
+  /// when finish is null).
+  virtual Pending weight_decay_ranges_deferred(const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                               T* g, const T* v, T wd, PendingFinish finish,
+                                               const PendingArgs& args) {
+    const double s = weight_decay_ranges(ranges, g, v, wd);
+    return Pending::ready(finish ? finish(s, nullptr, args) : s);
   }
 
   /// An optimizer's (or EMA's) arena-shaped state [p, p + n) in host memory,

@@ -90,8 +90,40 @@ struct Batch {
   Tensor<float> images;
   std::vector<std::int32_t> labels;
   std::uint64_t index = 0;
+  /// With PipelineOptions::byte_pixels: the images as bytes instead (then
+  /// `images` is empty): image i's pixel_height x pixel_width x
+  /// pixel_channels values interleaved (HWC) at pixels[i * h * w * c], the
+  /// same values `images` would hold. A GPU model uploads these (a quarter
+  /// of the bytes) and converts them on the device
+  /// (Model::forward_pixels_on_device); elsewhere pixels_to_images converts.
+  std::vector<std::uint8_t> pixels;
+  std::size_t pixel_height = 0, pixel_width = 0, pixel_channels = 0;
   std::size_t size() const { return labels.size(); }
+  /// Whether the images came as bytes (pixels) rather than floats.
+  bool has_pixels() const { return images.size() == 0 && !pixels.empty(); }
 };
+
+/// A byte batch's images as the float tensor (n, c, h, w) in format `fmt`
+/// that `images` would have been (each byte's value, exactly).
+inline void pixels_to_images(const Batch& b, DataFormat fmt, Tensor<float>& out) {
+  const std::size_t n = b.size(), h = b.pixel_height, w = b.pixel_width, c = b.pixel_channels;
+  const std::size_t per = h * w * c;
+  if (n == 0 || per == 0 || b.pixels.size() != n * per)
+    throw ShapeError(cifarnet::detail::concat("batch of ", n, " byte images of ", h, "x", w, "x", c,
+                                              " holds ", b.pixels.size(), " bytes"));
+  ensure_shape(out, Shape{n, c, h, w}, fmt);
+  float* o = out.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* p = b.pixels.data() + i * per;
+    float* d = o + i * per;
+    if (fmt == DataFormat::NHWC) {
+      for (std::size_t q = 0; q < per; ++q) d[q] = float(p[q]);
+    } else {
+      for (std::size_t k = 0; k < c; ++k)
+        for (std::size_t q = 0; q < h * w; ++q) d[k * h * w + q] = float(p[q * c + k]);
+    }
+  }
+}
 
 /// A stream of batches whose position can be saved and restored: what a
 /// trainer reads and a checkpoint records. data::Pipeline implements it.

@@ -92,6 +92,13 @@ struct PipelineOptions {
   /// keep the image geometry (ConfigError otherwise), such as PadCrop and
   /// the random flips and colour changes.
   bool augment = true;
+  /// true: batches carry their images as bytes (Batch::pixels, HWC per
+  /// image) instead of floats, for a GPU model to upload a quarter of the
+  /// bytes and convert them there. Only for pipelines whose images hold
+  /// whole values in [0, 255] (PadCrop, flips: the ResNet recipe's); a value
+  /// that is not one (after a colour transform, a standardization) is a
+  /// ConfigError naming the example and the value.
+  bool byte_pixels = false;
 
   void validate() const {
     if (batch_size == 0) throw ConfigError("pipeline option batch_size must be > 0");
@@ -477,6 +484,10 @@ class Pipeline : public BatchStream {
     if (s.state != Slot::ready) return false;  // end of a finite stream
     std::swap(out.images, s.batch.images);
     std::swap(out.labels, s.batch.labels);
+    std::swap(out.pixels, s.batch.pixels);
+    out.pixel_height = s.batch.pixel_height;
+    out.pixel_width = s.batch.pixel_width;
+    out.pixel_channels = s.batch.pixel_channels;
     out.index = consumed_;
     position_ = s.after;
     s.state = Slot::free;
@@ -489,9 +500,18 @@ class Pipeline : public BatchStream {
   void fill(Slot& s, Scratch& sc) const {
     const std::size_t n = s.items.size(), per = out_geom_.size();
     const Shape shape{n, out_geom_.channels, out_geom_.height, out_geom_.width};
-    ensure_shape(s.batch.images, shape, opt_.format);
+    if (opt_.byte_pixels) {
+      s.batch.images = Tensor<float>();
+      s.batch.pixels.resize(n * per);
+      s.batch.pixel_height = out_geom_.height;
+      s.batch.pixel_width = out_geom_.width;
+      s.batch.pixel_channels = out_geom_.channels;
+    } else {
+      ensure_shape(s.batch.images, shape, opt_.format);
+      s.batch.pixels.clear();
+    }
     s.batch.labels.resize(n);
-    float* dst = s.batch.images.data();
+    float* dst = opt_.byte_pixels ? nullptr : s.batch.images.data();
     for (std::size_t i = 0; i < n; ++i) {
       sc.img.reshape(in_geom_.height, in_geom_.width, in_geom_.channels);
       s.batch.labels[i] = src_->decode(static_cast<std::size_t>(s.items[i].first), sc.img.data.data());
@@ -500,6 +520,20 @@ class Pipeline : public BatchStream {
       if (sc.img.geometry() != out_geom_)
         throw ShapeError(cifarnet::detail::concat("Pipeline: transforms produced an image of ",
                                                   sc.img.geometry().str(), ", expected ", out_geom_.str()));
+      if (opt_.byte_pixels) {
+        const float* p = sc.img.data.data();
+        std::uint8_t* b = s.batch.pixels.data() + i * per;
+        for (std::size_t q = 0; q < per; ++q) {
+          const float v = p[q];
+          if (!(v >= 0.0f && v <= 255.0f && v == float(int(v))))
+            throw ConfigError(cifarnet::detail::concat(
+                "pipeline option byte_pixels: example ", s.items[i].first, " holds ", v,
+                " after the transforms, not a byte value (a colour transform or standardization needs float "
+                "batches)"));
+          b[q] = std::uint8_t(v);
+        }
+        continue;
+      }
       float* o = dst + i * per;
       if (opt_.format == DataFormat::NHWC) {
         std::memcpy(o, sc.img.data.data(), per * sizeof(float));

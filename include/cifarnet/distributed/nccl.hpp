@@ -169,6 +169,16 @@ class NcclGroup {
   void all_reduce_sum(const std::vector<float*>& buffers, std::size_t n) {
     all_reduce(buffers, n, ncclSum, "NcclGroup::all_reduce_sum");
   }
+  /// buffers[0]'s n floats into every other buffer (ncclBroadcast from the
+  /// first device: the towers' variables from tower 0). Buffers in a
+  /// device-resident arena are used in place on their GPUs; fewer buffers
+  /// than devices use the first devices only.
+  void broadcast(const std::vector<float*>& buffers, std::size_t n) {
+    collective(buffers, n, "NcclGroup::broadcast", false,
+               [](float* d, std::size_t k, ncclComm_t c, cudaStream_t st) {
+                 nccl_detail::check(ncclBroadcast(d, d, k, ncclFloat, 0, c, st), "ncclBroadcast");
+               });
+  }
 
  private:
   void init_comms() {
@@ -183,12 +193,27 @@ class NcclGroup {
   }
 
   void all_reduce(const std::vector<float*>& buffers, std::size_t n, ncclRedOp_t op, const char* what) {
+    if (op == ncclAvg && buffers.size() != devices_.size())
+      throw ConfigError(
+          cifarnet::detail::concat(what, ": ", buffers.size(), " buffers for ", devices_.size(), " devices"));
+    collective(buffers, n, what, true, [op](float* d, std::size_t k, ncclComm_t c, cudaStream_t st) {
+      nccl_detail::check(ncclAllReduce(d, d, k, ncclFloat, op, c, st), "ncclAllReduce");
+    });
+  }
+
+  // One collective over buffers[i] on device i: each buffer mapped to its
+  // device (staged when it is host memory; a resident arena's in place),
+  // enqueue(buffer, n, comm, stream) per device inside one NCCL group,
+  // waited for with the timeout. `reads_all`: every buffer is read (an
+  // all-reduce); else only the first (a broadcast: the others are written).
+  template <class Enqueue>
+  void collective(const std::vector<float*>& buffers, std::size_t n, const char* what, bool reads_all,
+                  Enqueue&& enqueue) {
     if (aborted_)
       throw DistributedError(cifarnet::detail::concat(what,
                                                       ": the group's communicators were aborted after an "
                                                       "earlier NCCL error"));
-    if (buffers.empty() || buffers.size() > devices_.size() ||
-        (op == ncclAvg && buffers.size() != devices_.size()))
+    if (buffers.empty() || buffers.size() > devices_.size())
       throw ConfigError(
           cifarnet::detail::concat(what, ": ", buffers.size(), " buffers for ", devices_.size(), " devices"));
     if (buffers.size() < devices_.size() && !sub_comms_.count(buffers.size())) {
@@ -209,20 +234,18 @@ class NcclGroup {
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
       staged.push_back(std::make_unique<backend::cuda::Staging>(*devices_[i]));
-      dev[i] = staged.back()->inout(buffers[i], n);
+      dev[i] = reads_all || i == 0 ? staged.back()->inout(buffers[i], n) : staged.back()->out(buffers[i], n);
     }
     try {
       {
         nccl_detail::GroupGuard group;  // ncclGroupEnd also when an enqueue throws
         for (std::size_t i = 0; i < buffers.size(); ++i)
-          nccl_detail::check(
-              ncclAllReduce(dev[i], dev[i], n, ncclFloat, op, comms[i].c, devices_[i]->stream()),
-              "ncclAllReduce");
+          enqueue(dev[i], n, comms[i].c, devices_[i]->stream());
         group.end();
       }
       for (std::size_t i = 0; i < buffers.size(); ++i) {
         const backend::cuda::DeviceGuard guard(devices_[i]->ordinal());
-        nccl_detail::wait(devices_[i]->stream(), comms[i].c, timeout_, "all-reduce (towers)");
+        nccl_detail::wait(devices_[i]->stream(), comms[i].c, timeout_, what);
       }
     } catch (...) {
       // A failed or hung collective leaves the communicators unusable: abort
@@ -274,6 +297,9 @@ class NcclTowerReducer final : public DeviceTowerReducer<backend::Cuda, float> {
     group_ = std::make_unique<NcclGroup>(devices, timeout_);
   }
   void sum(const std::vector<float*>& buffers, std::size_t n) override { group().all_reduce_sum(buffers, n); }
+  void broadcast(const std::vector<float*>& buffers, std::size_t n) override {
+    group().broadcast(buffers, n);
+  }
   const char* name() const override { return "NCCL"; }
   NcclGroup& group() {
     if (!group_) group_ = std::make_unique<NcclGroup>(gpus_, timeout_);

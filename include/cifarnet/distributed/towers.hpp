@@ -81,6 +81,9 @@ template <class B, class T>
 class DeviceTowerReducer : public TowerReducer<T> {
  public:
   virtual void bind(const std::vector<Device<B>*>& devices) = 0;
+  /// buffers[0]'s n values into every other buffer, on the towers' devices
+  /// (the variables from tower 0; a device-resident arena in place).
+  virtual void broadcast(const std::vector<T*>& buffers, std::size_t n) = 0;
 };
 
 /// Sums on the host: buffers[0] += buffers[1] + ... + buffers[N-1], added in
@@ -147,6 +150,9 @@ class Tower0Reducer final : public DeviceTowerReducer<B, T> {
   void sum(const std::vector<T*>& buffers, std::size_t n) override {
     if (!device_) throw Error("Tower0Reducer: sum before bind");
     sum_.sum(buffers, n);  // tower 0's device is the host on these backends
+  }
+  void broadcast(const std::vector<T*>& buffers, std::size_t n) override {
+    for (std::size_t i = 1; i < buffers.size(); ++i) std::copy(buffers[0], buffers[0] + n, buffers[i]);
   }
   const char* name() const override { return "tower 0's device"; }
   Device<B>* device() const { return device_; }
@@ -335,6 +341,23 @@ class Towers {
   Shape input_shape(std::size_t n = 1) const { return replicas_[0]->input_shape(n); }
   const NetOptions& options() const { return replicas_[0]->options(); }
 
+  /// Device storage of every tower's arena (Model::set_device_resident): on
+  /// GPUs each tower's values, gradients and state stay on its device. With
+  /// a device reducer (NcclTowerReducer: --variable-strategy GPU) the
+  /// variables go from tower 0 to the others by ncclBroadcast and the
+  /// gradients are summed by ncclAllReduce, both in place in the device
+  /// arenas (no PCIe); with the host reducer (CPU) the arenas are brought to
+  /// the host for the sum and the copy, as that strategy asks. A no-op on
+  /// the CPU backends.
+  void set_device_resident(bool on) {
+    for (auto& m : replicas_) m->set_device_resident(on);
+  }
+  bool device_resident() const { return replicas_[0]->device_resident(); }
+  /// Tower 0's arena on the host, current for reading.
+  const Parameters<T>& sync_parameters_to_host() { return replicas_[0]->sync_parameters_to_host(); }
+  /// Tower 0's arena on the host for reading and writing (uploaded before its next op).
+  Parameters<T>& host_parameters() { return replicas_[0]->host_parameters(); }
+
   /// Re-initializes tower 0 from `seed` (the others follow at the next forward).
   void reset(std::uint64_t seed) { replicas_[0]->reset(seed); }
 
@@ -387,7 +410,15 @@ class Towers {
     run([&](std::size_t i) { replicas_[i]->backward(douts_[i]); });
     grads_.clear();
     for (std::size_t i = 0; i < active_; ++i) grads_.push_back(replicas_[i]->parameters().grads().data());
-    if (active_ > 1) reducer_->sum(grads_, std::size_t(parameters().grads().size()));
+    if (active_ > 1) {
+      // A host reducer sums host copies: resident arenas come down first
+      // and tower 0's goes back up before its next op.
+      const bool via_host = device_resident() && !device_reducer();
+      if (via_host)
+        for (std::size_t i = 0; i < active_; ++i) replicas_[i]->sync_parameters_to_host();
+      reducer_->sum(grads_, std::size_t(parameters().grads().size()));
+      if (via_host) replicas_[0]->host_parameters();
+    }
     if (grad_sync_) grad_sync_->ready_from(0);
     return empty_;
   }
@@ -412,16 +443,44 @@ class Towers {
       std::memcpy(dst + (t + j * active_) * per, src + j * per, per * sizeof(T));
   }
 
-  // Every other tower takes tower 0's values and non-trainable state.
+  // Every other tower takes tower 0's values and non-trainable state: on
+  // device-resident arenas by the device reducer's broadcast (NCCL), else
+  // on the host.
   void broadcast_variables() {
     auto& p0 = replicas_[0]->parameters();
     for (std::size_t i = 1; i < active_; ++i) {
       auto& p = replicas_[i]->parameters();
       if (p.values().size() != p0.values().size() || p.state().size() != p0.state().size())
         throw Error("Towers: tower " + std::to_string(i) + " has a different parameter layout from tower 0");
+    }
+    if (active_ < 2) return;
+    if (device_resident()) {
+      if (DeviceTowerReducer<Backend, T>* d = device_reducer()) {
+        std::vector<T*> values, state;
+        for (std::size_t i = 0; i < active_; ++i) {
+          values.push_back(replicas_[i]->parameters().values().data());
+          state.push_back(replicas_[i]->parameters().state().data());
+        }
+        d->broadcast(values, std::size_t(p0.values().size()));
+        if (p0.state().size()) d->broadcast(state, std::size_t(p0.state().size()));
+        return;
+      }
+      const Parameters<T>& h0 = replicas_[0]->sync_parameters_to_host();
+      for (std::size_t i = 1; i < active_; ++i) {
+        Parameters<T>& p = replicas_[i]->host_parameters();
+        p.values() = h0.values();
+        p.state() = h0.state();
+      }
+      return;
+    }
+    for (std::size_t i = 1; i < active_; ++i) {
+      auto& p = replicas_[i]->parameters();
       p.values() = p0.values();
       p.state() = p0.state();
     }
+  }
+  DeviceTowerReducer<Backend, T>* device_reducer() const {
+    return dynamic_cast<DeviceTowerReducer<Backend, T>*>(reducer_.get());
   }
 
   // f(i) for every active tower, concurrently unless parallel(false); the

@@ -15,12 +15,15 @@
 //   net.parameters() ...               // optimizers, checkpoints, EMA
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/params.hpp"
@@ -80,6 +83,15 @@ class Model {
   /// CUDA (its elements are for the backend's ops, not the host; the
   /// Trainer hands it to the loss op). No copy, no wait for the GPU.
   const Tensor<T>& forward_on_device(const Tensor<T>& x, Mode mode = Mode::Train);
+
+  /// forward_on_device() on a batch of `n` byte images of h x w x c bytes,
+  /// interleaved (data::Batch::pixels). On a GPU the bytes go up through
+  /// the input ring (a quarter of the float batch's PCIe bytes) and
+  /// Eltwise::from_bytes makes the float input tensor there; elsewhere the
+  /// backend converts them in host memory. The same values, so the same
+  /// result as the float batch.
+  const Tensor<T>& forward_pixels_on_device(const std::uint8_t* pixels, std::size_t n, std::size_t h,
+                                            std::size_t w, std::size_t c, Mode mode = Mode::Train);
 
   /// Backpropagates d(loss)/d(output) through the last Train-mode forward;
   /// writes every trainable gradient (overwriting) and returns d(loss)/d(x)
@@ -249,9 +261,32 @@ class Model {
     }
   }
 
+  // A host input batch on its way to the device (backends without host
+  // memory): through the device's input ring (pinned slots, a copy stream)
+  // into this model's device input tensor of the ring's next slot; the
+  // compute stream waits for the copy, the host does not.
+  const Tensor<T>& upload_input(const Tensor<T>& x) {
+    if constexpr (!backend_traits<B>::host_memory) {
+      auto& ring = device_->input_ring();
+      static_assert(std::decay_t<decltype(ring)>::kSlots == std::tuple_size<decltype(inputs_)>::value,
+                    "cifarnet: one device input tensor per slot of the input ring");
+      Tensor<T>& slot = inputs_[ring.next()];
+      if (slot.shape() != x.shape()) {
+        const TensorMemoryScope memory(&device_->tensor_memory());
+        slot.resize(x.shape());
+      }
+      ring.upload(x.data(), x.size() * sizeof(T), slot.data());
+      return slot;
+    } else {
+      return x;  // the device's memory is the host's
+    }
+  }
+
   std::map<std::string, TapSlot<T>> taps_;
   Tensor<T> host_output_, host_input_grad_;  // CUDA: forward's and backward's results, downloaded
   bool device_activations_ = true;           // set_device_activations (backends without host memory)
+  std::array<Tensor<T>, 2> inputs_;          // device copies of host input batches (upload_input)
+  Tensor<T> host_pixels_;                    // a byte batch as floats, where the host converts
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
@@ -313,7 +348,47 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
   forwarded_ = true;
   std::optional<TensorMemoryScope> memory;  // the layers' buffers: device memory on CUDA
   if (TensorMemory* m = tensor_memory()) memory.emplace(m);
-  return node_->forward(x, rc);
+  const Tensor<T>* in = &x;
+  if constexpr (!backend_traits<B>::host_memory)
+    if (device_activations_ && !device_->is_device_memory(x.data())) in = &upload_input(x);
+  return node_->forward(*in, rc);
+}
+
+template <class Net, class B, class T>
+const Tensor<T>& Model<Net, B, T>::forward_pixels_on_device(const std::uint8_t* pixels, std::size_t n,
+                                                            std::size_t h, std::size_t w, std::size_t c,
+                                                            Mode mode) {
+  if (n == 0 || c != input_.c || h != input_.h || w != input_.w) {
+    Shape e = input_;
+    e.n = n;
+    throw ShapeError("model expects input " + e.str() + " but got " + std::to_string(n) + " byte images of " +
+                     std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c));
+  }
+  const std::size_t bytes = n * h * w * c;
+  const Shape s{n, c, h, w};
+  ops::Eltwise<B, T> convert;
+  if constexpr (!backend_traits<B>::host_memory) {
+    if (device_activations_) {
+      auto& ring = device_->input_ring();
+      const std::size_t j = ring.next();
+      Tensor<T>& slot = inputs_[j];
+      {
+        const TensorMemoryScope memory(&device_->tensor_memory());  // (a no-op at the same shape)
+        ensure_shape(slot, s, fmt_);
+      }
+      std::uint8_t* up = device_->input_bytes(j, bytes);
+      ring.upload(pixels, bytes, up);
+      convert.from_bytes(*device_, n, c, h, w, fmt_, up,
+                         slot.data());  // on the compute stream, after the copy
+      return forward_on_device(slot, mode);
+    }
+  }
+  {
+    const TensorMemoryScope host(nullptr);
+    ensure_shape(host_pixels_, s, fmt_);
+  }
+  convert.from_bytes(*device_, n, c, h, w, fmt_, pixels, host_pixels_.data());
+  return forward_on_device(host_pixels_, mode);
 }
 
 template <class Net, class B, class T>

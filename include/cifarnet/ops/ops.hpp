@@ -134,6 +134,16 @@ struct has_weight_decay_ranges<
         std::declval<D&>(), std::declval<const std::vector<std::pair<std::size_t, std::size_t>>&>(),
         std::declval<T*>(), std::declval<const T*>(), std::declval<T>()))>> : std::true_type {};
 
+/// Does ops::Arena A leave its sums on its device until read (the *_deferred passes)?
+template <class A, class D, class T, class = void>
+struct has_deferred_sums : std::false_type {};
+template <class A, class D, class T>
+struct has_deferred_sums<
+    A, D, T,
+    std::void_t<decltype(std::declval<A&>().finite_deferred(
+        std::declval<D&>(), std::declval<const ArenaRuns&>(), std::declval<const T*>()))>> : std::true_type {
+};
+
 /// The ArenaKernels of backend B on `dev` (what a Model installs into its
 /// Parameters): ops::Arena<B, T> behind the type-erased interface.
 template <class B, class T>
@@ -169,6 +179,26 @@ class BackendArenaKernels final : public ArenaKernels<T> {
       return op_.weight_decay_ranges(*dev_, ranges, g, v, wd);
     else
       return ArenaKernels<T>::weight_decay_ranges(ranges, g, v, wd);
+  }
+  Pending sum_squares_deferred(const ArenaRuns& r, const T* x) override {
+    if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
+      return op_.sum_squares_deferred(*dev_, r, x);
+    else
+      return ArenaKernels<T>::sum_squares_deferred(r, x);
+  }
+  Pending finite_deferred(const ArenaRuns& r, const T* x) override {
+    if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
+      return op_.finite_deferred(*dev_, r, x);
+    else
+      return ArenaKernels<T>::finite_deferred(r, x);
+  }
+  Pending weight_decay_ranges_deferred(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
+                                       const T* v, T wd, PendingFinish finish,
+                                       const PendingArgs& args) override {
+    if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
+      return op_.weight_decay_ranges_deferred(*dev_, ranges, g, v, wd, finish, args);
+    else
+      return ArenaKernels<T>::weight_decay_ranges_deferred(ranges, g, v, wd, finish, args);
   }
   std::shared_ptr<void> adopt_state(T* p, std::size_t n) override {
     if constexpr (has_adopt_state<Arena<B, T>, Device<B>, T>::value)

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/core/pending.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/optim/state.hpp"
 
@@ -39,6 +40,13 @@ template <class S, class = void>
 struct is_regularizer : std::false_type {};
 template <class S>
 struct is_regularizer<S, std::enable_if_t<S::is_regularizer>> : std::true_type {};
+
+/// Whether regularizer S can leave its term on the device (apply_deferred).
+template <class S, class P, class = void>
+struct has_apply_deferred : std::false_type {};
+template <class S, class P>
+struct has_apply_deferred<S, P, std::void_t<decltype(std::declval<S&>().apply_deferred(std::declval<P&>()))>>
+    : std::true_type {};
 
 /// True when no regularizer follows a stage that is not one.
 template <bool... Regularizer>
@@ -92,6 +100,37 @@ class BasicChain {
     double total = 0;
     std::apply([&](auto&... s) { ((total += regularize_one(s, params)), ...); }, stages_);
     return total;
+  }
+
+  /// regularize(), its sum as a Pending (core/pending.hpp): with one
+  /// regularizer (weight decay) on a device, the term stays there until
+  /// read, with the step's other values; with several, they are added here.
+  Pending regularize_deferred(Parameters<T>& params) {
+    Pending one;
+    std::size_t count = 0;
+    double total = 0;
+    std::apply(
+        [&](auto&... s) {
+          (
+              [&](auto& st) {
+                using S = std::decay_t<decltype(st)>;
+                if constexpr (detail::is_regularizer<S>::value) {
+                  Pending p;
+                  if constexpr (detail::has_apply_deferred<S, Parameters<T>>::value)
+                    p = st.apply_deferred(params);
+                  else
+                    p = Pending::ready(st.apply(params));
+                  if (count++ == 0)
+                    one = p;
+                  else
+                    total += p.get();
+                }
+              }(s),
+              ...);
+        },
+        stages_);
+    if (count <= 1) return one;
+    return Pending::ready(one.get() + total);
   }
 
   /// Every stage but the regularizers: checks `lr`, runs the transforms in

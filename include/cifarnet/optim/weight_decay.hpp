@@ -28,6 +28,7 @@
 
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/core/pending.hpp"
 #include "cifarnet/optim/select.hpp"
 #include "cifarnet/optim/state.hpp"
 #include "cifarnet/optim/transforms.hpp"
@@ -91,11 +92,14 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
 
   /// Adds wd · v to the decayed gradients; returns wd · Σ v²/2 (also kept
   /// in loss()). wd = 0 touches nothing and returns 0.
-  double apply(Parameters<T>& params) {
+  double apply(Parameters<T>& params) { return apply_deferred(params).get(); }
+
+  /// apply(), its term as a Pending (core/pending.hpp): on a device the sum
+  /// stays there until read, with the step's other values. loss() reads it.
+  Pending apply_deferred(Parameters<T>& params) {
     layout_.check(params, "WeightDecay");
-    last_loss_ = 0;
     const double wd = opts_.weight_decay();
-    if (wd == 0) return last_loss_;
+    if (wd == 0) return last_ = Pending::ready(0.0);
     auto& kern = detail::kernels(params);
     if (ranges_.size() != decayed_.size()) {  // built once
       ranges_.clear();
@@ -104,15 +108,15 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
         ranges_.emplace_back(en.offset, en.offset + en.size);
       }
     }
-    // Σ (Σv²)/2 is (Σ Σv²)/2 to the bit: halving is exact.
-    const double total =
-        kern.weight_decay_ranges(ranges_, params.grads().data(), params.values().data(), T(wd)) / 2;
-    last_loss_ = double(T(wd * total));
-    return last_loss_;
+    PendingArgs args;
+    args.a = wd;
+    last_ = kern.weight_decay_ranges_deferred(ranges_, params.grads().data(), params.values().data(), T(wd),
+                                              &term, args);
+    return last_;
   }
 
   /// wd · Σ v²/2 of the last apply() (0 before).
-  double loss() const { return last_loss_; }
+  double loss() const { return last_.get(); }
   /// Whether `param` is decayed.
   bool decays(const std::string& param) const {
     for (std::size_t k : decayed_)
@@ -129,7 +133,13 @@ class WeightDecay : public detail::TransformBase<T, WeightDecayOptions> {
  private:
   std::vector<std::size_t> decayed_;                         // entry indices
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // their arena ranges (apply builds it)
-  double last_loss_ = 0;
+  Pending last_;                                             // the last apply()'s term
+
+  // TF's l2_loss term from Σ v²: wd · (Σ v²)/2 in double, rounded to T. Σ (Σv²)/2
+  // is (Σ Σv²)/2 to the bit: halving is exact.
+  static double term(double sum, const unsigned char*, const PendingArgs& a) {
+    return double(T(a.a * (sum / 2)));
+  }
 };
 
 /// Free function: decays every trainable parameter once (adds wd · v to its

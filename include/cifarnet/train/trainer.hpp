@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/pending.hpp"
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/data/batch.hpp"
 #include "cifarnet/loss/losses.hpp"
@@ -210,6 +211,14 @@ template <class Opt, class T>
 struct has_regularize<Opt, T,
                       std::void_t<decltype(std::declval<Opt&>().regularize(std::declval<Parameters<T>&>()))>>
     : std::true_type {};
+/// Whether an optimizer's regularizers can leave their term on the device
+/// (optim::Chain::regularize_deferred).
+template <class Opt, class T, class = void>
+struct has_regularize_deferred : std::false_type {};
+template <class Opt, class T>
+struct has_regularize_deferred<
+    Opt, T, std::void_t<decltype(std::declval<Opt&>().regularize_deferred(std::declval<Parameters<T>&>()))>>
+    : std::true_type {};
 /// Whether a model takes a Profiler (Model does; distributed::Towers does
 /// not: its traces have the Trainer's phases only).
 template <class M, class = void>
@@ -226,6 +235,13 @@ template <class M>
 struct has_device_forward<M, std::void_t<decltype(std::declval<M&>().forward_on_device(
                                              std::declval<const Tensor<float>&>(), Mode::Train)),
                                          decltype(std::declval<M&>().tensor_memory())>> : std::true_type {};
+/// Does M take byte images (Model::forward_pixels_on_device)?
+template <class M, class = void>
+struct has_pixel_forward : std::false_type {};
+template <class M>
+struct has_pixel_forward<M, std::void_t<decltype(std::declval<M&>().forward_pixels_on_device(
+                                std::declval<const std::uint8_t*>(), std::size_t(0), std::size_t(0),
+                                std::size_t(0), std::size_t(0), Mode::Train))>> : std::true_type {};
 /// Can M keep its parameter arena on its device (Model::set_device_resident)?
 template <class M, class = void>
 struct has_device_arena : std::false_type {};
@@ -309,7 +325,10 @@ class TrainerBase {
   template <class Opt, class Schedule>
   void set_optimizer(Opt& opt, Schedule schedule) {
     if constexpr (detail::has_regularize<Opt, T>::value) {
-      regularize_ = [&opt](Parameters<T>& p) { return opt.regularize(p); };
+      if constexpr (detail::has_regularize_deferred<Opt, T>::value)
+        regularize_ = [&opt](Parameters<T>& p) { return opt.regularize_deferred(p); };
+      else
+        regularize_ = [&opt](Parameters<T>& p) { return Pending::ready(opt.regularize(p)); };
       apply_ = [&opt](Parameters<T>& p, double lr) { opt.update(p, lr); };
     } else {
       regularize_ = nullptr;
@@ -518,10 +537,11 @@ class TrainerBase {
   virtual void arena_host_write() {}
 
   /// The model's part of a step: forward in Mode::Train on `b.images`, the
-  /// mean softmax cross-entropy against `b.labels` into `r.loss`, backward
-  /// (gradients into the parameters), each booked on `tp` when it is set.
-  /// Between the loss and backward it calls begin_gradient_sync().
-  virtual void forward_backward(const Batch& b, StepResult& r, Profiler* tp) = 0;
+  /// mean softmax cross-entropy against `b.labels` (returned as a Pending:
+  /// on a GPU it stays there until read), backward (gradients into the
+  /// parameters), each booked on `tp` when it is set. Between the loss and
+  /// backward it calls begin_gradient_sync().
+  virtual Pending forward_backward(const Batch& b, Profiler* tp) = 0;
   /// Hands `s` to the model (set_gradient_sync).
   virtual void attach_gradient_sync(GradientSync* s) = 0;
   /// Puts `p` in the model's profiler slot for a traced step (and, after
@@ -556,11 +576,22 @@ class TrainerBase {
     StepResult r;
     r.learning_rate = schedule_(step_);
     r.batch_size = b.labels.size();
-    forward_backward(b, r, tp);
+    // The step's three host values (loss, weight decay term, gradients'
+    // finiteness) as Pendings: on a GPU they wait in the device's read-back
+    // area and the first get() brings all three in one copy (core/pending.hpp).
+    const Pending loss = forward_backward(b, tp);
     if (grad_sync_) phase(tp, "gradient_sync", [&] { grad_sync_->finish(); });
-    phase(tp, "regularization", [&] { r.regularization = regularize_ ? regularize_(P) : 0.0; });
+    Pending reg, finite;
+    phase(tp, "regularization", [&] {
+      if (regularize_) reg = regularize_(P);
+    });
+    if (opts_.check_numerics()) finite = gradients_finite();
+    phase(tp, "read_back", [&] {
+      r.loss = double(T(loss.get()));
+      r.regularization = reg.get();
+    });
     r.total_loss = r.loss + r.regularization;
-    if (opts_.check_numerics()) phase(tp, "check_numerics", [&] { check_numerics(r); });
+    if (opts_.check_numerics()) phase(tp, "check_numerics", [&] { check_numerics(r, finite); });
     phase(tp, "optimizer", [&] {
       if (remote_) {
         step_ = remote_->push(r.learning_rate);
@@ -636,16 +667,23 @@ class TrainerBase {
     startup_waited_for_ = target;
   }
 
-  /// Throws before any update when the loss or a gradient is NaN or Inf.
-  void check_numerics(const StepResult& r) {
+  /// The numerics check's Pending: finite exactly when every gradient is.
+  Pending gradients_finite() {
+    auto& P = *params_;
+    const std::size_t n = std::size_t(P.grads().size());
+    if (grad_runs_.elements != n) grad_runs_ = ArenaRuns::span(0, n);  // built once
+    return optim::detail::kernels(P).finite_deferred(grad_runs_, P.grads().data());
+  }
+
+  /// Throws before any update when the loss or a gradient is NaN or Inf
+  /// (`finite`: gradients_finite() of this step).
+  void check_numerics(const StepResult& r, const Pending& finite) {
     if (!std::isfinite(r.total_loss))
       throw NumericsError("Model diverged with loss = NaN (step " + std::to_string(step_) +
                           ", cross-entropy " + std::to_string(r.loss) + ")");
+    if (std::isfinite(finite.get())) return;
     auto& P = *params_;
     auto& kern = optim::detail::kernels(P);
-    const std::size_t n = std::size_t(P.grads().size());
-    if (grad_runs_.elements != n) grad_runs_ = ArenaRuns::span(0, n);  // built once
-    if (kern.all_finite(grad_runs_, P.grads().data())) return;
     std::string bad;
     for (std::size_t id = 0; id < P.count() && bad.empty(); ++id) {
       const ParamInfo& p = P.info(id);
@@ -664,7 +702,7 @@ class TrainerBase {
   GradientSync* grad_sync_ = nullptr;
   RemoteVariables* remote_ = nullptr;
   TrainingState<T> state_;
-  std::function<double(Parameters<T>&)> regularize_;
+  std::function<Pending(Parameters<T>&)> regularize_;
   std::function<void(Parameters<T>&, double)> apply_;
   std::function<double(std::int64_t)> schedule_;
   std::vector<std::function<void(Parameters<T>&, std::int64_t)>> updates_;
@@ -692,15 +730,24 @@ class Trainer : public TrainerBase {
   ModelT& model() { return *model_; }
 
  protected:
-  void forward_backward(const Batch& b, StepResult& r, Profiler* tp) override {
+  Pending forward_backward(const Batch& b, Profiler* tp) override {
     const auto tf = Profiler::Clock::now();
     // The logits stay where the model computed them (on a GPU: the loss op
     // reads them there, and the host reads back the loss only).
     const Tensor<T>* out = nullptr;
-    if constexpr (detail::has_device_forward<ModelT>::value)
+    if (b.has_pixels()) {  // byte images (PipelineOptions::byte_pixels)
+      if constexpr (detail::has_pixel_forward<ModelT>::value) {
+        out = &model_->forward_pixels_on_device(b.pixels.data(), b.size(), b.pixel_height, b.pixel_width,
+                                                b.pixel_channels, Mode::Train);
+      } else {
+        data::pixels_to_images(b, model_->format(), pixel_images_);
+        out = &model_->forward(pixel_images_, Mode::Train);
+      }
+    } else if constexpr (detail::has_device_forward<ModelT>::value) {
       out = &model_->forward_on_device(b.images, Mode::Train);
-    else
+    } else {
       out = &model_->forward(b.images, Mode::Train);
+    }
     const Tensor<T>& logits = *out;
     if (tp) tp->add("forward", "step", false, tf, Profiler::Clock::now());
     cifarnet::detail::check_logits(logits, b.labels.size());
@@ -711,12 +758,14 @@ class Trainer : public TrainerBase {
       dlogits_.resize(logits.shape());
     }
     const std::size_t n = logits.shape()[0];
+    Pending loss;
     phase(tp, "softmax_cross_entropy", [&] {
-      r.loss = double(T(xent_.loss(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
-                                   dlogits_.data())));
+      loss = xent_.loss_deferred(model_->device(), n, logits.size() / n, logits.data(), b.labels.data(),
+                                 dlogits_.data());
     });
     begin_gradient_sync();
     phase(tp, "backward", [&] { model_->backward(dlogits_); });
+    return loss;
   }
   void attach_gradient_sync(GradientSync* s) override { model_->set_gradient_sync(s); }
   void arena_to_host() override {
@@ -741,6 +790,7 @@ class Trainer : public TrainerBase {
   ModelT* model_;
   ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent_;
   Tensor<T> dlogits_;
+  Tensor<T> pixel_images_;  // a byte batch as floats, for models that take floats only
 };
 /// Precision@1 of a model over batches (Mode::Infer), TF's in_top_k.
 struct EvalResult {
@@ -758,10 +808,16 @@ EvalResult evaluate(ModelT& model, const std::function<const Batch&()>& next, st
   double loss_sum = 0;
   ops::SoftmaxCrossEntropy<typename ModelT::Backend, T> xent;
   std::vector<std::uint8_t> hits;
+  Tensor<T> pixel_images;
   for (std::size_t i = 0; num_batches == 0 || i < num_batches; ++i) {
     const Batch& b = next();
     if (b.labels.empty()) break;
-    const auto& logits = model.forward(b.images, Mode::Infer);
+    const Tensor<T>* in = &b.images;
+    if (b.has_pixels()) {
+      data::pixels_to_images(b, model.format(), pixel_images);
+      in = &pixel_images;
+    }
+    const auto& logits = model.forward(*in, Mode::Infer);
     cifarnet::detail::check_logits(logits, b.labels.size());
     const std::size_t n = logits.shape()[0], k = logits.size() / n;
     loss_sum +=

@@ -47,6 +47,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
@@ -218,6 +219,120 @@ class DeviceBuffer {
   T* p_ = nullptr;
   std::size_t n_ = 0;
   int ordinal_ = -1;  ///< the device it lives on; -1: the current one at allocation
+};
+
+/// Page-locked host memory (cudaHostAlloc): what the device copies into and
+/// out of asynchronously (the read-back area, the input ring). Move-only.
+class PinnedBytes {
+ public:
+  PinnedBytes() = default;
+  explicit PinnedBytes(std::size_t n) {
+    if (n == 0) return;
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw BackendError(detail::concat("CUDA cudaHostAlloc of ", n, " bytes: ", cudaGetErrorName(e), " (",
+                                        cudaGetErrorString(e), ")"));
+    }
+    p_ = static_cast<unsigned char*>(p);
+    n_ = n;
+  }
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  PinnedBytes(PinnedBytes&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBytes& operator=(PinnedBytes&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~PinnedBytes() { release(); }
+  unsigned char* data() { return p_; }
+  const unsigned char* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  void release() noexcept {
+    if (p_) (void)cudaFreeHost(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  unsigned char* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+/// The CUDA runtime as BasicInputRing's API: a copy stream and events,
+/// both made on first use on the ring's device, and host memory that is
+/// page-locked when it can be (else pageable, pinned() false).
+struct RuntimeRingApi {
+  class Stream {
+   public:
+    explicit Stream(int ordinal) : ordinal_(ordinal) {}
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    ~Stream() {
+      if (s_) on_device_noexcept(ordinal_, [&] { (void)cudaStreamDestroy(s_); });
+    }
+    cudaStream_t get() {
+      if (!s_) {
+        const DeviceGuard guard(ordinal_);
+        check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking),
+              "cudaStreamCreate (the input copy stream)");
+      }
+      return s_;
+    }
+
+   private:
+    int ordinal_;
+    cudaStream_t s_ = nullptr;
+  };
+  class Event {
+   public:
+    Event() = default;
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    ~Event() {
+      if (e_) (void)cudaEventDestroy(e_);
+    }
+    cudaEvent_t get() {  // made on the current device: the ring's (its caller holds a guard)
+      if (!e_) check(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate");
+      return e_;
+    }
+
+   private:
+    cudaEvent_t e_ = nullptr;
+  };
+  class HostBytes {
+   public:
+    HostBytes() = default;
+    explicit HostBytes(std::size_t n) {
+      try {
+        pinned_ = PinnedBytes(n);
+      } catch (const BackendError&) {  // no page-locked memory to be had: pageable, still correct
+        pageable_.resize(n);
+      }
+    }
+    unsigned char* data() { return pinned_.size() ? pinned_.data() : pageable_.data(); }
+    std::size_t size() const { return pinned_.size() ? pinned_.size() : pageable_.size(); }
+    bool pinned() const { return pinned_.size() > 0; }
+
+   private:
+    PinnedBytes pinned_;
+    std::vector<unsigned char> pageable_;
+  };
+  static void record(Event& e, cudaStream_t s) { check(cudaEventRecord(e.get(), s), "cudaEventRecord"); }
+  static void stream_wait(cudaStream_t s, Event& e) {
+    check(cudaStreamWaitEvent(s, e.get(), 0), "cudaStreamWaitEvent");
+  }
+  static void host_wait(Event& e) { check(cudaEventSynchronize(e.get()), "cudaEventSynchronize"); }
+  template <class D>
+  static void copy_async(D&, cudaStream_t s, void* dst, const void* src, std::size_t bytes) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s),
+          "copy of an input batch to the device");
+  }
 };
 
 /// Tensors in one GPU's memory: the TensorMemory a CUDA model's layers
@@ -444,6 +559,12 @@ struct RuntimeCopyApi {
 /// when device-resident).
 using MirrorSet = BasicMirrorSet<RuntimeCopyApi, Device<Cuda>>;
 
+/// The input ring of a Device<Cuda>: pinned slots, a copy stream, events.
+using InputRing = BasicInputRing<RuntimeRingApi, Device<Cuda>>;
+
+/// The read-back area of a Device<Cuda>: device room, two pinned host buffers.
+using Readback = BasicReadback<RuntimeCopyApi, Device<Cuda>, PinnedBytes, DeviceBuffer<unsigned char>>;
+
 }  // namespace cuda
 }  // namespace backend
 
@@ -551,10 +672,29 @@ struct Device<backend::Cuda> {
   std::weak_ptr<const int> life() const { return life_; }
   backend::cuda::MirrorSet& mirrors() { return mirrors_; }
 
+  /// Where ops leave the values they compute for the host (the loss, the
+  /// weight decay's term, the numerics check's sum) until one copy brings
+  /// them all: core/pending.hpp, BasicReadback.
+  backend::cuda::Readback& readback() { return readback_; }
+  /// How input batches reach this GPU: pinned slots on a copy stream
+  /// (BasicInputRing). Model uploads a host input batch through it into
+  /// its own device input tensors.
+  backend::cuda::InputRing& input_ring() { return input_ring_; }
+  /// Device room for `n` bytes of input ring slot `slot` (byte batches;
+  /// grow-only, one buffer per slot so the ring's ordering covers it).
+  unsigned char* input_bytes(std::size_t slot, std::size_t n) {
+    auto& b = input_bytes_.at(slot);
+    if (b.size() < n) b = backend::cuda::DeviceBuffer<unsigned char>(ordinal_, n);
+    return b.data();
+  }
+
   /// The PCIe traffic this device's ops issued (bytes and copies each way);
   /// read() it, or reset() it (which returns the counts) around a step.
   backend::cuda::TransferCounter& transfers() { return transfers_; }
   const backend::cuda::TransferCounter& transfers() const { return transfers_; }
+
+  /// Whether `p` is device memory (a tensor of this backend) rather than host memory.
+  static bool is_device_memory(const void* p) { return backend::cuda::is_device_pointer(p); }
 
   /// Waits for everything queued on the stream.
   void sync() { backend::cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
@@ -609,6 +749,9 @@ struct Device<backend::Cuda> {
   backend::cuda::TransferCounter transfers_;
   backend::cuda::MirrorSet mirrors_;
   std::map<const float*, backend::cuda::DeviceBuffer<float>> mirror_buffers_;  // the mirrors' device copies
+  backend::cuda::Readback readback_{*this};
+  backend::cuda::InputRing input_ring_{*this};
+  std::array<backend::cuda::DeviceBuffer<unsigned char>, backend::cuda::InputRing::kSlots> input_bytes_;
   std::shared_ptr<const int> life_ = std::make_shared<const int>(0);
 };
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -62,6 +63,13 @@ struct Eltwise<backend::Cuda, float> {
     cu::KernelLibrary::get(dev).launch(dev, cu::kernel::affine, n, cu::KernelLibrary::kMaxBlocks, dx, dy,
                                        static_cast<long long>(n), a, b);
     st.finish();
+  }
+  /// Byte images (h, w, c interleaved; host or device memory) to the float
+  /// batch tensor on the GPU: the image_to_float kernel (host bytes are
+  /// copied up first).
+  void from_bytes(Dev& dev, std::size_t count, std::size_t c, std::size_t h, std::size_t w, DataFormat fmt,
+                  const std::uint8_t* src, float* dst) {
+    backend::cuda::images_to_float(dev, src, count, c, h, w, fmt, dst);
   }
 };
 
@@ -128,6 +136,11 @@ struct SoftmaxCrossEntropy<backend::Cuda, float> : backend::host::SoftmaxCrossEn
   using Dev = Device<backend::Cuda>;
   double loss(Dev& dev, std::size_t n, std::size_t k, const float* z, const std::int32_t* labels, float* dz) {
     return backend::cuda::softmax_cross_entropy(dev, z, labels, n, k, dz);
+  }
+  /// loss() left on the GPU until read (with the step's other values).
+  Pending loss_deferred(Dev& dev, std::size_t n, std::size_t k, const float* z, const std::int32_t* labels,
+                        float* dz) {
+    return backend::cuda::softmax_cross_entropy_deferred(dev, z, labels, n, k, dz);
   }
 };
 
@@ -268,18 +281,32 @@ struct Arena<backend::Cuda, float> {
   void swap(Dev& d, A&&... a) {
     host(d, true).swap(d, std::forward<A>(a)...);
   }
-  double sum_squares(Dev& d, const ArenaRuns& r, const T* x) {
-    if (!on_device(d, {x})) return host(d, false).sum_squares(d, r, x);
+  double sum_squares(Dev& d, const ArenaRuns& r, const T* x) { return sum_squares_deferred(d, r, x).get(); }
+  /// Σ x² left on the GPU until read (with a device-resident arena): one
+  /// span's partial sums in the read-back area; several spans are read
+  /// back and added here.
+  Pending sum_squares_deferred(Dev& d, const ArenaRuns& r, const T* x) {
+    if (!on_device(d, {x})) return Pending::ready(host(d, false).sum_squares(d, r, x));
+    std::size_t count = 0, first = 0, size = 0;
+    spans(r, [&](std::size_t b, std::size_t n) {
+      if (count++ == 0) first = b, size = n;
+    });
+    if (count == 1) return backend::cuda::sum_squares_deferred(d, x + first, size);
     double s = 0;
     spans(r, [&](std::size_t b, std::size_t n) { s += backend::cuda::sum_squares(d, x + b, n); });
-    return s;
+    return Pending::ready(s);
   }
   /// On the GPU: the sum of squares in double is finite exactly when every
   /// element is (a float's square is below 1.2e77, and no arena holds 1e231
   /// of them).
   bool all_finite(Dev& d, const ArenaRuns& r, const T* x) {
-    if (!on_device(d, {x})) return host(d, false).all_finite(d, r, x);
-    return std::isfinite(sum_squares(d, r, x));
+    return std::isfinite(finite_deferred(d, r, x).get());
+  }
+  Pending finite_deferred(Dev& d, const ArenaRuns& r, const T* x) {
+    if (!on_device(d, {x}))
+      return Pending::ready(host(d, false).all_finite(d, r, x) ? 0.0
+                                                               : std::numeric_limits<double>::quiet_NaN());
+    return sum_squares_deferred(d, r, x);
   }
   template <class... A>
   NonFinite find_non_finite(Dev& d, A&&... a) {
@@ -294,11 +321,18 @@ struct Arena<backend::Cuda, float> {
   /// Every decayed range in one pass with one read back (WeightDecay).
   double weight_decay_ranges(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
                              const T* v, T wd) {
-    if (on_device(d, {g, v})) return backend::cuda::weight_decay_ranges(d, ranges, g, v, wd);
+    return weight_decay_ranges_deferred(d, ranges, g, v, wd, nullptr, {}).get();
+  }
+  /// The same, its sum left on the GPU until read (device-resident arena).
+  Pending weight_decay_ranges_deferred(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                       T* g, const T* v, T wd, PendingFinish finish,
+                                       const PendingArgs& args) {
+    if (on_device(d, {g, v}))
+      return backend::cuda::weight_decay_ranges_deferred(d, ranges, g, v, wd, finish, args);
     auto& h = host(d, true);
     double s = 0;
     for (const auto& r : ranges) s += h.weight_decay(d, r.first, r.second, g, v, wd);
-    return s;
+    return Pending::ready(finish ? finish(s, nullptr, args) : s);
   }
   /// With a device-resident arena, an optimizer's slot (or an EMA's shadow)
   /// is mirrored on the GPU too, so the passes above find it there; the

@@ -19,7 +19,9 @@
 //    to device memory, written over a copy API (the CUDA runtime in the
 //    backend, a counting stand-in in tests/backend/test_cuda_host.cpp);
 //  - the lazily synchronised host mirror of a device buffer (the parameter
-//    arena, optimizer slots): its state machine over the same copy API.
+//    arena, optimizer slots): its state machine over the same copy API;
+//  - the read-back area where a step's host values wait for one copy, and
+//    the pinned input ring (copy stream, events) over the same kind of API.
 #pragma once
 
 #include <atomic>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/pending.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet::backend::cuda {
@@ -604,6 +607,168 @@ class BasicMirrorSet {
     return nullptr;
   }
   std::vector<Entry> entries_;
+};
+
+// ------------------------------------------------------------- read-back
+
+/// A device's ReadbackArea (core/pending.hpp): device room that ops reserve
+/// for the values they compute for the host, and two host buffers (pinned
+/// memory in the backend) the batches are fetched into, alternately. Per
+/// training step the loss, the weight decay's term and the gradients'
+/// finiteness wait here, and the first read brings all of them in one copy
+/// with one wait (docs/SCALING.md, "PCIe traffic per step").
+///
+/// reserve(bytes) hands out 8-byte aligned room in the open batch; a
+/// reservation that does not fit fetches the open batch first (its Pendings
+/// stay readable: they are the last fetched batch) and grows the room when
+/// a single reservation needs more. fetched(g) copies the open batch g (the
+/// bytes reserved, counted in dev.transfers()), waits for dev's stream,
+/// and opens g + 1; batch g stays readable until batch g + 2 is fetched.
+///
+/// Api: the copy API of counted_copy (Api::copy). HostBytes: host memory
+/// (`HostBytes(n)`, data(), size()); DeviceBytes: device memory
+/// (`DeviceBytes(ordinal, n)`, data(), size()). D: dev.ordinal(), sync(),
+/// transfers().
+template <class Api, class D, class HostBytes, class DeviceBytes>
+class BasicReadback final : public ReadbackArea {
+ public:
+  explicit BasicReadback(D& dev) : dev_(&dev) {}
+  BasicReadback(const BasicReadback&) = delete;
+  BasicReadback& operator=(const BasicReadback&) = delete;
+
+  /// Room for `bytes` in the open batch: its device address, the batch
+  /// (generation) and the byte offset a Pending reads it at.
+  struct Room {
+    void* device;
+    std::uint64_t generation;
+    std::size_t offset;
+  };
+  Room reserve(std::size_t bytes) {
+    const std::size_t need = (bytes + 7) / 8 * 8;
+    if (used_ + need > capacity_ && used_ > 0) fetch();  // the open batch goes first
+    if (need > capacity_) grow(need);
+    Room r{static_cast<unsigned char*>(device_.data()) + used_, generation_, used_};
+    used_ += need;
+    return r;
+  }
+
+  const unsigned char* fetched(std::uint64_t g) override {
+    if (g == generation_) fetch();
+    if (g >= generation_ || generation_ > g + 2)
+      throw Error(detail::concat("read-back: values of batch ", g, " were overwritten (batch ",
+                                 generation_ - 1,
+                                 " was fetched since); read a Pending before two more batches are fetched"));
+    return static_cast<const unsigned char*>(host_[g % 2].data());
+  }
+
+  /// The batch values are reserved in now.
+  std::uint64_t generation() const { return generation_; }
+  /// Bytes reserved in the open batch.
+  std::size_t used() const { return used_; }
+  /// Batches fetched so far (each one copy and one wait).
+  std::uint64_t fetches() const { return generation_; }
+
+ private:
+  void fetch() {
+    auto& host = host_[generation_ % 2];
+    counted_copy<Api>(*dev_, host.data(), device_.data(), used_, CopyDirection::DeviceToHost,
+                      "copy of the step's values to the host");
+    dev_->sync();
+    used_ = 0;
+    ++generation_;
+  }
+  void grow(std::size_t need) {  // only with nothing reserved: the device room holds nothing yet
+    std::size_t cap = capacity_ ? capacity_ : kInitial;
+    while (cap < need) cap *= 2;
+    DeviceBytes d(dev_->ordinal(), cap);
+    HostBytes h0(cap), h1(cap);
+    if (capacity_) {  // the two batches fetched last stay readable: keep their bytes
+      std::memcpy(h0.data(), host_[0].data(), capacity_);
+      std::memcpy(h1.data(), host_[1].data(), capacity_);
+    }
+    device_ = std::move(d);
+    host_[0] = std::move(h0);
+    host_[1] = std::move(h1);
+    capacity_ = cap;
+  }
+
+  static constexpr std::size_t kInitial = std::size_t(64) << 10;
+  D* dev_;
+  DeviceBytes device_;
+  HostBytes host_[2];
+  std::size_t capacity_ = 0, used_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+// ------------------------------------------------------------- input ring
+
+/// The way input batches reach the GPU: kSlots page-locked host buffers and
+/// a copy stream. upload() copies a host batch into the next slot's pinned
+/// buffer, enqueues the copy to the device on the copy stream (off the
+/// compute stream: it can run while earlier compute work does) and makes
+/// the compute stream, not the host, wait for it with an event. So the
+/// host never waits for the GPU to upload; it waits only to reuse a pinned
+/// buffer whose copy from kSlots uploads ago is still in flight.
+///
+/// The device buffers are the caller's (a model's input tensors, one per
+/// slot): upload(src, bytes, dst) writes slot next()'s dst, after the
+/// compute work queued before the previous upload (which read dst kSlots
+/// uploads ago) has run. When pinned memory cannot be had (a locked-memory
+/// limit), the slots fall back to pageable host memory and say so through
+/// pinned(); the copies then stage through the driver but stay correct.
+///
+/// Api: `Stream` (made from an ordinal; the copy stream), `Event`,
+/// `record(Event&, stream)`, `stream_wait(stream, Event&)`,
+/// `host_wait(Event&)`, `copy_async(D&, stream, dst, src, bytes)` (after
+/// this ring counts it in dev.transfers()), and `HostBytes` (`HostBytes(n)`,
+/// data(), size(), pinned()). D: ordinal(), stream(), transfers().
+template <class Api, class D>
+class BasicInputRing {
+ public:
+  static constexpr std::size_t kSlots = 2;
+  explicit BasicInputRing(D& dev) : dev_(&dev), copy_(dev.ordinal()) {}
+  BasicInputRing(const BasicInputRing&) = delete;
+  BasicInputRing& operator=(const BasicInputRing&) = delete;
+
+  /// The slot the next upload uses (its device buffer is the `dst` to pass).
+  std::size_t next() const { return next_; }
+  /// Whether every slot made so far is page-locked.
+  bool pinned() const {
+    for (const auto& h : host_)
+      if (h.size() && !h.pinned()) return false;
+    return true;
+  }
+  /// Uploads so far.
+  std::uint64_t uploads() const { return uploads_; }
+
+  /// `bytes` at host `src` to device `dst` (slot next()'s buffer) through
+  /// slot next()'s pinned buffer, on the copy stream; the compute stream
+  /// waits for it.
+  void upload(const void* src, std::size_t bytes, void* dst) {
+    const std::size_t j = next_;
+    if (used_[j]) Api::host_wait(copied_[j]);  // the pinned buffer's last copy has left it
+    if (host_[j].size() < bytes) host_[j] = typename Api::HostBytes(bytes);
+    std::memcpy(host_[j].data(), src, bytes);
+    if (uploads_ > 0) Api::record(consumed_[last_], dev_->stream());  // the previous slot's step is queued
+    if (used_[j]) Api::stream_wait(copy_.get(), consumed_[j]);        // dst's last reader has run
+    dev_->transfers().add(CopyDirection::HostToDevice, bytes);
+    Api::copy_async(*dev_, copy_.get(), dst, host_[j].data(), bytes);
+    Api::record(copied_[j], copy_.get());
+    Api::stream_wait(dev_->stream(), copied_[j]);
+    used_[j] = true;
+    last_ = j;
+    next_ = (j + 1) % kSlots;
+    ++uploads_;
+  }
+
+ private:
+  D* dev_;
+  typename Api::Stream copy_;
+  typename Api::HostBytes host_[kSlots];
+  typename Api::Event copied_[kSlots], consumed_[kSlots];
+  bool used_[kSlots] = {};
+  std::size_t next_ = 0, last_ = 0;
+  std::uint64_t uploads_ = 0;
 };
 
 }  // namespace cifarnet::backend::cuda

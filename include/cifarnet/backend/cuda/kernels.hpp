@@ -518,32 +518,36 @@ V* scratch(Dev& dev, std::size_t slot, std::size_t n) {
   return reinterpret_cast<V*>(dev.buffer(slot, (n * sizeof(V) + sizeof(float) - 1) / sizeof(float)));
 }
 
-/// Σ x² over n floats at x, accumulated in double.
-inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
-  if (n == 0) return 0.0;
+/// Σ x² over n floats at x, accumulated in double: per-block partial sums
+/// left in the device's read-back area, added on the host in block order
+/// when the Pending is read (with the other values of its batch: one copy).
+inline Pending sum_squares_deferred(Dev& dev, const float* x, std::size_t n) {
+  if (n == 0) return Pending::ready(0.0);
   Staging st(dev);
   const float* dx = st.in(x, n);
   constexpr std::size_t kBlocks = 256;
-  double* partial = scratch<double>(dev, kSlotA, kBlocks);
-  KernelLibrary::get(dev).launch(dev, kernel::sum_squares, n, kBlocks, dx, static_cast<long long>(n),
-                                 partial);
-  thread_local std::vector<double> h;  // keeps its capacity: no allocation per call
-  h.assign(kBlocks, 0.0);
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
-  copy_to_host(dev, h.data(), partial, blocks * sizeof(double), "copy of partial sums to the host");
+  const auto room = dev.readback().reserve(blocks * sizeof(double));
+  KernelLibrary::get(dev).launch(dev, kernel::sum_squares, n, kBlocks, dx, static_cast<long long>(n),
+                                 static_cast<double*>(room.device));
   st.finish();
-  dev.sync();  // the sums reach the host
-  double s = 0;
-  for (std::size_t i = 0; i < blocks; ++i) s += h[i];
-  return s;
+  return Pending::on(dev.readback(), room.generation, room.offset, blocks);
+}
+
+/// Σ x² over n floats at x, accumulated in double (read back and waited for).
+inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
+  return sum_squares_deferred(dev, x, n).get();
 }
 
 /// L2 weight decay of several ranges [begin, end) of an arena: g += wd · v
-/// on each, and the sum over all of Σ v² (double), read back in one copy
-/// (each range's per-block partial sums side by side in one buffer, added
-/// on the host in range order).
-inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                                  float* g, const float* v, float wd) {
+/// on each, and the sum over all of Σ v² (double) as a Pending: each range's
+/// per-block partial sums side by side in the read-back area, added on the
+/// host in range order. `finish` (null: none) turns that sum into the value,
+/// given `args`.
+inline Pending weight_decay_ranges_deferred(Dev& dev,
+                                            const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                            float* g, const float* v, float wd,
+                                            PendingFinish finish = nullptr, const PendingArgs& args = {}) {
   constexpr std::size_t kBlocks = 256;
   std::size_t extent = 0, total_blocks = 0;
   for (const auto& r : ranges) {
@@ -552,11 +556,12 @@ inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::siz
     total_blocks +=
         std::min(kBlocks, (r.second - r.first + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
   }
-  if (total_blocks == 0) return 0.0;
+  if (total_blocks == 0) return Pending::ready(finish ? finish(0.0, nullptr, args) : 0.0);
   Staging st(dev);
   const float* dv = st.in(v, extent);
   float* dg = st.inout(g, extent);
-  double* partial = scratch<double>(dev, kSlotA, total_blocks);
+  const auto room = dev.readback().reserve(total_blocks * sizeof(double));
+  double* partial = static_cast<double*>(room.device);
   auto& lib = KernelLibrary::get(dev);
   std::size_t at = 0;
   for (const auto& r : ranges) {
@@ -567,14 +572,14 @@ inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::siz
                static_cast<long long>(n), wd);
     at += std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
   }
-  thread_local std::vector<double> h;
-  h.resize(total_blocks);
-  copy_to_host(dev, h.data(), partial, total_blocks * sizeof(double), "copy of partial sums to the host");
   st.finish();
-  dev.sync();  // the sum reaches the host
-  double s = 0;
-  for (double p : h) s += p;
-  return s;
+  return Pending::on(dev.readback(), room.generation, room.offset, total_blocks, finish, args);
+}
+
+/// weight_decay_ranges_deferred, read back and waited for: Σ v².
+inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                  float* g, const float* v, float wd) {
+  return weight_decay_ranges_deferred(dev, ranges, g, v, wd).get();
 }
 
 /// x *= s over n floats.
@@ -631,35 +636,49 @@ inline double clip_by_global_norm(Dev& dev, float* g, std::size_t n, double clip
 /// Mean sparse softmax cross-entropy of a batch of n rows of k logits (row-
 /// major, as the library's (n, k, 1, 1) logits), with d(mean)/d(logits) in
 /// dz when not null. Labels outside [0, k) are a DataError.
-inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t* labels, std::size_t n,
-                                    std::size_t k, float* dz) {
+inline double xent_finish(double sum, const unsigned char* tail, const PendingArgs& a) {
+  int bad = 0;
+  std::memcpy(&bad, tail, sizeof bad);
+  if (bad) {
+    for (std::size_t i = 0; i < a.n; ++i)
+      if (a.labels[i] < 0 || std::size_t(a.labels[i]) >= a.k)
+        throw DataError(
+            cifarnet::detail::concat("label ", a.labels[i], " of example ", i, " is outside [0, ", a.k, ")"));
+  }
+  return sum / double(a.n);
+}
+
+/// The mean softmax cross-entropy of n rows of k logits as a Pending (the
+/// rows' losses and the count of bad labels wait in the read-back area; the
+/// host adds the losses in row order), and d/dz into dz (null: none). The
+/// host `labels` must stay valid until the Pending is read: a label outside
+/// [0, k) is a DataError then.
+inline Pending softmax_cross_entropy_deferred(Dev& dev, const float* z, const std::int32_t* labels,
+                                              std::size_t n, std::size_t k, float* dz) {
   if (n == 0 || k == 0) throw ShapeError("softmax_cross_entropy on the GPU: empty logits");
   Staging st(dev);
   const float* d_z = st.in(z, n * k);
   float* d_dz = dz ? st.out(dz, n * k) : nullptr;
   int* d_labels = scratch<int>(dev, kSlotA, n);
-  double* loss = scratch<double>(dev, kSlotB, n + 1);  // the rows' losses, then the count of bad labels
+  const auto room = dev.readback().reserve((n + 1) * sizeof(double));  // the rows' losses, then the bad count
+  double* loss = static_cast<double*>(room.device);
   int* bad = reinterpret_cast<int*>(loss + n);
   copy_to_device(dev, d_labels, labels, n * sizeof(int), "copy of labels to the device");
-  check(cudaMemsetAsync(bad, 0, sizeof(int), dev.stream()), "cudaMemsetAsync");
+  check(cudaMemsetAsync(bad, 0, sizeof(double), dev.stream()), "cudaMemsetAsync");
   KernelLibrary::get(dev).launch(dev, kernel::softmax_xent, n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
-  thread_local std::vector<double> h;
-  h.resize(n + 1);
-  copy_to_host(dev, h.data(), loss, (n + 1) * sizeof(double), "copy of losses to the host");  // one copy
   st.finish();
-  dev.sync();  // the losses reach the host
-  int h_bad = 0;
-  std::memcpy(&h_bad, &h[n], sizeof(int));
-  if (h_bad) {
-    for (std::size_t i = 0; i < n; ++i)
-      if (labels[i] < 0 || std::size_t(labels[i]) >= k)
-        throw DataError(
-            cifarnet::detail::concat("label ", labels[i], " of example ", i, " is outside [0, ", k, ")"));
-  }
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) total += h[i];
-  return total / double(n);
+  PendingArgs args;
+  args.n = n;
+  args.k = k;
+  args.labels = labels;
+  return Pending::on(dev.readback(), room.generation, room.offset, n, xent_finish, args);
+}
+
+/// softmax_cross_entropy_deferred, read back and waited for.
+inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t* labels, std::size_t n,
+                                    std::size_t k, float* dz) {
+  return softmax_cross_entropy_deferred(dev, z, labels, n, k, dz).get();
 }
 
 /// `count` interleaved uint8 images (h, w, c) at src (host or device) into

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/pending.hpp"
 
 namespace cifarnet::backend::host {
 
@@ -104,6 +105,12 @@ struct SoftmaxCrossEntropyOp {
   template <class Dev>
   double loss(Dev&, std::size_t n, std::size_t k, const T* z, const std::int32_t* labels, T* dz) {
     return softmax_cross_entropy(n, k, z, labels, dz);
+  }
+  /// loss(), as a Pending (ready: the host has it; core/pending.hpp).
+  template <class Dev>
+  Pending loss_deferred(Dev& dev, std::size_t n, std::size_t k, const T* z, const std::int32_t* labels,
+                        T* dz) {
+    return Pending::ready(loss(dev, n, k, z, labels, dz));
   }
   template <class Dev>
   void softmax(Dev&, std::size_t n, std::size_t k, const T* z, T* p) {

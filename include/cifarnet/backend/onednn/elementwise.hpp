@@ -15,11 +15,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <tuple>
 #include <utility>
 
 #include "cifarnet/backend/host/arena.hpp"
+#include "cifarnet/backend/host/bytes.hpp"
 #include "cifarnet/backend/host/bn_stats.hpp"
 #include "cifarnet/backend/host/channel_pad.hpp"
 #include "cifarnet/backend/host/classify.hpp"
@@ -33,6 +35,14 @@ namespace ops {
 template <>
 struct Eltwise<backend::OneDnn, float> {
   using Dev = Device<backend::OneDnn>;
+
+  /// Byte images (h, w, c interleaved) to the float batch tensor: an own
+  /// OpenMP loop (a oneDNN u8 -> f32 reorder would not interleave-transpose
+  /// to NCHW in one pass).
+  void from_bytes(Dev&, std::size_t count, std::size_t c, std::size_t h, std::size_t w, DataFormat fmt,
+                  const std::uint8_t* src, float* dst) {
+    backend::host::bytes_to_float(count, c, h, w, fmt, src, dst);
+  }
 
   /// y = a + b (then ReLU); y may alias a or b.
   void add(Dev& dev, std::size_t n, const float* a, const float* b, float* y, bool relu) {

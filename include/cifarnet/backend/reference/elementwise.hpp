@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cifarnet/backend/host/bn_stats.hpp"
+#include "cifarnet/backend/host/bytes.hpp"
 #include "cifarnet/backend/host/channel_pad.hpp"
 #include "cifarnet/backend/host/classify.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -29,6 +31,10 @@ struct Eltwise<backend::Reference, T> {
   }
   void affine(Dev&, std::size_t n, const T* x, T a, T b, T* y) {
     for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
+  }
+  void from_bytes(Dev&, std::size_t count, std::size_t c, std::size_t h, std::size_t w, DataFormat fmt,
+                  const std::uint8_t* src, T* dst) {
+    backend::host::bytes_to_float(count, c, h, w, fmt, src, dst);
   }
 };
 
