@@ -229,7 +229,7 @@ class PinnedBytes {
   explicit PinnedBytes(std::size_t n) {
     if (n == 0) return;
     void* p = nullptr;
-    const cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+    const cudaError_t e = cudaHostAlloc(&p, n, cudaHostAllocPortable);  // pinned for every device's copies
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw BackendError(detail::concat("CUDA cudaHostAlloc of ", n, " bytes: ", cudaGetErrorName(e), " (",
