@@ -258,6 +258,14 @@ TEST_CASE(
       losses[side].push_back(t.step(batches[i]).total_loss);
     }
     last[side] = m->device().transfers().reset();
+    // The step's weight decay term stays readable after an evaluation (whose
+    // losses come back through the device's other read-back area).
+    const double term = opt.get<0>().loss();
+    CHECK(term > 0);
+    const auto e = train::evaluate(
+        *m, [&]() -> const train::Batch& { return batches[0]; }, 3);
+    CHECK(e.total == 3 * n);
+    CHECK(opt.get<0>().loss() == term);
     (void)t.state_dict();  // a checkpoint: every host copy current (the EMA shadow's too)
     ema.visit_state([&](const std::string&, const float* v, const auto& shape) {
       std::size_t k = 1;
@@ -287,7 +295,7 @@ TEST_CASE(
   CHECK(last[1].d2h_copies == 1);
   CHECK(last[1].h2d_copies == 2);
   CHECK(resident.device().input_ring().pinned());
-  CHECK(resident.device().input_ring().uploads() == batches.size());
+  CHECK(resident.device().input_ring().uploads() == batches.size() + 3);  // 3 steps, 3 evaluation batches
   CHECK(last[0].bytes() > 100 * last[1].bytes());
   const auto& host = resident.sync_parameters_to_host();
   // The parameter that differs most, by name, to say where a difference is.

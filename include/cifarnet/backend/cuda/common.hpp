@@ -676,6 +676,11 @@ struct Device<backend::Cuda> {
   /// weight decay's term, the numerics check's sum) until one copy brings
   /// them all: core/pending.hpp, BasicReadback.
   backend::cuda::Readback& readback() { return readback_; }
+  /// The read-back area of the calls that return their value at once
+  /// (evaluation's loss, a clipping norm): kept apart so that they do not
+  /// fetch the deferred area's batch early, and a step's Pendings (say
+  /// optim::WeightDecay::loss()) stay readable after an evaluation.
+  backend::cuda::Readback& readback_now() { return readback_now_; }
   /// How input batches reach this GPU: pinned slots on a copy stream
   /// (BasicInputRing). Model uploads a host input batch through it into
   /// its own device input tensors.
@@ -749,7 +754,7 @@ struct Device<backend::Cuda> {
   backend::cuda::TransferCounter transfers_;
   backend::cuda::MirrorSet mirrors_;
   std::map<const float*, backend::cuda::DeviceBuffer<float>> mirror_buffers_;  // the mirrors' device copies
-  backend::cuda::Readback readback_{*this};
+  backend::cuda::Readback readback_{*this}, readback_now_{*this};
   backend::cuda::InputRing input_ring_{*this};
   std::array<backend::cuda::DeviceBuffer<unsigned char>, backend::cuda::InputRing::kSlots> input_bytes_;
   std::shared_ptr<const int> life_ = std::make_shared<const int>(0);

@@ -281,32 +281,25 @@ struct Arena<backend::Cuda, float> {
   void swap(Dev& d, A&&... a) {
     host(d, true).swap(d, std::forward<A>(a)...);
   }
-  double sum_squares(Dev& d, const ArenaRuns& r, const T* x) { return sum_squares_deferred(d, r, x).get(); }
+  double sum_squares(Dev& d, const ArenaRuns& r, const T* x) {
+    return sums(d, r, x, &d.readback_now()).get();
+  }
   /// Σ x² left on the GPU until read (with a device-resident arena): one
   /// span's partial sums in the read-back area; several spans are read
   /// back and added here.
-  Pending sum_squares_deferred(Dev& d, const ArenaRuns& r, const T* x) {
-    if (!on_device(d, {x})) return Pending::ready(host(d, false).sum_squares(d, r, x));
-    std::size_t count = 0, first = 0, size = 0;
-    spans(r, [&](std::size_t b, std::size_t n) {
-      if (count++ == 0) first = b, size = n;
-    });
-    if (count == 1) return backend::cuda::sum_squares_deferred(d, x + first, size);
-    double s = 0;
-    spans(r, [&](std::size_t b, std::size_t n) { s += backend::cuda::sum_squares(d, x + b, n); });
-    return Pending::ready(s);
-  }
+  Pending sum_squares_deferred(Dev& d, const ArenaRuns& r, const T* x) { return sums(d, r, x, nullptr); }
   /// On the GPU: the sum of squares in double is finite exactly when every
   /// element is (a float's square is below 1.2e77, and no arena holds 1e231
   /// of them).
   bool all_finite(Dev& d, const ArenaRuns& r, const T* x) {
-    return std::isfinite(finite_deferred(d, r, x).get());
+    if (!on_device(d, {x})) return host(d, false).all_finite(d, r, x);
+    return std::isfinite(sums(d, r, x, &d.readback_now()).get());
   }
   Pending finite_deferred(Dev& d, const ArenaRuns& r, const T* x) {
     if (!on_device(d, {x}))
       return Pending::ready(host(d, false).all_finite(d, r, x) ? 0.0
                                                                : std::numeric_limits<double>::quiet_NaN());
-    return sum_squares_deferred(d, r, x);
+    return sums(d, r, x, nullptr);
   }
   template <class... A>
   NonFinite find_non_finite(Dev& d, A&&... a) {
@@ -321,18 +314,13 @@ struct Arena<backend::Cuda, float> {
   /// Every decayed range in one pass with one read back (WeightDecay).
   double weight_decay_ranges(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
                              const T* v, T wd) {
-    return weight_decay_ranges_deferred(d, ranges, g, v, wd, nullptr, {}).get();
+    return decay(d, ranges, g, v, wd, nullptr, {}, &d.readback_now()).get();
   }
   /// The same, its sum left on the GPU until read (device-resident arena).
   Pending weight_decay_ranges_deferred(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                                        T* g, const T* v, T wd, PendingFinish finish,
                                        const PendingArgs& args) {
-    if (on_device(d, {g, v}))
-      return backend::cuda::weight_decay_ranges_deferred(d, ranges, g, v, wd, finish, args);
-    auto& h = host(d, true);
-    double s = 0;
-    for (const auto& r : ranges) s += h.weight_decay(d, r.first, r.second, g, v, wd);
-    return Pending::ready(finish ? finish(s, nullptr, args) : s);
+    return decay(d, ranges, g, v, wd, finish, args, nullptr);
   }
   /// With a device-resident arena, an optimizer's slot (or an EMA's shadow)
   /// is mirrored on the GPU too, so the passes above find it there; the
@@ -375,6 +363,28 @@ struct Arena<backend::Cuda, float> {
       e = c.end;
     }
     if (e > b) f(b, e - b);
+  }
+  /// Σ x² over r: on the GPU into `area` (null: the deferred one), else on the host.
+  Pending sums(Dev& d, const ArenaRuns& r, const T* x, backend::cuda::Readback* area) {
+    if (!on_device(d, {x})) return Pending::ready(host(d, false).sum_squares(d, r, x));
+    std::size_t count = 0, first = 0, size = 0;
+    spans(r, [&](std::size_t b, std::size_t n) {
+      if (count++ == 0) first = b, size = n;
+    });
+    if (count == 1) return backend::cuda::sum_squares_deferred(d, x + first, size, area);
+    double s = 0;
+    spans(r, [&](std::size_t b, std::size_t n) { s += backend::cuda::sum_squares(d, x + b, n); });
+    return Pending::ready(s);
+  }
+  /// Weight decay of `ranges`: on the GPU into `area` (null: the deferred one), else on the host.
+  Pending decay(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g, const T* v,
+                T wd, PendingFinish finish, const PendingArgs& args, backend::cuda::Readback* area) {
+    if (on_device(d, {g, v}))
+      return backend::cuda::weight_decay_ranges_deferred(d, ranges, g, v, wd, finish, args, area);
+    auto& h = host(d, true);
+    double s = 0;
+    for (const auto& r : ranges) s += h.weight_decay(d, r.first, r.second, g, v, wd);
+    return Pending::ready(finish ? finish(s, nullptr, args) : s);
   }
   backend::host::ArenaOp<float>& host(Dev& d, bool write) {
     if (write)

@@ -521,22 +521,23 @@ V* scratch(Dev& dev, std::size_t slot, std::size_t n) {
 /// Σ x² over n floats at x, accumulated in double: per-block partial sums
 /// left in the device's read-back area, added on the host in block order
 /// when the Pending is read (with the other values of its batch: one copy).
-inline Pending sum_squares_deferred(Dev& dev, const float* x, std::size_t n) {
+inline Pending sum_squares_deferred(Dev& dev, const float* x, std::size_t n, Readback* area = nullptr) {
+  Readback& rb = area ? *area : dev.readback();
   if (n == 0) return Pending::ready(0.0);
   Staging st(dev);
   const float* dx = st.in(x, n);
   constexpr std::size_t kBlocks = 256;
   const std::size_t blocks = std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
-  const auto room = dev.readback().reserve(blocks * sizeof(double));
+  const auto room = rb.reserve(blocks * sizeof(double));
   KernelLibrary::get(dev).launch(dev, kernel::sum_squares, n, kBlocks, dx, static_cast<long long>(n),
                                  static_cast<double*>(room.device));
   st.finish();
-  return Pending::on(dev.readback(), room.generation, room.offset, blocks);
+  return Pending::on(rb, room.generation, room.offset, blocks);
 }
 
 /// Σ x² over n floats at x, accumulated in double (read back and waited for).
 inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
-  return sum_squares_deferred(dev, x, n).get();
+  return sum_squares_deferred(dev, x, n, &dev.readback_now()).get();
 }
 
 /// L2 weight decay of several ranges [begin, end) of an arena: g += wd · v
@@ -547,7 +548,9 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
 inline Pending weight_decay_ranges_deferred(Dev& dev,
                                             const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                                             float* g, const float* v, float wd,
-                                            PendingFinish finish = nullptr, const PendingArgs& args = {}) {
+                                            PendingFinish finish = nullptr, const PendingArgs& args = {},
+                                            Readback* area = nullptr) {
+  Readback& rb = area ? *area : dev.readback();
   constexpr std::size_t kBlocks = 256;
   std::size_t extent = 0, total_blocks = 0;
   for (const auto& r : ranges) {
@@ -560,7 +563,7 @@ inline Pending weight_decay_ranges_deferred(Dev& dev,
   Staging st(dev);
   const float* dv = st.in(v, extent);
   float* dg = st.inout(g, extent);
-  const auto room = dev.readback().reserve(total_blocks * sizeof(double));
+  const auto room = rb.reserve(total_blocks * sizeof(double));
   double* partial = static_cast<double*>(room.device);
   auto& lib = KernelLibrary::get(dev);
   std::size_t at = 0;
@@ -573,13 +576,13 @@ inline Pending weight_decay_ranges_deferred(Dev& dev,
     at += std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
   }
   st.finish();
-  return Pending::on(dev.readback(), room.generation, room.offset, total_blocks, finish, args);
+  return Pending::on(rb, room.generation, room.offset, total_blocks, finish, args);
 }
 
 /// weight_decay_ranges_deferred, read back and waited for: Σ v².
 inline double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                                   float* g, const float* v, float wd) {
-  return weight_decay_ranges_deferred(dev, ranges, g, v, wd).get();
+  return weight_decay_ranges_deferred(dev, ranges, g, v, wd, nullptr, {}, &dev.readback_now()).get();
 }
 
 /// x *= s over n floats.
@@ -654,13 +657,15 @@ inline double xent_finish(double sum, const unsigned char* tail, const PendingAr
 /// host `labels` must stay valid until the Pending is read: a label outside
 /// [0, k) is a DataError then.
 inline Pending softmax_cross_entropy_deferred(Dev& dev, const float* z, const std::int32_t* labels,
-                                              std::size_t n, std::size_t k, float* dz) {
+                                              std::size_t n, std::size_t k, float* dz,
+                                              Readback* area = nullptr) {
+  Readback& rb = area ? *area : dev.readback();
   if (n == 0 || k == 0) throw ShapeError("softmax_cross_entropy on the GPU: empty logits");
   Staging st(dev);
   const float* d_z = st.in(z, n * k);
   float* d_dz = dz ? st.out(dz, n * k) : nullptr;
   int* d_labels = scratch<int>(dev, kSlotA, n);
-  const auto room = dev.readback().reserve((n + 1) * sizeof(double));  // the rows' losses, then the bad count
+  const auto room = rb.reserve((n + 1) * sizeof(double));  // the rows' losses, then the bad count
   double* loss = static_cast<double*>(room.device);
   int* bad = reinterpret_cast<int*>(loss + n);
   copy_to_device(dev, d_labels, labels, n * sizeof(int), "copy of labels to the device");
@@ -672,13 +677,13 @@ inline Pending softmax_cross_entropy_deferred(Dev& dev, const float* z, const st
   args.n = n;
   args.k = k;
   args.labels = labels;
-  return Pending::on(dev.readback(), room.generation, room.offset, n, xent_finish, args);
+  return Pending::on(rb, room.generation, room.offset, n, xent_finish, args);
 }
 
 /// softmax_cross_entropy_deferred, read back and waited for.
 inline double softmax_cross_entropy(Dev& dev, const float* z, const std::int32_t* labels, std::size_t n,
                                     std::size_t k, float* dz) {
-  return softmax_cross_entropy_deferred(dev, z, labels, n, k, dz).get();
+  return softmax_cross_entropy_deferred(dev, z, labels, n, k, dz, &dev.readback_now()).get();
 }
 
 /// `count` interleaved uint8 images (h, w, c) at src (host or device) into
