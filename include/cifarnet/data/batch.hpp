@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cifarnet/backend/host/bytes.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/rng.hpp"
 #include "cifarnet/core/tensor.hpp"
@@ -112,17 +113,7 @@ inline void pixels_to_images(const Batch& b, DataFormat fmt, Tensor<float>& out)
     throw ShapeError(cifarnet::detail::concat("batch of ", n, " byte images of ", h, "x", w, "x", c,
                                               " holds ", b.pixels.size(), " bytes"));
   ensure_shape(out, Shape{n, c, h, w}, fmt);
-  float* o = out.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t* p = b.pixels.data() + i * per;
-    float* d = o + i * per;
-    if (fmt == DataFormat::NHWC) {
-      for (std::size_t q = 0; q < per; ++q) d[q] = float(p[q]);
-    } else {
-      for (std::size_t k = 0; k < c; ++k)
-        for (std::size_t q = 0; q < h * w; ++q) d[k * h * w + q] = float(p[q * c + k]);
-    }
-  }
+  backend::host::bytes_to_float(n, c, h, w, fmt, b.pixels.data(), out.data());
 }
 
 /// A stream of batches whose position can be saved and restored: what a

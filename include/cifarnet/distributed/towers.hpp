@@ -456,13 +456,14 @@ class Towers {
     if (active_ < 2) return;
     if (device_resident()) {
       if (DeviceTowerReducer<Backend, T>* d = device_reducer()) {
-        std::vector<T*> values, state;
+        values_.clear();
+        state_.clear();
         for (std::size_t i = 0; i < active_; ++i) {
-          values.push_back(replicas_[i]->parameters().values().data());
-          state.push_back(replicas_[i]->parameters().state().data());
+          values_.push_back(replicas_[i]->parameters().values().data());
+          state_.push_back(replicas_[i]->parameters().state().data());
         }
-        d->broadcast(values, std::size_t(p0.values().size()));
-        if (p0.state().size()) d->broadcast(state, std::size_t(p0.state().size()));
+        d->broadcast(values_, std::size_t(p0.values().size()));
+        if (p0.state().size()) d->broadcast(state_, std::size_t(p0.state().size()));
         return;
       }
       const Parameters<T>& h0 = replicas_[0]->sync_parameters_to_host();
@@ -511,7 +512,7 @@ class Towers {
   TowersOptions topts_;
   std::vector<Tensor<T>> inputs_, douts_;
   std::vector<const Tensor<T>*> outs_;
-  std::vector<T*> grads_;
+  std::vector<T*> grads_, values_, state_;  // the towers' buffers for a sum or a broadcast
   std::vector<std::exception_ptr> errors_;
   std::vector<std::size_t> sizes_;
   std::size_t active_ = 0;

@@ -105,12 +105,9 @@ struct BatchNorm2d : LayerBase {
             infer(rc, x, mean_.data(), var_.data());
           }
         } else if (!train_sum(rc, x.data())) {  // else a residual block's sum, in this pass
-          if constexpr (kBf16) {                // and a bf16 copy of y for a bf16 convolution after it
-            std::uint16_t* yb = copy_target(rc);
-            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
-                              mean_.data(), var_.data(), Relu, yb);
-            publish_copy(rc, y_.data(), yb);
-          } else if constexpr (kFused)
+          if constexpr (kBf16)                  // and a bf16 copy of y for a bf16 convolution after it
+            train_with_copy(rc, x.data());
+          else if constexpr (kFused)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
           else if constexpr (kFusedGelu)
@@ -141,13 +138,7 @@ struct BatchNorm2d : LayerBase {
         start(s);
         x_ = nullptr;
         x_bf16_ = x;
-        const Parameters<T>& cp = *rc.params;
-        if (!train_sum(rc, x)) {
-          std::uint16_t* yb = copy_target(rc);
-          op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
-                            mean_.data(), var_.data(), Relu, yb);
-          publish_copy(rc, y_.data(), yb);
-        }
+        if (!train_sum(rc, x)) train_with_copy(rc, x);
         update_moving(rc, double(s.n * s.h * s.w));
       } else {
         (void)x, (void)s, (void)rc;
@@ -246,6 +237,16 @@ struct BatchNorm2d : LayerBase {
         (void)rc, (void)x;
         return false;
       }
+    }
+    // The training forward of x (float, or bfloat16 bits) into y_, with the
+    // fused ReLU (if any) and a bf16 copy of y_ for a bf16 convolution after it.
+    template <class X>
+    void train_with_copy(RunContext<B, T>& rc, const X* x) {
+      const Parameters<T>& cp = *rc.params;
+      std::uint16_t* yb = copy_target(rc);
+      op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
+                        mean_.data(), var_.data(), Relu, yb);
+      publish_copy(rc, y_.data(), yb);
     }
     // Where the training forward also writes its output as bf16, or nullptr:
     // with bf16 convolutions (NetOptions::conv_precision) on a CPU where they

@@ -287,6 +287,7 @@ class Model {
   bool device_activations_ = true;           // set_device_activations (backends without host memory)
   std::array<Tensor<T>, 2> inputs_;          // device copies of host input batches (upload_input)
   Tensor<T> host_pixels_;                    // a byte batch as floats, where the host converts
+  ops::Eltwise<B, T> bytes_op_;              // forward_pixels_on_device's conversion
   Mode last_mode_ = Mode::Train;
   bool forwarded_ = false;
   bool param_grads_ = true;
@@ -366,7 +367,6 @@ const Tensor<T>& Model<Net, B, T>::forward_pixels_on_device(const std::uint8_t* 
   }
   const std::size_t bytes = n * h * w * c;
   const Shape s{n, c, h, w};
-  ops::Eltwise<B, T> convert;
   if constexpr (!backend_traits<B>::host_memory) {
     if (device_activations_) {
       auto& ring = device_->input_ring();
@@ -378,8 +378,8 @@ const Tensor<T>& Model<Net, B, T>::forward_pixels_on_device(const std::uint8_t* 
       }
       std::uint8_t* up = device_->input_bytes(j, bytes);
       ring.upload(pixels, bytes, up);
-      convert.from_bytes(*device_, n, c, h, w, fmt_, up,
-                         slot.data());  // on the compute stream, after the copy
+      bytes_op_.from_bytes(*device_, n, c, h, w, fmt_, up,
+                           slot.data());  // on the compute stream, after the copy
       return forward_on_device(slot, mode);
     }
   }
@@ -387,7 +387,7 @@ const Tensor<T>& Model<Net, B, T>::forward_pixels_on_device(const std::uint8_t* 
     const TensorMemoryScope host(nullptr);
     ensure_shape(host_pixels_, s, fmt_);
   }
-  convert.from_bytes(*device_, n, c, h, w, fmt_, pixels, host_pixels_.data());
+  bytes_op_.from_bytes(*device_, n, c, h, w, fmt_, pixels, host_pixels_.data());
   return forward_on_device(host_pixels_, mode);
 }
 
