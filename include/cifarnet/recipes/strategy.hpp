@@ -229,9 +229,11 @@ class Strategy {
     const distributed::ServeStats st = ps.serve(opt ? &*opt : nullptr, initial);
     std::string per_worker;
     for (auto n : st.updates_per_worker) per_worker += (per_worker.empty() ? "" : ", ") + std::to_string(n);
-    log << "parameter server (rank " << rank_ << "): " << st.updates << " updates (" << per_worker
-        << " by worker 0, 1, ...), staleness mean " << st.mean_staleness() << " max " << st.max_staleness
-        << (st.global_step >= 0 ? ", global step " + std::to_string(st.global_step) : std::string()) << "\n";
+    std::ostringstream line;  // one write: other ranks share the output
+    line << "parameter server (rank " << rank_ << "): " << st.updates << " updates (" << per_worker
+         << " by worker 0, 1, ...), staleness mean " << st.mean_staleness() << " max " << st.max_staleness
+         << (st.global_step >= 0 ? ", global step " + std::to_string(st.global_step) : std::string()) << "\n";
+    log << line.str() << std::flush;
     return 0;
 #else
     throw Error("Strategy::serve: this build has no MPI, so no process is a parameter server");
@@ -365,9 +367,14 @@ class Strategy {
   /// on `log`); the chief pulls the servers' latest values (to evaluate),
   /// the other workers finish.
   void end_training(const train::TrainerBase& trainer, std::ostream& log) {
-    if (trainer.startup_waited_for() > 0)
-      log << "worker " << worker_index() << " (rank " << rank_ << ") started at global step "
-          << trainer.startup_waited_for() << " (--startup-delay-steps)\n";
+    if (trainer.startup_waited_for() > 0) {
+      // One write per line: ranks share a terminal (or mpirun's merged
+      // stdout), where piecewise writes interleave with other ranks' lines.
+      std::ostringstream line;
+      line << "worker " << worker_index() << " (rank " << rank_ << ") started at global step "
+           << trainer.startup_waited_for() << " (--startup-delay-steps)\n";
+      log << line.str() << std::flush;
+    }
 #ifdef CIFARNET_WITH_MPI
     if (!client_) return;
     const distributed::WorkerStats& ws = client_->stats();
