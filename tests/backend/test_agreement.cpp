@@ -41,6 +41,19 @@ bool runnable<backend::Cuda>() {
   return false;
 }
 #endif
+
+// Batch-norm input: channel ch is off[ch] + scale[ch]·U(-1, 1).
+std::vector<float> channel_input(Rng& rng, const ChannelGeom& g, const std::vector<float>& off,
+                                 const std::vector<float>& scale) {
+  std::vector<float> xv(g.size());
+  const backend::ref::Layout L{g.fmt, g.c, g.h, g.w};
+  for (std::size_t n = 0; n < g.n; ++n)
+    for (std::size_t ch = 0; ch < g.c; ++ch)
+      for (std::size_t yy = 0; yy < g.h; ++yy)
+        for (std::size_t xx = 0; xx < g.w; ++xx)
+          xv[L(n, ch, yy, xx)] = off[ch] + scale[ch] * float(rng.uniform(-1.0, 1.0));
+  return xv;
+}
 }  // namespace
 
 #define SKIP_UNLESS_RUNNABLE() \
@@ -142,18 +155,10 @@ TEMPLATE_TEST_CASE(
       const std::size_t nx = g.size(), c = g.c;
       // Per-channel offsets (of either sign but away from zero, so that even a
       // single channel's mean is not a cancelling sum) and scales.
-      std::vector<float> xv(nx);
-      {
-        auto off = random_vec(rng, c, 0.5, 2.0);
-        for (auto& o : off) o = rng.bernoulli() ? o : -o;
-        const auto scale = random_vec(rng, c, 0.5, 3.0);
-        const backend::ref::Layout L{g.fmt, g.c, g.h, g.w};
-        for (std::size_t n = 0; n < g.n; ++n)
-          for (std::size_t ch = 0; ch < c; ++ch)
-            for (std::size_t yy = 0; yy < g.h; ++yy)
-              for (std::size_t xx = 0; xx < g.w; ++xx)
-                xv[L(n, ch, yy, xx)] = off[ch] + scale[ch] * float(rng.uniform(-1.0, 1.0));
-      }
+      auto off = random_vec(rng, c, 0.5, 2.0);
+      for (auto& o : off) o = rng.bernoulli() ? o : -o;
+      const auto scale = random_vec(rng, c, 0.5, 3.0);
+      std::vector<float> xv = channel_input(rng, g, off, scale);
       const Both x = Both::input(std::move(xv)), gamma = Both::input(random_vec(rng, c, 0.5, 1.5)),
                  beta = Both::input(random_vec(rng, c, -0.5, 0.5)),
                  dy = Both::input(random_cotangent(rng, nx)), moving_mean = Both::input(random_vec(rng, c)),
@@ -181,6 +186,46 @@ TEMPLATE_TEST_CASE(
       EXPECT_AGREES(dgamma);
       EXPECT_AGREES(dbeta);
     }
+}
+
+TEMPLATE_TEST_CASE(
+    "BatchNorm at training sizes (m = n·h·w up to 131072 per channel), both formats, agrees "
+    "with the reference",
+    "[backend][agreement][batchnorm]", CIFARNET_BACKENDS_UNDER_TEST) {
+  SKIP_UNLESS_RUNNABLE();
+  OpPair<ops::BatchNorm, TestType> t;
+  Rng rng = Rng::stream(2024, 12);
+  // ResNet-20's first stage at batch 128, its last stage, and a dense-like
+  // (n, c, 1, 1) batch. Each channel sits at an offset far from zero with a
+  // small spread, so a variance taken as E[x²] - E[x]² in float would fail.
+  const ChannelGeom cases[] = {{DataFormat::NHWC, 128, 16, 32, 32}, {DataFormat::NCHW, 128, 16, 32, 32},
+                               {DataFormat::NHWC, 128, 64, 8, 8},   {DataFormat::NCHW, 128, 64, 8, 8},
+                               {DataFormat::NHWC, 128, 10, 1, 1},   {DataFormat::NCHW, 128, 10, 1, 1}};
+  for (const ChannelGeom& g : cases) {
+    INFO(str(g));
+    const std::size_t nx = g.size(), c = g.c;
+    const auto off = random_vec(rng, c, 4.0, 8.0), scale = random_vec(rng, c, 0.05, 0.5);
+    std::vector<float> xv = channel_input(rng, g, off, scale);
+    const Both x = Both::input(std::move(xv)), gamma = Both::input(random_vec(rng, c, 0.5, 1.5)),
+               beta = Both::input(random_vec(rng, c, -0.5, 0.5)), dy = Both::input(random_cotangent(rng, nx));
+    Both y = Both::output(nx), mean = Both::output(c), var = Both::output(c);
+    t.both([&](auto& dev, auto& op, auto side) {
+      op.forward_train(dev, g, 1e-3, side(x), side(gamma), side(beta), side(y), side(mean), side(var));
+    });
+    EXPECT_AGREES(y);
+    EXPECT_AGREES(mean);
+    EXPECT_AGREES(var);
+    const Both batch_mean = Both::input({mean.d.begin(), mean.d.end()}),
+               batch_var = Both::input({var.d.begin(), var.d.end()});
+    Both dx = Both::output(nx), dgamma = Both::output(c), dbeta = Both::output(c);
+    t.both([&](auto& dev, auto& op, auto side) {
+      op.backward(dev, g, 1e-3, side(x), side(dy), side(gamma), side(batch_mean), side(batch_var), side(dx),
+                  side(dgamma), side(dbeta));
+    });
+    EXPECT_AGREES(dx);
+    EXPECT_AGREES(dgamma);
+    EXPECT_AGREES(dbeta);
+  }
 }
 
 TEMPLATE_TEST_CASE("Relu forward and backward agree with the reference, in place too",

@@ -99,7 +99,7 @@ TEST_CASE("Convolution options from the environment: TF32 and determinism are op
 
 TEST_CASE("The convolution algorithm: the fastest measured one that ran, fits, and obeys the options",
           "[backend][cuda][host]") {
-  // Fastest first, as cuDNN's Find reports them.
+  // Fastest first, as the measurement ranks them.
   const std::vector<cu::AlgoCandidate> ranked = {
       {8, true, 1000, true, false, true},  // FFT or Winograd: its transforms round
       {7, false, 0, true, false},          // failed to run
@@ -131,13 +131,13 @@ TEST_CASE("Convolution algorithms are measured once per device, geometry, option
   auto measure = [&] {
     ++runs;
     cu::ConvAlgorithms a;
-    a.fwd = runs;
+    a.fwd.engine = runs;
     return a;
   };
   const ConvGeom g = ConvGeom::make(DataFormat::NCHW, {128, 16, 32, 32}, 16, 3, 1, Padding::Same);
   const cu::ConvAlgoKey k{0, g, {}, 1 << 20};
-  CHECK(cache.get(k, measure).fwd == 1);
-  CHECK(cache.get(k, measure).fwd == 1);  // a second layer of the same geometry: cached
+  CHECK(cache.get(k, measure).fwd.engine == 1);
+  CHECK(cache.get(k, measure).fwd.engine == 1);  // a second layer of the same geometry: cached
   CHECK(runs == 1);
   cu::ConvAlgoKey other_batch = k;
   other_batch.geom = ConvGeom::make(DataFormat::NCHW, {100, 16, 32, 32}, 16, 3, 1, Padding::Same);
@@ -153,12 +153,12 @@ TEST_CASE("Convolution algorithms are measured once per device, geometry, option
   small.workspace_limit = 0;
   int expected = 1;
   for (const auto& key : {other_batch, nhwc, other_device, det, tf32, small}) {
-    CHECK(cache.get(key, measure).fwd == ++expected);
-    CHECK(cache.get(key, measure).fwd == expected);
+    CHECK(cache.get(key, measure).fwd.engine == ++expected);
+    CHECK(cache.get(key, measure).fwd.engine == expected);
   }
   CHECK(runs == expected);
   CHECK(cache.measured() == std::size_t(expected));
-  CHECK(cache.get(k, measure).fwd == 1);
+  CHECK(cache.get(k, measure).fwd.engine == 1);
 }
 
 namespace {

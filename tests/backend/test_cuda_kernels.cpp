@@ -8,17 +8,30 @@
 //  - With a GPU: every kernel against the CPU implementation (‖Δ‖/‖ref‖ <
 //    1e-5, exact where the arithmetic is the same), the GPU optimizers'
 //    checkpoint slots, and a restore through visit_state.
+//  - On any machine, the ops' kernels emulated on the host through their
+//    shared functions: pooling windows against brute force, max and average
+//    pooling bit for bit against the reference backend (ties, -inf, NaN,
+//    asymmetric pads), ReLU bit for bit, and batch norm's per-channel
+//    reductions thread by thread (every element summed once) and arithmetic
+//    against the reference.
+//  - With a GPU: transform, add_channel_bias and channel_sum, and pooling
+//    with ties and NaN bit for bit against the reference.
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/cuda.hpp>
 #include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/reference.hpp>
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/optim/optim.hpp>
+#include "agreement.hpp"
 #include "instances/resnet.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <set>
 #include <vector>
 
 using namespace cifarnet;
@@ -288,4 +301,446 @@ TEST_CASE("The GPU optimizers train like the CPU ones and keep TensorFlow's chec
     const auto sg = optim::state_dict(gpu);
     CHECK(sg.count("beta2_power"));
   }
+}
+
+namespace {
+
+/// Same float, or both NaN.
+bool same(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+/// Index of the first element of a and b that differs (same()), or -1.
+long first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!same(a[i], b[i])) return long(i);
+  return -1;
+}
+
+cu::shared::PoolShape pool_shape(const ConvGeom& g, PoolKind kind) {
+  return {int(g.ic),
+          int(g.ih),
+          int(g.iw),
+          int(g.oh),
+          int(g.ow),
+          int(g.kh),
+          int(g.kw),
+          int(g.sh),
+          int(g.sw),
+          int(g.pt),
+          int(g.pl),
+          g.fmt == DataFormat::NCHW ? 1 : 0,
+          kind == PoolKind::Max ? 1 : 0};
+}
+
+/// Pooling inputs full of ties (a handful of values), with some -inf and NaN.
+std::vector<float> tied_input(std::size_t n, std::uint64_t seed) {
+  Rng rng(seed);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float values[] = {-1.0f, 0.0f, 0.5f, 1.0f, 1.0f, 2.0f};
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const std::size_t k = std::size_t(rng.uniform_int(40));  // 1 in 40 NaN, 1 in 40 -inf
+    x = k == 0 ? nan : k == 1 ? -inf : values[k % 6];
+  }
+  return v;
+}
+
+/// tied_input for pooling of `kind`: ties and -inf in both kinds; NaN only
+/// for max (an average with a NaN is NaN everywhere it reaches, which would
+/// hide the other values), so an average's NaN and -inf become 0.25.
+std::vector<float> pool_input(std::size_t n, std::uint64_t seed, PoolKind kind) {
+  std::vector<float> x = tied_input(n, seed);
+  if (kind == PoolKind::Avg)
+    for (auto& v : x)
+      if (std::isnan(v) || std::isinf(v)) v = 0.25f;
+  return x;
+}
+
+/// Pooling geometries: the agreement cases plus windows wider than the
+/// input, even windows with SAME padding, and more asymmetric pads.
+std::vector<ConvGeom> pool_geometries() {
+  auto out = test::pool_cases();
+  for (DataFormat fmt : test::kFormats) {
+    out.push_back(ConvGeom::make(fmt, {2, 3, 6, 5}, 3, 4, 1, Padding::Same));
+    out.push_back(ConvGeom::make(fmt, {1, 2, 3, 3}, 2, 5, 2, Padding::Same));
+    out.push_back(test::padded_geom(fmt, {2, 3, 5, 6}, 3, 3, 2, 0, 2, 2, 0));
+    out.push_back(test::padded_geom(fmt, {1, 4, 4, 4}, 4, 2, 2, 1, 1, 1, 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Pooling windows and the outputs covering an input agree with brute force",
+          "[backend][cuda][kernels][pool]") {
+  int checked = 0;
+  for (int n = 1; n <= 10; ++n)
+    for (int k = 1; k <= 5; ++k)
+      for (int s = 1; s <= 4; ++s)
+        for (int p = 0; p < k; ++p)
+          for (int q = 0; q < k; ++q) {
+            if (n + p + q < k) continue;
+            const int n_out = (n + p + q - k) / s + 1;
+            INFO("n=" << n << " k=" << k << " s=" << s << " pads " << p << "," << q);
+            for (int o = 0; o < n_out; ++o) {
+              int lo = 0, hi = 0;
+              cu::shared::pool_window(o, s, p, k, n, lo, hi);
+              std::set<int> want, got;
+              for (int i = 0; i < n; ++i)
+                if (o * s - p <= i && i < o * s - p + k) want.insert(i);
+              for (int i = lo; i < hi; ++i) got.insert(i);
+              CHECK(got == want);
+              CHECK(hi - lo == int(want.size()));
+            }
+            for (int i = 0; i < n; ++i) {
+              int lo = 0, hi = 0;
+              cu::shared::pool_covering(i, s, p, k, n_out, lo, hi);
+              std::set<int> want, got;
+              for (int o = 0; o < n_out; ++o)
+                if (o * s - p <= i && i < o * s - p + k) want.insert(o);
+              for (int o = lo; o < hi; ++o) got.insert(o);
+              CHECK(got == want);
+            }
+            ++checked;
+          }
+  CHECK(checked > 500);
+}
+
+namespace {
+// Every pooling geometry and kind on tied inputs (seeds from `seed` on):
+// run(g, kind, x, y_ref, dy, y, dx) fills y (the forward of x) and dx (the
+// backward given y_ref and dy), which must be the reference's bit for bit.
+template <class Run>
+void check_pooling_against_reference(std::uint64_t seed, Run&& run) {
+  Device<backend::Reference> rdev;
+  ops::Pool2d<backend::Reference, float> ref;
+  for (const ConvGeom& g : pool_geometries())
+    for (PoolKind kind : {PoolKind::Max, PoolKind::Avg}) {
+      INFO(test::str(g) << (kind == PoolKind::Max ? " max" : " avg"));
+      const std::size_t nx = g.n * g.ic * g.ih * g.iw, ny = g.n * g.ic * g.oh * g.ow;
+      const std::vector<float> x = pool_input(nx, ++seed, kind);
+      const std::vector<float> dy = random_vec(ny, ++seed);
+      std::vector<float> y_ref(ny), dx_ref(nx), y(ny), dx(nx);
+      ref.forward(rdev, g, kind, true, x.data(), y_ref.data());
+      ref.backward(rdev, g, kind, x.data(), y_ref.data(), dy.data(), dx_ref.data());
+      run(g, kind, x, y_ref, dy, y, dx);
+      CHECK(first_difference(y, y_ref) == -1);
+      CHECK(first_difference(dx, dx_ref) == -1);
+    }
+}
+}  // namespace
+
+TEST_CASE("The pooling kernels' element functions are the reference backend's, bit for bit (ties, -inf, NaN)",
+          "[backend][cuda][kernels][pool]") {
+  check_pooling_against_reference(
+      100, [](const ConvGeom& g, PoolKind kind, const std::vector<float>& x, const std::vector<float>& y_ref,
+              const std::vector<float>& dy, std::vector<float>& y, std::vector<float>& dx) {
+        const auto shape = pool_shape(g, kind);
+        for (std::size_t i = 0; i < y.size(); ++i)
+          y[i] = cu::shared::pool_forward(x.data(), shape, (long long)i);
+        for (std::size_t i = 0; i < dx.size(); ++i)
+          dx[i] = cu::shared::pool_backward(x.data(), y_ref.data(), dy.data(), shape, (long long)i);
+      });
+  // A window of NaN only: -inf (as the reference), and no gradient.
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {1, 1, 2, 2}, 1, 2, 2, Padding::Valid);
+  const std::vector<float> x(4, std::numeric_limits<float>::quiet_NaN());
+  const auto shape = pool_shape(g, PoolKind::Max);
+  const float y = cu::shared::pool_forward(x.data(), shape, 0), dy = 1.0f;
+  CHECK(y == -std::numeric_limits<float>::infinity());
+  for (long long i = 0; i < 4; ++i) CHECK(cu::shared::pool_backward(x.data(), &y, &dy, shape, i) == 0.0f);
+}
+
+TEST_CASE("The ReLU kernels' element functions are the reference backend's, bit for bit",
+          "[backend][cuda][kernels]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x{nan, -nan, inf, -inf, 0.0f, -0.0f, 1e-45f, -1e-45f, 3.0f, -3.0f, 1e30f, -1e30f};
+  std::vector<float> dy(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) dy[i] = float(i) - 4.5f;
+  Device<backend::Reference> rdev;
+  ops::Relu<backend::Reference, float> ref;
+  std::vector<float> y_ref(x.size()), dx_ref(x.size()), y(x.size()), dx(x.size());
+  ref.forward(rdev, x.size(), x.data(), y_ref.data());
+  ref.backward(rdev, x.size(), y_ref.data(), dy.data(), dx_ref.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    y[i] = cu::shared::relu(x[i]);
+    dx[i] = cu::shared::relu_grad(y_ref[i], dy[i]);
+  }
+  CHECK(first_difference(y, y_ref) == -1);
+  CHECK(first_difference(dx, dx_ref) == -1);
+  CHECK(std::isnan(cu::shared::relu(nan)));
+  CHECK(std::signbit(cu::shared::relu(-0.0f)));
+}
+
+namespace {
+
+/// cn_channel_partials then cn_channel_finalize on the host: every block
+/// and thread of the grid channel_grid() gives, through the kernels' own
+/// shared functions (each thread's sums added straight into the channel's,
+/// not through the blocks' trees).
+void emulate_channel_reduce(const cu::kernel_detail::ChannelGrid& cg, int sum, int out, const float* x,
+                            const float* y, std::vector<double>& stats, double m, double eps, float* out0,
+                            float* out1) {
+  const int lanes = cu::shared::channel_lanes(cg.c, cg.nchw), per = 256 / lanes;
+  std::vector<double> s0(std::size_t(cg.c)), s1(std::size_t(cg.c));
+  for (unsigned tile = 0; tile < cg.tiles; ++tile)
+    for (unsigned chunk = 0; chunk < cg.chunks; ++chunk)
+      for (int row = 0; row < per; ++row)
+        for (int lane = 0; lane < lanes; ++lane) {
+          const int ch = int(tile) * lanes + lane;
+          if (ch >= cg.c) continue;
+          long long r0 = 0, r1 = 0;
+          cu::shared::chunk_rows(cg.rows, int(cg.chunks), int(chunk), r0, r1);
+          const double c0 = sum == cu::shared::kSumX ? 0.0 : stats[std::size_t(ch)];
+          const double c1 = sum == cu::shared::kSumDyXhat ? stats[std::size_t(cg.c + ch)] : 0.0;
+          cu::shared::channel_partial_sums(x, y, sum, c0, c1, r0 + row, r1, per, ch, cg.c, cg.hw, cg.nchw,
+                                           s0[std::size_t(ch)], s1[std::size_t(ch)]);
+        }
+  for (int ch = 0; ch < cg.c; ++ch)
+    cu::shared::channel_finish(out, ch, cg.c, s0[std::size_t(ch)], s1[std::size_t(ch)], m, eps, stats.data(),
+                               out0, out1);
+}
+
+std::vector<ChannelGeom> bn_geometries() {
+  auto out = test::channel_cases();
+  for (DataFormat fmt : test::kFormats) {
+    out.push_back({fmt, 1, 3, 1, 1});      // one element per channel: variance 0
+    out.push_back({fmt, 64, 10, 1, 1});    // a dense layer's (n, out)
+    out.push_back({fmt, 16, 48, 8, 8});    // NHWC: two channel tiles, the second half full
+    out.push_back({fmt, 9, 7, 33, 31});    // chunks that end mid-image
+    out.push_back({fmt, 128, 2, 16, 16});  // NCHW: many chunks per channel
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "The per-channel reductions visit every element once, and batch norm's kernels do the reference's "
+    "arithmetic",
+    "[backend][cuda][kernels][batchnorm]") {
+  namespace sh = cu::shared;
+  Device<backend::Reference> rdev;
+  ops::BatchNorm<backend::Reference, float> ref;
+  std::uint64_t seed = 300;
+  for (const ChannelGeom& g : bn_geometries()) {
+    INFO(test::str(g));
+    const std::size_t n = g.size(), c = g.c, hw = g.h * g.w;
+    const auto cg = cu::kernel_detail::channel_grid(g.fmt, g.n, c, hw);
+    CHECK(cg.chunks >= 1);
+    CHECK(cg.chunks <= 1024);
+    const double m = double(g.n * hw);
+    const backend::ref::Layout L{g.fmt, g.c, g.h, g.w};
+
+    // Coverage: the count, the sum and the sum of squares of each channel's
+    // offsets, all exact in double.
+    std::vector<float> ones(n, 1.0f), index(n);
+    for (std::size_t i = 0; i < n; ++i) index[i] = float(i);
+    std::vector<double> want_sum(c), want_sq(c);
+    for (std::size_t e = 0; e < g.n; ++e)
+      for (std::size_t ch = 0; ch < c; ++ch)
+        for (std::size_t yy = 0; yy < g.h; ++yy)
+          for (std::size_t xx = 0; xx < g.w; ++xx) {
+            const double o = double(L(e, ch, yy, xx));
+            want_sum[ch] += o;
+            want_sq[ch] += o * o;
+          }
+    std::vector<double> stats(4 * c, 0.0);
+    std::vector<float> count(c), sums(c), squares(c);
+    emulate_channel_reduce(cg, sh::kSumX, sh::kOutSum, ones.data(), nullptr, stats, m, 0, count.data(),
+                           nullptr);
+    emulate_channel_reduce(cg, sh::kSumX, sh::kOutSum, index.data(), nullptr, stats, m, 0, sums.data(),
+                           nullptr);
+    emulate_channel_reduce(cg, sh::kSumSqDev, sh::kOutSum, index.data(), nullptr, stats, m, 0, squares.data(),
+                           nullptr);  // c0 = stats[ch] = 0: Σ offset²
+    bool covered = true;
+    for (std::size_t ch = 0; ch < c; ++ch)
+      covered = covered && count[ch] == float(m) && sums[ch] == float(want_sum[ch]) &&
+                squares[ch] == float(want_sq[ch]);
+    CHECK(covered);
+
+    // Batch norm, as the GPU op runs it, against the reference in float.
+    Rng rng(++seed);
+    std::vector<float> x(n), dy(n), gamma(c), beta(c);
+    for (std::size_t i = 0; i < n; ++i) x[i] = float(3.0 + rng.normal());
+    for (std::size_t i = 0; i < n; ++i) dy[i] = float(rng.uniform(-0.5, 1.0));
+    for (std::size_t ch = 0; ch < c; ++ch) gamma[ch] = float(rng.uniform(0.5, 1.5));
+    for (std::size_t ch = 0; ch < c; ++ch) beta[ch] = float(rng.uniform(-0.5, 0.5));
+    const double eps = 1e-3;
+    std::vector<float> y_ref(n), mean_ref(c), var_ref(c), y(n), mean(c), var(c);
+    ref.forward_train(rdev, g, eps, x.data(), gamma.data(), beta.data(), y_ref.data(), mean_ref.data(),
+                      var_ref.data());
+    std::fill(stats.begin(), stats.end(), 0.0);
+    emulate_channel_reduce(cg, sh::kSumX, sh::kOutMean, x.data(), nullptr, stats, m, eps, mean.data(),
+                           nullptr);
+    emulate_channel_reduce(cg, sh::kSumSqDev, sh::kOutVar, x.data(), nullptr, stats, m, eps, var.data(),
+                           nullptr);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t ch = std::size_t(sh::channel_of((long long)i, cg.c, cg.hw, cg.nchw));
+      y[i] = sh::bn_normalize(x[i], gamma[ch], beta[ch], stats[ch], stats[c + ch]);
+    }
+    CHECK(rel(mean.data(), mean_ref.data(), c) < 1e-7);
+    CHECK(rel(var.data(), var_ref.data(), c) < 1e-6);
+    CHECK(rel(y.data(), y_ref.data(), n) < 1e-6);
+    if (m == 1.0)
+      for (float v : var) CHECK(v == 0.0f);
+
+    std::vector<float> dx_ref(n), dg_ref(c), db_ref(c), dx(n), dg(c), db(c);
+    ref.backward(rdev, g, eps, x.data(), dy.data(), gamma.data(), mean_ref.data(), var_ref.data(),
+                 dx_ref.data(), dg_ref.data(), db_ref.data());
+    for (std::size_t ch = 0; ch < c; ++ch) {  // cn_bn_prepare
+      stats[ch] = double(mean_ref[ch]);
+      stats[c + ch] = sh::bn_inv_std(double(var_ref[ch]), eps);
+    }
+    emulate_channel_reduce(cg, sh::kSumDyXhat, sh::kOutBnGrad, x.data(), dy.data(), stats, m, eps, dg.data(),
+                           db.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t ch = std::size_t(sh::channel_of((long long)i, cg.c, cg.hw, cg.nchw));
+      dx[i] = sh::bn_dx(x[i], dy[i], gamma[ch], stats[ch], stats[c + ch], m, stats[2 * c + ch],
+                        stats[3 * c + ch]);
+    }
+    CHECK(rel(db.data(), db_ref.data(), c) < 1e-7);
+    CHECK(rel(dg.data(), dg_ref.data(), c) < 1e-6);
+    CHECK(rel(dx.data(), dx_ref.data(), n) < 1e-5);
+  }
+}
+
+TEST_CASE("The grid-stride cursors give every element's channel and coordinates, and split4 inverts offset4",
+          "[backend][cuda][kernels]") {
+  bool ok = true;
+  for (int nchw : {0, 1})
+    for (int c : {1, 3, 16, 64})
+      for (int hw : {1, 4, 63, 1024})
+        for (long long step : {1LL, 7LL, 256LL, 1000LL, 1048576LL}) {
+          const long long total = 3LL * c * hw;
+          for (long long first : {0LL, 1LL, 5LL, 255LL}) {
+            if (first >= step) continue;  // a grid-stride loop starts below its step
+            auto k = cu::shared::channel_cursor(first, step, c, hw, nchw);
+            for (long long i = first; i < total; i += step, cu::shared::channel_advance(k))
+              ok = ok && k.ch == cu::shared::channel_of(i, c, hw, nchw) &&
+                   k.ch == int(nchw ? (i / hw) % c : i % c);
+          }
+        }
+  CHECK(ok);
+  // The (e, ch, y, x) cursor of the pooling and transform kernels.
+  for (int nchw : {0, 1})
+    for (const auto& d : {std::array<int, 3>{1, 1, 1}, {3, 5, 7}, {16, 32, 32}, {64, 8, 8}, {5, 1, 9}})
+      for (long long step : {1LL, 6LL, 256LL, 262144LL, 3000000000LL})
+        for (long long first : {0LL, 3LL, 200LL}) {
+          if (first >= step) continue;
+          const long long total = 4LL * d[0] * d[1] * d[2];
+          auto k = cu::shared::cursor4(first, step, d[0], d[1], d[2], nchw);
+          for (long long i = first; i < total; i += step, cu::shared::advance4(k)) {
+            long long e = -1;
+            int ch = -1, y = -1, x = -1;
+            cu::shared::split4(i, d[0], d[1], d[2], nchw, e, ch, y, x);
+            ok = ok && k.d0 == e && cu::shared::cursor_ch(k) == ch && cu::shared::cursor_y(k) == y &&
+                 cu::shared::cursor_x(k) == x;
+          }
+        }
+  CHECK(ok);
+  // Offsets past 2^31 (64-bit digits).
+  {
+    auto k = cu::shared::cursor4(3000000001LL, 5000000000LL, 3, 5, 7, 1);
+    for (long long i = 3000000001LL; i < 40000000000LL; i += 5000000000LL, cu::shared::advance4(k)) {
+      long long e = -1;
+      int ch = -1, y = -1, x = -1;
+      cu::shared::split4(i, 3, 5, 7, 1, e, ch, y, x);
+      CHECK((k.d0 == e && k.d1 == ch && k.d2 == y && k.d3 == x));
+    }
+  }
+  // split4 in 32-bit and in 64-bit arithmetic.
+  for (int nchw : {0, 1})
+    for (long long e : {0LL, 2LL, 40000000LL}) {  // the last is past 2^31 elements
+      const int c = 7, h = 5, w = 9;
+      for (int ch = 0; ch < c; ++ch)
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x) {
+            long long e2 = -1;
+            int ch2 = -1, y2 = -1, x2 = -1;
+            cu::shared::split4(cu::shared::offset4(e, ch, y, x, c, h, w, nchw), c, h, w, nchw, e2, ch2, y2,
+                               x2);
+            ok = ok && e2 == e && ch2 == ch && y2 == y && x2 == x;
+          }
+    }
+  CHECK(ok);
+}
+
+TEST_CASE("transform, add_channel_bias and channel_sum on the GPU match the host",
+          "[backend][cuda][kernels]") {
+  if (!gpu_present("transform, add_channel_bias, channel_sum")) return;
+  Device<backend::Cuda> dev;
+  const std::size_t n = 5, c = 7, h = 6, w = 9, total = n * c * h * w;
+  const auto x = random_vec(total, 41);
+  cu::DeviceBuffer<float> dx(total), dt(total), dpad(n * c * (h + 3) * (w + 2)), db(c), dsum(c);
+  cu::copy_to_device(dev, dx.data(), x.data(), total * sizeof(float), "test upload");
+  for (DataFormat from : test::kFormats)
+    for (DataFormat to : test::kFormats) {
+      INFO(to_string(from) << " to " << to_string(to));
+      cu::TensorDesc a, b;
+      cu::set_activation(a, from, n, c, h, w);
+      cu::set_activation(b, to, n, c, h, w);
+      cu::transform(dev, a, dx.data(), b, dt.data());
+      std::vector<float> out(total);
+      dev.download(out.data(), dt.data(), total);
+      bool ok = true;
+      for (std::size_t e = 0; e < n; ++e)
+        for (std::size_t ch = 0; ch < c; ++ch)
+          for (std::size_t yy = 0; yy < h; ++yy)
+            for (std::size_t xx = 0; xx < w; ++xx)
+              ok = ok && out[offset({n, c, h, w}, to, e, ch, yy, xx)] ==
+                             x[offset({n, c, h, w}, from, e, ch, yy, xx)];
+      CHECK(ok);
+      // Into the interior of a padded (h + 3, w + 2) map and back.
+      cu::TensorDesc inside;
+      cu::set_activation(inside, to, n, c, h, w, h + 3, w + 2);
+      float* interior = dpad.data() + cu::pixel_offset(to, c, w + 2, 2, 1);
+      cu::transform(dev, a, dx.data(), inside, interior);
+      cu::transform(dev, inside, interior, a, dt.data());
+      dev.download(out.data(), dt.data(), total);
+      CHECK(std::memcmp(out.data(), x.data(), total * sizeof(float)) == 0);
+    }
+  cu::TensorDesc a, b;
+  cu::set_activation(a, DataFormat::NCHW, n, c, h, w);
+  cu::set_activation(b, DataFormat::NCHW, n, c, w, h);
+  CHECK_THROWS_WITH(cu::transform(dev, a, dx.data(), b, dt.data()),
+                    Catch::Contains("(5, 7, 6, 9)") && Catch::Contains("(5, 7, 9, 6)"));
+
+  const auto bias = random_vec(c, 42);
+  cu::copy_to_device(dev, db.data(), bias.data(), c * sizeof(float), "test upload");
+  for (DataFormat fmt : test::kFormats) {
+    INFO(to_string(fmt));
+    cu::copy_to_device(dev, dt.data(), x.data(), total * sizeof(float), "test upload");
+    cu::add_channel_bias(dev, fmt, n, c, h * w, db.data(), dt.data());
+    std::vector<float> out(total), sums(c);
+    dev.download(out.data(), dt.data(), total);
+    bool ok = true;
+    std::vector<double> want(c);
+    for (std::size_t e = 0; e < n; ++e)
+      for (std::size_t ch = 0; ch < c; ++ch)
+        for (std::size_t q = 0; q < h * w; ++q) {
+          const std::size_t i = offset({n, c, h, w}, fmt, e, ch, q / w, q % w);
+          ok = ok && out[i] == x[i] + bias[ch];
+          want[ch] += double(x[i]);
+        }
+    CHECK(ok);
+    cu::channel_sum(dev, fmt, n, c, h * w, dx.data(), dsum.data());
+    dev.download(sums.data(), dsum.data(), c);
+    for (std::size_t ch = 0; ch < c; ++ch) CHECK(sums[ch] == float(want[ch]));
+  }
+}
+
+TEST_CASE("Pooling on the GPU is the reference's, bit for bit, with ties, -inf and NaN",
+          "[backend][cuda][kernels][pool]") {
+  if (!gpu_present("pooling with ties")) return;
+  Device<backend::Cuda> dev;
+  ops::Pool2d<backend::Cuda, float> op;
+  check_pooling_against_reference(
+      500, [&](const ConvGeom& g, PoolKind kind, const std::vector<float>& x, const std::vector<float>& y_ref,
+               const std::vector<float>& dy, std::vector<float>& y, std::vector<float>& dx) {
+        op.forward(dev, g, kind, true, x.data(), y.data());
+        op.backward(dev, g, kind, x.data(), y_ref.data(), dy.data(), dx.data());
+      });
 }

@@ -478,15 +478,7 @@ class Descriptor {
 
 using TensorDesc =
     Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
-using FilterDesc =
-    Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
-using ConvDesc = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
-                            cudnnDestroyConvolutionDescriptor>;
-using PoolDesc =
-    Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using LrnDesc = Descriptor<cudnnLRNDescriptor_t, cudnnCreateLRNDescriptor, cudnnDestroyLRNDescriptor>;
-using ActDesc = Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
-                           cudnnDestroyActivationDescriptor>;
 
 /// Sets `d` to a float tensor of logical dims (n, c, h, w) with explicit strides.
 inline void set_strided(TensorDesc& d, std::size_t n, std::size_t c, std::size_t h, std::size_t w,
@@ -515,10 +507,12 @@ inline std::size_t pixel_offset(DataFormat f, std::size_t c, std::size_t W, std:
   return f == DataFormat::NCHW ? top * W + left : (top * W + left) * c;
 }
 
-/// cuDNN pads symmetrically only. For an asymmetric pad (TF SAME with a
-/// stride or an even kernel, the ResNet's explicit padding) ops convolve or
-/// pool an explicitly padded copy of the input with no padding of their own;
-/// this holds that copy's geometry.
+/// cuDNN's convolution pads symmetrically only. For an asymmetric pad (TF
+/// SAME with a stride or an even kernel, the ResNet's explicit padding)
+/// Conv2d convolves an explicitly padded copy of the input with no padding
+/// of its own; this holds that copy's geometry (pad_copy and unpad,
+/// backend/cuda/kernels.hpp, fill and read it). Pooling needs none: its
+/// kernels clip each window to the input.
 struct PaddedInput {
   bool on = false;           ///< the geometry's padding is asymmetric
   std::size_t size = 0;      ///< elements of the padded copy
@@ -826,23 +820,6 @@ inline void from_host(Dev& dev, const float* h, std::size_t n, float* p) {
 /// cuDNN's float scaling factors.
 inline const float kOne = 1.0f;
 inline const float kZero = 0.0f;
-
-/// Copies x (device, layout `x_desc`) into the interior of device buffer
-/// `slot` of `pad`, whose border holds `border`; returns the copy.
-inline const float* pad_copy(Dev& dev, std::size_t slot, const PaddedInput& pad, const TensorDesc& x_desc,
-                             const float* x, float border) {
-  float* xp = dev.buffer(slot, pad.size);
-  check(cudnnSetTensor(dev.cudnn(), pad.whole, xp, &border), "fill the padded copy of an input");
-  check(cudnnTransformTensor(dev.cudnn(), &kOne, x_desc, x, &kZero, pad.inside, xp + pad.interior),
-        "copy an input into its padded copy");
-  return xp;
-}
-
-/// The interior of a padded gradient `gp` into dx (layout `x_desc`).
-inline void unpad(Dev& dev, const PaddedInput& pad, const float* gp, const TensorDesc& x_desc, float* dx) {
-  check(cudnnTransformTensor(dev.cudnn(), &kOne, pad.inside, gp + pad.interior, &kZero, x_desc, dx),
-        "take the interior of a padded gradient");
-}
 
 }  // namespace cuda
 

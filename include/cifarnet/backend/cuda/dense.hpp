@@ -2,11 +2,14 @@
 //
 // Row-major (n, in) x (in, out) products are column-major products of the
 // transposes: Yᵀ = Wᵀ Xᵀ, dXᵀ = W dYᵀ, dWᵀ = dYᵀ X, all without copies. The
-// bias is added with cudnnAddTensor and its gradient summed with
-// cudnnConvolutionBackwardBias over a (n, out, 1, 1) view.
+// bias is added and its gradient summed (in double) by the backend's own
+// NVRTC kernels over the (n, out) rows (add_channel_bias and channel_sum,
+// backend/cuda/kernels.hpp; cuDNN 9 deprecates the cudnnAddTensor and
+// cudnnConvolutionBackwardBias this used).
 #pragma once
 
 #include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/backend/cuda/kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -28,10 +31,7 @@ struct Dense<backend::Cuda, float> {
     cu::check(cublasSgemm(dev.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, O, N, I, &cu::kOne, dw, O, dx, I,
                           &cu::kZero, dy, O),
               "Dense forward (sgemm)");
-    if (db) {
-      describe(n, out);
-      cu::check(cudnnAddTensor(dev.cudnn(), &cu::kOne, bias_, db, &cu::kOne, act_, dy), "Dense bias");
-    }
+    if (db) cu::add_channel_bias(dev, DataFormat::NCHW, n, out, 1, db, dy);
     st.finish();
   }
 
@@ -61,24 +61,9 @@ struct Dense<backend::Cuda, float> {
     cu::check(cublasSgemm(dev.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, O, I, N, &cu::kOne, ddy, O, dx, I,
                           &cu::kZero, ddw, O),
               "Dense backward_weights (sgemm)");
-    if (ddb) {
-      describe(n, out);
-      cu::check(cudnnConvolutionBackwardBias(dev.cudnn(), &cu::kOne, act_, ddy, &cu::kZero, bias_, ddb),
-                "Dense backward bias");
-    }
+    if (ddb) cu::channel_sum(dev, DataFormat::NCHW, n, out, 1, ddy, ddb);
     st.finish();
   }
-
- private:
-  void describe(std::size_t n, std::size_t out) {
-    if (n == n_ && out == out_) return;
-    backend::cuda::set_activation(act_, DataFormat::NCHW, n, out, 1, 1);
-    backend::cuda::set_activation(bias_, DataFormat::NCHW, 1, out, 1, 1);
-    n_ = n;
-    out_ = out;
-  }
-  backend::cuda::TensorDesc act_, bias_;
-  std::size_t n_ = 0, out_ = 0;
 };
 
 }  // namespace ops

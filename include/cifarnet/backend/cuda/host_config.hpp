@@ -130,15 +130,24 @@ struct ConvOptions {
   bool operator==(const ConvOptions& o) const { return key() == o.key(); }
 };
 
-/// One algorithm as cuDNN's measurement reports it (fastest first).
+/// One engine configuration as the measurement ranks them (fastest first):
+/// cuDNN's numerical and behaviour notes as flags.
 struct AlgoCandidate {
-  int algo = 0;
-  bool ok = false;             ///< status == CUDNN_STATUS_SUCCESS
+  int algo = 0;                ///< index into the measured list
+  bool ok = false;             ///< its plan was built and ran
   std::size_t memory = 0;      ///< workspace bytes it needs
-  bool deterministic = false;  ///< determinism == CUDNN_DETERMINISTIC
-  bool tensor_op = false;      ///< it ran with tensor-core (TF32) math
-  bool transform = false;      ///< an FFT or Winograd algorithm (see ConvOptions)
+  bool deterministic = false;  ///< no CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+  bool tensor_op = false;      ///< tensor-core (TF32) math on float data
+  bool transform = false;      ///< an FFT or Winograd engine (see ConvOptions)
 };
+
+/// Whether a candidate may be chosen under `opts`, its workspace aside.
+inline bool allowed(const AlgoCandidate& c, const ConvOptions& opts) {
+  if (c.tensor_op && !opts.allow_tf32) return false;
+  if (c.transform && !opts.allow_transforms) return false;
+  if (opts.deterministic && !c.deterministic) return false;
+  return true;
+}
 
 /// Index in `ranked` of the first (fastest) candidate that ran, fits `limit`
 /// and obeys `opts`; -1 when none does.
@@ -146,10 +155,7 @@ inline int select_algorithm(const std::vector<AlgoCandidate>& ranked, std::size_
                             const ConvOptions& opts) {
   for (std::size_t i = 0; i < ranked.size(); ++i) {
     const AlgoCandidate& c = ranked[i];
-    if (!c.ok || c.memory > limit) continue;
-    if (c.tensor_op && !opts.allow_tf32) continue;
-    if (c.transform && !opts.allow_transforms) continue;
-    if (opts.deterministic && !c.deterministic) continue;
+    if (!c.ok || c.memory > limit || !allowed(c, opts)) continue;
     return int(i);
   }
   return -1;
@@ -171,10 +177,18 @@ inline ConvOptions conv_options_from_env() {
   return conv_options_from_env([](const char* v) -> const char* { return std::getenv(v); });
 }
 
-/// The algorithms chosen for one convolution geometry (cuDNN enum values).
+/// One pass's chosen cuDNN engine: its global index and knob settings (the
+/// graph API rebuilds an execution plan from them).
+struct EngineChoice {
+  std::int64_t engine = -1;
+  std::vector<std::pair<int, std::int64_t>> knobs;  ///< (cudnnBackendKnobType_t, value)
+  bool operator==(const EngineChoice& o) const { return engine == o.engine && knobs == o.knobs; }
+  bool operator!=(const EngineChoice& o) const { return !(*this == o); }
+};
+
+/// The engines chosen for one convolution geometry.
 struct ConvAlgorithms {
-  int fwd = 0, bwd_data = 0, bwd_filter = 0;
-  bool fwd_tensor_op = false, bwd_data_tensor_op = false, bwd_filter_tensor_op = false;
+  EngineChoice fwd, bwd_data, bwd_filter;
 };
 
 /// What a cached choice depends on.

@@ -1,8 +1,14 @@
-// cifarnet/backend/cuda/kernels.hpp — the CUDA backend's own kernels (the
-// parts cuDNN and cuBLAS do not cover: optimizer updates, EMA, weight decay,
-// gradient norms and scaling, the softmax cross-entropy loss, image copies),
+// cifarnet/backend/cuda/kernels.hpp — the CUDA backend's own kernels,
 // compiled at run time with NVRTC so the library stays header-only and user
-// code needs no nvcc.
+// code needs no nvcc: the parts cuDNN and cuBLAS do not cover (optimizer
+// updates, EMA, weight decay, gradient norms and scaling, the softmax
+// cross-entropy loss, image copies), and, since cuDNN 9 deprecates its
+// legacy ops API, what the backend took from it outside the convolution:
+// ReLU, max and average pooling, batch normalization, per-channel bias add
+// and bias gradient (add_channel_bias, channel_sum: Dense and Conv2d), and
+// strided tensor copies (transform, pad_copy, unpad: cudnnTransformTensor's
+// job). Their semantics are the reference backend's; the element and index
+// math they share with the host is tested there against it.
 //
 // One source, two compilers: the per-element math is written once inside
 // CIFARNET_CUDA_SHARED(...). The host compiles it as ordinary inline
@@ -26,6 +32,7 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +108,328 @@ CIFARNET_CUDA_SHARED(
       const int ch = int(idx % c), x = int((idx / c) % w), y = int(idx / ((long long)c * w));
       const long long out = nchw ? img * per + ((long long)ch * h + y) * w + x : img * per + idx;
       dst[out] = float(src[idx]);
+    }
+    /* ReLU as the reference backend: NaN propagates (NaN < 0 is false),
+       -0 stays -0. */
+    CN_FN float relu(float x) { return x < 0.f ? 0.f : x; }
+    /* ReLU's gradient from its output y (so it works in place). */
+    CN_FN float relu_grad(float y, float dy) { return y > 0.f ? dy : 0.f; }
+    /* -infinity (no macro or library constant is common to both compilers). */
+    CN_FN float neg_inf() {
+      const float big = 3.0e38f;
+      return -(big * big);
+    }
+    /* Offset of element (e, ch, y, x) of an (n, c, h, w) tensor, NCHW
+       (nchw != 0) or NHWC. */
+    CN_FN long long offset4(long long e, int ch, int y, int x, int c, int h, int w, int nchw) {
+      return nchw ? ((e * c + ch) * h + y) * w + x : ((e * h + y) * w + x) * c + ch;
+    }
+    /* v's digits (d0, d1, d2, d3) in the mixed radices (-, r1, r2, r3), in
+       32-bit arithmetic (several times cheaper on a GPU than 64-bit
+       division) when v allows. */
+    CN_FN void digits32(int v, int r1, int r2, int r3, long long& d0, int& d1, int& d2, int& d3) {
+      d3 = v % r3;
+      v /= r3;
+      d2 = v % r2;
+      v /= r2;
+      d1 = v % r1;
+      d0 = v / r1;
+    }
+    /* digits32, or in 64-bit arithmetic past 2^31. */
+    CN_FN void digits(long long v, int r1, int r2, int r3, long long& d0, int& d1, int& d2, int& d3) {
+      if (v <= 2147483647LL) {
+        digits32(int(v), r1, r2, r3, d0, d1, d2, d3);
+        return;
+      }
+      d3 = int(v % r3);
+      v /= r3;
+      d2 = int(v % r2);
+      v /= r2;
+      d1 = int(v % r1);
+      d0 = v / r1;
+    }
+    /* The (e, ch, y, x) of offset i of an (n, c, h, w) tensor. */
+    CN_FN void split4(long long i, int c, int h, int w, int nchw, long long& e, int& ch, int& y, int& x) {
+      if (nchw)
+        digits(i, c, h, w, e, ch, y, x);
+      else
+        digits(i, h, w, c, e, y, x, ch);
+    }
+    /* A 2-D pooling: input (c, ih, iw), output (c, oh, ow), window kh x kw,
+       strides sh, sw, padding before pt (top), pl (left): the padding after
+       only shows in the output size. nchw: the layout (else NHWC); max: max
+       pooling (else average). A kernel parameter, passed by value. */
+    struct PoolShape { int c, ih, iw, oh, ow, kh, kw, sh, sw, pt, pl, nchw, max; };
+    /* Along one axis: the inputs [lo, hi) of output o's window (stride s,
+       padding before p, window k, n inputs), clipped to the input, so padding
+       is never part of a window (TF SAME). */
+    CN_FN void pool_window(int o, int s, int p, int k, int n, int& lo, int& hi) {
+      const long long a = (long long)o * s - p, b = a + k;
+      lo = a < 0 ? 0 : (a > n ? n : int(a));
+      hi = b > n ? n : (b < lo ? lo : int(b));
+    }
+    /* a / s for a >= 0, s >= 1: strides 1 and 2 without a division. */
+    CN_FN int div_small(int a, int s) { return s == 1   ? a
+                                               : s == 2 ? a >> 1
+                                                        : a / s; }
+    /* Along one axis: the outputs [lo, hi) (of n_out) whose windows hold
+       input i, i.e. o·s - p <= i < o·s - p + k (empty when lo >= hi). */
+    CN_FN void pool_covering(int i, int s, int p, int k, int n_out, int& lo, int& hi) {
+      const int first = i + p - k + 1; /* the smallest o·s allowed */
+      lo = first <= 0 ? 0 : div_small(first + s - 1, s);
+      hi = div_small(i + p, s) + 1;
+      if (hi > n_out) hi = n_out;
+    }
+    /* Output i (an offset into y) of a pooling, as the reference backend:
+       max: the window's values compared in window order (rows, then
+       columns) from -inf, a strictly greater one winning (NaN never wins;
+       an all-NaN window gives -inf); average: the float sum in window order
+       divided by the number of window elements inside the input. */
+    CN_FN float pool_forward_at(const float* x, const PoolShape& g, long long e, int ch, int oy, int ox) {
+      int y0, y1, x0, x1;
+      pool_window(oy, g.sh, g.pt, g.kh, g.ih, y0, y1);
+      pool_window(ox, g.sw, g.pl, g.kw, g.iw, x0, x1);
+      if (g.max) {
+        float best = neg_inf();
+        for (int yy = y0; yy < y1; ++yy)
+          for (int xx = x0; xx < x1; ++xx) {
+            const float v = x[offset4(e, ch, yy, xx, g.c, g.ih, g.iw, g.nchw)];
+            if (v > best) best = v;
+          }
+        return best;
+      }
+      float sum = 0.f;
+      for (int yy = y0; yy < y1; ++yy)
+        for (int xx = x0; xx < x1; ++xx) sum += x[offset4(e, ch, yy, xx, g.c, g.ih, g.iw, g.nchw)];
+      return sum / float((y1 - y0) * (x1 - x0));
+    }
+    /* Input i's gradient (an offset into x and dx), gathered from the outputs
+       whose windows hold it, in output order (rows, then columns), in float,
+       as the reference backend's scatter adds them: max: dy of each output
+       whose window's first element (in window order) equal to that output's
+       y is this one; average: dy / (the output's window elements inside the
+       input). Deterministic: one thread per input element, no atomics. x and
+       y are not read for the average. */
+    CN_FN float pool_backward_at(const float* x, const float* y, const float* dy, const PoolShape& g,
+                                 long long i, long long e, int ch, int iy, int ix) {
+      int oy0, oy1, ox0, ox1;
+      pool_covering(iy, g.sh, g.pt, g.kh, g.oh, oy0, oy1);
+      pool_covering(ix, g.sw, g.pl, g.kw, g.ow, ox0, ox1);
+      const float v = g.max ? x[i] : 0.f;
+      float acc = 0.f;
+      for (int oy = oy0; oy < oy1; ++oy)
+        for (int ox = ox0; ox < ox1; ++ox) {
+          const long long o = offset4(e, ch, oy, ox, g.c, g.oh, g.ow, g.nchw);
+          int y0, y1, x0, x1;
+          pool_window(oy, g.sh, g.pt, g.kh, g.ih, y0, y1);
+          pool_window(ox, g.sw, g.pl, g.kw, g.iw, x0, x1);
+          if (!g.max) {
+            acc += dy[o] / float((y1 - y0) * (x1 - x0));
+            continue;
+          }
+          const float best = y[o];
+          if (!(v == best)) continue;
+          /* This element holds the max: does one before it in window order? */
+          bool first = true;
+          for (int yy = y0; yy <= iy && first; ++yy)
+            for (int xx = x0; xx < x1; ++xx) {
+              if (yy == iy && xx == ix) break;
+              if (x[offset4(e, ch, yy, xx, g.c, g.ih, g.iw, g.nchw)] == best) {
+                first = false;
+                break;
+              }
+            }
+          if (first) acc += dy[o];
+        }
+      return acc;
+    }
+    /* pool_forward_at / pool_backward_at of offset i. */
+    CN_FN float pool_forward(const float* x, const PoolShape& g, long long i) {
+      long long e;
+      int ch, oy, ox;
+      split4(i, g.c, g.oh, g.ow, g.nchw, e, ch, oy, ox);
+      return pool_forward_at(x, g, e, ch, oy, ox);
+    }
+    /* (the same for pool_backward_at) */
+    CN_FN float pool_backward(const float* x, const float* y, const float* dy, const PoolShape& g,
+                              long long i) {
+      long long e;
+      int ch, iy, ix;
+      split4(i, g.c, g.ih, g.iw, g.nchw, e, ch, iy, ix);
+      return pool_backward_at(x, y, dy, g, i, e, ch, iy, ix);
+    }
+    /* The (e, ch, y, x) of offsets i, i + step, ... of an (n, c, h, w)
+       tensor without divisions per element (a grid-stride loop's): the
+       offset's mixed-radix digits (e, ch, y, x) for NCHW, (e, y, x, ch) for
+       NHWC, and step's, added digit by digit with carries. */
+    struct Cursor4 {
+      long long d0, s0;
+      int d1, d2, d3, r1, r2, r3, s1, s2, s3, nchw;
+    };
+    CN_FN Cursor4 cursor4(long long i, long long step, int c, int h, int w, int nchw) {
+      Cursor4 k;
+      k.nchw = nchw;
+      k.r1 = nchw ? c : h;
+      k.r2 = nchw ? h : w;
+      k.r3 = nchw ? w : c;
+      digits(i, k.r1, k.r2, k.r3, k.d0, k.d1, k.d2, k.d3);
+      digits(step, k.r1, k.r2, k.r3, k.s0, k.s1, k.s2, k.s3);
+      return k;
+    }
+    /* The cursor at the next offset: i + step. */
+    CN_FN void advance4(Cursor4& k) {
+      int carry = 0;
+      k.d3 += k.s3;
+      if (k.d3 >= k.r3) {
+        k.d3 -= k.r3;
+        carry = 1;
+      }
+      k.d2 += k.s2 + carry; /* at most 2·r2 - 1 */
+      carry = 0;
+      if (k.d2 >= k.r2) {
+        k.d2 -= k.r2;
+        carry = 1;
+      }
+      k.d1 += k.s1 + carry;
+      carry = 0;
+      if (k.d1 >= k.r1) {
+        k.d1 -= k.r1;
+        carry = 1;
+      }
+      k.d0 += k.s0 + carry;
+    }
+    /* The cursor's channel, row and column. */
+    CN_FN int cursor_ch(const Cursor4& k) { return k.nchw ? k.d1 : k.d3; }
+    /* (row) */
+    CN_FN int cursor_y(const Cursor4& k) { return k.nchw ? k.d2 : k.d1; }
+    /* (column) */
+    CN_FN int cursor_x(const Cursor4& k) { return k.nchw ? k.d3 : k.d2; }
+    /* Channel of offset i of an (n, c, hw) tensor. */
+    CN_FN int channel_of(long long i, int c, int hw, int nchw) {
+      return nchw ? int((i / hw) % c) : int(i % c);
+    }
+    /* The channel of offsets i, i + step, i + 2·step, ... of an (n, c, hw)
+       tensor without a division per element (a grid-stride loop's): with
+       inner = hw (NCHW) or 1 (NHWC), q = i % inner and ch = (i / inner) % c
+       advance by step's own remainders, with a carry. */
+    struct ChannelCursor { int ch, q, c, inner, dch, dq; };
+    CN_FN ChannelCursor channel_cursor(long long i, long long step, int c, int hw, int nchw) {
+      ChannelCursor k;
+      long long e; /* (e, 0, ch, q): the digits of i in radices (-, 1, c, inner) */
+      int zero;
+      k.c = c;
+      k.inner = nchw ? hw : 1;
+      digits(i, 1, c, k.inner, e, zero, k.ch, k.q);
+      digits(step, 1, c, k.inner, e, zero, k.dch, k.dq);
+      return k;
+    }
+    /* The cursor at the next offset: i + step. */
+    CN_FN void channel_advance(ChannelCursor& k) {
+      k.q += k.dq;
+      int carry = 0;
+      if (k.q >= k.inner) {
+        k.q -= k.inner;
+        carry = 1;
+      }
+      k.ch += k.dch + carry; /* at most 2c - 1 */
+      if (k.ch >= k.c) k.ch -= k.c;
+    }
+    /* Offset of row r = e·hw + q of channel ch of an (n, c, hw) tensor. */
+    CN_FN long long channel_offset(long long e, int q, int ch, int c, int hw, int nchw) {
+      return nchw ? (e * c + ch) * hw + q : (e * hw + q) * c + ch;
+    }
+    /* Per-channel sums (cn_channel_partials): what each element adds to the
+       two sums s0, s1 of its channel, given the channel's c0, c1. */
+    enum {
+        kSumX = 0,     /* s0 += x */
+        kSumSqDev = 1, /* s0 += (x - c0)² (c0: the mean) */
+        kSumDyXhat = 2 /* s0 += dy, s1 += dy·(x - c0)·c1 (c0: the mean, c1: 1/sqrt(var + eps); y is dy) */
+    };
+    CN_FN void channel_terms(int mode, float x, float y, double c0, double c1, double& s0, double& s1) {
+      if (mode == kSumX) {
+        s0 += double(x);
+      } else if (mode == kSumSqDev) {
+        const double d = double(x) - c0;
+        s0 += d * d;
+      } else {
+        s0 += double(y);
+        s1 += double(y) * (double(x) - c0) * c1;
+      }
+    }
+    /* The rows [begin, end) of chunk b of `chunks` equal parts of `rows`. */
+    CN_FN void chunk_rows(long long rows, int chunks, int b, long long& begin, long long& end) {
+      const long long len = (rows + chunks - 1) / chunks;
+      begin = len * b;
+      if (begin > rows) begin = rows;
+      end = begin + len > rows ? rows : begin + len;
+    }
+    /* One thread's share of a channel's sums: rows r, r + step, ... below
+       end of channel ch (x, and y when the mode reads it, in the (n, c, hw)
+       layout), added to s0, s1. One division, then the row's (e, q) steps. */
+    CN_FN void channel_partial_sums(const float* x, const float* y, int mode, double c0, double c1,
+                                    long long r, long long end, int step, int ch, int c, int hw, int nchw,
+                                    double& s0, double& s1) {
+      if (r >= end) return;
+      long long e = r / hw;
+      int q = int(r % hw);
+      const long long de = step / hw;
+      const int dq = step % hw;
+      for (; r < end; r += step) {
+        const long long at = channel_offset(e, q, ch, c, hw, nchw);
+        channel_terms(mode, x[at], y ? y[at] : 0.f, c0, c1, s0, s1);
+        q += dq;
+        e += de;
+        if (q >= hw) {
+          q -= hw;
+          ++e;
+        }
+      }
+    }
+    /* Channels side by side in one block of cn_channel_partials: NHWC reads
+       up to 32 consecutive channels per row (coalesced), NCHW one channel
+       (its rows are consecutive). */
+    CN_FN int channel_lanes(int c, int nchw) { return nchw ? 1 : (c < 32 ? c : 32); }
+    /* 1/sqrt(var + eps), in double (as the reference backend). */
+    CN_FN double bn_inv_std(double var, double eps) { return 1.0 / sqrt(var + eps); }
+    /* What cn_channel_finalize makes of channel ch's sums s0, s1 (m: elements
+       per channel). stats holds 4·c doubles: the mean, 1/sqrt(var + eps),
+       Σdy and Σdy·xhat of each channel. */
+    enum {
+        kOutSum = 0,   /* out0 = s0 (a bias gradient) */
+        kOutMean = 1,  /* stats[ch] = s0 / m; out0 = that mean */
+        kOutVar = 2,   /* out0 = s0 / m (the biased variance); stats[c + ch] = 1/sqrt(it + eps) */
+        kOutBnGrad = 3 /* stats[2c + ch] = s0, stats[3c + ch] = s1; out0 (dgamma) = s1, out1 (dbeta) = s0 */
+    };
+    CN_FN void channel_finish(int mode, int ch, int c, double s0, double s1, double m, double eps,
+                              double* stats, float* out0, float* out1) {
+      if (mode == kOutSum) {
+        out0[ch] = float(s0);
+      } else if (mode == kOutMean) {
+        const double mu = s0 / m;
+        stats[ch] = mu;
+        out0[ch] = float(mu);
+      } else if (mode == kOutVar) {
+        const double v = s0 / m;
+        out0[ch] = float(v);
+        stats[c + ch] = bn_inv_std(v, eps);
+      } else {
+        stats[2 * c + ch] = s0;
+        stats[3 * c + ch] = s1;
+        out0[ch] = float(s1);
+        out1[ch] = float(s0);
+      }
+    }
+    /* Batch norm's output for one element (the reference's arithmetic). */
+    CN_FN float bn_normalize(float x, float gamma, float beta, double mu, double inv) {
+      return float(double(gamma) * (double(x) - mu) * inv + double(beta));
+    }
+    /* Batch norm's input gradient for one element (m: elements per channel;
+       sdy = Σdy, sdyx = Σdy·xhat over the channel). */
+    CN_FN float bn_dx(float x, float dy, float gamma, double mu, double inv, double m, double sdy,
+                      double sdyx) {
+      const double k = double(gamma) * inv / m;
+      const double xhat = (double(x) - mu) * inv;
+      return float(k * (m * double(dy) - sdy - xhat * sdyx));
     })
 
 #undef CN_FN
@@ -120,6 +449,12 @@ inline std::string kernel_source() {
 }
 #define CN_LOOP(n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
                         i += (long long)blockDim.x * gridDim.x)
+/* CN_LOOP over an (n, c, hw) tensor, with k.ch the channel of element i. */
+#define CN_CHANNEL_LOOP(n, c, hw, nchw)                                                   \
+  const long long cn_first = (long long)blockIdx.x * blockDim.x + threadIdx.x,            \
+                  cn_step = (long long)blockDim.x * gridDim.x;                            \
+  shared::ChannelCursor k = shared::channel_cursor(cn_first, cn_step, (c), (hw), (nchw)); \
+  for (long long i = cn_first; i < (n); i += cn_step, shared::channel_advance(k))
 extern "C" __global__ void cn_momentum(float* var, float* acc, const float* g, long long n, float lr, float m,
                                        int nesterov) {
   CN_LOOP(n) shared::momentum(var[i], acc[i], g[i], lr, m, nesterov);
@@ -239,9 +574,133 @@ extern "C" __global__ void cn_bn_moving(float* mm, float* mv, const float* mean,
     mv[i] = float(decay * double(mv[i]) + (1 - decay) * double(var[i]) * bessel);
   }
 }
-/* Batch norm backward's 1/sqrt(var + eps), in double (as the host did). */
-extern "C" __global__ void cn_inv_std(const float* var, float* inv, long long c, double eps) {
-  CN_LOOP(c) inv[i] = float(1.0 / sqrt(double(var[i]) + eps));
+/* ReLU, one thread per element (in place: x == y). */
+extern "C" __global__ void cn_relu(const float* x, float* y, long long n) {
+  CN_LOOP(n) y[i] = shared::relu(x[i]);
+}
+/* ReLU's gradient from its output (in place: dy == dx). */
+extern "C" __global__ void cn_relu_bwd(const float* y, const float* dy, float* dx, long long n) {
+  CN_LOOP(n) dx[i] = shared::relu_grad(y[i], dy[i]);
+}
+/* CN_LOOP over an (n, c, h, w) tensor, with k its element's coordinates. */
+#define CN_LOOP4(n, c, h, w, nchw)                                                          \
+  const long long cn_first = (long long)blockIdx.x * blockDim.x + threadIdx.x,              \
+                  cn_step = (long long)blockDim.x * gridDim.x;                              \
+  shared::Cursor4 k = shared::cursor4(cn_first, cn_step, (c), (h), (w), (nchw));            \
+  for (long long i = cn_first; i < (n); i += cn_step, shared::advance4(k))
+/* Pooling forward, one thread per output element. */
+extern "C" __global__ void cn_pool(const float* x, float* y, long long total, shared::PoolShape g) {
+  CN_LOOP4(total, g.c, g.oh, g.ow, g.nchw)
+  y[i] = shared::pool_forward_at(x, g, k.d0, shared::cursor_ch(k), shared::cursor_y(k), shared::cursor_x(k));
+}
+/* Pooling backward, one thread per input element (a gather: dx written once). */
+extern "C" __global__ void cn_pool_bwd(const float* x, const float* y, const float* dy, float* dx,
+                                       long long total, shared::PoolShape g) {
+  CN_LOOP4(total, g.c, g.ih, g.iw, g.nchw)
+  dx[i] = shared::pool_backward_at(x, y, dy, g, i, k.d0, shared::cursor_ch(k), shared::cursor_y(k),
+                                   shared::cursor_x(k));
+}
+/* dst(i0, i1, i2, i3) = src(i0, i1, i2, i3) for a 4-D view of total elements
+   with dims (total / (d1·d2·d3), d1, d2, d3) and element strides s (source)
+   and t (destination); i3 varies fastest. */
+extern "C" __global__ void cn_transform(const float* src, float* dst, long long total, int d1, int d2, int d3,
+                                        long long s0, long long s1, long long s2, long long s3, long long t0,
+                                        long long t1, long long t2, long long t3) {
+  CN_LOOP4(total, d1, d2, d3, 1)
+  dst[k.d0 * t0 + k.d1 * t1 + k.d2 * t2 + k.d3 * t3] = src[k.d0 * s0 + k.d1 * s1 + k.d2 * s2 + k.d3 * s3];
+}
+/* y[e, ch, q] += b[ch] over an (n, c, hw) tensor. */
+extern "C" __global__ void cn_add_channel_bias(const float* b, float* y, long long total, int c, int hw,
+                                               int nchw) {
+  CN_CHANNEL_LOOP(total, c, hw, nchw) y[i] += b[k.ch];
+}
+/* Per-channel partial sums, in double, of an (n, c, hw) tensor of `rows` =
+   n·hw rows (shared::channel_terms says what `mode` sums; y: dy for
+   kSumDyXhat, else unused; stats: the channels' c0 at [ch], c1 at [c + ch]).
+   Grid (channel tiles, row chunks), 256 threads: a block takes
+   shared::channel_lanes channels side by side (NHWC: consecutive threads,
+   consecutive channels) and 256 / lanes rows at a time over its chunk's
+   contiguous rows; a deterministic tree over the rows leaves the block's two
+   sums of channel ch in partial[(ch·chunks + chunk)·2 + k]. */
+extern "C" __global__ void cn_channel_partials(const float* x, const float* y, const double* stats,
+                                               double* partial, long long rows, int c, int hw, int nchw,
+                                               int mode) {
+  __shared__ double acc0[256], acc1[256];
+  const int lanes = shared::channel_lanes(c, nchw), per = 256 / lanes;
+  const int t = threadIdx.x, lane = t % lanes, row = t / lanes, ch = blockIdx.x * lanes + lane;
+  double s0 = 0, s1 = 0;
+  if (row < per && ch < c) {
+    long long r0, r1;
+    shared::chunk_rows(rows, int(gridDim.y), int(blockIdx.y), r0, r1);
+    const double c0 = mode == shared::kSumX ? 0.0 : stats[ch];
+    const double c1 = mode == shared::kSumDyXhat ? stats[c + ch] : 0.0;
+    shared::channel_partial_sums(x, y, mode, c0, c1, r0 + row, r1, per, ch, c, hw, nchw, s0, s1);
+  }
+  acc0[t] = s0;
+  acc1[t] = s1;
+  __syncthreads();
+  for (int s = 1; s < per; s *= 2) {
+    if (row < per && row % (2 * s) == 0 && row + s < per) {
+      acc0[t] += acc0[t + s * lanes];
+      acc1[t] += acc1[t + s * lanes];
+    }
+    __syncthreads();
+  }
+  if (row == 0 && ch < c) {
+    const long long at = ((long long)ch * gridDim.y + blockIdx.y) * 2;
+    partial[at] = acc0[t];
+    partial[at + 1] = acc1[t];
+  }
+}
+/* One block of 256 threads per channel: adds the channel's `chunks` partial
+   pairs (a deterministic tree), then shared::channel_finish by `mode`. */
+extern "C" __global__ void cn_channel_finalize(const double* partial, int chunks, int c, int mode, double m,
+                                               double eps, double* stats, float* out0, float* out1) {
+  __shared__ double acc0[256], acc1[256];
+  const int ch = blockIdx.x, t = threadIdx.x;
+  double s0 = 0, s1 = 0;
+  for (int b = t; b < chunks; b += 256) {
+    const long long at = ((long long)ch * chunks + b) * 2;
+    s0 += partial[at];
+    s1 += partial[at + 1];
+  }
+  acc0[t] = s0;
+  acc1[t] = s1;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (t < s) {
+      acc0[t] += acc0[t + s];
+      acc1[t] += acc1[t + s];
+    }
+    __syncthreads();
+  }
+  if (t == 0) shared::channel_finish(mode, ch, c, acc0[0], acc1[0], m, eps, stats, out0, out1);
+}
+/* Batch norm with given statistics: stats[ch] = the mean, stats[c + ch] =
+   1/sqrt(var + eps) (from the caller's float mean and var, in double). */
+extern "C" __global__ void cn_bn_prepare(const float* mean, const float* var, double* stats, long long c,
+                                         double eps) {
+  CN_LOOP(c) {
+    stats[i] = double(mean[i]);
+    stats[c + i] = shared::bn_inv_std(double(var[i]), eps);
+  }
+}
+/* y = gamma·(x - mean)·inv + beta per element (stats as cn_bn_prepare's). */
+extern "C" __global__ void cn_bn_apply(const float* x, const float* gamma, const float* beta, const double* stats,
+                                       float* y, long long total, int c, int hw, int nchw) {
+  CN_CHANNEL_LOOP(total, c, hw, nchw) {
+    const int ch = k.ch;
+    y[i] = shared::bn_normalize(x[i], gamma[ch], beta[ch], stats[ch], stats[c + ch]);
+  }
+}
+/* Batch norm's dx per element (stats: all four rows, see channel_finish). */
+extern "C" __global__ void cn_bn_dx(const float* x, const float* dy, const float* gamma, const double* stats,
+                                    float* dx, long long total, int c, int hw, int nchw, double m) {
+  CN_CHANNEL_LOOP(total, c, hw, nchw) {
+    const int ch = k.ch;
+    dx[i] = shared::bn_dx(x[i], dy[i], gamma[ch], stats[ch], stats[c + ch], m, stats[2 * c + ch],
+                          stats[3 * c + ch]);
+  }
 }
 /* count images, one thread per byte of the whole batch. */
 extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long count, int c, int h,
@@ -286,7 +745,17 @@ inline const std::vector<std::string>& kernel_names() {
                                               "cn_channel_pad",
                                               "cn_channel_unpad",
                                               "cn_bn_moving",
-                                              "cn_inv_std"};
+                                              "cn_relu",
+                                              "cn_relu_bwd",
+                                              "cn_pool",
+                                              "cn_pool_bwd",
+                                              "cn_transform",
+                                              "cn_add_channel_bias",
+                                              "cn_channel_partials",
+                                              "cn_channel_finalize",
+                                              "cn_bn_prepare",
+                                              "cn_bn_apply",
+                                              "cn_bn_dx"};
   return names;
 }
 
@@ -311,6 +780,8 @@ CN_PARAM_NAME(long long)
 CN_PARAM_NAME(int)
 CN_PARAM_NAME(float)
 CN_PARAM_NAME(double)
+CN_PARAM_NAME(const double*)
+CN_PARAM_NAME(shared::PoolShape)
 #undef CN_PARAM_NAME
 
 /// A kernel of the program with its parameter types P...: launch() converts
@@ -346,7 +817,24 @@ inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> chann
 inline constexpr Kernel<const float*, float*, ll, int, int, int, int, int> channel_unpad{"cn_channel_unpad"};
 inline constexpr Kernel<float*, float*, const float*, const float*, ll, double, double> bn_moving{
     "cn_bn_moving"};
-inline constexpr Kernel<const float*, float*, ll, double> inv_std{"cn_inv_std"};
+inline constexpr Kernel<const float*, float*, ll> relu{"cn_relu"};
+inline constexpr Kernel<const float*, const float*, float*, ll> relu_bwd{"cn_relu_bwd"};
+inline constexpr Kernel<const float*, float*, ll, shared::PoolShape> pool{"cn_pool"};
+inline constexpr Kernel<const float*, const float*, const float*, float*, ll, shared::PoolShape> pool_bwd{
+    "cn_pool_bwd"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int, ll, ll, ll, ll, ll, ll, ll, ll> transform{
+    "cn_transform"};
+inline constexpr Kernel<const float*, float*, ll, int, int, int> add_channel_bias{"cn_add_channel_bias"};
+inline constexpr Kernel<const float*, const float*, const double*, double*, ll, int, int, int, int>
+    channel_partials{"cn_channel_partials"};
+inline constexpr Kernel<const double*, int, int, int, double, double, double*, float*, float*>
+    channel_finalize{"cn_channel_finalize"};
+inline constexpr Kernel<const float*, const float*, double*, ll, double> bn_prepare{"cn_bn_prepare"};
+inline constexpr Kernel<const float*, const float*, const float*, const double*, float*, ll, int, int, int>
+    bn_apply{"cn_bn_apply"};
+inline constexpr Kernel<const float*, const float*, const float*, const double*, float*, ll, int, int, int,
+                        double>
+    bn_dx{"cn_bn_dx"};
 
 /// (name, signature) of every handle above, for the tests.
 inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
@@ -368,7 +856,17 @@ inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
   add_one(channel_pad);
   add_one(channel_unpad);
   add_one(bn_moving);
-  add_one(inv_std);
+  add_one(relu);
+  add_one(relu_bwd);
+  add_one(pool);
+  add_one(pool_bwd);
+  add_one(transform);
+  add_one(add_channel_bias);
+  add_one(channel_partials);
+  add_one(channel_finalize);
+  add_one(bn_prepare);
+  add_one(bn_apply);
+  add_one(bn_dx);
   return v;
 }
 }  // namespace kernel
@@ -479,7 +977,21 @@ class KernelLibrary {
           k.name);
   }
 
-  static constexpr unsigned kThreads = 256;
+  /// Launches kernel `k` on a grid of `grid` blocks of kThreads threads, for
+  /// the kernels that lay their work out over the block indices themselves
+  /// (the per-channel reductions), on dev's stream with dev's GPU current.
+  template <class... P>
+  void launch_grid(Dev& dev, const Kernel<P...>& k, dim3 grid,
+                   typename kernel_detail::identity<P>::type... args) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+    void* ptrs[] = {static_cast<void*>(&args)...};
+    const DeviceGuard guard(dev.ordinal());
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(k.name)), grid, dim3(kThreads), ptrs, 0,
+                           dev.stream()),
+          k.name);
+  }
+
+  static constexpr unsigned kThreads = 256;  // the block size every kernel assumes
   static constexpr std::size_t kMaxBlocks = 4096;
 
  private:
@@ -510,12 +1022,150 @@ class KernelLibrary {
 // temporaries live in the Device's op slots (no allocation once grown).
 
 inline constexpr std::size_t kSlotA = 5, kSlotB = 6;
+/// Blocks for the kernels that walk their elements with a cursor
+/// (CN_LOOP4, CN_CHANNEL_LOOP: divisions once per thread, then additions):
+/// enough to fill a large GPU, with several elements per thread.
+inline constexpr std::size_t kWalkBlocks = 1024;
+/// channel_sum's partial sums (Conv2d's and Dense's bias gradients): a slot
+/// neither op uses for anything else.
+inline constexpr std::size_t kChannelSumSlot = kSlotB;
 
 /// Device slot `slot` as room for `n` values of type V (cudaMalloc'd, so
 /// aligned for any V).
 template <class V>
 V* scratch(Dev& dev, std::size_t slot, std::size_t n) {
   return reinterpret_cast<V*>(dev.buffer(slot, (n * sizeof(V) + sizeof(float) - 1) / sizeof(float)));
+}
+
+// ------------------------------------------------ layout and channel helpers
+// Building blocks of the ops (cuDNN 9 deprecates its legacy ops API:
+// cudnnTransformTensor, cudnnAddTensor, cudnnConvolutionBackwardBias, ...).
+// They take device pointers (the op has staged its arguments), queue their
+// kernels on dev's stream and never wait.
+
+namespace kernel_detail {
+/// A float 4-D view: dims (n, c, h, w) and element strides, as a cuDNN
+/// tensor descriptor holds them.
+struct View4 {
+  std::array<int, 4> dims{}, strides{};
+  std::string str() const {
+    return cifarnet::detail::concat("(", dims[0], ", ", dims[1], ", ", dims[2], ", ", dims[3], ") strides (",
+                                    strides[0], ", ", strides[1], ", ", strides[2], ", ", strides[3], ")");
+  }
+};
+inline View4 view_of(const TensorDesc& d, const char* what) {
+  View4 v;
+  cudnnDataType_t t{};
+  check(cudnnGetTensor4dDescriptor(d, &t, &v.dims[0], &v.dims[1], &v.dims[2], &v.dims[3], &v.strides[0],
+                                   &v.strides[1], &v.strides[2], &v.strides[3]),
+        "cudnnGetTensor4dDescriptor");
+  if (t != CUDNN_DATA_FLOAT)
+    throw BackendError(cifarnet::detail::concat("transform: the ", what, " is not float"));
+  return v;
+}
+
+/// How cn_channel_partials covers an (n, c, hw) tensor: a grid of (tiles,
+/// chunks) blocks, and the partial sums it leaves (doubles).
+struct ChannelGrid {
+  int c = 0, hw = 1, nchw = 0;
+  long long rows = 0;  ///< n·hw
+  unsigned tiles = 0, chunks = 0;
+  std::size_t partial_count() const { return std::size_t(c) * chunks * 2; }
+};
+inline ChannelGrid channel_grid(DataFormat fmt, std::size_t n, std::size_t c, std::size_t hw) {
+  ChannelGrid g;
+  g.c = to_int(c, "channels");
+  g.hw = to_int(hw, "h·w");
+  g.nchw = fmt == DataFormat::NCHW && hw > 1 ? 1 : 0;  // (n, c, 1) is one layout in both formats
+  g.rows = static_cast<long long>(n * hw);
+  const int lanes = std::max(1, shared::channel_lanes(g.c, g.nchw));
+  const long long per = KernelLibrary::kThreads / unsigned(lanes);
+  g.tiles = unsigned((c + std::size_t(lanes) - 1) / std::size_t(lanes));
+  // About 8 rows per thread, at most 1024 chunks (so also at most 1024
+  // partials per channel for cn_channel_finalize).
+  g.chunks = unsigned(std::clamp<long long>((g.rows + per * 8 - 1) / (per * 8), 1, 1024));
+  return g;
+}
+}  // namespace kernel_detail
+
+/// dst(n, c, h, w) = src(n, c, h, w) for two float 4-D views with the same
+/// dims and any strides (cudnnTransformTensor with alpha 1, beta 0): one
+/// thread per element, walking the destination in its memory order (writes
+/// coalesced). Throws BackendError naming both shapes when the dims differ.
+inline void transform(Device<Cuda>& dev, const TensorDesc& src_desc, const float* src,
+                      const TensorDesc& dst_desc, float* dst) {
+  const auto s = kernel_detail::view_of(src_desc, "source"),
+             d = kernel_detail::view_of(dst_desc, "destination");
+  if (s.dims != d.dims)
+    throw BackendError(cifarnet::detail::concat("transform: source ", s.str(), " and destination ", d.str(),
+                                                " differ in shape"));
+  std::size_t total = 1;
+  for (int v : s.dims) total *= std::size_t(v);
+  if (total == 0) return;
+  // Axes from the largest destination stride to the smallest (size-1 axes
+  // first: they never move), so consecutive threads write consecutive places.
+  std::array<int, 4> ax{0, 1, 2, 3};
+  auto key = [&](int a) {
+    return d.dims[a] == 1 ? std::numeric_limits<long long>::max() : (long long)d.strides[a];
+  };
+  std::stable_sort(ax.begin(), ax.end(), [&](int a, int b) { return key(a) > key(b); });
+  KernelLibrary::get(dev).launch(dev, kernel::transform, total, kWalkBlocks, src, dst,
+                                 static_cast<long long>(total), s.dims[ax[1]], s.dims[ax[2]], s.dims[ax[3]],
+                                 s.strides[ax[0]], s.strides[ax[1]], s.strides[ax[2]], s.strides[ax[3]],
+                                 d.strides[ax[0]], d.strides[ax[1]], d.strides[ax[2]], d.strides[ax[3]]);
+}
+
+/// Copies x (device, layout `x_desc`) into the interior of device buffer
+/// `slot` of `pad`, whose border holds `border`; returns the copy.
+inline const float* pad_copy(Dev& dev, std::size_t slot, const PaddedInput& pad, const TensorDesc& x_desc,
+                             const float* x, float border) {
+  float* xp = dev.buffer(slot, pad.size);
+  check(cudnnSetTensor(dev.cudnn(), pad.whole, xp, &border), "fill the padded copy of an input");
+  transform(dev, x_desc, x, pad.inside, xp + pad.interior);
+  return xp;
+}
+
+/// The interior of a padded gradient `gp` into dx (layout `x_desc`).
+inline void unpad(Dev& dev, const PaddedInput& pad, const float* gp, const TensorDesc& x_desc, float* dx) {
+  transform(dev, pad.inside, gp + pad.interior, x_desc, dx);
+}
+
+/// y[e, ch, q] += b[ch] over an (n, c, hw) tensor y in format fmt (a
+/// convolution's or, with hw = 1, a dense layer's bias).
+inline void add_channel_bias(Device<Cuda>& dev, DataFormat fmt, std::size_t n, std::size_t c, std::size_t hw,
+                             const float* b, float* y) {
+  const std::size_t total = n * c * hw;
+  KernelLibrary::get(dev).launch(dev, kernel::add_channel_bias, total, kWalkBlocks, b, y,
+                                 static_cast<long long>(total), to_int(c, "channels"), to_int(hw, "h·w"),
+                                 fmt == DataFormat::NCHW ? 1 : 0);
+}
+
+/// cn_channel_partials then cn_channel_finalize over the tensor `cg`
+/// describes: per-channel sums (`sum`: a shared::kSum* mode) of x (and y)
+/// into `partial` (cg.partial_count() doubles), finished by `out`
+/// (a shared::kOut* mode) into stats / out0 / out1. m: elements per channel.
+inline void channel_reduce(Dev& dev, const kernel_detail::ChannelGrid& cg, int sum, int out, const float* x,
+                           const float* y, double* stats, double* partial, double m, double eps, float* out0,
+                           float* out1) {
+  if (cg.c == 0) return;
+  auto& lib = KernelLibrary::get(dev);
+  lib.launch_grid(dev, kernel::channel_partials, dim3(cg.tiles, cg.chunks), x, y, stats, partial, cg.rows,
+                  cg.c, cg.hw, cg.nchw, sum);
+  lib.launch_grid(dev, kernel::channel_finalize, dim3(unsigned(cg.c)), partial, int(cg.chunks), cg.c, out, m,
+                  eps, stats, out0, out1);
+}
+
+/// db[ch] = Σ over e and q of dy[e, ch, q] for an (n, c, hw) tensor in format
+/// fmt, accumulated in double and written as float (overwriting db): a
+/// convolution's or dense layer's bias gradient. Deterministic (a fixed
+/// reduction tree per shape); scratch in device slot kChannelSumSlot.
+inline void channel_sum(Device<Cuda>& dev, DataFormat fmt, std::size_t n, std::size_t c, std::size_t hw,
+                        const float* dy, float* db) {
+  if (c == 0) return;
+  const auto cg = kernel_detail::channel_grid(fmt, n, c, hw);
+  double* partial = scratch<double>(dev, kChannelSumSlot, cg.partial_count());
+  channel_reduce(dev, cg, shared::kSumX, shared::kOutSum, dy, nullptr, nullptr, partial, 0.0, 0.0, db,
+                 nullptr);
 }
 
 /// Σ x² over n floats at x, accumulated in double: per-block partial sums

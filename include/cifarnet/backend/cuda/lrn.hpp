@@ -5,14 +5,16 @@
 // channels; TensorFlow's alpha multiplies the sum directly, so cuDNN gets
 // α·n. cuDNN's limits (1 ≤ n ≤ 16, k ≥ 1e-5, β ≥ 0.01) are checked with an
 // error naming the parameter. NHWC tensors are transposed to NCHW around the
-// cuDNN call (cudnnTransformTensor), which handles the channel window
-// on packed NCHW data.
+// cuDNN call, which handles the channel window on packed NCHW data; the
+// transposes are the backend's own kernel (transform, backend/cuda/
+// kernels.hpp: cuDNN 9 deprecates the cudnnTransformTensor this used).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/backend/cuda/kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -106,15 +108,13 @@ struct Lrn<backend::Cuda, float> {
     namespace cu = backend::cuda;
     if (!p.nhwc) return t;
     float* out = dev.buffer(slot, p.g.size());
-    cu::check(cudnnTransformTensor(dev.cudnn(), &cu::kOne, p.user, t, &cu::kZero, p.nchw, out),
-              "Lrn (NHWC to NCHW)");
+    cu::transform(dev, p.user, t, p.nchw, out);
     return out;
   }
   static void from_nchw(Dev& dev, Plan& p, const float* t, float* out) {
     namespace cu = backend::cuda;
     if (!p.nhwc) return;
-    cu::check(cudnnTransformTensor(dev.cudnn(), &cu::kOne, p.nchw, t, &cu::kZero, p.user, out),
-              "Lrn (NCHW to NHWC)");
+    cu::transform(dev, p.nchw, t, p.user, out);
   }
 
   std::vector<std::unique_ptr<Plan>> plans_;

@@ -1,9 +1,13 @@
-// cifarnet/backend/cuda/relu.hpp — ReLU through cuDNN's activation functions
-// (NaN propagates, as in the reference). In place (x == y, dy == dx) is
-// allowed: cuDNN's activations accept identical input and output buffers.
+// cifarnet/backend/cuda/relu.hpp — ReLU with the backend's own NVRTC kernels
+// (cn_relu, cn_relu_bwd in backend/cuda/kernels.hpp; cuDNN 9 deprecates the
+// legacy activation API this used). The element math is the reference
+// backend's (shared::relu, shared::relu_grad): NaN propagates, backward uses
+// the output. In place (x == y, dy == dx) is allowed: each thread reads and
+// writes one element.
 #pragma once
 
 #include "cifarnet/backend/cuda/common.hpp"
+#include "cifarnet/backend/cuda/kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -15,46 +19,25 @@ struct Relu<backend::Cuda, float> {
 
   void forward(Dev& dev, std::size_t n, const float* x, float* y) {
     namespace cu = backend::cuda;
-    prepare(n);
     cu::Staging st(dev);
     const float* dx = st.in(x, n);
     float* dy = st.out(y, n);
-    cu::check(cudnnActivationForward(dev.cudnn(), act_, &cu::kOne, desc_, dx, &cu::kZero, desc_, dy),
-              "Relu forward");
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::relu, n, cu::KernelLibrary::kMaxBlocks, dx, dy,
+                                       static_cast<long long>(n));
     st.finish();
   }
 
   /// Uses the output y (y > 0 exactly where x > 0).
   void backward(Dev& dev, std::size_t n, const float* y, const float* dy, float* dx) {
     namespace cu = backend::cuda;
-    prepare(n);
     cu::Staging st(dev);
     const float* dyv = st.in(y, n);
     const float* ddy = st.in(dy, n);
     float* ddx = st.out(dx, n);
-    cu::check(cudnnActivationBackward(dev.cudnn(), act_, &cu::kOne, desc_, dyv, desc_, ddy, desc_, dyv,
-                                      &cu::kZero, desc_, ddx),
-              "Relu backward");
+    cu::KernelLibrary::get(dev).launch(dev, cu::kernel::relu_bwd, n, cu::KernelLibrary::kMaxBlocks, dyv, ddy,
+                                       ddx, static_cast<long long>(n));
     st.finish();
   }
-
- private:
-  void prepare(std::size_t n) {
-    namespace cu = backend::cuda;
-    if (!ready_) {
-      cu::check(cudnnSetActivationDescriptor(act_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
-                "cudnnSetActivationDescriptor");
-      ready_ = true;
-    }
-    if (n != n_) {
-      cu::set_strided(desc_, 1, 1, 1, n, n, n, n, 1);
-      n_ = n;
-    }
-  }
-  backend::cuda::ActDesc act_;
-  backend::cuda::TensorDesc desc_;
-  std::size_t n_ = 0;
-  bool ready_ = false;
 };
 
 }  // namespace ops
