@@ -42,6 +42,12 @@ int main(int argc, char** argv) {
   app.add_option("--net", net, "Whose 3x3 convolutions: resnet (ResNet-20's) or airbench (airbench94's).")
       ->check(CLI::IsMember({"resnet", "airbench"}))
       ->capture_default_str();
+  std::vector<std::size_t> gemm_limits;
+  app.add_option(
+         "--gemm-weights", gemm_limits,
+         "MAX_PIXELS MIN_OC: which bf16 weight gradients run as im2col + matmul (the op's default: 49 "
+         "128; the op's set_gemm_weights_limits)")
+      ->expected(2);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
@@ -75,6 +81,7 @@ int main(int argc, char** argv) {
         ops::Conv2d<B, float> op;
         op.set_precision(p ? ConvPrecision::BF16 : ConvPrecision::F32);
         op.set_keep_input(true);  // as in training
+        if (!gemm_limits.empty()) op.set_gemm_weights_limits(gemm_limits[0], gemm_limits[1]);
         auto median_ms = [&](auto&& f) {
           for (int i = 0; i < 3; ++i) f();
           std::vector<double> v;

@@ -132,6 +132,15 @@ struct Conv2d<backend::OneDnn, float> {
   /// not seen yet.
   void set_im2col_chunk_bytes(std::size_t bytes) { chunk_bytes_ = std::max<std::size_t>(bytes, 1); }
 
+  /// Which geometries take the im2col + matmul weight gradient: at most
+  /// `max_pixels` output pixels per image and at least `min_oc` output
+  /// channels (the other conditions of the file comment stay). Takes effect
+  /// for geometries not seen yet (benchmarks compare the two paths).
+  void set_gemm_weights_limits(std::size_t max_pixels, std::size_t min_oc) {
+    gemm_max_pixels_ = max_pixels;
+    gemm_min_oc_ = min_oc;
+  }
+
   /// forward() takes `relu` (a fused ReLU post-op).
   static constexpr bool fuses_relu = true;
 
@@ -276,7 +285,8 @@ struct Conv2d<backend::OneDnn, float> {
         dnnl::memory src =
             fw->lp ? (s.kept_x == x ? (s.kept_ext ? s.x_ext : s.x_keep) : s.lower_x(cache_, dev, x, false))
                    : on::bind(s.x, x);
-        if (fw->lp && !db && s.gemm_weights(cache_, dev.engine, g, chunk_bytes_)) {
+        if (fw->lp && !db &&
+            s.gemm_weights(cache_, dev.engine, g, chunk_bytes_, gemm_max_pixels_, gemm_min_oc_)) {
           s.gemm_backward_weights(dev, g, src, *dy_lp, dw);
         } else {
           std::unordered_map<int, dnnl::memory> args{
@@ -626,11 +636,13 @@ struct Conv2d<backend::OneDnn, float> {
     // matmul: NHWC, stride 1, at most 7x7 output pixels, 128 or more output
     // channels, a chunk size that divides the batch near 16 MiB of im2col,
     // and an AMX matmul kernel (measured only there). Decided and built once.
-    bool gemm_weights(Cache& c, const dnnl::engine& eng, const ConvGeom& g, std::size_t chunk_bytes) {
+    bool gemm_weights(Cache& c, const dnnl::engine& eng, const ConvGeom& g, std::size_t chunk_bytes,
+                      std::size_t max_pixels, std::size_t min_oc) {
       namespace on = backend::onednn;
       if (dw_gemm_tried) return dw_gemm.has_value();
       dw_gemm_tried = true;
-      if (g.fmt != DataFormat::NHWC || g.sh != 1 || g.sw != 1 || g.oh * g.ow > 49 || g.oc < 128) return false;
+      if (g.fmt != DataFormat::NHWC || g.sh != 1 || g.sw != 1 || g.oh * g.ow > max_pixels || g.oc < min_oc)
+        return false;
       const std::size_t P = g.oh * g.ow, L = g.kh * g.kw * g.ic;
       const std::size_t target = std::min(g.n, std::max<std::size_t>(1, chunk_bytes / (P * L * 2)));
       std::size_t nc = target;
@@ -771,6 +783,7 @@ struct Conv2d<backend::OneDnn, float> {
   std::uint64_t w_version_ = 0;
   std::size_t weight_reorders_ = 0;
   std::size_t chunk_bytes_ = std::size_t(16) << 20;
+  std::size_t gemm_max_pixels_ = 49, gemm_min_oc_ = 128;  // set_gemm_weights_limits
 };
 
 }  // namespace ops
