@@ -102,10 +102,15 @@ inline void check(cudaError_t e, const char* what) {
     throw BackendError(
         detail::concat("CUDA ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
-/// Throws BackendError naming `what` and the cuDNN status.
+/// Throws BackendError naming `what`, the cuDNN status and cuDNN's own
+/// message for it (cudnnGetLastErrorString: which attribute or dimension a
+/// graph descriptor refused, say), when it has one.
 inline void check(cudnnStatus_t s, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS)
-    throw BackendError(detail::concat("cuDNN ", what, ": ", cudnnGetErrorString(s)));
+  if (s == CUDNN_STATUS_SUCCESS) return;
+  char detail_msg[512] = {0};
+  cudnnGetLastErrorString(detail_msg, sizeof detail_msg);
+  throw BackendError(detail::concat("cuDNN ", what, ": ", cudnnGetErrorString(s), detail_msg[0] ? " (" : "",
+                                    detail_msg, detail_msg[0] ? ")" : ""));
 }
 /// Throws BackendError naming `what` and the cuBLAS status.
 inline void check(cublasStatus_t s, const char* what) {
