@@ -512,35 +512,33 @@ inline std::size_t pixel_offset(DataFormat f, std::size_t c, std::size_t W, std:
   return f == DataFormat::NCHW ? top * W + left : (top * W + left) * c;
 }
 
-/// cuDNN's convolution pads symmetrically only. For an asymmetric pad (TF
-/// SAME with a stride or an even kernel, the ResNet's explicit padding)
-/// Conv2d convolves an explicitly padded copy of the input with no padding
-/// of its own; this holds that copy's geometry (pad_copy and unpad,
-/// backend/cuda/kernels.hpp, fill and read it). Pooling needs none: its
-/// kernels clip each window to the input.
+/// Whether a geometry's padding differs before and after (TF SAME with a
+/// stride or an even kernel, the ResNet's explicit padding). cuDNN's
+/// convolution pads symmetrically, so Conv2d convolves an explicitly padded
+/// copy of such an input with no padding of its own (PaddedInput; the
+/// graph's shape: conv_shape in backend/cuda/graph.hpp). Pooling needs
+/// none: its kernels clip each window to the input.
+inline bool asymmetric_padding(const ConvGeom& g) { return g.pt != g.pb || g.pl != g.pr; }
+
+/// The padded copy's geometry (pad_copy and unpad, backend/cuda/kernels.hpp,
+/// fill and read it).
 struct PaddedInput {
-  bool on = false;           ///< the geometry's padding is asymmetric
+  bool on = false;           ///< asymmetric_padding(g): the op reads the copy
   std::size_t size = 0;      ///< elements of the padded copy
   std::size_t interior = 0;  ///< offset of the input's first pixel in the copy
   TensorDesc whole;          ///< the padded copy
   TensorDesc inside;         ///< the input's place inside the copy
 
-  /// Sets `read` to what the op reads (the padded copy, or the input itself
-  /// with shape (n, c, ih, iw)) and returns the symmetric (top, left) padding
-  /// to give cuDNN: the geometry's own, or 0 for the padded copy.
-  std::pair<int, int> setup(const ConvGeom& g, std::size_t c, TensorDesc& read) {
-    on = g.pt != g.pb || g.pl != g.pr;
-    if (!on) {
-      set_activation(read, g.fmt, g.n, c, g.ih, g.iw);
-      return {to_int(g.pt, "padding"), to_int(g.pl, "padding")};
-    }
+  /// Sets the copy up for `g` with `c` channels (nothing when the padding
+  /// is symmetric).
+  void setup(const ConvGeom& g, std::size_t c) {
+    on = asymmetric_padding(g);
+    if (!on) return;
     const std::size_t ph = g.ih + g.pt + g.pb, pw = g.iw + g.pl + g.pr;
     size = g.n * c * ph * pw;
     interior = pixel_offset(g.fmt, c, pw, g.pt, g.pl);
     set_activation(whole, g.fmt, g.n, c, ph, pw);
     set_activation(inside, g.fmt, g.n, c, g.ih, g.iw, ph, pw);
-    set_activation(read, g.fmt, g.n, c, ph, pw);
-    return {0, 0};
   }
 };
 

@@ -54,7 +54,7 @@ struct Conv2d<backend::Cuda, float> {
     float* dy = st.out(y, g.out_shape().size());
     float* wk = to_filter(dev, p, dw);
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
-    const cu::ConvExecPlan& e = p.exec[kForward];
+    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::Forward)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::Forward, xin, wk, dy, dev.workspace(e.workspace));
     if (db) cu::add_channel_bias(dev, g.fmt, g.n, g.oc, g.oh * g.ow, db, dy);
     st.finish();
@@ -69,7 +69,7 @@ struct Conv2d<backend::Cuda, float> {
     float* ddx = st.out(dx, g.in_shape().size());
     float* wk = to_filter(dev, p, dw);
     float* target = p.pad.on ? dev.buffer(kPaddedSlot, p.pad.size) : ddx;
-    const cu::ConvExecPlan& e = p.exec[kBackwardData];
+    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardData)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardData, target, wk, ddy, dev.workspace(e.workspace));
     if (p.pad.on) cu::unpad(dev, p.pad, target, p.x, ddx);  // the interior of the padded gradient is dx
     st.finish();
@@ -85,7 +85,7 @@ struct Conv2d<backend::Cuda, float> {
     float* ddb = db ? st.out(db, g.oc) : nullptr;
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
     float* dwk = dev.buffer(kFilterSlot, weights_size(g));
-    const cu::ConvExecPlan& e = p.exec[kBackwardFilter];
+    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardFilter)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardFilter, xin, dwk, ddy, dev.workspace(e.workspace));
     cu::transform(dev, p.filter_as_tensor, dwk, p.hwio, ddw);  // filter layout back to HWIO
     if (ddb) cu::channel_sum(dev, g.fmt, g.n, g.oc, g.oh * g.ow, ddy, ddb);
@@ -94,19 +94,17 @@ struct Conv2d<backend::Cuda, float> {
 
  private:
   static constexpr std::size_t kFilterSlot = 1, kPaddedSlot = 2;
-  static constexpr std::size_t kForward = 0, kBackwardData = 1, kBackwardFilter = 2;
 
   /// Everything cuDNN needs for one geometry, built once.
   struct Plan {
     ConvGeom g;
-    backend::cuda::PaddedInput pad;   ///< asymmetric padding: convolve an explicitly padded copy
-    backend::cuda::TensorDesc x;      ///< the input as the caller holds it
-    backend::cuda::TensorDesc xconv;  ///< what the convolution reads (x, or the padded copy)
-    backend::cuda::TensorDesc hwio;   ///< the weights as HWIO memory, seen as a (K, C, R, S) tensor
+    backend::cuda::PaddedInput pad;  ///< asymmetric padding: convolve an explicitly padded copy
+    backend::cuda::TensorDesc x;     ///< the input as the caller holds it
+    backend::cuda::TensorDesc hwio;  ///< the weights as HWIO memory, seen as a (K, C, R, S) tensor
     backend::cuda::TensorDesc filter_as_tensor;  ///< the same dims in cuDNN's filter layout
     backend::cuda::GraphDesc props;              ///< the device, for heuristics and plans
-    backend::cuda::ConvGraph graphs[3];          ///< forward, backward data, backward filter
-    backend::cuda::ConvExecPlan exec[3];
+    backend::cuda::ConvGraph graphs[3];          ///< indexed by ConvPass
+    backend::cuda::ConvExecPlan exec[3];         ///< indexed by ConvPass
   };
 
   static std::size_t weights_size(const ConvGeom& g) { return g.kh * g.kw * g.ic * g.oc; }
@@ -124,7 +122,7 @@ struct Conv2d<backend::Cuda, float> {
     auto p = std::make_unique<Plan>();
     p->g = g;
     cu::set_activation(p->x, g.fmt, g.n, g.ic, g.ih, g.iw);
-    (void)p->pad.setup(g, g.ic, p->xconv);  // the graph's own padding: conv_shape (the same rule)
+    p->pad.setup(g, g.ic);
     const std::size_t K = g.oc, C = g.ic, R = g.kh, S = g.kw;
     cu::set_strided(p->hwio, K, C, R, S, 1, K, S * C * K, C * K);
     if (g.fmt == DataFormat::NHWC)
@@ -133,9 +131,9 @@ struct Conv2d<backend::Cuda, float> {
       cu::set_strided(p->filter_as_tensor, K, C, R, S, C * R * S, R * S, S, 1);
     const cu::ConvShape s = cu::conv_shape(g);
     p->props = cu::device_properties(dev.cudnn());
-    p->graphs[kForward] = cu::conv_graph(cu::ConvPass::Forward, s);
-    p->graphs[kBackwardData] = cu::conv_graph(cu::ConvPass::BackwardData, s);
-    p->graphs[kBackwardFilter] = cu::conv_graph(cu::ConvPass::BackwardFilter, s);
+    for (cu::ConvPass pass :
+         {cu::ConvPass::Forward, cu::ConvPass::BackwardData, cu::ConvPass::BackwardFilter})
+      p->graphs[int(pass)] = cu::conv_graph(pass, s);
     const cu::ConvAlgoKey key{dev.ordinal(), g, dev.conv_options(), dev.workspace_limit()};
     const cu::ConvAlgorithms a = cu::ConvAlgoCache::instance().get(key, [&] { return measure(dev, *p); });
     const cu::EngineChoice* chosen[3] = {&a.fwd, &a.bwd_data, &a.bwd_filter};

@@ -93,8 +93,8 @@ class GraphDesc {
   cudnnBackendDescriptor_t d_ = nullptr;
 };
 
-/// The three convolution passes.
-enum class ConvPass { Forward, BackwardData, BackwardFilter };
+/// The three convolution passes (their values index per-pass arrays).
+enum class ConvPass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
 inline const char* pass_name(ConvPass p) {
   return p == ConvPass::Forward        ? "forward"
@@ -122,7 +122,7 @@ struct ConvShape {
 /// make is not the geometry's.
 inline ConvShape conv_shape(const ConvGeom& g) {
   ConvShape s;
-  const bool padded_copy = g.pt != g.pb || g.pl != g.pr;
+  const bool padded_copy = asymmetric_padding(g);
   s.n = std::int64_t(g.n);
   s.c = std::int64_t(g.ic);
   s.h = std::int64_t(padded_copy ? g.ih + g.pt + g.pb : g.ih);
@@ -202,41 +202,35 @@ inline ConvGraph conv_graph(ConvPass pass, const ConvShape& s) {
       .set_i64(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {s.ph, s.pw}, "convolution paddings");
   g.conv.finalize("cudnnBackendFinalize (convolution)");
 
+  // Each pass's node names the same six things with its own attributes:
+  // the input-side, filter-side and output-side tensors (x, w, y: dx, dw
+  // or dy where the pass writes them), the convolution, alpha and beta.
+  struct NodeAttrs {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+  };
+  static constexpr NodeAttrs kNodes[3] = {
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
+  const NodeAttrs& n = kNodes[int(pass)];
   const float alpha = 1.0f, beta = 0.0f;
-  switch (pass) {
-    case ConvPass::Forward:
-      g.op = GraphDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      g.op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, g.x, "forward x")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, g.w, "forward w")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, g.y, "forward y")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, g.conv, "forward convolution")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "forward alpha")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "forward beta");
-      break;
-    case ConvPass::BackwardData:
-      g.op = GraphDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      g.op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, g.x, "backward-data dx")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, g.w, "backward-data w")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, g.y, "backward-data dy")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, g.conv, "backward-data convolution")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha,
-               "backward-data alpha")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta,
-               "backward-data beta");
-      break;
-    case ConvPass::BackwardFilter:
-      g.op = GraphDesc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      g.op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, g.x, "backward-filter x")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, g.w, "backward-filter dw")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, g.y, "backward-filter dy")
-          .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, g.conv,
-                    "backward-filter convolution")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha,
-               "backward-filter alpha")
-          .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta,
-               "backward-filter beta");
-      break;
-  }
+  g.op = GraphDesc(n.type);
+  g.op.set_desc(n.x, g.x, "convolution node: input side")
+      .set_desc(n.w, g.w, "convolution node: filter side")
+      .set_desc(n.y, g.y, "convolution node: output side")
+      .set_desc(n.conv, g.conv, "convolution node: convolution")
+      .set(n.alpha, CUDNN_TYPE_FLOAT, 1, &alpha, "convolution node: alpha")
+      .set(n.beta, CUDNN_TYPE_FLOAT, 1, &beta, "convolution node: beta");
   g.op.finalize("cudnnBackendFinalize (convolution operation)");
   g.graph = GraphDesc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   const cudnnBackendDescriptor_t ops = g.op.get();
