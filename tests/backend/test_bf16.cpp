@@ -152,6 +152,90 @@ TEST_CASE("The bf16 weight gradient of 7x7 and 3x3 images as im2col + matmul agr
   }
 }
 
+TEST_CASE("bf16 backward_data as a forward convolution of the flipped weights agrees with the primitive",
+          "[backend][onednn][conv][bf16]") {
+  // Both paths multiply the same bf16 dy and bf16 weights (the flip is a
+  // permutation, rounded alike) and add in float: they differ by the order of
+  // the float sums only, far below bf16's rounding; each stays within bf16
+  // accuracy of the reference in double.
+  Rng rng = Rng::stream(2025, 15);
+  std::vector<ConvGeom> geoms;
+  for (const ConvGeom& g : conv_cases())
+    if (g.sh == 1 && g.sw == 1) geoms.push_back(g);
+  for (DataFormat fmt : kFormats) {  // ResNet's 3x3 at a vector-wide channel count, a 2x2 SAME (pads 0 / 1)
+    geoms.push_back(ConvGeom::make(fmt, {4, 16, 8, 8}, 32, 3, 1, Padding::Same));
+    geoms.push_back(ConvGeom::make(fmt, {3, 16, 7, 6}, 16, 2, 1, Padding::Same));
+  }
+  std::size_t via = 0;
+  for (const ConvGeom& g : geoms) {
+    INFO(str(g));
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = g.kh * g.kw * g.ic * g.oc;
+    const Both w = Both::input(random_vec(rng, nw)), dy = Both::input(random_cotangent(rng, ny));
+    Both dx = Both::output(nx);
+    std::vector<float> dx_prim(nx);
+    for (bool on : {true, false}) {
+      OpPair<ops::Conv2d, B> t;
+      t.op.set_precision(ConvPrecision::BF16);
+      t.op.set_backward_data_via_forward(on);
+      t.both([&](auto& dev, auto& op, auto side) { op.backward_data(dev, g, side(dy), side(w), side(dx)); });
+      CHECK(dx.err() < kBf16Tolerance);
+      if (on) {
+        via += t.op.uses_backward_data_via_forward(g);
+        // Only where the pass runs in bf16 at all.
+        if (t.op.uses_backward_data_via_forward(g)) CHECK(t.op.uses_bf16(g));
+      } else {
+        CHECK_FALSE(t.op.uses_backward_data_via_forward(g));
+        dx_prim = dx.f;
+      }
+    }
+    // dx from the last `on` run is gone; run it again beside the primitive's.
+    Device<B> dev;
+    ops::Conv2d<B, float> op;
+    op.set_precision(ConvPrecision::BF16);
+    std::vector<float> dx_fwd(nx);
+    op.backward_data(dev, g, dy.f.data(), w.f.data(), dx_fwd.data());
+    CHECK(rel_diff(dx_fwd, dx_prim) < 1e-5);
+  }
+  INFO(via << " of " << geoms.size() << " geometries ran backward_data as a forward convolution");
+  if (cpu_has_bf16_kernels())
+    CHECK(via > geoms.size() / 2);
+  else
+    CHECK(via == 0);
+}
+
+TEST_CASE("The flipped weights of backward_data follow the weights' version",
+          "[backend][onednn][conv][bf16]") {
+  // With a version set the op reuses its flipped, reordered copy while the
+  // buffer and version stay; new values under a new version must be seen.
+  Rng rng = Rng::stream(2025, 16);
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {2, 16, 6, 6}, 16, 3, 1, Padding::Same);
+  const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+  std::vector<float> w = random_vec(rng, nw);
+  const auto w2 = random_vec(rng, nw), dy = random_cotangent(rng, ny);
+  auto fresh = [&](const std::vector<float>& wv) {
+    Device<B> dev;
+    ops::Conv2d<B, float> op;
+    op.set_precision(ConvPrecision::BF16);
+    std::vector<float> dx(nx);
+    op.backward_data(dev, g, dy.data(), wv.data(), dx.data());
+    return dx;
+  };
+  Device<B> dev;
+  ops::Conv2d<B, float> op;
+  op.set_precision(ConvPrecision::BF16);
+  std::vector<float> dx(nx);
+  op.set_weights_version(1);
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(same_bits(dx, fresh(w)));
+  const std::size_t reorders = op.weight_reorders();
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(op.weight_reorders() == reorders);  // same buffer and version: the copy is reused
+  w = w2;                                   // same buffer, new values ...
+  op.set_weights_version(2);                // ... under a new version
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(same_bits(dx, fresh(w2)));
+}
+
 TEST_CASE("The joint backward and the x kept by a training forward give the separate passes' bits",
           "[backend][onednn][conv][bf16]") {
   Rng rng = Rng::stream(2025, 13);

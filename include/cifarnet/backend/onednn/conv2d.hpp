@@ -47,6 +47,16 @@
 // 41.8 ms on 7x7 and 20.6 ms on 3x3; with this path the layers' whole
 // backward (weights and data) went from 58.7 to 42.6 ms and from 29.5 to
 // 14.5 ms (docs/BENCHMARKS.md). Float accumulation in both.
+// A bf16 backward_data of a stride-1 convolution runs as oneDNN's bf16
+// forward convolution of dy with the weights flipped in space and
+// transposed (in and out channels swapped) and the padding K - 1 - p of each
+// side: the same sum of the same bf16 products, in another float order.
+// oneDNN 2.6's forward kernels are brgemm ones on AMX, its backward_data
+// kernels are not: on a 2-core AMX Xeon, batch 128, ResNet-20's 16 -> 16
+// 3x3 at 32x32 took 0.86 ms as backward_data and 0.65 ms as forward, 64 ->
+// 64 at 8x8 0.49 and 0.29 ms; the ResNet-20 bf16 step went from 78 to 74 ms
+// (docs/BENCHMARKS.md). The flipped float copy is remade when the weights'
+// buffer or Parameters::version changes, then reordered like the weights.
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
@@ -68,6 +78,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/conv_algorithm.hpp"
@@ -139,6 +150,17 @@ struct Conv2d<backend::OneDnn, float> {
   void set_gemm_weights_limits(std::size_t max_pixels, std::size_t min_oc) {
     gemm_max_pixels_ = max_pixels;
     gemm_min_oc_ = min_oc;
+  }
+
+  /// Whether a bf16 backward_data of a stride-1 geometry runs as oneDNN's
+  /// bf16 *forward* convolution of dy with the flipped, transposed weights
+  /// (default true; see the file comment). Takes effect for geometries not
+  /// seen yet (benchmarks and tests compare the two paths).
+  void set_backward_data_via_forward(bool on) { bwd_via_fwd_ = on; }
+  /// Whether geometry `g`'s backward_data runs as that forward convolution.
+  bool uses_backward_data_via_forward(const ConvGeom& g) const {
+    const State* s = cache_.find(key(g));
+    return s && s->bwd_data && s->bwd_data->as_fwd.has_value();
   }
 
   /// forward() takes `relu` (a fused ReLU post-op).
@@ -239,7 +261,7 @@ struct Conv2d<backend::OneDnn, float> {
     on::guarded(op, [&] {
       State& s = state(dev, g);
       BwdWeights* fw = weights ? &s.backward_weights(cache_, dev.engine, false) : nullptr;
-      BwdData* fd = data ? &s.backward_data(cache_, dev.engine) : nullptr;
+      BwdData* fd = data ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
       if ((fw || fd) && (!fw || fw->lp) && (!fd || fd->lp))
         out = static_cast<std::uint16_t*>(on::scratch(dev, s.dy_lp, 3).get_data_handle());
     });
@@ -269,7 +291,7 @@ struct Conv2d<backend::OneDnn, float> {
     on::guarded(op, [&] {
       State& s = state(dev, g);
       BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
-      BwdData* fd = dx ? &s.backward_data(cache_, dev.engine) : nullptr;
+      BwdData* fd = dx ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
       if (!dy && ((fw && !fw->lp) || (fd && !fd->lp)))
         throw ConfigError(detail::concat(op,
                                          ": dy handed over in bf16, but a pass of this geometry runs in "
@@ -298,7 +320,13 @@ struct Conv2d<backend::OneDnn, float> {
           if (!fw->dw.direct()) fw->dw.reorder.execute(dev.stream, fw->dw.mem, user_dw);
         }
       }
-      if (fd) {
+      if (fd && fd->as_fwd) {
+        FwdAsBwd& a = *fd->as_fwd;
+        if (s.flip_weights(g, w, w_version_)) a.w.shown = nullptr;  // its copy of w_flip is stale
+        dnnl::memory wm = weights_in(dev, s.w_flip_user, s.w_flip.data(), a.w);
+        a.prim.execute(dev.stream,
+                       {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, on::bind(s.x, dx)}});
+      } else if (fd) {
         dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
         dnnl::memory ddst = fd->lp ? *dy_lp : stage_in(dev, fd->ddst, on::bind(s.y, dy), 0);
         dnnl::memory dsrc = fd->dsrc.direct() ? on::bind(s.x, dx) : on::scratch(dev, fd->dsrc.mem, 1);
@@ -339,11 +367,19 @@ struct Conv2d<backend::OneDnn, float> {
     backend::onednn::Staged w, src, dst;  // src/dst staged only for Winograd's blocked layouts
     bool lp;
   };
+  // backward_data as a forward convolution of dy (bf16) with the flipped,
+  // transposed weights (w_flip, HWIO with I = oc, O = ic), writing float dx.
+  struct FwdAsBwd {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward prim;
+    backend::onednn::Staged w;  // w_flip into the primitive's bf16 layout
+  };
   struct BwdData {
     dnnl::convolution_backward_data::primitive_desc pd;
     dnnl::convolution_backward_data prim;
     backend::onednn::Staged w, ddst, dsrc;
     bool lp;
+    std::optional<FwdAsBwd> as_fwd;  // runs instead of prim when present (lp only)
   };
   struct BwdWeights {
     dnnl::convolution_backward_weights::primitive_desc pd;
@@ -392,6 +428,12 @@ struct Conv2d<backend::OneDnn, float> {
     dnnl::memory mm_col, mm_dy, mm_dw;
     std::size_t dw_chunk = 0;  // images per chunk (divides the batch)
     bool dw_gemm_tried = false;
+    // The flipped weights of FwdAsBwd: the caller's w (at w_version) they
+    // were made from, the float buffer and its memory.
+    std::vector<float> w_flip;
+    dnnl::memory w_flip_user;
+    const float* flip_of = nullptr;
+    std::uint64_t flip_version = 0;
 
     State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
         : wino(winograd && !lowp), bf16(lowp), bf16_dw(lowp && g.sh == 1 && g.sw == 1 && g.ic >= 8) {
@@ -592,7 +634,7 @@ struct Conv2d<backend::OneDnn, float> {
       return *f;
     }
 
-    BwdData& backward_data(Cache& c, const dnnl::engine& eng) {
+    BwdData& backward_data(Cache& c, const dnnl::engine& eng, const ConvGeom& g, bool via_fwd) {
       if (!bwd_data) {
         using cb = dnnl::convolution_backward_data;
         if (const auto* lh = lp_hint(eng)) {
@@ -601,8 +643,9 @@ struct Conv2d<backend::OneDnn, float> {
                 cb::desc(dnnl::algorithm::convolution_direct, src, w_any_lp, dst_lp, strides, pad_l, pad_r),
                 eng, *lh);
             if (jit_kernel(pd)) {
-              bwd_data =
-                  BwdData{pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
+              bwd_data = BwdData{
+                  pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true, {}};
+              if (via_fwd) bwd_data->as_fwd = forward_as_backward(c, eng, g);
               return *bwd_data;
             }
           } catch (const dnnl::error&) {  // no bf16 kernel for this pass: float
@@ -627,9 +670,54 @@ struct Conv2d<backend::OneDnn, float> {
                            c.stage(eng, pd->weights_desc(), w_user, true),
                            c.stage_scratch(eng, pd->diff_dst_desc(), dst, true),
                            c.stage_scratch(eng, pd->diff_src_desc(), src, false),
-                           false};
+                           false,
+                           {}};
       }
       return *bwd_data;
+    }
+
+    // backward_data of a stride-1 geometry as a bf16 forward convolution:
+    // dx[n, y, x, c] = sum over (i, j, o) of dy[n, y + i - p't, x + j - p'l, o]
+    // w'[i, j, o, c] with w'[i, j, o, c] = w[KH-1-i, KW-1-j, c, o] and the
+    // padding p' = K - 1 - p of each side (the output is the input's size).
+    // Nothing when oneDNN has no jit kernel for it or a padding exceeds K - 1.
+    std::optional<FwdAsBwd> forward_as_backward(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+      namespace on = backend::onednn;
+      if (g.sh != 1 || g.sw != 1 || g.pt >= g.kh || g.pb >= g.kh || g.pl >= g.kw || g.pr >= g.kw)
+        return std::nullopt;
+      using cf = dnnl::convolution_forward;
+      const on::dims wd{on::dim(g.ic), on::dim(g.oc), on::dim(g.kh), on::dim(g.kw)};
+      const dnnl::memory::desc flip_user(wd, on::dt::f32, on::tag::hwio);
+      try {
+        cf::primitive_desc pd(cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                       dst_lp, dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), src,
+                                       strides, on::dims{on::dim(g.kh - 1 - g.pt), on::dim(g.kw - 1 - g.pl)},
+                                       on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
+                              eng);
+        if (!jit_kernel(pd) || pd.dst_desc() != src) return std::nullopt;
+        w_flip.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
+        w_flip_user = dnnl::memory(flip_user, eng, w_flip.data());
+        return FwdAsBwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true)};
+      } catch (const dnnl::error&) {  // no such kernel here: the backward_data primitive
+        return std::nullopt;
+      }
+    }
+
+    // w_flip from the caller's HWIO w, unless it holds w at this version.
+    // True when it was rewritten (its primitive-layout copy is then stale).
+    bool flip_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
+      if (version != 0 && flip_of == w && flip_version == version) return false;
+      const std::size_t KH = g.kh, KW = g.kw, I = g.ic, O = g.oc;
+      for (std::size_t i = 0; i < KH; ++i)
+        for (std::size_t j = 0; j < KW; ++j) {
+          const float* src_ij = w + ((KH - 1 - i) * KW + (KW - 1 - j)) * I * O;  // [c][o]
+          float* dst_ij = w_flip.data() + (i * KW + j) * O * I;                  // [o][c]
+          for (std::size_t c = 0; c < I; ++c)
+            for (std::size_t o = 0; o < O; ++o) dst_ij[o * I + c] = src_ij[c * O + o];
+        }
+      flip_of = w;
+      flip_version = version;
+      return true;
     }
 
     // Whether this geometry's bf16 weight gradient (no bias) is the im2col +
@@ -784,6 +872,7 @@ struct Conv2d<backend::OneDnn, float> {
   std::size_t weight_reorders_ = 0;
   std::size_t chunk_bytes_ = std::size_t(16) << 20;
   std::size_t gemm_max_pixels_ = 49, gemm_min_oc_ = 128;  // set_gemm_weights_limits
+  bool bwd_via_fwd_ = true;                               // set_backward_data_via_forward
 };
 
 }  // namespace ops
