@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference/conv2d.hpp>
 #include <cifarnet/backend/reference/lrn.hpp>
@@ -517,6 +518,61 @@ TEST_CASE("BatchNorm's fused ReLU backward needs the training forward of the sam
   }
 }
 
+TEST_CASE("The fused ReLU's mask recomputed in BatchNorm's backward is the forward's (y > 0), bit for bit",
+          "[backend][onednn][batchnorm]") {
+  // The backward no longer reads a stored mask: it tests x a + b > 0 again
+  // with the forward's a, b. Its sums and dx must be those of the plain
+  // backward given dy already multiplied by the forward's mask (y > 0), for
+  // float and bf16 x, NHWC (specialised and generic channel counts) and
+  // NCHW, with values at and near the ReLU's threshold.
+  namespace bn = backend::onednn::bn;
+  Rng rng = Rng::stream(7, 12);
+  for (DataFormat fmt : kFormats)
+    for (std::size_t c : {std::size_t(16), std::size_t(5)})
+      for (bool lowp : {false, true}) {
+        INFO(to_string(fmt) << ", " << c << " channels, bf16 x " << lowp);
+        const ChannelGeom g{fmt, 3, c, 6, 7};
+        auto xf = random_vec(rng, g.size());
+        for (std::size_t i = 0; i < g.size(); i += 7) xf[i] = 0.f;  // bn(x) = b exactly
+        std::vector<std::uint16_t> xb(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          xb[i] = backend::host::bf16_bits(xf[i]);
+          if (lowp) xf[i] = backend::host::bf16_to_float(xb[i]);
+        }
+        const auto dy = random_cotangent(rng, g.size());
+        auto gamma = random_vec(rng, c), beta = random_vec(rng, c);
+        beta[0] = 0.f;  // channel 0: bn(0) = 0, on the threshold
+        std::vector<float> y(g.size()), mean(c), var(c), ab(2 * c), dx(g.size()), dx0(g.size()), dg(c),
+            dg0(c), db(c), db0(c);
+        bn::Scratch sc;
+        auto fwd = [&](auto* x) {
+          bn::forward_train(g, 1e-3, x, gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                            ab.data(), sc);
+        };
+        auto bwd = [&](auto* x, const float* d, const float* relu_ab, float* out, float* og, float* ob) {
+          bn::backward(g, 1e-3, x, d, gamma.data(), mean.data(), var.data(), out, og, ob, relu_ab, sc);
+        };
+        std::vector<float> masked(g.size());
+        if (lowp) {
+          fwd(xb.data());
+          for (std::size_t i = 0; i < g.size(); ++i) masked[i] = dy[i] * float(y[i] > 0.f);
+          bwd(xb.data(), dy.data(), ab.data(), dx.data(), dg.data(), db.data());
+          bwd(xb.data(), masked.data(), nullptr, dx0.data(), dg0.data(), db0.data());
+        } else {
+          fwd(xf.data());
+          for (std::size_t i = 0; i < g.size(); ++i) masked[i] = dy[i] * float(y[i] > 0.f);
+          bwd(xf.data(), dy.data(), ab.data(), dx.data(), dg.data(), db.data());
+          bwd(xf.data(), masked.data(), nullptr, dx0.data(), dg0.data(), db0.data());
+        }
+        std::size_t zeros = 0;
+        for (std::size_t i = 0; i < g.size(); ++i) zeros += y[i] == 0.f;
+        CHECK(zeros > g.size() / 8);  // the ReLU cut a good part
+        CHECK(same_bits(dx, dx0));
+        CHECK(same_bits(dg, dg0));
+        CHECK(same_bits(db, db0));
+      }
+}
+
 TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic loops' bits",
           "[backend][onednn][batchnorm]") {
   // bn_kernels.hpp runs ResNet's channel counts through loops specialised on
@@ -532,7 +588,8 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic lo
     const auto dy = random_cotangent(rng, g.size()), k = random_vec(rng, c), a = random_vec(rng, c),
                b = random_vec(rng, c), A = random_vec(rng, c), Bc = random_vec(rng, c),
                D = random_vec(rng, c);
-    std::vector<std::uint8_t> mask(g.size()), mask0(g.size());
+    std::vector<float> ab(a);  // the ReLU's a, b as the forward keeps them
+    ab.insert(ab.end(), b.begin(), b.end());
     std::vector<float> y(g.size()), y0(g.size()), dx(g.size()), dx0(g.size());
     bn::Scratch sc, sc0;
     bn::with_channels(g, [&](auto cc) {
@@ -541,15 +598,13 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic lo
       bn::channel_sums<bn::SumKind::Stats, C>(g, x.data(), nullptr, nullptr, k.data(), sc);
       bn::channel_sums<bn::SumKind::Stats, 0>(g, x.data(), nullptr, nullptr, k.data(), sc0);
       CHECK(sc.sums == sc0.sums);
-      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), mask.data());
-      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), mask0.data());
+      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), true);
+      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), true);
       CHECK(same_bits(y, y0));
-      CHECK(mask == mask0);
-      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), nullptr);
-      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), nullptr);
+      bn::affine<C>(g, x.data(), a.data(), b.data(), y.data(), false);
+      bn::affine<0>(g, x.data(), a.data(), b.data(), y0.data(), false);
       CHECK(same_bits(y, y0));
-      for (const std::uint8_t* m :
-           {static_cast<const std::uint8_t*>(mask.data()), static_cast<const std::uint8_t*>(nullptr)}) {
+      for (const float* m : {static_cast<const float*>(ab.data()), static_cast<const float*>(nullptr)}) {
         bn::channel_sums<bn::SumKind::Grad, C>(g, x.data(), dy.data(), m, k.data(), sc);
         bn::channel_sums<bn::SumKind::Grad, 0>(g, x.data(), dy.data(), m, k.data(), sc0);
         CHECK(sc.sums == sc0.sums);

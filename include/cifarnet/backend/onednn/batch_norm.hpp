@@ -11,10 +11,11 @@
 // cached per (geometry, epsilon, relu).
 //
 // With relu = true the ReLU that follows is fused: forward writes
-// max(bn(x), 0); the training forward records which outputs were positive in
-// a mask kept by this op, and backward takes the gradient of the ReLU's
-// output (dy) and applies that mask itself, so a fused backward must follow
-// the training forward of the same geometry.
+// max(bn(x), 0) and keeps bn's per-channel a, b (bn(x) = x a + b); backward
+// takes the gradient of the ReLU's output (dy) and applies the ReLU's mask
+// itself, recomputed from x, a and b in its passes (the forward's own test,
+// so the same mask, without storing a byte per element), so a fused
+// backward must follow the training forward of the same geometry.
 //
 // With BnActivation::Gelu the exact GELU follows in the same passes: the
 // forward writes gelu(bn(x)) and keeps bn's per-channel a, b (bn(x) = x a +
@@ -133,7 +134,7 @@ struct BatchNorm<backend::OneDnn, float> {
   /// dx, dgamma, dbeta of the training-mode forward, given the statistics it
   /// returned (all three overwritten). With `relu`, dy is the gradient of
   /// the fused ReLU's output and the last forward_train(relu = true) of this
-  /// geometry supplies the mask.
+  /// geometry supplies the a, b its mask is recomputed from.
   void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
                 float* dbeta, bool relu = false) {
@@ -142,7 +143,7 @@ struct BatchNorm<backend::OneDnn, float> {
   }
   /// The same for a forward with the activation `act`: dy is the gradient of
   /// act's output, and the last forward_train of this geometry must have
-  /// used the same act (its mask or its a, b are used here).
+  /// used the same act (its a, b are used here).
   void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
                 const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
                 float* dbeta, BnActivation act) {
@@ -191,11 +192,11 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(detail::concat(op, ": the fused GELU takes float x only (", on::describe(g), ")"));
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
     (void)dev;
-    std::uint8_t* m = nullptr;
+    float* m = nullptr;
     float* ab = nullptr;
     if (act == BnActivation::Relu) {
-      mask_.resize(g.size());
-      m = mask_.data();
+      relu_ab_.resize(2 * g.c);
+      m = relu_ab_.data();
     } else if (act == BnActivation::Gelu) {
       gelu_ab_.resize(2 * g.c);
       ab = gelu_ab_.data();
@@ -232,12 +233,12 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  act == BnActivation::Relu ? mask_.data() : nullptr, scratch_,
+                                  act == BnActivation::Relu ? relu_ab_.data() : nullptr, scratch_,
                                   act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16);
   }
 
   // A fused activation's backward needs the training forward that used it
-  // on this geometry (its mask, or its a and b).
+  // on this geometry (its a and b).
   void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
     if (act != BnActivation::None && (!act_geom_ || *act_geom_ != g || act_ != act))
       throw ConfigError(detail::concat(op, ": fused ", act == BnActivation::Relu ? "ReLU" : "GELU",
@@ -283,7 +284,7 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   Cache cache_;
-  std::vector<std::uint8_t> mask_;         // the fused ReLU's mask of the last training forward
+  std::vector<float> relu_ab_;             // the fused ReLU's a, b (2C) of the last training forward
   std::vector<float> gelu_ab_;             // the fused GELU's a, b (2C) of the last training forward
   std::vector<float> infer_ab_;            // the same for inference, from the moving statistics
   std::optional<ChannelGeom> act_geom_;    // the last training forward's geometry

@@ -120,6 +120,15 @@ inline void grad_plane(std::size_t n, const float* x, const float* dy, float a, 
 inline float ld(float v) { return v; }
 inline float ld(std::uint16_t v) { return host::bf16_to_float(v); }
 
+/// The fused ReLU's mask of an element, recomputed in the backward from x
+/// and the forward's a, b (relu_ab: a then b, C each) instead of stored: the
+/// forward's own test on the same float expression (affine_row), so the
+/// same bits, and 3 bytes per element less to move (a mask byte written
+/// forward, read by both backward passes).
+/// 1 or 0 as a float (dy times it: the masked gradient, NaN dy staying NaN as
+/// with a stored mask).
+inline float relu_on(float x, float a, float b) { return x * a + b > 0.f ? 1.f : 0.f; }
+
 /// bn(x) = x a + b per channel: a = gamma / sqrt(var + eps), b = beta - mean a
 /// (the training forward's coefficients from the batch statistics, the
 /// inference's from the moving ones).
@@ -156,13 +165,15 @@ enum class SumKind { Stats, Grad };
 /// docs/BENCHMARKS.md).
 template <SumKind K, std::size_t C, class X>
 void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const float* __restrict dy,
-               const std::uint8_t* __restrict mask, const float* __restrict k, double* __restrict s1,
+               const float* __restrict relu_ab, const float* __restrict k, double* __restrict s1,
                double* __restrict s2, const GeluGrad* gg) {
   double d1[C], d2[C];
-  float kc[C];
+  float kc[C], ka[C], kb[C];  // the shift, the ReLU's a and b
   for (std::size_t c = 0; c < C; ++c) {
     d1[c] = d2[c] = 0.0;
     kc[c] = k[c];
+    ka[c] = relu_ab ? relu_ab[c] : 0.f;
+    kb[c] = relu_ab ? relu_ab[C + c] : 0.f;
   }
   for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
     const std::size_t re = std::min(r1, rb + kBlockRows);
@@ -188,14 +199,14 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
             b2[c] += u * (xr[c] - kc[c]);
           }
         }
-      } else if (mask) {
+      } else if (relu_ab) {
         const float* __restrict dr = dy + r * C;
-        const std::uint8_t* __restrict mr = mask + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float u = dr[c] * float(mr[c]);
+          const float xv = ld(xr[c]);
+          const float u = dr[c] * relu_on(xv, ka[c], kb[c]);
           b1[c] += u;
-          b2[c] += u * (ld(xr[c]) - kc[c]);
+          b2[c] += u * (xv - kc[c]);
         }
       } else {
         const float* __restrict dr = dy + r * C;
@@ -220,7 +231,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
 
 template <SumKind K, std::size_t CC = 0, class X = float>
 void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __restrict dy,
-                  const std::uint8_t* __restrict mask, const float* __restrict k, Scratch& sc,
+                  const float* __restrict relu_ab, const float* __restrict k, Scratch& sc,
                   const GeluGrad* gg = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const int nt = std::max(1, omp_get_max_threads());
@@ -233,14 +244,15 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
     double* __restrict s2 = s1 + C;
     float* __restrict b1 = sc.block.data() + std::size_t(t) * 2 * C;
     float* __restrict b2 = b1 + C;
-    auto term = [&](std::size_t i, float kc, float& u, float& v) {
-      v = ld(x[i]) - kc;
+    auto term = [&](std::size_t i, std::size_t c, float kc, float& u, float& v) {
+      const float xv = ld(x[i]);
+      v = xv - kc;
       if constexpr (K == SumKind::Stats) {
         u = v;
       } else if (gg) {
         u = gg->u[i];  // computed by the row's or plane's gelu::grad just before
       } else {
-        u = mask ? dy[i] * float(mask[i]) : dy[i];
+        u = relu_ab ? dy[i] * relu_on(xv, relu_ab[c], relu_ab[C + c]) : dy[i];
       }
     };
     // The fused GELU's u = dy gelu'(x a + b) for n values at `base` with the
@@ -255,7 +267,7 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
     };
     if (g.fmt == DataFormat::NHWC && CC != 0) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
-      if constexpr (CC != 0) nhwc_sums<K, CC>(r0, r1, x, dy, mask, k, s1, s2, gg);
+      if constexpr (CC != 0) nhwc_sums<K, CC>(r0, r1, x, dy, relu_ab, k, s1, s2, gg);
     } else if (g.fmt == DataFormat::NHWC) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
       for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
@@ -267,7 +279,7 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
 #pragma omp simd
           for (std::size_t c = 0; c < C; ++c) {
             float u, v;
-            term(base + c, k[c], u, v);
+            term(base + c, c, k[c], u, v);
             b1[c] += u;
             b2[c] += u * v;
           }
@@ -291,7 +303,7 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
 #pragma omp simd reduction(+ : fa, fb)
           for (std::size_t i = ib; i < ie; ++i) {
             float u, v;
-            term(base + i, kc, u, v);
+            term(base + i, c, kc, u, v);
             fa += u;
             fb += u * v;
           }
@@ -329,14 +341,13 @@ void nhwc_rows_ab(const ChannelGeom& g, const float* __restrict a, const float* 
 /// One NHWC row of affine(): C values (CC when known at compile time).
 template <std::size_t CC, class X>
 inline void affine_row(std::size_t C, const X* __restrict xs, const float* __restrict a,
-                       const float* __restrict b, float* __restrict ys, std::uint8_t* __restrict ms) {
+                       const float* __restrict b, float* __restrict ys, bool relu) {
   const std::size_t n = CC ? CC : C;
-  if (ms) {
+  if (relu) {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) {
       const float v = ld(xs[c]) * a[c] + b[c];
       ys[c] = v > 0.f ? v : 0.f;
-      ms[c] = v > 0.f;
     }
   } else {
 #pragma omp simd
@@ -344,16 +355,17 @@ inline void affine_row(std::size_t C, const X* __restrict xs, const float* __res
   }
 }
 
-/// y[i] = x[i] * a[c] + b[c] (with `mask`: max(., 0), and mask[i] = (. > 0)),
-/// parallel over rows (NHWC) or planes (NCHW).
+/// y[i] = x[i] * a[c] + b[c] (with `relu`: max(., 0); its mask is not
+/// stored: the backward recomputes it, relu_on), parallel over rows (NHWC)
+/// or planes (NCHW).
 template <std::size_t CC = 0, class X = float>
 void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict a, const float* __restrict b,
-            float* __restrict y, std::uint8_t* __restrict mask, std::uint16_t* __restrict yb = nullptr) {
+            float* __restrict y, bool relu, std::uint16_t* __restrict yb = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
-      affine_row<CC>(C, x + r * C, ac, bc, y + r * C, mask ? mask + r * C : nullptr);
+      affine_row<CC>(C, x + r * C, ac, bc, y + r * C, relu);
       if (yb) host::store_bf16(y + r * C, yb + r * C, CC);
     });
     return;
@@ -365,17 +377,15 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
     const X* __restrict xs = x + base;
     float* __restrict ys = y + base;
     if (nhwc) {
-      affine_row<0>(C, xs, a, b, ys, mask ? mask + base : nullptr);
+      affine_row<0>(C, xs, a, b, ys, relu);
     } else {
       const std::size_t c = std::size_t(u) % C;
       const float ac = a[c], bc = b[c];
-      if (mask) {
-        std::uint8_t* __restrict ms = mask + base;
+      if (relu) {
 #pragma omp simd
         for (std::size_t i = 0; i < hw; ++i) {
           const float v = ld(xs[i]) * ac + bc;
           ys[i] = v > 0.f ? v : 0.f;
-          ms[i] = v > 0.f;
         }
       } else {
 #pragma omp simd
@@ -444,29 +454,32 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
 /// dx), so they are not restrict; each element is read before it is written.
 template <std::size_t CC, class X>
 inline void input_gradient_row(std::size_t C, const X* __restrict xs, const float* ds,
-                               const std::uint8_t* __restrict ms, const float* __restrict mean,
-                               const float* __restrict A, const float* __restrict B,
-                               const float* __restrict D, float* os) {
+                               const float* __restrict ra, const float* __restrict rb,
+                               const float* __restrict mean, const float* __restrict A,
+                               const float* __restrict B, const float* __restrict D, float* os) {
   const std::size_t n = CC ? CC : C;
-  if (ms) {
+  if (ra) {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c)
-      os[c] = A[c] * (ds[c] * float(ms[c])) + B[c] * (ld(xs[c]) - mean[c]) + D[c];
+    for (std::size_t c = 0; c < n; ++c) {
+      const float xv = ld(xs[c]);
+      os[c] = A[c] * (ds[c] * relu_on(xv, ra[c], rb[c])) + B[c] * (xv - mean[c]) + D[c];
+    }
   } else {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ds[c] + B[c] * (ld(xs[c]) - mean[c]) + D[c];
   }
 }
 
-/// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or dy * mask),
-/// parallel over rows (NHWC) or planes (NCHW); dy == dx allowed. With
-/// `dx_bf16`, dx is written there as bfloat16 (host::store_bf16) instead,
-/// through a float block on the stack: dx is not touched.
+/// dx[i] = A[c] dyr + B[c] (x[i] - mean[c]) + D[c], dyr = dy (or, with
+/// `relu_ab`, dy times the fused ReLU's mask, relu_on), parallel over rows
+/// (NHWC) or planes (NCHW); dy == dx allowed. With `dx_bf16`, dx is written
+/// there as bfloat16 (host::store_bf16) instead, through a float block on
+/// the stack: dx is not touched.
 template <std::size_t CC = 0, class X = float>
 void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy,
-                    const std::uint8_t* __restrict mask, const float* __restrict mean,
-                    const float* __restrict A, const float* __restrict B, const float* __restrict D,
-                    float* dx, std::uint16_t* __restrict dx_bf16 = nullptr) {
+                    const float* __restrict relu_ab, const float* __restrict mean, const float* __restrict A,
+                    const float* __restrict B, const float* __restrict D, float* dx,
+                    std::uint16_t* __restrict dx_bf16 = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
@@ -474,15 +487,17 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       const std::size_t rows = g.n * hw, r0 = share(rows, t, nt), r1 = share(rows, t + 1, nt);
-      float ac[CC], bc[CC], dc[CC], mc[CC], tmp[CC];
+      float ac[CC], bc[CC], dc[CC], mc[CC], ra[CC], rb[CC], tmp[CC];
       for (std::size_t c = 0; c < C; ++c) {
         ac[c] = A[c];
         bc[c] = B[c];
         dc[c] = D[c];
         mc[c] = mean[c];
+        ra[c] = relu_ab ? relu_ab[c] : 0.f;
+        rb[c] = relu_ab ? relu_ab[C + c] : 0.f;
       }
       for (std::size_t r = r0; r < r1; ++r) {
-        input_gradient_row<CC>(C, x + r * C, dy + r * C, mask ? mask + r * C : nullptr, mc, ac, bc, dc,
+        input_gradient_row<CC>(C, x + r * C, dy + r * C, relu_ab ? ra : nullptr, rb, mc, ac, bc, dc,
                                dx_bf16 ? tmp : dx + r * C);
         if (dx_bf16) host::store_bf16(tmp, dx_bf16 + r * C, CC);
       }
@@ -500,15 +515,17 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy
       const std::size_t n = dx_bf16 ? std::min(kBlock, len - o) : len, at = base + o;
       float* out = dx_bf16 ? tmp : dx + at;
       if (nhwc) {
-        input_gradient_row<0>(n, x + at, dy + at, mask ? mask + at : nullptr, mean + o, A + o, B + o, D + o,
-                              out);
+        input_gradient_row<0>(n, x + at, dy + at, relu_ab ? relu_ab + o : nullptr,
+                              relu_ab ? relu_ab + C + o : nullptr, mean + o, A + o, B + o, D + o, out);
       } else {
         const std::size_t c = u % C;
         const float ac = A[c], bc = B[c], dc = D[c], mc = mean[c];
+        const float ra = relu_ab ? relu_ab[c] : 0.f, rb = relu_ab ? relu_ab[C + c] : 0.f;
 #pragma omp simd
         for (std::size_t i = 0; i < n; ++i) {
-          const float d = mask ? dy[at + i] * float(mask[at + i]) : dy[at + i];
-          out[i] = ac * d + bc * (ld(x[at + i]) - mc) + dc;
+          const float xv = ld(x[at + i]);
+          const float d = relu_ab ? dy[at + i] * relu_on(xv, ra, rb) : dy[at + i];
+          out[i] = ac * d + bc * (xv - mc) + dc;
         }
       }
       if (dx_bf16) host::store_bf16(tmp, dx_bf16 + at, n);
@@ -559,7 +576,8 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// Training forward: the batch mean and biased variance of each channel
 /// (sums of x - x0 and (x - x0)^2, x0 the channel's first value), then
 /// y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a; with
-/// `mask`, y = max(y, 0) and mask[i] = (y > 0); with `gelu_ab` (2C floats),
+/// `relu_ab` (2C floats), y = max(y, 0) and a, b are kept there for the
+/// backward, which recomputes the mask from them (relu_on); with `gelu_ab`,
 /// y = gelu(x * a + b) and a, b are kept there for the backward; with `sum`
 /// (no activation of its own), y = x * a + b + sum (then max(., 0) with
 /// `sum_relu`): a residual branch added in the same pass (affine_sum). With
@@ -567,9 +585,8 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// (host::store_bf16), in the same pass: the input of a bf16 convolution.
 template <class X>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
-                   float* y, float* mean, float* var, std::uint8_t* mask, Scratch& sc,
-                   float* gelu_ab = nullptr, const float* sum = nullptr, bool sum_relu = false,
-                   std::uint16_t* y_bf16 = nullptr) {
+                   float* y, float* mean, float* var, float* relu_ab, Scratch& sc, float* gelu_ab = nullptr,
+                   const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -585,6 +602,10 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     var[c] = float(v);
     scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
   }
+  if (relu_ab) {
+    std::copy(a, a + C, relu_ab);
+    std::copy(b, b + C, relu_ab + C);
+  }
   if (gelu_ab) {
     if constexpr (std::is_same_v<X, float>) {
       std::copy(a, a + C, gelu_ab);
@@ -597,12 +618,13 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     with_channels(g, [&](auto cc) { affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y, y_bf16); });
     return;
   }
-  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, mask, y_bf16); });
+  with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, relu_ab != nullptr, y_bf16); });
 }
 
 /// Backward of the training forward, given its batch statistics: with
 /// inv = 1/sqrt(var + eps), xhat = (x - mean) inv and dyr = dy (or dy where
-/// mask, with the fused ReLU; dy gelu'(x a + b) with the fused GELU, whose
+/// x a + b > 0 with the fused ReLU, whose a, b the forward kept in
+/// `relu_ab`; dy gelu'(x a + b) with the fused GELU, whose
 /// a, b the forward kept in `gelu_ab`):
 ///   dbeta = sum dyr, dgamma = inv * sum dyr (x - mean)
 ///   dx = gamma inv / m * (m dyr - dbeta - xhat dgamma)
@@ -613,13 +635,13 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
 template <class X>
 void backward(const ChannelGeom& g, double eps, const X* x, const float* dy, const float* gamma,
               const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
-              const std::uint8_t* mask, Scratch& sc, const float* gelu_ab = nullptr,
+              const float* relu_ab, Scratch& sc, const float* gelu_ab = nullptr,
               std::uint16_t* dx_bf16 = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
   with_channels(g, [&](auto cc) {
-    channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, mask, mean, sc, gelu_ab ? &gg : nullptr);
+    channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, relu_ab, mean, sc, gelu_ab ? &gg : nullptr);
   });
   if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
   const std::vector<double>& sums = sc.sums;
@@ -634,8 +656,9 @@ void backward(const ChannelGeom& g, double eps, const X* x, const float* dy, con
     B[c] = float(-a * inv * dg / m);
     D[c] = float(-a * sdy / m);
   }
-  with_channels(
-      g, [&](auto cc) { input_gradient<decltype(cc)::value>(g, x, dy, mask, mean, A, B, D, dx, dx_bf16); });
+  with_channels(g, [&](auto cc) {
+    input_gradient<decltype(cc)::value>(g, x, dy, relu_ab, mean, A, B, D, dx, dx_bf16);
+  });
 }
 
 }  // namespace bn
