@@ -8,7 +8,12 @@
 //
 //   OMP_NUM_THREADS=2 build/bench/conv_passes_bench [--reps 7] [--format nhwc|nchw] [--batch 128]
 //
-// Each figure is the median of --reps calls after 3 untimed ones.
+// Each figure is the median of --reps calls after 3 untimed ones. The op's
+// own bf16 paths run where it takes them (a mark after the bf16 figure):
+// backward_data as a forward convolution of the flipped weights (f), the
+// weight gradient in the own AMX kernel (a) or as im2col + matmul (g);
+// --onednn-backward-data and --onednn-weights turn the first two off, so
+// that two runs compare them with oneDNN's kernels.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,6 +53,12 @@ int main(int argc, char** argv) {
          "MAX_PIXELS MIN_OC: which bf16 weight gradients run as im2col + matmul (the op's default: 49 "
          "128; the op's set_gemm_weights_limits)")
       ->expected(2);
+  bool onednn_bwd_data = false, onednn_weights = false;
+  app.add_flag("--onednn-backward-data", onednn_bwd_data,
+               "bf16 backward_data in oneDNN's backward_data kernel (the op's "
+               "set_backward_data_via_forward(false))");
+  app.add_flag("--onednn-weights", onednn_weights,
+               "bf16 weight gradients without the own AMX kernel (the op's set_amx_weights(false))");
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
@@ -82,6 +93,8 @@ int main(int argc, char** argv) {
         op.set_precision(p ? ConvPrecision::BF16 : ConvPrecision::F32);
         op.set_keep_input(true);  // as in training
         if (!gemm_limits.empty()) op.set_gemm_weights_limits(gemm_limits[0], gemm_limits[1]);
+        op.set_backward_data_via_forward(!onednn_bwd_data);
+        op.set_amx_weights(!onednn_weights);
         auto median_ms = [&](auto&& f) {
           for (int i = 0; i < 3; ++i) f();
           std::vector<double> v;
@@ -99,9 +112,14 @@ int main(int argc, char** argv) {
             [&] { op.backward(dev, g, x.data(), dy.data(), w.data(), dx.data(), nullptr, nullptr); });
         t[p][2] = median_ms(
             [&] { op.backward(dev, g, x.data(), dy.data(), w.data(), nullptr, dw.data(), nullptr); });
-        if (p == 1)
-          std::printf("%-20s %8.3f -> %8.3f   %8.3f -> %8.3f   %8.3f -> %8.3f\n", s.name, t[0][0], t[1][0],
-                      t[0][1], t[1][1], t[0][2], t[1][2]);
+        if (p == 1) {
+          const char fd = op.uses_backward_data_via_forward(g) ? 'f' : ' ', fw = op.uses_amx_weights(g) ? 'a'
+                                                                                 : op.uses_gemm_weights(g)
+                                                                                     ? 'g'
+                                                                                     : ' ';
+          std::printf("%-20s %8.3f -> %8.3f   %8.3f -> %8.3f%c  %8.3f -> %8.3f%c\n", s.name, t[0][0], t[1][0],
+                      t[0][1], t[1][1], fd, t[0][2], t[1][2], fw);
+        }
       }
     }
   } catch (const Error& e) {

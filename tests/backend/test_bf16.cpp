@@ -130,6 +130,7 @@ TEST_CASE("The bf16 weight gradient of 7x7 and 3x3 images as im2col + matmul agr
     INFO(str(g));
     OpPair<ops::Conv2d, B> t;
     t.op.set_precision(ConvPrecision::BF16);
+    t.op.set_amx_weights(false);  // the own AMX kernel would take these (test_amx_wgrad.cpp)
     t.op.set_im2col_chunk_bytes(3 * hw * hw * 9 * 128 * 2);
     const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
     const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
@@ -201,6 +202,49 @@ TEST_CASE("bf16 backward_data as a forward convolution of the flipped weights ag
     CHECK(via > geoms.size() / 2);
   else
     CHECK(via == 0);
+}
+
+TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's and with the reference",
+          "[backend][onednn][conv][bf16]") {
+  // Where the CPU has AMX the op runs stride-1 NHWC weight gradients with
+  // channel counts in multiples of 16 in amx_wgrad.hpp's kernel (its own
+  // tests: test_amx_wgrad.cpp); here through the op, from the bf16 x a
+  // training forward keeps and the dy the op rounds, against the op with the
+  // kernel off (oneDNN's kernel on the same bf16 values: float order only).
+  const bool amx = backend::onednn::amx::amx_available();
+  Rng rng = Rng::stream(2025, 17);
+  const ConvGeom geoms[] = {ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 1, Padding::Same),
+                            ConvGeom::make(DataFormat::NHWC, {3, 32, 7, 5}, 16, 3, 1, Padding::Valid),
+                            ConvGeom::make(DataFormat::NHWC, {2, 16, 6, 6}, 16, 1, 1, Padding::Same),
+                            ConvGeom::make(DataFormat::NCHW, {4, 16, 8, 8}, 32, 3, 1, Padding::Same),
+                            ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit)};
+  for (const ConvGeom& g : geoms) {
+    INFO(str(g));
+    const bool eligible = amx && g.fmt == DataFormat::NHWC && g.sh == 1;
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = g.kh * g.kw * g.ic * g.oc;
+    const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
+               dy = Both::input(random_cotangent(rng, ny));
+    std::vector<float> dw_off;
+    for (bool on : {false, true}) {
+      OpPair<ops::Conv2d, B> t;
+      t.op.set_precision(ConvPrecision::BF16);
+      t.op.set_keep_input(true);
+      t.op.set_amx_weights(on);
+      Both y = Both::output(ny), dw = Both::output(nw);
+      t.both([&](auto& dev, auto& op, auto side) {
+        op.forward(dev, g, side(x), side(w), nullptr, side(y));
+        op.backward_weights(dev, g, side(x), side(dy), side(dw), nullptr);
+      });
+      CHECK(t.op.uses_amx_weights(g) == (on && eligible));
+      CHECK(dw.err() < kBf16Tolerance);
+      if (!on)
+        dw_off = dw.f;
+      else if (eligible)
+        CHECK(rel_diff(dw.f, dw_off) < 1e-5);
+      else
+        CHECK(same_bits(dw.f, dw_off));
+    }
+  }
 }
 
 TEST_CASE("The flipped weights of backward_data follow the weights' version",

@@ -1,0 +1,608 @@
+// cifarnet/backend/onednn/amx_wgrad.hpp — the bfloat16 weight gradient of a
+// stride-1 2-D convolution in NHWC on Intel AMX, in the project's own kernel:
+// dw[i][j][c][o] = sum over n, y, x of dy[n][y][x][o] * x[n][y+i-pt][x+j-pl][c]
+// (HWIO, float), from bf16 x and dy.
+//
+// Why not oneDNN's: oneDNN 2.6.3 has no AMX (brgemm) kernel for this pass. Its
+// bf16 backward_weights ran ResNet-20's 3x3 convolutions at batch 128 in 0.7 to
+// 1.1 ms on a 2-core AMX Xeon, 1.5x to 4x slower than their forward passes,
+// which do the same number of multiply-adds.
+//
+// How: one matrix product per kernel offset (i, j), dW_ij^T[c][o] = sum over
+// input pixels k of x[k][c] * dy[k - shift_ij][o], with x as the AMX A
+// operand (one row per input channel, pixels contiguous) and dy as B (pairs
+// of pixels interleaved per output channel, the VNNI layout). A block of
+// images is first copied into both layouts, into per-thread buffers that
+// stay in L2: x transposed into per-channel rows in which every image row is
+// followed by max(pl, pr) zero columns and every image by max(pt, pb) zero
+// rows, and dy spread over the same row pitch, with zeros in the columns and
+// rows that do not exist. In that layout the output pixel over input pixel k
+// at offset (i, j) is k - (i*pitch + j) for every k, and the zero gaps give
+// the padding. The shift goes to dy, not x, because a tile load that is not
+// 64-byte aligned costs about six aligned ones (measured): the x tiles load
+// at multiples of 32 pixels, and dy is copied twice, paired from even and
+// from odd pixels, so that every offset's dy tile starts on a pair row too.
+// The gaps are written once, at construction; a copy writes only the data.
+// The copies are AVX-512 (a 32-pixel by 16-channel transpose in unpack
+// steps, an interleave for dy). The products accumulate in float in AMX
+// tiles. 16 -> 16 keeps the tiles of five or four offsets in tile registers
+// over a whole block of images, all sharing each x tile; wider convolutions
+// run 2x2 tiles (32 input by 32 output channels) of one offset over 512
+// positions and store and reload them around that (a tile group switch
+// costs about 10 tile products, so the stretch is long).
+//
+// Determinism: the pixels are cut into a fixed number of chunks of whole
+// images (a function of the geometry only); each chunk is summed in a fixed
+// order into its own float partial, by whichever thread takes it, and the
+// partials are added in chunk order. The result is the same bits for any
+// thread count and on every run.
+//
+// Needs x86-64 with AMX-TILE, AMX-BF16 and AVX-512BW, and Linux's permission
+// for the tile data (amx_available() asks once). The AMX and AVX-512 code is
+// compiled for those instructions function by function (target attributes),
+// so no global -m flag is needed; elsewhere the header compiles, and
+// amx_available() is false.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/core/error.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define CIFARNET_AMX_X86 1
+#else
+#define CIFARNET_AMX_X86 0
+#endif
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace amx {
+
+#if CIFARNET_AMX_X86
+namespace detail {
+
+inline bool probe_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512 = (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);  // F, BW, VL
+  const bool tile = d >> 24 & 1, bf16 = d >> 22 & 1;
+  if (!avx512 || !tile || !bf16) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  // XCR0: SSE, AVX, opmask, ZMM upper halves, ZMM16-31, tile config, tile data.
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  const unsigned long long want = 0x6 | 0xe0 | (3ull << 17);
+  if ((xcr0 & want) != want) return false;
+  // Linux hands out the 8 KiB tile state only on request (once per process).
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// The AMX instructions as inline assembly with the tile number an immediate
+// operand, so templates can pick tiles (GCC's _tile_* macros paste the
+// number's spelling). Loads name "memory" so the copies are not moved past
+// them.
+template <int T>
+inline void tile_load(const void* p, long stride) {
+  __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm%c2|tileloadd\ttmm%c2, [%0+%1*1]}" ::"r"(p), "r"(stride),
+                   "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tile_store(void* p, long stride) {
+  __asm__ volatile("{tilestored\t%%tmm%c2, (%0,%1,1)|tilestored\t[%0+%1*1], tmm%c2}" ::"r"(p), "r"(stride),
+                   "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tile_zero() {
+  __asm__ volatile("tilezero\t%%tmm%c0" ::"i"(T));
+}
+template <int C, int A, int B>
+inline void tile_dp() {
+  __asm__ volatile("{tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0|tdpbf16ps\ttmm%c0, tmm%c1, tmm%c2}" ::"i"(C),
+                   "i"(A), "i"(B));
+}
+
+/// Every tile 16 rows of 64 bytes (palette 1).
+inline void tile_config() {
+  alignas(64) unsigned char cfg[64] = {};
+  cfg[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg[16 + 2 * t] = 64;
+    cfg[48 + t] = 16;
+  }
+  __asm__ volatile("ldtilecfg\t%0" ::"m"(cfg));
+}
+inline void tile_release() { __asm__ volatile("tilerelease" ::); }
+
+template <class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+/// f(integral_constant<int, 0>), ..., f(integral_constant<int, N-1>).
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+}  // namespace detail
+#endif
+
+/// CPUID reports AMX-TILE, AMX-BF16 and AVX-512 (F, BW, VL), the OS saves
+/// their state, and Linux granted this process the tile data. Asked once.
+inline bool amx_available() {
+#if CIFARNET_AMX_X86
+  static const bool ok = detail::probe_amx();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+/// The weight gradient of one stride-1, undilated convolution geometry (see
+/// the file comment). Owns its scratch buffers; run() may be called any
+/// number of times, not concurrently on one object.
+class WeightGrad {
+ public:
+  /// Stride 1, no dilation; ic and oc multiples of 16; any kernel size and
+  /// any padding (also asymmetric, also >= the kernel) that leaves a
+  /// non-empty output; a padded image plane below 2^24 pixels.
+  static bool supported(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc,
+                        std::size_t kh, std::size_t kw, std::size_t pt, std::size_t pl, std::size_t pb,
+                        std::size_t pr) {
+    if (n == 0 || ih == 0 || iw == 0 || kh == 0 || kw == 0 || ic == 0 || oc == 0) return false;
+    if (ic % 16 != 0 || oc % 16 != 0) return false;
+    if (ih + pt + pb < kh || iw + pl + pr < kw) return false;
+    // Indices into the per-channel rows stay well inside int range.
+    const std::size_t pitch = iw + std::max({pl, pr, kw}), rows = ih + std::max({pt, pb, kh});
+    return pitch * rows < (std::size_t(1) << 24) && ic * oc * kh * kw < (std::size_t(1) << 28);
+  }
+
+  WeightGrad(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc, std::size_t kh,
+             std::size_t kw, std::size_t pt, std::size_t pl, std::size_t pb, std::size_t pr)
+      : n_(n), ih_(ih), iw_(iw), ic_(ic), oc_(oc), kh_(kh), kw_(kw) {
+    if (!supported(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr))
+      throw BackendError("amx::WeightGrad: unsupported geometry (ic and oc must be multiples of 16)");
+    oh_ = ih + pt + pb - kh + 1;
+    ow_ = iw + pl + pr - kw + 1;
+    pitch_ = iw + std::max({pl, pr, ow_ - std::min(ow_, iw)});
+    rows_ = ih + std::max({pt, pb, oh_ - std::min(oh_, ih)});
+    plane_ = rows_ * pitch_;
+    base_ = pt * pitch_ + pl;
+    // Chunks: a fixed split of the batch (the determinism), enough of them to
+    // share among a few threads, few enough that adding the partials stays
+    // cheap next to the products (and that wider channels get blocks of 16
+    // images: measured faster than 8 at 32 -> 32).
+    const std::size_t per_partial = kh * kw * ic * oc;
+    nchunks_ = std::min<std::size_t>(n, per_partial <= 9 * 16 * 16 ? 16 : 8);
+    // Images per copied block: both copies of a block within ~640 KiB of L2.
+    const std::size_t per_image = (ic + oc) * plane_ * 2;
+    block_ = std::max<std::size_t>(1, std::min<std::size_t>((640u << 10) / per_image, max_chunk_images()));
+    reach_ = (kh - 1) * pitch_ + kw - 1;
+    kx_ = round_up(block_ * plane_ + reach_, 32);
+    // x rows: every input pixel a pixel of the block can meet, and the
+    // top-left padding of the first image.
+    xrow_ = round_up(std::max(kx_, base_ + block_ * plane_), 32);
+    if ((xrow_ / 32) % 2 == 0) xrow_ += 32;  // an odd number of cache lines between channel rows
+    pre_ = reach_ / 2 + 1;
+    dyrows_ = pre_ + kx_ / 2 + 16;
+    small_ = ic == 16 && oc == 16;
+    // Tile groups (measured on a 2-core Sapphire Rapids): 16 -> 16 keeps six
+    // offsets' tiles over the whole block; wider ones run 2x2 tiles of one
+    // offset over 512 positions.
+    ksub_ = small_ ? kx_ : 512;
+    partial_.assign(nchunks_ * per_partial, 0.0f);
+    ensure_threads(std::size_t(omp_get_max_threads()));
+  }
+
+  std::size_t chunks() const { return nchunks_; }
+
+  /// x: bf16 bits, NHWC [n][ih][iw][ic]; dy: bf16 bits, NHWC [n][oh][ow][oc];
+  /// dw: float HWIO [kh][kw][ic][oc], overwritten.
+  void run(const std::uint16_t* x, const std::uint16_t* dy, float* dw) {
+#if CIFARNET_AMX_X86
+    if (!amx_available()) throw BackendError("amx::WeightGrad: this CPU or OS offers no AMX");
+    ensure_threads(std::size_t(omp_get_max_threads()));
+    const std::size_t per_partial = kh_ * kw_ * ic_ * oc_;
+    float* const partial = nchunks_ == 1 ? dw : partial_.data();
+#pragma omp parallel
+    {
+      detail::tile_config();
+      Scratch& s = scratch_[std::size_t(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+      for (std::size_t c = 0; c < nchunks_; ++c) chunk(c, x, dy, partial + c * per_partial, s);
+      detail::tile_release();
+      if (nchunks_ > 1) {
+        // Chunk partials added in chunk order, element by element.
+        const std::size_t nt = std::size_t(omp_get_num_threads()), t = std::size_t(omp_get_thread_num());
+        const std::size_t lo = per_partial * t / nt / 16 * 16, hi = per_partial * (t + 1) / nt / 16 * 16;
+        const std::size_t end = t + 1 == nt ? per_partial : hi;
+        sum_partials(partial, lo, end, dw);
+      }
+    }
+#else
+    (void)x;
+    (void)dy;
+    (void)dw;
+    throw BackendError("amx::WeightGrad: AMX needs x86-64");
+#endif
+  }
+
+ private:
+  static std::size_t round_up(std::size_t v, std::size_t m) { return (v + m - 1) / m * m; }
+  std::size_t chunk_begin(std::size_t c) const { return n_ * c / nchunks_; }
+  std::size_t max_chunk_images() const { return (n_ + nchunks_ - 1) / nchunks_; }
+
+  // 64-byte aligned, zeroed storage.
+  struct Buffer {
+    std::uint16_t* p = nullptr;
+    std::size_t n = 0;
+    Buffer() = default;
+    explicit Buffer(std::size_t count) : n(count) {
+      p = static_cast<std::uint16_t*>(::operator new(count * 2 + 128, std::align_val_t(64)));
+      std::memset(p, 0, count * 2 + 128);
+    }
+    Buffer(Buffer&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+    Buffer& operator=(Buffer&& o) noexcept {
+      std::swap(p, o.p);
+      std::swap(n, o.n);
+      return *this;
+    }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    ~Buffer() {
+      if (p) ::operator delete(p, std::align_val_t(64));
+    }
+  };
+  struct Scratch {
+    Buffer xt;               // [ic][xrow_]: x transposed, padded layout
+    Buffer dyv[2];           // [dyrows_][oc][2]: dy, VNNI pairs over the padded layout (two pairings)
+    std::size_t images = 0;  // images the buffers hold now (the rest of the block is zero)
+  };
+
+  void ensure_threads(std::size_t nt) {
+    while (scratch_.size() < nt) {
+      Scratch s;
+      s.xt = Buffer(ic_ * xrow_);
+      s.dyv[0] = Buffer(dyrows_ * 2 * oc_);
+      s.dyv[1] = Buffer(dyrows_ * 2 * oc_);
+      scratch_.push_back(std::move(s));
+    }
+  }
+
+#if CIFARNET_AMX_X86
+  void sum_partials(const float* partial, std::size_t lo, std::size_t hi, float* dw) const {
+    const std::size_t per_partial = kh_ * kw_ * ic_ * oc_;
+    for (std::size_t e = lo; e < hi; e += 256) {
+      const std::size_t m = std::min<std::size_t>(256, hi - e);
+      float acc[256];
+      std::memcpy(acc, partial + e, m * sizeof(float));
+      for (std::size_t c = 1; c < nchunks_; ++c) {
+        const float* p = partial + c * per_partial + e;
+#pragma omp simd
+        for (std::size_t i = 0; i < m; ++i) acc[i] += p[i];
+      }
+      std::memcpy(dw + e, acc, m * sizeof(float));
+    }
+  }
+
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) void chunk(std::size_t c, const std::uint16_t* x,
+                                                                  const std::uint16_t* dy, float* part,
+                                                                  Scratch& s) const {
+    const std::size_t b0 = chunk_begin(c), b1 = chunk_begin(c + 1);
+    bool first = true;
+    for (std::size_t m0 = b0; m0 < b1; m0 += block_) {
+      const std::size_t cnt = std::min(block_, b1 - m0);
+      if (cnt < s.images) clear_tail(s, cnt);
+      copy_x(x + m0 * ih_ * iw_ * ic_, cnt, s.xt.p);
+      copy_dy(dy + m0 * oh_ * ow_ * oc_, cnt, s.dyv);
+      s.images = cnt;
+      products(s, round_up(cnt * plane_ + reach_, 32), part, first);
+      first = false;
+    }
+  }
+
+  // After a full block, a shorter one: zero the images it does not
+  // overwrite, so that stale values meet no dy and no NaN can appear.
+  void clear_tail(Scratch& s, std::size_t cnt) const {
+    const std::size_t from = cnt * plane_;
+    for (std::size_t ch = 0; ch < ic_; ++ch)
+      std::memset(s.xt.p + ch * xrow_ + base_ + from, 0, (xrow_ - base_ - from) * 2);
+    for (std::size_t e = 0; e < 2; ++e) {
+      const std::size_t row = pre_ + (from + e) / 2;
+      std::memset(s.dyv[e].p + row * 2 * oc_, 0, (dyrows_ - row) * 2 * oc_ * 2);
+    }
+  }
+
+  // [lo | hi]. (_mm512_inserti64x4 would do, but GCC 12 warns inside it,
+  // GCC bug 105593.)
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) static __m512i join(__m256i lo, __m256i hi) {
+    return _mm512_mask_broadcast_i64x4(_mm512_castsi256_si512(lo), 0xf0, hi);
+  }
+
+  // x block (cnt images, NHWC) into [ic][xrow_]: 32 pixels (in image order,
+  // across rows and images) by 16 channels at a time, transposed in
+  // registers, each channel's 32 values stored row segment by row segment.
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) void copy_x(const std::uint16_t* x, std::size_t cnt,
+                                                                   std::uint16_t* xt) const {
+    const std::size_t total = cnt * ih_ * iw_;
+    const std::size_t ic = ic_;
+    // vpermt2q indexes of the last step: 128-bit lanes [a0 b0 a2 b2] and
+    // [a1 b1 a3 b3].
+    alignas(64) const std::int64_t lane_lo[8] = {0, 1, 8, 9, 4, 5, 12, 13},
+                                   lane_hi[8] = {2, 3, 10, 11, 6, 7, 14, 15};
+    const __m512i ilo = _mm512_load_si512(lane_lo), ihi = _mm512_load_si512(lane_hi);
+    struct Seg {
+      std::ptrdiff_t dst;  // offset in a channel row of lane 0's position
+      __mmask32 mask;
+    };
+    Seg seg[32];
+    for (std::size_t p0 = 0; p0 < total; p0 += 32) {
+      const std::size_t np = std::min<std::size_t>(32, total - p0);
+      // Row segments of these pixels.
+      int nseg = 0;
+      for (std::size_t p = p0; p < p0 + np;) {
+        const std::size_t m = p / (ih_ * iw_), rem = p % (ih_ * iw_), r = rem / iw_, col = rem % iw_;
+        const std::size_t len = std::min(iw_ - col, p0 + np - p), lane = p - p0;
+        const std::size_t pos = base_ + m * plane_ + r * pitch_ + col;
+        seg[nseg].dst = std::ptrdiff_t(pos) - std::ptrdiff_t(lane);
+        seg[nseg].mask = __mmask32(((1ull << len) - 1) << lane);
+        ++nseg;
+        p += len;
+      }
+      const std::uint16_t* src = x + p0 * ic;
+      for (std::size_t cb = 0; cb < ic; cb += 16) {
+        __m512i v[16];
+        if (np == 32) {
+#pragma GCC unroll 16
+          for (int q = 0; q < 16; ++q) {
+            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q * ic + cb));
+            const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (q + 16) * ic + cb));
+            v[q] = join(lo, hi);
+          }
+        } else {
+          for (int q = 0; q < 16; ++q) {
+            const __m256i lo = std::size_t(q) < np
+                                   ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q * ic + cb))
+                                   : _mm256_setzero_si256();
+            const __m256i hi =
+                std::size_t(q + 16) < np
+                    ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (q + 16) * ic + cb))
+                    : _mm256_setzero_si256();
+            v[q] = join(lo, hi);
+          }
+        }
+        // v[q] lane l: pixel q + 16*(l>>4), channel l&15. Each step trades
+        // a bit of the register number for a bit of the lane number (the
+        // 16-, 32- and 64-bit unpacks rotate the lane bits below as well);
+        // after the four, v[q] lane l is pixel l of channel chan[q].
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; q += 2) {
+          const __m512i a = v[q], h = v[q + 1];
+          v[q] = _mm512_unpacklo_epi16(a, h);
+          v[q + 1] = _mm512_unpackhi_epi16(a, h);
+        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; ++q) {
+          if (q & 2) continue;
+          const __m512i a = v[q], h = v[q + 2];
+          v[q] = _mm512_mask_unpacklo_epi32(a, 0xffff, a, h);  // (mask forms: GCC bug 105593)
+          v[q + 2] = _mm512_mask_unpackhi_epi32(a, 0xffff, a, h);
+        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; ++q) {
+          if (q & 4) continue;
+          const __m512i a = v[q], h = v[q + 4];
+          v[q] = _mm512_mask_unpacklo_epi64(a, 0xff, a, h);
+          v[q + 4] = _mm512_mask_unpackhi_epi64(a, 0xff, a, h);
+        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 8; ++q) {
+          const __m512i a = v[q], h = v[q + 8];
+          v[q] = _mm512_permutex2var_epi64(a, ilo, h);
+          v[q + 8] = _mm512_permutex2var_epi64(a, ihi, h);
+        }
+#pragma GCC unroll 16
+        for (int q = 0; q < 16; ++q) {
+          // Register bits 0..3 hold channel bits 2, 1, 0, 3.
+          const int ch = (q >> 2 & 1) | (q >> 1 & 1) << 1 | (q & 1) << 2 | (q & 8);
+          std::uint16_t* row = xt + (cb + std::size_t(ch)) * xrow_;
+          for (int k = 0; k < nseg; ++k) _mm512_mask_storeu_epi16(row + seg[k].dst, seg[k].mask, v[q]);
+        }
+      }
+    }
+  }
+
+  // dy block (cnt images, NHWC) into VNNI pairs over the padded layout,
+  // pixel (m, y, x) at k = m*plane + y*pitch + x, twice: in copy e, pair row
+  // pre + (k + e)/2 holds k in lane (k + e) % 2, so that a pair row starts at
+  // every position, even or odd.
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) void copy_dy(const std::uint16_t* dy, std::size_t cnt,
+                                                                    Buffer* dyv) const {
+    const std::size_t oc = oc_, ow = ow_;
+    alignas(64) std::uint16_t inter[32], inter1[32];
+    for (int l = 0; l < 32; ++l) {
+      inter[l] = std::uint16_t((l & 1) ? 32 + l / 2 : l / 2);
+      inter1[l] = std::uint16_t((l & 1) ? 16 + l / 2 : l / 2);
+    }
+    const __m512i idx = _mm512_load_si512(inter), idx1 = _mm512_load_si512(inter1);
+    for (std::size_t m = 0; m < cnt; ++m)
+      for (std::size_t y = 0; y < oh_; ++y)
+        for (std::size_t e = 0; e < 2; ++e) {
+          const std::uint16_t* row = dy + ((m * oh_ + y) * ow) * oc;
+          const std::size_t q0 = m * plane_ + y * pitch_ + e;        // position of x = 0, shifted by e
+          std::uint16_t* out = dyv[e].p + (pre_ + q0 / 2) * 2 * oc;  // its pair row
+          std::size_t x = 0;
+          if (q0 % 2 == 1) {
+            // x = 0 alone in lane 1 (lane 0 is a gap or the row before's).
+            for (std::size_t ob = 0; ob < oc; ob += 16) {
+              const __m512i a =
+                  _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + ob)));
+              _mm512_mask_storeu_epi16(out + 2 * ob, 0xaaaaaaaau, _mm512_permutex2var_epi16(a, idx, a));
+            }
+            out += 2 * oc;
+            x = 1;
+          }
+          if (oc == 16) {
+            for (; x + 1 < ow; x += 2, out += 32)
+              _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx1, _mm512_loadu_si512(row + x * 16)));
+          } else {
+            for (; x + 1 < ow; x += 2, out += 2 * oc) {
+              const std::uint16_t* pa = row + x * oc;
+              for (std::size_t ob = 0; ob < oc; ob += 16) {
+                const __m512i a =
+                    _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + ob)));
+                const __m512i b = _mm512_castsi256_si512(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + oc + ob)));
+                _mm512_storeu_si512(out + 2 * ob, _mm512_permutex2var_epi16(a, idx, b));
+              }
+            }
+          }
+          if (x < ow) {
+            // The last pixel alone in lane 0.
+            const std::uint16_t* pa = row + x * oc;
+            for (std::size_t ob = 0; ob < oc; ob += 16) {
+              const __m512i a =
+                  _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + ob)));
+              _mm512_mask_storeu_epi16(out + 2 * ob, 0x55555555u, _mm512_permutex2var_epi16(a, idx, a));
+            }
+          }
+        }
+  }
+
+  // The products of one copied block (input positions [0, kx), a multiple
+  // of 32) added into the chunk's partial (zeroed tiles when `first`).
+  void products(const Scratch& s, std::size_t kx, float* part, bool first) const {
+    const std::size_t nshift = kh_ * kw_;
+    const std::size_t ma = ic_ / 16, mb = oc_ / 16;
+    for (std::size_t k0 = 0; k0 < kx; k0 += ksub_) {
+      const std::size_t k1 = std::min(kx, k0 + ksub_);
+      const bool zero = first && k0 == 0;
+      if (small_) {
+        for (std::size_t a = 0; a < ma; ++a)
+          for (std::size_t b = 0; b < mb; ++b)
+            for (std::size_t s0 = 0; s0 < nshift;) {
+              const std::size_t ngroups = (nshift - s0 + 5) / 6;
+              const std::size_t ns = (nshift - s0 + ngroups - 1) / ngroups;
+              using Group = void (WeightGrad::*)(const Scratch&, std::size_t, std::size_t, std::size_t,
+                                                 std::size_t, std::size_t, float*, bool) const;
+              static constexpr Group by_offsets[6] = {
+                  &WeightGrad::group<1, 1, 1>, &WeightGrad::group<1, 1, 2>, &WeightGrad::group<1, 1, 3>,
+                  &WeightGrad::group<1, 1, 4>, &WeightGrad::group<1, 1, 5>, &WeightGrad::group<1, 1, 6>};
+              (this->*by_offsets[std::min<std::size_t>(ns, 6) - 1])(s, k0, k1, s0, a, b, part, zero);
+              s0 += ns;
+            }
+      } else {
+        for (std::size_t b = 0; b < mb; b += 2)
+          for (std::size_t a = 0; a < ma; a += 2) {
+            const int na = a + 1 < ma ? 2 : 1, nb = b + 1 < mb ? 2 : 1;
+            for (std::size_t sh = 0; sh < nshift; ++sh) {
+              if (na == 2 && nb == 2)
+                group<2, 2, 1>(s, k0, k1, sh, a, b, part, zero);
+              else if (na == 2)
+                group<2, 1, 1>(s, k0, k1, sh, a, b, part, zero);
+              else if (nb == 2)
+                group<1, 2, 1>(s, k0, k1, sh, a, b, part, zero);
+              else
+                group<1, 1, 1>(s, k0, k1, sh, a, b, part, zero);
+            }
+          }
+      }
+    }
+  }
+
+  // C tiles for offsets s0..s0+NS-1, input-channel blocks a..a+NA-1 and
+  // output-channel blocks b..b+NB-1, over input positions [k0, k1): the x
+  // tile at input position k meets the dy pairs that start at k - offset.
+  // Tiles: C first, then NA for x, then NB for dy. Every tile load is
+  // 64-byte aligned (a misaligned one costs several times more).
+  template <int NA, int NB, int NS>
+  void group(const Scratch& s, std::size_t k0, std::size_t k1, std::size_t s0, std::size_t a, std::size_t b,
+             float* part, bool zero) const {
+    using detail::static_for;
+    constexpr int kA = NS * NA * NB, kB = kA + NA;
+    static_assert(kB + NB <= 8, "eight tiles");
+    const long cstride = long(oc_ * 4), xstride = long(xrow_ * 2), dstride = long(oc_ * 4);
+    const std::size_t slice = ic_ * oc_;
+    // B for offset q at position k: dyb[q] + k * oc (the pair row
+    // pre + (k - off + e)/2, e = off % 2, of copy e).
+    const std::uint16_t* dyb[NS];
+    float* cp[NS];
+    for (int q = 0; q < NS; ++q) {
+      const std::size_t sh = s0 + std::size_t(q), i = sh / kw_, j = sh % kw_, off = i * pitch_ + j,
+                        e = off % 2;
+      dyb[q] = s.dyv[e].p + (pre_ * 2 - off + e) * oc_ + b * 32;
+      cp[q] = part + sh * slice + a * 16 * oc_ + b * 16;
+    }
+    static_for<NS>([&](auto q) {
+      static_for<NA>([&](auto u) {
+        static_for<NB>([&](auto v) {
+          constexpr int t = (decltype(q)::value * NA + decltype(u)::value) * NB + decltype(v)::value;
+          if (zero)
+            detail::tile_zero<t>();
+          else
+            detail::tile_load<t>(
+                cp[decltype(q)::value] + decltype(u)::value * 16 * oc_ + decltype(v)::value * 16, cstride);
+        });
+      });
+    });
+    const std::uint16_t* xa = s.xt.p + a * 16 * xrow_;
+    for (std::size_t k = k0; k < k1; k += 32) {
+      static_for<NA>([&](auto u) {
+        detail::tile_load<kA + decltype(u)::value>(xa + decltype(u)::value * 16 * xrow_ + k, xstride);
+      });
+      static_for<NS>([&](auto q) {
+        static_for<NB>([&](auto v) {
+          detail::tile_load<kB + decltype(v)::value>(
+              dyb[decltype(q)::value] + k * oc_ + decltype(v)::value * 32, dstride);
+        });
+        static_for<NA>([&](auto u) {
+          static_for<NB>([&](auto v) {
+            constexpr int t = (decltype(q)::value * NA + decltype(u)::value) * NB + decltype(v)::value;
+            detail::tile_dp<t, kA + decltype(u)::value, kB + decltype(v)::value>();
+          });
+        });
+      });
+    }
+    static_for<NS>([&](auto q) {
+      static_for<NA>([&](auto u) {
+        static_for<NB>([&](auto v) {
+          constexpr int t = (decltype(q)::value * NA + decltype(u)::value) * NB + decltype(v)::value;
+          detail::tile_store<t>(
+              cp[decltype(q)::value] + decltype(u)::value * 16 * oc_ + decltype(v)::value * 16, cstride);
+        });
+      });
+    });
+  }
+#endif
+
+  std::size_t n_, ih_, iw_, ic_, oc_, kh_, kw_;
+  std::size_t oh_ = 0, ow_ = 0, pitch_ = 0, rows_ = 0, plane_ = 0, base_ = 0;
+  std::size_t nchunks_ = 1, block_ = 1, reach_ = 0, kx_ = 32, xrow_ = 0, pre_ = 1, dyrows_ = 0;
+  bool small_ = false;
+  std::size_t ksub_ = 128;  // input positions per pass of a 2x2 group
+  std::vector<float> partial_;
+  std::vector<Scratch> scratch_;
+};
+
+}  // namespace amx
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet

@@ -1,0 +1,209 @@
+// The AMX weight gradient of stride-1 convolutions
+// (backend/onednn/amx_wgrad.hpp) against the same sums in double on the same
+// bf16 values, at toy geometries (padding 0, 1 and uneven, 1x1 and 3x3
+// kernels, non-square images, 16 to 64 channels, batches of 1 to 20 whose
+// chunks and blocks come out uneven) and at ResNet-20's three 3x3 stride-1
+// geometries at batch 128; and its bits, which must not depend on the
+// number of OpenMP threads nor change from run to run. On a CPU or OS
+// without AMX every case prints "SKIPPED: ..." and ctest reports it as
+// skipped (tests/backend/CMakeLists.txt).
+//
+// The error bound: the products of two bf16 values are exact in float, and
+// the kernel adds the K terms of an output (K = the output's pixel count) in
+// float, in tiles, chunk partials and their sum, so no term passes through
+// more than K roundings of relative size 2^-24: |err| <= K * 2^-24 * sum|terms|
+// (the usual recursive-summation bound, in its first-order form, which holds
+// for K * 2^-24 << 1). Where the data have random signs that bound is loose
+// against a lost share of the terms (it changes the sum by about sqrt(K)
+// terms), so the large cases use non-negative data, where every term counts
+// in full: a missed chunk (1/16 of the terms) or a wrong offset (a border
+// row or column, >= 1/32 of them) moves an output by more than 3 % of
+// sum|terms|, far above K * 2^-24 (0.8 % at 131,072 terms). Checked when the
+// kernel was written: shifting one offset by a pixel, or skipping a chunk,
+// fails both kinds of case.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cifarnet/backend/host/bf16.hpp>
+#include <cifarnet/backend/onednn/amx_wgrad.hpp>
+
+namespace amx = cifarnet::backend::onednn::amx;
+using cifarnet::backend::host::bf16_bits;
+using cifarnet::backend::host::bf16_to_float;
+
+namespace {
+
+struct Geom {
+  std::size_t n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr;
+  std::size_t oh() const { return ih + pt + pb - kh + 1; }
+  std::size_t ow() const { return iw + pl + pr - kw + 1; }
+  std::string name() const {
+    std::ostringstream s;
+    s << "n" << n << " " << ih << "x" << iw << " " << ic << "->" << oc << " k" << kh << "x" << kw << " pad "
+      << pt << "/" << pl << "/" << pb << "/" << pr;
+    return s.str();
+  }
+};
+
+bool skip_without_amx() {
+  if (amx::amx_available()) return false;
+  WARN("SKIPPED: no AMX here (CPUID has no AMX-TILE/AMX-BF16/AVX-512BW, or Linux refused the tile data)");
+  return true;
+}
+
+// bf16 bits of random values: signed ones in [-1, 1], or non-negative ones
+// in [0, 1]; steps of 1/64 (exact in bf16, no denormal products).
+std::vector<std::uint16_t> random_bf16(std::size_t count, bool non_negative, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(non_negative ? 0 : -64, 64);
+  std::vector<std::uint16_t> v(count);
+  for (auto& b : v) b = bf16_bits(float(d(rng)) / 64.0f);
+  return v;
+}
+
+struct Reference {
+  std::vector<double> sum, abs;  // HWIO
+};
+
+// The double sums, and the sums of |terms|, of every output.
+Reference reference(const Geom& g, const std::vector<std::uint16_t>& x,
+                    const std::vector<std::uint16_t>& dy) {
+  const std::size_t oh = g.oh(), ow = g.ow();
+  std::vector<double> xf(x.size()), df(dy.size());
+  for (std::size_t i = 0; i < x.size(); ++i) xf[i] = bf16_to_float(x[i]);
+  for (std::size_t i = 0; i < dy.size(); ++i) df[i] = bf16_to_float(dy[i]);
+  Reference r{std::vector<double>(g.kh * g.kw * g.ic * g.oc), std::vector<double>(g.kh * g.kw * g.ic * g.oc)};
+  for (std::size_t n = 0; n < g.n; ++n)
+    for (std::size_t y = 0; y < oh; ++y)
+      for (std::size_t xo = 0; xo < ow; ++xo) {
+        const double* d = &df[((n * oh + y) * ow + xo) * g.oc];
+        for (std::size_t i = 0; i < g.kh; ++i) {
+          const long yi = long(y + i) - long(g.pt);
+          if (yi < 0 || yi >= long(g.ih)) continue;
+          for (std::size_t j = 0; j < g.kw; ++j) {
+            const long xi = long(xo + j) - long(g.pl);
+            if (xi < 0 || xi >= long(g.iw)) continue;
+            const double* xs = &xf[((n * g.ih + std::size_t(yi)) * g.iw + std::size_t(xi)) * g.ic];
+            for (std::size_t c = 0; c < g.ic; ++c) {
+              double* s = &r.sum[((i * g.kw + j) * g.ic + c) * g.oc];
+              double* a = &r.abs[((i * g.kw + j) * g.ic + c) * g.oc];
+              for (std::size_t o = 0; o < g.oc; ++o) {
+                s[o] += xs[c] * d[o];
+                a[o] += std::fabs(xs[c] * d[o]);
+              }
+            }
+          }
+        }
+      }
+  return r;
+}
+
+// Runs the kernel on random data and compares with the reference; returns
+// dw.
+std::vector<float> check_against_reference(const Geom& g, bool non_negative, unsigned seed) {
+  INFO(g.name() << (non_negative ? ", non-negative data" : ", signed data"));
+  REQUIRE(amx::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr));
+  const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, non_negative, seed);
+  const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, non_negative, seed + 1);
+  amx::WeightGrad wg(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr);
+  std::vector<float> dw(g.kh * g.kw * g.ic * g.oc, -7.0f);  // overwritten
+  wg.run(x.data(), dy.data(), dw.data());
+  const Reference r = reference(g, x, dy);
+  const double terms = double(g.n * g.oh() * g.ow());
+  const double rel = terms * std::ldexp(1.0, -24);
+  std::size_t bad = 0, first_bad = 0;
+  double worst = 0;
+  for (std::size_t e = 0; e < dw.size(); ++e) {
+    const double err = std::fabs(double(dw[e]) - r.sum[e]), bound = rel * r.abs[e];
+    if (!(err <= bound)) {
+      if (bad++ == 0) first_bad = e;
+    }
+    if (r.abs[e] > 0) worst = std::max(worst, err / r.abs[e]);
+  }
+  INFO("worst |err| / sum|terms| " << worst << ", bound " << rel);
+  INFO("first output out of bounds: " << first_bad << " = " << dw[first_bad] << ", double "
+                                      << r.sum[first_bad]);
+  CHECK(bad == 0);
+  return dw;
+}
+
+std::vector<float> run_with_threads(const Geom& g, int threads, const std::vector<std::uint16_t>& x,
+                                    const std::vector<std::uint16_t>& dy, int runs) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  amx::WeightGrad wg(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr);
+  std::vector<float> dw(g.kh * g.kw * g.ic * g.oc), again(dw.size());
+  wg.run(x.data(), dy.data(), dw.data());
+  for (int r = 1; r < runs; ++r) {
+    wg.run(x.data(), dy.data(), again.data());
+    CHECK(std::memcmp(dw.data(), again.data(), dw.size() * sizeof(float)) == 0);
+  }
+  omp_set_num_threads(before);
+  return dw;
+}
+
+const Geom kResnet[] = {{128, 32, 32, 16, 16, 3, 3, 1, 1, 1, 1},
+                        {128, 16, 16, 32, 32, 3, 3, 1, 1, 1, 1},
+                        {128, 8, 8, 64, 64, 3, 3, 1, 1, 1, 1}};
+
+}  // namespace
+
+TEST_CASE("amx weight gradient supports stride-1 geometries with channels in multiples of 16", "[amx]") {
+  CHECK(amx::WeightGrad::supported(128, 32, 32, 16, 16, 3, 3, 1, 1, 1, 1));
+  CHECK(amx::WeightGrad::supported(2, 5, 7, 48, 32, 1, 1, 0, 0, 0, 0));
+  CHECK_FALSE(amx::WeightGrad::supported(128, 32, 32, 3, 16, 3, 3, 1, 1, 1, 1));   // 3 input channels
+  CHECK_FALSE(amx::WeightGrad::supported(128, 32, 32, 16, 24, 3, 3, 1, 1, 1, 1));  // 24 output channels
+  CHECK_FALSE(amx::WeightGrad::supported(1, 2, 2, 16, 16, 5, 5, 1, 1, 1, 1));      // no output pixel
+  CHECK_THROWS_AS(amx::WeightGrad(1, 4, 4, 8, 16, 3, 3, 1, 1, 1, 1), cifarnet::BackendError);
+}
+
+TEST_CASE("amx weight gradient agrees with double sums at toy geometries", "[amx]") {
+  if (skip_without_amx()) return;
+  const Geom toys[] = {
+      {2, 5, 7, 16, 16, 3, 3, 1, 1, 1, 1},  {3, 6, 4, 32, 48, 3, 3, 0, 0, 0, 0},
+      {1, 9, 9, 64, 16, 1, 1, 0, 0, 0, 0},  {2, 8, 8, 16, 32, 3, 3, 1, 1, 1, 1},
+      {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1},  {2, 5, 5, 16, 16, 3, 3, 2, 0, 1, 2},
+      {1, 3, 11, 32, 16, 3, 1, 1, 0, 1, 0}, {2, 6, 6, 16, 64, 1, 3, 0, 1, 0, 1},
+      {3, 4, 4, 64, 64, 3, 3, 1, 1, 1, 1},  {20, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1},
+      {20, 4, 4, 32, 16, 3, 3, 1, 1, 1, 1}, {1, 1, 1, 16, 16, 1, 1, 0, 0, 0, 0},
+      {2, 2, 3, 16, 16, 3, 3, 2, 2, 2, 2},
+  };
+  unsigned seed = 11;
+  for (const Geom& g : toys) {
+    check_against_reference(g, false, seed += 2);
+    check_against_reference(g, true, seed += 2);
+  }
+}
+
+TEST_CASE("amx weight gradient agrees with double sums at the ResNet-20 geometries at batch 128", "[amx]") {
+  if (skip_without_amx()) return;
+  unsigned seed = 101;
+  for (const Geom& g : kResnet) check_against_reference(g, true, seed += 2);
+}
+
+TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on every run", "[amx]") {
+  if (skip_without_amx()) return;
+  const Geom cases[] = {
+      kResnet[0], kResnet[2], {20, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1}, {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1}};
+  unsigned seed = 201;
+  for (const Geom& g : cases) {
+    INFO(g.name());
+    const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);
+    const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, false, seed += 2);
+    const auto one = run_with_threads(g, 1, x, dy, 2);
+    const auto two = run_with_threads(g, 2, x, dy, 3);
+    const auto three = run_with_threads(g, 3, x, dy, 2);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+  }
+}
