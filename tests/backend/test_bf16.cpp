@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -278,6 +280,35 @@ TEST_CASE("The flipped weights of backward_data follow the weights' version",
   op.set_weights_version(2);                // ... under a new version
   op.backward_data(dev, g, dy.data(), w.data(), dx.data());
   CHECK(same_bits(dx, fresh(w2)));
+}
+
+TEST_CASE("store_bf16 rounds every length and offset as bf16_bits does (normal values, NaN, infinities)",
+          "[backend][bf16]") {
+  // The AVX512-BF16 path converts eight floats a load plus a masked tail;
+  // every element of every length up to 41 at every start offset up to 7
+  // must round like the integer rounding, ties to even included.
+  Rng rng = Rng::stream(2025, 18);
+  std::vector<float> v = random_vec(rng, 64);
+  v[3] = 1.0f + 0x1p-8f;      // a tie: rounds to even (1.0)
+  v[9] = 1.0f + 3 * 0x1p-8f;  // a tie: rounds up to even
+  v[17] = std::numeric_limits<float>::infinity();
+  v[20] = -std::numeric_limits<float>::infinity();
+  v[26] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t off = 0; off < 8; ++off)
+    for (std::size_t n = 1; n <= 41; ++n) {
+      INFO("offset " << off << ", length " << n);
+      std::vector<std::uint16_t> out(n + 2, 0xABCD);
+      backend::host::store_bf16(v.data() + off, out.data() + 1, n);
+      CHECK(out[0] == 0xABCD);
+      CHECK(out[n + 1] == 0xABCD);  // nothing written past the end
+      for (std::size_t i = 0; i < n; ++i) {
+        const float f = v[off + i];
+        if (std::isnan(f))
+          CHECK(std::isnan(backend::host::bf16_to_float(out[i + 1])));
+        else
+          CHECK(out[i + 1] == backend::host::bf16_bits(f));
+      }
+    }
 }
 
 TEST_CASE("The joint backward and the x kept by a training forward give the separate passes' bits",
