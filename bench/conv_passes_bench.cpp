@@ -127,8 +127,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "bf16 backward_weights stays fp32 for strided convolutions and inputs of < 8 channels (the op's "
-      "rule);\n"
-      "its bf16 column there is fp32 plus the rounding of dy for backward_data.\n");
+      "bf16 backward_weights stays fp32 for inputs of < 8 channels, and for strided convolutions unless "
+      "oneDNN runs bf16 on AMX (here: %s; the op's rule);\n"
+      "its bf16 column there is fp32 plus the rounding of dy for backward_data.\n",
+      backend::onednn::cpu_has_amx_convolutions() ? "yes" : "no");
   return 0;
 }

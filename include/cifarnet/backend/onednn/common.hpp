@@ -389,6 +389,14 @@ inline bool cpu_has_bf16_convolutions() {
   return (isa & core) == core;  // the ISA values are feature bit sets
 }
 
+/// Whether oneDNN runs its bf16 convolutions on AMX here (its kernels differ
+/// by ISA, and with them which passes pay in bf16: ops::Conv2d).
+inline bool cpu_has_amx_convolutions() {
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()),
+                 amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+  return (isa & amx) == amx;
+}
+
 }  // namespace onednn
 }  // namespace backend
 
