@@ -201,6 +201,48 @@ TEST_CASE("A second device drops the primitives built for the first and still co
   CHECK(y == std::vector<float>{0.f, 2.f, 0.f, 4.f});
 }
 
+TEST_CASE(
+    "Average pooling over windows that do not overlap runs the own NHWC loops, the reference's float sums",
+    "[backend][onednn][pool]") {
+  // onednn/avg_pool_kernels.hpp: no oneDNN primitive is built; y is each
+  // window's row-major float sum divided by its size, dx is dy / size inside
+  // a window and 0 in the rows and columns no window covers.
+  Device<B> dev;
+  Rng rng = Rng::stream(7, 6);
+  const ConvGeom geoms[] = {ConvGeom::make(DataFormat::NHWC, {3, 16, 8, 9}, 16, 2, 2, Padding::Valid),
+                            ConvGeom::make(DataFormat::NHWC, {2, 5, 7, 8}, 5, 3, 3, Padding::Valid),
+                            ConvGeom::make(DataFormat::NHWC, {4, 64, 8, 8}, 64, 8, 8, Padding::Valid)};
+  for (const ConvGeom& g : geoms) {
+    INFO(str(g));
+    REQUIRE(backend::onednn::avg_pool::handles(g));
+    ops::Pool2d<B, float> op;
+    const std::size_t ny = g.n * g.ic * g.oh * g.ow, C = g.ic;
+    const auto x = random_vec(rng, g.in_shape().size()), dy = random_cotangent(rng, ny);
+    auto y = poisoned(ny), dx = poisoned(x.size());
+    op.forward(dev, g, PoolKind::Avg, true, x.data(), y.data());
+    op.backward(dev, g, PoolKind::Avg, x.data(), y.data(), dy.data(), dx.data());
+    CHECK(op.primitive_builds() == 0);
+    const float count = float(g.kh * g.kw);
+    std::vector<float> ey(ny), edx(x.size(), 0.f);
+    for (std::size_t n = 0; n < g.n; ++n)
+      for (std::size_t oy = 0; oy < g.oh; ++oy)
+        for (std::size_t ox = 0; ox < g.ow; ++ox)
+          for (std::size_t c = 0; c < C; ++c) {
+            const std::size_t o = ((n * g.oh + oy) * g.ow + ox) * C + c;
+            float sum = 0.f;
+            for (std::size_t ky = 0; ky < g.kh; ++ky)
+              for (std::size_t kx = 0; kx < g.kw; ++kx) {
+                const std::size_t i = ((n * g.ih + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C + c;
+                sum += x[i];
+                edx[i] = dy[o] / count;
+              }
+            ey[o] = sum / count;
+          }
+    CHECK(same_bits(y, ey));
+    CHECK(same_bits(dx, edx));
+  }
+}
+
 TEST_CASE("Max pooling backward rebuilds its workspace when no training forward saw this x",
           "[backend][onednn][pool]") {
   Device<B> dev;

@@ -16,7 +16,9 @@
 // Max pooling over NHWC data with windows that do not overlap and no padding
 // (airbench's pools) runs in the project's own loops instead
 // (onednn/max_pool_kernels.hpp: one byte of argmax per output, a backward
-// that writes dx once), with the same rule for its argmax.
+// that writes dx once), with the same rule for its argmax; so does average
+// pooling over those geometries (onednn/avg_pool_kernels.hpp: ResNet's
+// shortcut pools).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cifarnet/backend/onednn/avg_pool_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/max_pool_kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -53,6 +56,10 @@ struct Pool2d<backend::OneDnn, float> {
       on::max_pool::forward(g, x, y, a);
       return;
     }
+    if (kind == PoolKind::Avg && on::avg_pool::handles(g)) {
+      on::avg_pool::forward(g, x, y);
+      return;
+    }
     on::guarded(op, [&] {
       state(dev, g, kind).forward(cache_, dev, training, x, y);
       dev.stream.wait();
@@ -76,6 +83,10 @@ struct Pool2d<backend::OneDnn, float> {
         argmax_src_ = x;
       }
       on::max_pool::backward(g, argmax_.data(), dy, dx);
+      return;
+    }
+    if (kind == PoolKind::Avg && on::avg_pool::handles(g)) {
+      on::avg_pool::backward(g, dy, dx);
       return;
     }
     on::guarded(op, [&] {

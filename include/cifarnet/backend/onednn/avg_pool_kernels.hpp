@@ -1,0 +1,87 @@
+// cifarnet/backend/onednn/avg_pool_kernels.hpp — average pooling over NHWC
+// float data with windows that do not overlap and no padding (the geometries
+// max_pool::handles takes), in the project's own OpenMP loops, used by the
+// oneDNN backend's Pool2d: ResNet's 2×2/2 shortcut pools.
+//
+// Why not oneDNN's primitive there: oneDNN 2.6's NHWC average pooling ran
+// far below the memory rate on ResNet-20's 16- and 32-channel maps (on a
+// 2-core AMX Xeon, batch 128: backward 1.07 ms over a 128×32×32×16 dx, 10
+// bytes per element in and out, about 10 GB/s; docs/BENCHMARKS.md). Without
+// overlap every input element belongs to at most one window, so the backward
+// writes each element of dx once (dy / count, or 0 outside every window),
+// with no zeroing pass; vectorized over channels.
+//
+// Semantics as the reference backend's, in float: a window's values summed
+// in row-major order, then divided by the window's size (no padding here, so
+// the count is kh·kw); the backward spreads dy / count.
+#pragma once
+
+#include <omp.h>
+
+#include <cstddef>
+
+#include "cifarnet/backend/onednn/max_pool_kernels.hpp"
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace avg_pool {
+
+/// Whether these kernels handle g (max_pool::handles' geometries).
+inline bool handles(const ConvGeom& g) { return max_pool::handles(g); }
+
+/// y = the mean of each window. Parallel over output rows.
+inline void forward(const ConvGeom& g, const float* x, float* y) {
+  const std::size_t C = g.ic;
+  const float count = float(g.kh * g.kw);
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t n = std::size_t(r) / g.oh, oy = std::size_t(r) % g.oh;
+    for (std::size_t ox = 0; ox < g.ow; ++ox) {
+      float* __restrict yo = y + (std::size_t(r) * g.ow + ox) * C;
+      for (std::size_t c = 0; c < C; ++c) yo[c] = 0.f;
+      for (std::size_t ky = 0; ky < g.kh; ++ky)
+        for (std::size_t kx = 0; kx < g.kw; ++kx) {
+          const float* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
+#pragma omp simd
+          for (std::size_t c = 0; c < C; ++c) yo[c] += xi[c];
+        }
+#pragma omp simd
+      for (std::size_t c = 0; c < C; ++c) yo[c] /= count;
+    }
+  }
+}
+
+/// dx from dy: each input element in a window gets that window's dy / count,
+/// 0 outside every window; dx is written once per element. Parallel over
+/// input rows.
+inline void backward(const ConvGeom& g, const float* dy, float* dx) {
+  const std::size_t C = g.ic;
+  const float count = float(g.kh * g.kw);
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const std::size_t n = std::size_t(r) / g.ih, iy = std::size_t(r) % g.ih;
+    const std::size_t oy = iy / g.sh, ky = iy % g.sh;
+    const bool row_in = oy < g.oh && ky < g.kh;
+    float* __restrict dxr = dx + std::size_t(r) * g.iw * C;
+    for (std::size_t ix = 0; ix < g.iw; ++ix) {
+      float* __restrict d = dxr + ix * C;
+      const std::size_t ox = ix / g.sw, kx = ix % g.sw;
+      if (!row_in || ox >= g.ow || kx >= g.kw) {
+        for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
+        continue;
+      }
+      const float* __restrict dyo = dy + ((n * g.oh + oy) * g.ow + ox) * C;
+#pragma omp simd
+      for (std::size_t c = 0; c < C; ++c) d[c] = dyo[c] / count;
+    }
+  }
+}
+
+}  // namespace avg_pool
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet
