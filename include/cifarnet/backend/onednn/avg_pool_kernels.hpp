@@ -60,25 +60,15 @@ inline void forward(const ConvGeom& g, const float* x, float* y) {
 inline void backward(const ConvGeom& g, const float* dy, float* dx) {
   const std::size_t C = g.ic;
   const float count = float(g.kh * g.kw);
-  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
-    const std::size_t n = std::size_t(r) / g.ih, iy = std::size_t(r) % g.ih;
-    const std::size_t oy = iy / g.sh, ky = iy % g.sh;
-    const bool row_in = oy < g.oh && ky < g.kh;
-    float* __restrict dxr = dx + std::size_t(r) * g.iw * C;
-    for (std::size_t ix = 0; ix < g.iw; ++ix) {
-      float* __restrict d = dxr + ix * C;
-      const std::size_t ox = ix / g.sw, kx = ix % g.sw;
-      if (!row_in || ox >= g.ow || kx >= g.kw) {
-        for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
-        continue;
-      }
-      const float* __restrict dyo = dy + ((n * g.oh + oy) * g.ow + ox) * C;
-#pragma omp simd
-      for (std::size_t c = 0; c < C; ++c) d[c] = dyo[c] / count;
+  max_pool::each_input_pixel(g, dx, [&](float* __restrict d, std::size_t o, std::size_t) {
+    if (o == max_pool::kOutside) {
+      for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
+      return;
     }
-  }
+    const float* __restrict dyo = dy + o;
+#pragma omp simd
+    for (std::size_t c = 0; c < C; ++c) d[c] = dyo[c] / count;
+  });
 }
 
 }  // namespace avg_pool

@@ -72,10 +72,13 @@ inline void forward(const ConvGeom& g, const float* x, float* y, std::uint8_t* a
   }
 }
 
-/// dx from dy: each input element gets dy of its window's output where it is
-/// that window's argmax, 0 elsewhere (also outside every window). dx is
-/// written once per element. Parallel over input rows.
-inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, float* dx) {
+/// f(d, o, k) for each input pixel of g, in parallel over input rows: d its
+/// C values in dx, o the offset of its window's output (kOutside when no
+/// window covers it: f then zeroes d) and k its position in that window
+/// (ky kw + kx). The backward passes of these kernels write dx through it.
+inline constexpr std::size_t kOutside = ~std::size_t(0);
+template <class F>
+inline void each_input_pixel(const ConvGeom& g, float* dx, F&& f) {
   const std::size_t C = g.ic;
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
 #pragma omp parallel for schedule(static)
@@ -83,22 +86,31 @@ inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float*
     const std::size_t n = std::size_t(r) / g.ih, iy = std::size_t(r) % g.ih;
     const std::size_t oy = iy / g.sh, ky = iy % g.sh;
     const bool row_in = oy < g.oh && ky < g.kh;
-    float* __restrict dxr = dx + std::size_t(r) * g.iw * C;
+    float* dxr = dx + std::size_t(r) * g.iw * C;
     for (std::size_t ix = 0; ix < g.iw; ++ix) {
-      float* __restrict d = dxr + ix * C;
       const std::size_t ox = ix / g.sw, kx = ix % g.sw;
-      if (!row_in || ox >= g.ow || kx >= g.kw) {
-        for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
-        continue;
-      }
-      const std::size_t o = ((n * g.oh + oy) * g.ow + ox) * C;
-      const float* __restrict dyo = dy + o;
-      const std::uint8_t* __restrict ao = argmax + o;
-      const auto k = std::uint8_t(ky * g.kw + kx);
-#pragma omp simd
-      for (std::size_t c = 0; c < C; ++c) d[c] = ao[c] == k ? dyo[c] : 0.f;
+      const bool in = row_in && ox < g.ow && kx < g.kw;
+      f(dxr + ix * C, in ? ((n * g.oh + oy) * g.ow + ox) * C : kOutside, std::size_t(ky * g.kw + kx));
     }
   }
+}
+
+/// dx from dy: each input element gets dy of its window's output where it is
+/// that window's argmax, 0 elsewhere (also outside every window). dx is
+/// written once per element. Parallel over input rows.
+inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, float* dx) {
+  const std::size_t C = g.ic;
+  each_input_pixel(g, dx, [&](float* __restrict d, std::size_t o, std::size_t pos) {
+    if (o == kOutside) {
+      for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
+      return;
+    }
+    const float* __restrict dyo = dy + o;
+    const std::uint8_t* __restrict ao = argmax + o;
+    const auto k = std::uint8_t(pos);
+#pragma omp simd
+    for (std::size_t c = 0; c < C; ++c) d[c] = ao[c] == k ? dyo[c] : 0.f;
+  });
 }
 
 }  // namespace max_pool
