@@ -38,7 +38,8 @@
 // AMX: its bf16 kernels are slower than float there (measured on Zen 4,
 // batch 128: 3.3-4.5x on ResNet's two stride-2 3x3 convolutions, 1.3x on
 // the 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
-// stride-2 ones took 0.70 and 0.95 ms in bf16 against 1.07 and 1.07 in float.
+// stride-2 ones took 0.64 and 0.87 ms in bf16 (with the rounding of dy)
+// against 0.89 and 0.91 in float (docs/BENCHMARKS.md, 2026-11-27 11:28).
 // On images of at most 7x7 pixels with 128 or more output channels (NHWC,
 // stride 1, no bias), the bf16 weight gradient is a oneDNN bf16 matmul
 // over an im2col copy instead: dw[(kh, kw, ic), oc] = col(x)ᵀ · dy, the
@@ -51,20 +52,20 @@
 // 14.5 ms (docs/BENCHMARKS.md). Float accumulation in both.
 // Where the CPU has AMX, a bf16 weight gradient (NHWC, stride 1, no bias,
 // channel counts multiples of 16) runs in the project's own AMX kernel
-// (amx_wgrad.hpp) instead of either: on a 2-core AMX Xeon, batch 128, from
-// bf16 x and dy, ResNet-20's 3x3 at 16, 32 and 64 channels took 0.44, 0.36
-// and 0.37 ms against oneDNN's 1.0, 0.64 and 1.05 ms, and airbench's 256 ->
-// 256 at 7x7 5.96 ms against the im2col + matmul's 6.44 (docs/BENCHMARKS.md).
+// (amx_wgrad.hpp) instead of either: on a 2-core AMX Xeon, batch 128,
+// ResNet-20's 3x3 at 16, 32 and 64 channels took 0.65, 0.48 and 0.46 ms
+// against oneDNN's 0.99, 0.61 and 1.07 ms (both with the rounding of a float
+// dy; docs/BENCHMARKS.md, 2026-11-27 11:28).
 // A bf16 backward_data of a stride-1 convolution runs as oneDNN's bf16
 // forward convolution of dy with the weights flipped in space and
 // transposed (in and out channels swapped) and the padding K - 1 - p of each
 // side: the same sum of the same bf16 products, in another float order.
 // oneDNN 2.6's forward kernels are brgemm ones on AMX, its backward_data
 // kernels are not: on a 2-core AMX Xeon, batch 128, ResNet-20's 16 -> 16
-// 3x3 at 32x32 took 0.86 ms as backward_data and 0.65 ms as forward, 64 ->
-// 64 at 8x8 0.49 and 0.29 ms; the ResNet-20 bf16 step went from 78 to 74 ms
-// (docs/BENCHMARKS.md). The flipped float copy is remade when the weights'
-// buffer or Parameters::version changes, then reordered like the weights.
+// 3x3 at 32x32 took 0.79 ms as backward_data and 0.69 ms as forward, 64 ->
+// 64 at 8x8 0.39 and 0.30 ms (docs/BENCHMARKS.md, 2026-11-27 11:28). The
+// flipped float copy is remade when the weights' buffer or
+// Parameters::version changes, then reordered like the weights.
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
@@ -452,11 +453,11 @@ struct Conv2d<backend::OneDnn, float> {
     dnnl::memory mm_col, mm_dy, mm_dw;
     std::size_t dw_chunk = 0;  // images per chunk (divides the batch)
     bool dw_gemm_tried = false;
-    // The flipped weights of FwdAsBwd: the caller's w (at w_version) they
-    // were made from, the float buffer and its memory.
     // The own AMX weight gradient (amx_weights), decided once.
     std::unique_ptr<backend::onednn::amx::WeightGrad> amx_dw;
     bool amx_dw_tried = false;
+    // The flipped weights of FwdAsBwd: the float buffer and its memory, and
+    // the caller's w (at flip_version) they were made from.
     std::vector<float> w_flip;
     dnnl::memory w_flip_user;
     const float* flip_of = nullptr;
