@@ -123,6 +123,7 @@ struct BatchNorm2d : LayerBase {
       } else {
         infer(rc, x, cp.value(mmean_), cp.value(mvar_));
       }
+      skip_float_once_ = false;  // for this forward only, whichever path it took
       return y_;
     }
 
@@ -139,6 +140,7 @@ struct BatchNorm2d : LayerBase {
         x_ = nullptr;
         x_bf16_ = x;
         if (!train_sum(rc, x)) train_with_copy(rc, x);
+        skip_float_once_ = false;
         update_moving(rc, double(s.n * s.h * s.w));
       } else {
         (void)x, (void)s, (void)rc;
@@ -213,6 +215,14 @@ struct BatchNorm2d : LayerBase {
       }
     }
 
+    /// The next training forward may write its output only as the bf16 copy
+    /// (RunContext::bf16_of) when it writes one, leaving y_ stale: for a
+    /// next layer that reads nothing else (Sequential asks it first,
+    /// ConvBatchNorm::reads_only_bf16_input). Reset by that forward.
+    void skip_float_output_once() { skip_float_once_ = true; }
+    /// Training forwards that wrote only the bf16 copy (tests).
+    std::size_t float_outputs_skipped() const { return float_outputs_skipped_; }
+
     /// Arena ids of gamma, beta, moving_mean, moving_variance (for folding).
     std::array<std::size_t, 4> param_ids() const { return {gamma_, beta_, mmean_, mvar_}; }
     double epsilon() const { return eps_; }
@@ -240,12 +250,17 @@ struct BatchNorm2d : LayerBase {
     }
     // The training forward of x (float, or bfloat16 bits) into y_, with the
     // fused ReLU (if any) and a bf16 copy of y_ for a bf16 convolution after it.
+    // After skip_float_output_once(), only the bf16 copy when the op can
+    // write it alone: y_ then keeps stale values (its size is right).
     template <class X>
     void train_with_copy(RunContext<B, T>& rc, const X* x) {
       const Parameters<T>& cp = *rc.params;
       std::uint16_t* yb = copy_target(rc);
-      op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(),
-                        mean_.data(), var_.data(), Relu, yb);
+      const bool skip =
+          std::exchange(skip_float_once_, false) && yb && decltype(op_)::writes_bf16_only(geom_);
+      float_outputs_skipped_ += skip;
+      op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                        skip ? nullptr : y_.data(), mean_.data(), var_.data(), Relu, yb);
       publish_copy(rc, y_.data(), yb);
     }
     // Where the training forward also writes its output as bf16, or nullptr:
@@ -322,6 +337,8 @@ struct BatchNorm2d : LayerBase {
     const std::uint16_t* x_bf16_ = nullptr;  // forward_bf16's x (then x_ is null)
     std::vector<std::uint16_t> y_bits_;      // copy_target's buffer (host backends only)
     bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
+    bool skip_float_once_ = false;           // skip_float_output_once, for the next forward
+    std::size_t float_outputs_skipped_ = 0;
   };
 };
 

@@ -82,6 +82,23 @@ struct Conv2d : LayerBase {
       }
     }
 
+    /// Whether a training forward_bf16 of a batch of `n` given its producer's
+    /// bf16 copy of x (RunContext::bf16_of), and the backward after it, read
+    /// x only through that copy: the bf16-output kernel exists and the
+    /// weight gradient (if any) reads the kept bf16 copy too. The producer
+    /// may then skip its float output (Sequential, ConvBatchNorm).
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (backend_traits<B>::bf16_gradients && backend_traits<B>::bf16_convolutions && !Bias) {
+        if (!rc.training()) return false;
+        ConvGeom g = geom_;
+        g.n = n;
+        return op_.has_bf16_dst(*rc.device, g) &&
+               (!wants_grads(rc) || op_.bf16_weights_gradient(*rc.device, g));
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
+
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const bool grads = wants_grads(rc), down = this->need_dx(rc);
       if constexpr (backend_traits<B>::joint_conv_backward) {

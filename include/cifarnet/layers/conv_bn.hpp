@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cifarnet/layers/batch_norm.hpp"
@@ -89,6 +90,9 @@ struct ConvBatchNorm : LayerBase {
       // bf16 convolutions: the convolution writes its output as bf16 and the
       // batch norm reads those bits, forward and backward (half the bytes of
       // a float output; the rounding bf16 training has anyway).
+      if (std::exchange(expect_copy_, false) && rc.input_bf16_of != x.data())
+        throw ConfigError("layer '" + conv_name_ +
+                          "': its input's float values were skipped for a bf16 copy that is not there");
       const std::uint16_t* lp = nullptr;
       const Tensor<T>& a =
           detail::profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
@@ -128,6 +132,37 @@ struct ConvBatchNorm : LayerBase {
       return detail::profiled(rc.profiler, conv_name_, "conv", true,
                               [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
     }
+
+    // The float output skipped between two ConvBatchNorm in a Sequential
+    // (nn/sequential.hpp): where the later one reads its input only through
+    // the earlier one's bf16 copy (reads_only_bf16_input), the earlier one's
+    // batch norm writes that copy alone (skip_float_output_once): 4 of the
+    // 10 bytes per element its forward moves. The pair is fixed by the
+    // types, and the later layer checks the copy is there (it throws, not
+    // reads a stale float tensor, if it is not).
+    static constexpr bool bf16_output_handover = true;
+    /// Whether this layer's next training forward of a batch of `n` reads
+    /// its input only through the previous layer's bf16 copy.
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (backend_traits<B>::bf16_gradients)
+        return bn_.backward_bf16_ready(rc) && conv_.reads_only_bf16_input(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    /// Let the next training forward write its output only as its bf16 copy.
+    void skip_float_output_once() {
+      if constexpr (backend_traits<B>::bf16_gradients) bn_.skip_float_output_once();
+    }
+    /// Training forwards that wrote only the bf16 copy (tests).
+    std::size_t float_outputs_skipped() const {
+      if constexpr (backend_traits<B>::bf16_gradients)
+        return bn_.float_outputs_skipped();
+      else
+        return 0;
+    }
+    /// Before a training forward whose input's producer may have skipped its
+    /// float output: throw unless the bf16 copy of that input is offered.
+    void require_bf16_input() { expect_copy_ = true; }
 
     /// How many backward passes handed the batch norm's dx to the
     /// convolution as bf16, and how many training forwards had the
@@ -178,6 +213,7 @@ struct ConvBatchNorm : LayerBase {
     std::vector<T> folded_w_, folded_b_;
     std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
     std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0;
+    bool expect_copy_ = false;  // require_bf16_input, for the next forward
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

@@ -128,6 +128,13 @@ struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-
                                shortcut_outputs_channels<-1>> {
   static constexpr bool ok = true;
 };
+/// Whether a node takes part in the bf16 output hand-over between neighbours
+/// in a Sequential (a static bf16_output_handover, ConvBatchNorm's).
+template <class N, class = void>
+struct HasBf16OutputHandover : std::false_type {};
+template <class N>
+struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
+    : std::bool_constant<N::bf16_output_handover> {};
 /// "No parameter id": a container built without an arena never reports
 /// gradients as final before the end of backward.
 inline constexpr std::size_t kNoParam = ~std::size_t(0);
@@ -256,15 +263,33 @@ struct Sequential : LayerBase {
     }
     // Children in order; a residual sum offered to this container goes to
     // the last child only (RunContext::sum_out).
+    // Two neighbours that both declare bf16_output_handover (ConvBatchNorm):
+    // when the later one will read its input only through the earlier one's
+    // bf16 copy, the earlier one writes that copy alone (layers/conv_bn.hpp);
+    // the later one then insists on the copy.
     template <std::size_t... I>
     const Tensor<T>& forward_each(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
       const Tensor<T>* cur = &x;
       bool first = true;
       const detail::SumOffer<T> sum = detail::take_sum(rc);
       ((detail::enter_child(rc, *cur, first), detail::offer_sum(rc, sum, I + 1 == sizeof...(Ls)),
-        cur = &run_child<I, Ls>(*cur, rc, false)),
+        skip_float_output<I>(*cur, rc), cur = &run_child<I, Ls>(*cur, rc, false)),
        ...);
       return *cur;
+    }
+    template <std::size_t I>
+    void skip_float_output(const Tensor<T>& in, RunContext<B, T>& rc) {
+      if constexpr (I + 1 < sizeof...(Ls)) {
+        using L = std::tuple_element_t<I, std::tuple<Ls...>>;
+        using N = std::tuple_element_t<I + 1, std::tuple<Ls...>>;
+        if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
+                      detail::HasBf16OutputHandover<node_t<N, B, T>>::value) {
+          if (rc.training() && std::get<I + 1>(nodes_).reads_only_bf16_input(rc, in.shape()[0])) {
+            std::get<I>(nodes_).skip_float_output_once();
+            std::get<I + 1>(nodes_).require_bf16_input();
+          }
+        }
+      }
     }
     template <std::size_t I>
     const Tensor<T>& backward_from(const Tensor<T>& dy, RunContext<B, T>& rc) {

@@ -75,6 +75,11 @@ struct BatchNorm<backend::OneDnn, float> {
                   nullptr, false, y_bf16);
   }
 
+  /// Whether forward_train with a y_bf16 can leave y out (y == nullptr: the
+  /// bf16 copy alone, for a next layer that reads nothing else; no residual
+  /// sum): NHWC at ResNet's and airbench's channel counts.
+  static bool writes_bf16_only(const ChannelGeom& g) { return backend::onednn::bn::bf16_only(g); }
+
   /// Whether a bf16 copy of y (y_bf16 above) can feed a bf16 convolution on
   /// this CPU (oneDNN has bf16 convolution kernels here).
   static bool bf16_copies_useful() { return backend::onednn::cpu_has_bf16_convolutions(); }
@@ -190,7 +195,12 @@ struct BatchNorm<backend::OneDnn, float> {
     on::check_geometry(g, op);
     if (!std::is_same_v<X, float> && act == BnActivation::Gelu)
       throw ConfigError(detail::concat(op, ": the fused GELU takes float x only (", on::describe(g), ")"));
-    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {y, "y"}, {mean, "mean"}, {var, "var"}});
+    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
+    if (!y && !(y_bf16 && !sum && act != BnActivation::Gelu && writes_bf16_only(g)))
+      throw ConfigError(detail::concat(op,
+                                       ": y is null, and only a bf16 copy of an NHWC output of 16, 32, 64 "
+                                       "or 256 channels without a residual sum may stand alone (",
+                                       on::describe(g), ")"));
     (void)dev;
     float* m = nullptr;
     float* ab = nullptr;

@@ -365,8 +365,10 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
-      affine_row<CC>(C, x + r * C, ac, bc, y + r * C, relu);
-      if (yb) host::store_bf16(y + r * C, yb + r * C, CC);
+      float row[CC];  // y == nullptr: the row only on its way to yb (bf16_only)
+      float* yr = y ? y + r * C : row;
+      affine_row<CC>(C, x + r * C, ac, bc, yr, relu);
+      if (yb) host::store_bf16(yr, yb + r * C, CC);
     });
     return;
   }
@@ -550,6 +552,12 @@ inline void affine_gelu(const ChannelGeom& g, const float* x, const float* a, co
       gelu::value_plane(len, x + base, a[c], b[c], y + base);
     }
   }
+}
+
+/// Whether affine() and forward_train() can write the bf16 copy alone (y ==
+/// nullptr with y_bf16): the NHWC channel counts with_channels specialises.
+inline bool bf16_only(const ChannelGeom& g) {
+  return g.fmt == DataFormat::NHWC && (g.c == 16 || g.c == 32 || g.c == 64 || g.c == 256);
 }
 
 /// f(std::integral_constant<std::size_t, C>) with C = the channel count when

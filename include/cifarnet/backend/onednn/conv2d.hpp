@@ -225,6 +225,17 @@ struct Conv2d<backend::OneDnn, float> {
     on::guarded(op, [&] { ok = state(dev, g).forward_lp_dst(cache_, dev.engine) != nullptr; });
     return ok;
   }
+  /// Whether a weight gradient of `g` reads x in bf16 (the copy a training
+  /// forward keeps), so that forward_bf16_dst given a caller's bf16 copy of
+  /// x and the backward after it never read the float x.
+  bool bf16_weights_gradient(Dev& dev, const ConvGeom& g) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d bf16_weights_gradient";
+    on::check_geometry(g, op, false);
+    bool ok = false;
+    on::guarded(op, [&] { ok = state(dev, g).bf16_dw; });
+    return ok;
+  }
   /// forward() without bias or ReLU writing y as bfloat16 bits: the kernel
   /// rounds its float sums once, as a float y rounded to bf16 would be (the
   /// input of a batch norm that reads bf16, ConvBatchNorm). Needs
