@@ -65,6 +65,26 @@ std::vector<float> channel_input(Rng& rng, const ChannelGeom& g, const std::vect
     CHECK((out).err() < kTolerance); \
   } while (0)
 
+namespace {
+// BatchNorm's backward on both sides with the batch statistics the backend's
+// forward returned (rounded to float for both), against the reference.
+template <class Pair>
+void expect_bn_backward_agrees(Pair& t, const ChannelGeom& g, double eps, const Both& x, const Both& dy,
+                               const Both& gamma, const Both& mean, const Both& var) {
+  const std::size_t nx = g.size(), c = g.c;
+  const Both batch_mean = Both::input({mean.d.begin(), mean.d.end()}),
+             batch_var = Both::input({var.d.begin(), var.d.end()});
+  Both dx = Both::output(nx), dgamma = Both::output(c), dbeta = Both::output(c);
+  t.both([&](auto& dev, auto& op, auto side) {
+    op.backward(dev, g, eps, side(x), side(dy), side(gamma), side(batch_mean), side(batch_var), side(dx),
+                side(dgamma), side(dbeta));
+  });
+  EXPECT_AGREES(dx);
+  EXPECT_AGREES(dgamma);
+  EXPECT_AGREES(dbeta);
+}
+}  // namespace
+
 TEMPLATE_TEST_CASE("Conv2d forward and both backward passes agree with the reference in double",
                    "[backend][agreement][conv]", CIFARNET_BACKENDS_UNDER_TEST) {
   SKIP_UNLESS_RUNNABLE();
@@ -175,16 +195,7 @@ TEMPLATE_TEST_CASE(
       EXPECT_AGREES(y_infer);
 
       // Backward with the batch statistics, rounded to float for both sides.
-      const Both batch_mean = Both::input({mean.d.begin(), mean.d.end()}),
-                 batch_var = Both::input({var.d.begin(), var.d.end()});
-      Both dx = Both::output(nx), dgamma = Both::output(c), dbeta = Both::output(c);
-      t.both([&](auto& dev, auto& op, auto side) {
-        op.backward(dev, g, eps, side(x), side(dy), side(gamma), side(batch_mean), side(batch_var), side(dx),
-                    side(dgamma), side(dbeta));
-      });
-      EXPECT_AGREES(dx);
-      EXPECT_AGREES(dgamma);
-      EXPECT_AGREES(dbeta);
+      expect_bn_backward_agrees(t, g, eps, x, dy, gamma, mean, var);
     }
 }
 
@@ -215,16 +226,7 @@ TEMPLATE_TEST_CASE(
     EXPECT_AGREES(y);
     EXPECT_AGREES(mean);
     EXPECT_AGREES(var);
-    const Both batch_mean = Both::input({mean.d.begin(), mean.d.end()}),
-               batch_var = Both::input({var.d.begin(), var.d.end()});
-    Both dx = Both::output(nx), dgamma = Both::output(c), dbeta = Both::output(c);
-    t.both([&](auto& dev, auto& op, auto side) {
-      op.backward(dev, g, 1e-3, side(x), side(dy), side(gamma), side(batch_mean), side(batch_var), side(dx),
-                  side(dgamma), side(dbeta));
-    });
-    EXPECT_AGREES(dx);
-    EXPECT_AGREES(dgamma);
-    EXPECT_AGREES(dbeta);
+    expect_bn_backward_agrees(t, g, 1e-3, x, dy, gamma, mean, var);
   }
 }
 

@@ -385,24 +385,26 @@ TEST_CASE("Pooling windows and the outputs covering an input agree with brute fo
             if (n + p + q < k) continue;
             const int n_out = (n + p + q - k) / s + 1;
             INFO("n=" << n << " k=" << k << " s=" << s << " pads " << p << "," << q);
+            const auto in_window = [&](int o, int i) { return o * s - p <= i && i < o * s - p + k; };
+            // [lo, hi) must be exactly the j < count with member(j) (and, with
+            // `sized`, hold no more positions than that).
+            const auto expect_range = [](int lo, int hi, int count, bool sized, auto&& member) {
+              std::set<int> want, got;
+              for (int j = 0; j < count; ++j)
+                if (member(j)) want.insert(j);
+              for (int j = lo; j < hi; ++j) got.insert(j);
+              CHECK(got == want);
+              if (sized) CHECK(hi - lo == int(want.size()));
+            };
             for (int o = 0; o < n_out; ++o) {
               int lo = 0, hi = 0;
               cu::shared::pool_window(o, s, p, k, n, lo, hi);
-              std::set<int> want, got;
-              for (int i = 0; i < n; ++i)
-                if (o * s - p <= i && i < o * s - p + k) want.insert(i);
-              for (int i = lo; i < hi; ++i) got.insert(i);
-              CHECK(got == want);
-              CHECK(hi - lo == int(want.size()));
+              expect_range(lo, hi, n, true, [&](int i) { return in_window(o, i); });
             }
             for (int i = 0; i < n; ++i) {
               int lo = 0, hi = 0;
               cu::shared::pool_covering(i, s, p, k, n_out, lo, hi);
-              std::set<int> want, got;
-              for (int o = 0; o < n_out; ++o)
-                if (o * s - p <= i && i < o * s - p + k) want.insert(o);
-              for (int o = lo; o < hi; ++o) got.insert(o);
-              CHECK(got == want);
+              expect_range(lo, hi, n_out, false, [&](int o) { return in_window(o, i); });
             }
             ++checked;
           }
