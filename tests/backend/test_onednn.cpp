@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include <cifarnet/backend/host/bf16.hpp>
+#include <cifarnet/backend/host/mask_bits.hpp>
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference/conv2d.hpp>
 #include <cifarnet/backend/reference/lrn.hpp>
@@ -558,6 +560,80 @@ TEST_CASE("BatchNorm's fused ReLU backward needs the training forward of the sam
     CHECK(y[i] >= 0.f);              // the fused ReLU
     CHECK_FALSE(std::isnan(dx[i]));  // every element written
   }
+}
+
+TEST_CASE("The residual sum's ReLU mask as bits: batch norm writes y > 0, add_masked_bits equals add_masked",
+          "[backend][onednn][batchnorm][eltwise]") {
+  // positive_bits on the values where a mask could go wrong: -0, the
+  // smallest denormal, NaN of both signs, infinities.
+  const float denorm = std::numeric_limits<float>::denorm_min(),
+              nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special{0.f, -0.f, denorm, -denorm, nan,  -nan, inf,    -inf,
+                                   1.f, -1.f, 1e-30f, -1e-30f, 2.5f, 0.f,  denorm, 3.f};
+  std::uint16_t expect = 0;
+  for (int l = 0; l < 16; ++l)
+    expect = std::uint16_t(expect | (special[std::size_t(l)] > 0.f ? 1u << l : 0u));
+  CHECK(backend::host::positive_bits(special.data()) == expect);
+
+  Device<B> dev;
+  Rng rng = Rng::stream(7, 31);
+  ops::BatchNorm<B, float> bn_op;
+  ops::Eltwise<B, float> add_op;
+  for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64), std::size_t(256)}) {
+    INFO(c << " channels");
+    const ChannelGeom g{DataFormat::NHWC, 3, c, 5, 6};
+    const std::size_t n = g.size();
+    const auto x = random_vec(rng, n), gamma = random_vec(rng, c), beta = random_vec(rng, c);
+    auto r = random_vec(rng, n);
+    r[5] = nan;  // a NaN sum: no bit, as the float mask
+    r[6] = inf;
+    auto y = poisoned(n), mean = poisoned(c), var = poisoned(c);
+    std::vector<std::uint16_t> bits(n / 16, 0xdead);
+    REQUIRE(ops::BatchNorm<B, float>::writes_sum_mask(g));
+    bn_op.forward_train_sum(dev, g, 1e-3, x.data(), gamma.data(), beta.data(), r.data(), true, y.data(),
+                            mean.data(), var.data(), nullptr, bits.data());
+    std::size_t on = 0, wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool bit = (bits[i / 16] >> (i % 16)) & 1u;
+      on += bit;
+      wrong += bit != (y[i] > 0.f);
+    }
+    CHECK(wrong == 0);
+    CHECK(on > n / 4);
+    CHECK(on < n);
+    // The same values as without the bits.
+    auto y0 = poisoned(n);
+    bn_op.forward_train_sum(dev, g, 1e-3, x.data(), gamma.data(), beta.data(), r.data(), true, y0.data(),
+                            mean.data(), var.data());
+    CHECK(same_bits(y, y0));
+    // The gradient sum through the mask: bits against the float mask, out of place and in place.
+    const auto a = random_cotangent(rng, n), b = random_cotangent(rng, n);
+    auto out_bits = poisoned(n), out_float = poisoned(n), in_a = a, in_b = b;
+    add_op.add_masked_bits(dev, n, a.data(), b.data(), bits.data(), out_bits.data());
+    add_op.add_masked(dev, n, a.data(), b.data(), y.data(), out_float.data());
+    CHECK(same_bits(out_bits, out_float));
+    add_op.add_masked_bits(dev, n, in_a.data(), b.data(), bits.data(), in_a.data());
+    add_op.add_masked_bits(dev, n, a.data(), in_b.data(), bits.data(), in_b.data());
+    CHECK(same_bits(in_a, out_float));
+    CHECK(same_bits(in_b, out_float));
+  }
+  // Refused: no ReLU, a layout or channel count without the bits, a count that is no multiple of 16.
+  const ChannelGeom nchw{DataFormat::NCHW, 2, 16, 4, 4}, odd{DataFormat::NHWC, 2, 24, 4, 4};
+  std::vector<float> v(nchw.size(), 1.f), st(32, 1.f);
+  std::vector<std::uint16_t> bits(nchw.size() / 16);
+  for (const ChannelGeom& geom : {nchw, odd}) {
+    std::vector<float> buf(geom.size(), 1.f);
+    std::vector<std::uint16_t> m((geom.size() + 15) / 16);
+    CHECK_THROWS_AS(bn_op.forward_train_sum(dev, geom, 1e-3, buf.data(), st.data(), st.data(), buf.data(),
+                                            true, buf.data(), st.data(), st.data(), nullptr, m.data()),
+                    ConfigError);
+  }
+  const ChannelGeom ok{DataFormat::NHWC, 2, 16, 4, 4};
+  CHECK_THROWS_WITH(bn_op.forward_train_sum(dev, ok, 1e-3, v.data(), st.data(), st.data(), v.data(), false,
+                                            v.data(), st.data(), st.data(), nullptr, bits.data()),
+                    Catch::Contains("needs the sum's ReLU"));
+  CHECK_THROWS_WITH(add_op.add_masked_bits(dev, 17, v.data(), v.data(), bits.data(), v.data()),
+                    Catch::Contains("not a multiple"));
 }
 
 TEST_CASE("The fused ReLU's mask recomputed in BatchNorm's backward is the forward's (y > 0), bit for bit",

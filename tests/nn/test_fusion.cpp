@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "copy_parameters.hpp"
 #include "nn/fusion_compare.hpp"
@@ -141,6 +142,47 @@ TEST_CASE("A residual sum added by the body's last batch norm equals the block's
     check_fused_sum<Residual<Sequential<CBN>, Identity, FusedRelu>,
                     Residual<Sequential<CBN, Identity>, Identity, FusedRelu>>(
         NetOptions().with_conv_precision(ConvPrecision::BF16));
+  }
+}
+
+TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch norm wrote with its sum",
+          "[nn][fusion][residual]") {
+  // ResNet's chain on oneDNN: each block's last batch norm adds the shortcut
+  // and applies the ReLU in its normalising pass and writes the mask y > 0
+  // as bits (NHWC, 16 channels); the next block's backward sum reads the
+  // bits instead of y. The same bits as a chain an Identity breaks (there the
+  // second block masks nothing and the first applies its own mask pass).
+  using Block = Residual<Sequential<ConvBatchNorm<16, 16, 3>>, Identity, FusedRelu>;
+  for (const NetOptions& opts : {NetOptions(), NetOptions().with_conv_precision(ConvPrecision::BF16)}) {
+    INFO("bf16 convolutions " << (opts.conv_precision == ConvPrecision::BF16));
+    Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, opts, 3,
+                                                                    /*input_gradient=*/true);
+    Model<Sequential<Block, Identity, Block, Identity, Block>, backend::OneDnn> broken(
+        {16, 6, 5}, DataFormat::NHWC, opts, 3, /*input_gradient=*/true);
+    copy_parameters(chained, broken, /*same_names=*/false);
+    Rng rng(11);
+    Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, DataFormat::NHWC);
+    for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
+    for (int step = 0; step < 2; ++step) {
+      const Tensor<float> y = chained.forward(x, Mode::Train);
+      CHECK(y == broken.forward(x, Mode::Train));
+      CHECK_FALSE(std::get<0>(chained.root().children()).masks_from_bits());
+      CHECK(std::get<1>(chained.root().children()).masks_from_bits());
+      CHECK(std::get<2>(chained.root().children()).masks_from_bits());
+      CHECK_FALSE(std::get<2>(broken.root().children()).masks_input_gradient());
+      Tensor<float> dy = y;
+      for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
+      const Tensor<float> dx1 = chained.backward(dy);
+      const Tensor<float> dx2 = broken.backward(dy);
+      const auto &g1 = chained.parameters().grads(), &g2 = broken.parameters().grads();
+      REQUIRE(g1.size() == g2.size());
+      for (Eigen::Index i = 0; i < g1.size(); ++i) REQUIRE(g1[i] == g2[i]);
+      REQUIRE(dx1.size() == x.size());
+      REQUIRE(dx1.size() == dx2.size());
+      CHECK(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)) == 0);
+    }
+    chained.forward(x, Mode::Infer);  // inference: no bits
+    CHECK_FALSE(std::get<1>(chained.root().children()).masks_from_bits());
   }
 }
 

@@ -48,6 +48,12 @@ struct Cuda {
 ///   fused_sum           ops::BatchNorm has forward_train_sum(...): a residual
 ///                       branch added (and ReLU'd) in the normalising pass
 ///                       (nn/sequential.hpp, Residual; layers/conv_bn.hpp)
+///   sum_mask_bits       ops::BatchNorm::forward_train_sum takes a trailing
+///                       `std::uint16_t* relu_mask` (the sum's ReLU mask as
+///                       bits, where its writes_sum_mask(g)) and ops::Eltwise
+///                       has add_masked_bits(...) reading it: the next
+///                       residual block's gradient sum reads 1 bit an element
+///                       instead of the float output (nn/sequential.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -73,6 +79,7 @@ struct backend_traits {
   static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
   static constexpr bool fused_sum = false;
+  static constexpr bool sum_mask_bits = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -87,6 +94,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool joint_conv_backward = true;
   static constexpr bool bf16_gradients = true;
   static constexpr bool fused_sum = true;
+  static constexpr bool sum_mask_bits = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -101,6 +109,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
   static constexpr bool fused_sum = false;
+  static constexpr bool sum_mask_bits = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

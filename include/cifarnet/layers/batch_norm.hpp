@@ -238,8 +238,18 @@ struct BatchNorm2d : LayerBase {
         if (!rc.sum_out || rc.cross_replica || rc.sum_n != geom_.size()) return false;
         const Parameters<T>& cp = *rc.params;
         std::uint16_t* yb = copy_target(rc);
-        op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), rc.sum_shortcut,
-                              rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb);
+        if constexpr (backend_traits<B>::sum_mask_bits) {
+          // The sum's ReLU mask as bits too, where the block asked and the op can.
+          std::uint16_t* mask =
+              rc.sum_mask && rc.sum_relu && decltype(op_)::writes_sum_mask(geom_) ? rc.sum_mask : nullptr;
+          op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                                rc.sum_shortcut, rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb,
+                                mask);
+          rc.sum_mask_done = mask != nullptr;
+        } else {
+          op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                                rc.sum_shortcut, rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb);
+        }
         rc.sum_done = true;
         publish_copy(rc, rc.sum_out, yb);
         return true;

@@ -183,6 +183,15 @@ struct RunContext {
   std::size_t sum_n = 0;
   bool sum_relu = false;
   bool sum_done = false;
+  /// With the offer, where its ReLU's mask may go as bits (backends with
+  /// sum_mask_bits; host/mask_bits.hpp): the layer that takes the offer
+  /// writes them when it can and sets `sum_mask_done`. Forward, a block
+  /// whose output has such bits names them (`relu_mask`, for the output at
+  /// `relu_mask_of`), for the next block's gradient sum (Residual).
+  std::uint16_t* sum_mask = nullptr;
+  bool sum_mask_done = false;
+  const void* relu_mask_of = nullptr;
+  const std::uint16_t* relu_mask = nullptr;
   /// A bfloat16 copy of the tensor a layer just wrote (`bf16_of`: its
   /// elements, `bf16_bits`: the copy, written in the same pass), for a bf16
   /// convolution that reads that tensor next; the containers turn it into

@@ -169,13 +169,15 @@ struct SumOffer {
   T* out = nullptr;
   std::size_t n = 0;
   bool relu = false;
+  std::uint16_t* mask = nullptr;  // RunContext::sum_mask
 };
 template <class B, class T>
 SumOffer<T> take_sum(RunContext<B, T>& rc) {
-  SumOffer<T> o{rc.sum_shortcut, rc.sum_out, rc.sum_n, rc.sum_relu};
+  SumOffer<T> o{rc.sum_shortcut, rc.sum_out, rc.sum_n, rc.sum_relu, rc.sum_mask};
   rc.sum_shortcut = nullptr;
   rc.sum_out = nullptr;
   rc.sum_n = 0;
+  rc.sum_mask = nullptr;
   return o;
 }
 template <class B, class T>
@@ -184,6 +186,7 @@ void offer_sum(RunContext<B, T>& rc, const SumOffer<T>& o, bool last) {
   rc.sum_out = last ? o.out : nullptr;
   rc.sum_n = last ? o.n : 0;
   rc.sum_relu = o.relu;
+  rc.sum_mask = last ? o.mask : nullptr;
 }
 }  // namespace detail
 
@@ -363,6 +366,10 @@ struct Residual : LayerBase {
       const bool input_is_relu = rc.input_is_relu;
       const T* input_bf16_of = rc.input_bf16_of;
       const std::uint16_t* input_bf16 = rc.input_bf16;
+      // The previous block's mask as bits, if it wrote them for this x.
+      x_bits_ = input_is_relu && rc.relu_mask_of == x.data() ? rc.relu_mask : nullptr;
+      rc.relu_mask_of = nullptr;
+      rc.relu_mask = nullptr;
       detail::take_sum(rc);  // an offer for this block's output is not for its insides
       rc.relu_out = nullptr;
       rc.bf16_of = nullptr;
@@ -376,12 +383,20 @@ struct Residual : LayerBase {
       rc.input_bf16 = input_bf16;
       rc.relu_out = nullptr;
       rc.bf16_of = nullptr;
-      detail::offer_sum(rc, detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu}, true);
-      rc.sum_done = false;
+      std::uint16_t* mask = nullptr;  // the ReLU's mask as bits, for the next block's backward
+      if constexpr (Relu && backend_traits<B>::sum_mask_bits) {
+        if (rc.training() && y_.size() % 16 == 0) {
+          mask_bits_.resize(y_.size() / 16);
+          mask = mask_bits_.data();
+        }
+      }
+      detail::offer_sum(rc, detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask}, true);
+      rc.sum_done = rc.sum_mask_done = false;
       const Tensor<T>& a = body_.forward(x, rc);
       summed_ = rc.sum_done;
+      const bool bits = summed_ && rc.sum_mask_done;
       detail::take_sum(rc);
-      rc.sum_done = false;
+      rc.sum_done = rc.sum_mask_done = false;
       if (!summed_) rc.bf16_of = nullptr;  // a copy of the body's output, not of y_
       x_ = &x;
       mask_input_ = input_is_relu && rc.training();
@@ -391,6 +406,8 @@ struct Residual : LayerBase {
           return y_;
         });
       rc.relu_out = Relu ? y_.data() : nullptr;
+      rc.relu_mask_of = bits ? y_.data() : nullptr;
+      rc.relu_mask = bits ? mask : nullptr;
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
@@ -420,7 +437,14 @@ struct Residual : LayerBase {
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         if (dx_.shape() != da.shape()) dx_.resize(da.shape());
         if (mask_input_) {  // x is the previous block's ReLU output: its mask in this pass
-          add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+          if constexpr (backend_traits<B>::sum_mask_bits) {
+            if (x_bits_)  // the same mask, as the bits that block wrote with x
+              add_.add_masked_bits(*rc.device, da.size(), da.data(), db.data(), x_bits_, dx_.data());
+            else
+              add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+          } else {
+            add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+          }
           rc.premasked_grad = dx_.data();
           rc.premasked_by = x_->data();
         } else {
@@ -434,6 +458,10 @@ struct Residual : LayerBase {
     /// multiplies the input gradient by that ReLU's mask in the pass of its
     /// sum, and that block skips its own mask pass (RunContext::premasked_grad).
     bool masks_input_gradient() const { return mask_input_; }
+    /// Whether that mask comes from the bits the previous block's batch norm
+    /// wrote with its sum (RunContext::relu_mask; backends with
+    /// sum_mask_bits) rather than from the input's values.
+    bool masks_from_bits() const { return mask_input_ && x_bits_ != nullptr; }
     /// Whether the last forward's sum (and ReLU) was computed by the body's
     /// last layer in its own pass (RunContext::sum_out; batch norm on
     /// backends with fused_sum) rather than by a pass of this block.
@@ -448,7 +476,9 @@ struct Residual : LayerBase {
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
     Tensor<T> y_, dx_;
-    const Tensor<T>* x_ = nullptr;  // the last forward's input (backward's mask)
+    std::vector<std::uint16_t> mask_bits_;   // y_ > 0 as bits, when the body's last layer wrote them
+    const Tensor<T>* x_ = nullptr;           // the last forward's input (backward's mask)
+    const std::uint16_t* x_bits_ = nullptr;  // its mask as bits, from the block before (or null)
     std::string name_, add_name_;
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;

@@ -90,15 +90,25 @@ struct BatchNorm<backend::OneDnn, float> {
   /// same float operations as forward_train and Eltwise::add after it; the
   /// backward is forward_train's without activation (the sum's ReLU mask is
   /// the caller's, from y).
+  /// With `relu_mask` (where writes_sum_mask(g)), the ReLU's mask y > 0 is
+  /// also written there as bits (host/mask_bits.hpp: one word per 16
+  /// elements), for the backward's Eltwise::add_masked_bits.
   template <class X>
   void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
                          const float* beta, const float* r, bool relu, float* y, float* mean, float* var,
-                         std::uint16_t* y_bf16 = nullptr) {
+                         std::uint16_t* y_bf16 = nullptr, std::uint16_t* relu_mask = nullptr) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::forward_train_sum: x is float or bfloat16 bits (std::uint16_t)");
-    backend::onednn::require("BatchNorm forward_train (with a sum)", {{r, "r"}});
-    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu, y_bf16);
+    static constexpr const char* op = "BatchNorm forward_train (with a sum)";
+    backend::onednn::require(op, {{r, "r"}});
+    if (relu_mask && (!relu || !writes_sum_mask(g)))
+      throw ConfigError(detail::concat(op,
+                                       ": a ReLU mask as bits needs the sum's ReLU and NHWC with 16, 32, 64 ",
+                                       "or 256 channels (", backend::onednn::describe(g), ")"));
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu, y_bf16, relu_mask);
   }
+  /// Whether forward_train_sum can write the sum's ReLU mask as bits.
+  static bool writes_sum_mask(const ChannelGeom& g) { return backend::onednn::bn::sum_mask(g); }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
   /// With `relu`, y = max(bn(x), 0) (fused).
@@ -189,7 +199,8 @@ struct BatchNorm<backend::OneDnn, float> {
   template <class X>
   void train_forward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var, BnActivation act,
-                     const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr) {
+                     const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
+                     std::uint16_t* sum_mask = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
@@ -217,7 +228,7 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
-                                       y_bf16);
+                                       y_bf16, sum_mask);
   }
 
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the

@@ -35,6 +35,8 @@
 #include <unsupported/Eigen/SpecialFunctions>  // Eigen's vectorized erf (packet math)
 
 #include "cifarnet/backend/host/bf16.hpp"
+#include "cifarnet/backend/host/mask_bits.hpp"
+#include "cifarnet/backend/host/prefetch.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -114,6 +116,9 @@ inline void grad_plane(std::size_t n, const float* x, const float* dy, float a, 
 }
 }  // namespace gelu
 
+/// The rows ahead of the one being read, prefetched (host/prefetch.hpp).
+inline void ahead(const void* p) { host::prefetch_ahead(p); }
+
 /// An element of the input x as float: x is float, or bfloat16 bits (the
 /// bf16 output of the convolution in front, ConvBatchNorm), widened exactly.
 /// Every pass below takes either; the fused GELU takes float only.
@@ -181,6 +186,8 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
     for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
     for (std::size_t r = rb; r < re; ++r) {
       const X* __restrict xr = x + r * C;
+      ahead(xr);
+      if (dy) ahead(dy + r * C);
       if constexpr (K == SumKind::Stats) {
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
@@ -367,6 +374,7 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
       float row[CC];  // y == nullptr: the row only on its way to yb (bf16_only)
       float* yr = y ? y + r * C : row;
+      ahead(x + r * C);
       affine_row<CC>(C, x + r * C, ac, bc, yr, relu);
       if (yb) host::store_bf16(yr, yb + r * C, CC);
     });
@@ -414,14 +422,18 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
 /// propagates, as Eltwise::add): batch norm's output and a residual
 /// branch summed in the pass that normalises (Residual, ConvBatchNorm), the
 /// same float operations as the two passes. Parallel over rows (NHWC) or
-/// planes (NCHW).
+/// planes (NCHW). With `mask` (NHWC with CC known only: sum_mask(g)), bit
+/// i % 16 of mask[i / 16] is set where y[i] > 0 (host::positive_bits), the
+/// ReLU's mask for the backward's Eltwise::add_masked_bits.
 template <std::size_t CC = 0, class X = float>
 void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
                 const float* __restrict b, const float* __restrict r, bool relu, float* __restrict y,
-                std::uint16_t* __restrict yb = nullptr) {
+                std::uint16_t* __restrict yb = nullptr, std::uint16_t* __restrict mask = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   auto row = [&](std::size_t base, const float* ac, const float* bc) {
+    ahead(x + base);
+    ahead(r + base);
     if (relu)
       affine_sum_row<CC, true>(C, x + base, ac, bc, r + base, y + base);
     else
@@ -429,6 +441,15 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
     if (yb) host::store_bf16(y + base, yb + base, C);
   };
   if constexpr (CC != 0) {  // NHWC with C known: constants in registers
+    static_assert(CC % 16 == 0, "bn::affine_sum: the mask's words cover 16 channels each");
+    if (mask) {
+      nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) {
+        row(q * C, ac, bc);
+        for (std::size_t j = 0; j < CC / 16; ++j)
+          mask[q * (CC / 16) + j] = host::positive_bits(y + q * C + 16 * j);
+      });
+      return;
+    }
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) { row(q * C, ac, bc); });
     return;
   }
@@ -499,6 +520,8 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy
         rb[c] = relu_ab ? relu_ab[C + c] : 0.f;
       }
       for (std::size_t r = r0; r < r1; ++r) {
+        ahead(x + r * C);
+        ahead(dy + r * C);
         input_gradient_row<CC>(C, x + r * C, dy + r * C, relu_ab ? ra : nullptr, rb, mc, ac, bc, dc,
                                dx_bf16 ? tmp : dx + r * C);
         if (dx_bf16) host::store_bf16(tmp, dx_bf16 + r * C, CC);
@@ -560,6 +583,10 @@ inline bool bf16_only(const ChannelGeom& g) {
   return g.fmt == DataFormat::NHWC && (g.c == 16 || g.c == 32 || g.c == 64 || g.c == 256);
 }
 
+/// Whether affine_sum() (forward_train with a sum) can write the ReLU mask
+/// bits: the same NHWC channel counts, each a multiple of 16.
+inline bool sum_mask(const ChannelGeom& g) { return bf16_only(g); }
+
 /// f(std::integral_constant<std::size_t, C>) with C = the channel count when
 /// it is one of ResNet's (16, 32, 64) or airbench's (64, 256) and the layout
 /// is NHWC, so the per-row loops have a trip count known at compile time;
@@ -588,13 +615,15 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// backward, which recomputes the mask from them (relu_on); with `gelu_ab`,
 /// y = gelu(x * a + b) and a, b are kept there for the backward; with `sum`
 /// (no activation of its own), y = x * a + b + sum (then max(., 0) with
-/// `sum_relu`): a residual branch added in the same pass (affine_sum). With
+/// `sum_relu`): a residual branch added in the same pass (affine_sum), with
+/// `sum_mask_bits` its ReLU mask as bits too (sum_mask(g) must hold). With
 /// `y_bf16` (not with the GELU), y is also written there as bfloat16 bits
 /// (host::store_bf16), in the same pass: the input of a bf16 convolution.
 template <class X>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, float* relu_ab, Scratch& sc, float* gelu_ab = nullptr,
-                   const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr) {
+                   const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
+                   std::uint16_t* sum_mask_bits = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -623,7 +652,9 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     }
   }
   if (sum) {
-    with_channels(g, [&](auto cc) { affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y, y_bf16); });
+    with_channels(g, [&](auto cc) {
+      affine_sum<decltype(cc)::value>(g, x, a, b, sum, sum_relu, y, y_bf16, sum_mask_bits);
+    });
     return;
   }
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, relu_ab != nullptr, y_bf16); });

@@ -3,7 +3,8 @@
 //  - Eltwise::add: oneDNN's binary_add primitive, with the ReLU as an
 //    eltwise post-op (one pass); Eltwise::affine: eltwise_linear. Flat 1-D
 //    tensors (tag a), primitives cached per element count (and constants).
-//    Eltwise::add_masked (three sources): an own OpenMP loop.
+//    Eltwise::add_masked (three sources) and add_masked_bits (the mask as
+//    bits): own OpenMP loops.
 //  - GlobalAvgPool: oneDNN average pooling with the window the whole h×w
 //    plane (ops::Pool2d<OneDnn> over that geometry), forward and backward.
 //  - ChannelPad: host copies (backend/host/channel_pad.hpp: oneDNN has no
@@ -25,6 +26,8 @@
 #include "cifarnet/backend/host/bn_stats.hpp"
 #include "cifarnet/backend/host/channel_pad.hpp"
 #include "cifarnet/backend/host/classify.hpp"
+#include "cifarnet/backend/host/mask_bits.hpp"
+#include "cifarnet/backend/host/prefetch.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/pool2d.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -83,8 +86,40 @@ struct Eltwise<backend::OneDnn, float> {
 #pragma omp parallel for schedule(static) if (chunks > 1)
     for (long c = 0; c < chunks; ++c) {
       const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
+      // A cache line of each operand at a time, the lines ahead prefetched.
+      for (std::size_t i0 = b0; i0 < e; i0 += 16) {
+        const std::size_t i1 = std::min(e, i0 + 16);
+        backend::host::prefetch_ahead(a + i0);
+        backend::host::prefetch_ahead(b + i0);
+        backend::host::prefetch_ahead(m + i0);
 #pragma omp simd
-      for (std::size_t i = b0; i < e; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+        for (std::size_t i = i0; i < i1; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+      }
+    }
+  }
+
+  /// y = a + b where bit i % 16 of bits[i / 16] is set, else 0 (y may alias
+  /// a or b): add_masked with the mask as bits (host/mask_bits.hpp), which
+  /// batch norm writes with a residual sum (BatchNorm::forward_train_sum).
+  /// n must be a multiple of 16. An own OpenMP loop, as add_masked.
+  void add_masked_bits(Dev&, std::size_t n, const float* a, const float* b, const std::uint16_t* bits,
+                       float* y) {
+    static constexpr const char* op = "Eltwise add_masked_bits";
+    check(n, op);
+    if (n % 16 != 0)
+      throw ShapeError(
+          detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
+    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {bits, "bits"}, {y, "y"}});
+    constexpr std::size_t kChunk = 16384;  // floats per task, as add_masked
+    const long chunks = long((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long c = 0; c < chunks; ++c) {
+      const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
+      for (std::size_t i0 = b0; i0 < e; i0 += 16) {
+        backend::host::prefetch_ahead(a + i0);
+        backend::host::prefetch_ahead(b + i0);
+        backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
+      }
     }
   }
 

@@ -1,0 +1,27 @@
+// cifarnet/backend/host/prefetch.hpp — software prefetch for the host
+// passes that stream activations front to back.
+//
+// A pass of batch normalization, the residual sum or a pooling reads a few
+// tensors of a ResNet stage (4-8 MB each at batch 128) once, in order. The
+// tensors saved by the forward come back from DRAM in the backward, and
+// there the hardware prefetcher alone left these loops at about half the
+// bandwidth of a plain read of the same bytes (a 128x32x32x16 bf16 channel
+// sum: 12 against 23 GB/s with the caches flushed, 2-core Xeon with AMX).
+// Asking for the line kAheadBytes ahead of the element being read keeps
+// enough requests in flight; it changes no result.
+#pragma once
+
+#include <cstddef>
+
+namespace cifarnet::backend::host {
+
+/// How far ahead of the current element the passes prefetch.
+inline constexpr std::size_t kAheadBytes = 2048;
+
+/// Prefetch (for reading) the cache line kAheadBytes past p. A hint: an
+/// address past the end of the tensor is not dereferenced.
+inline void prefetch_ahead(const void* p) {
+  __builtin_prefetch(static_cast<const char*>(p) + kAheadBytes, 0, 3);
+}
+
+}  // namespace cifarnet::backend::host
