@@ -530,6 +530,26 @@ TEST_CASE("Batch norm on bf16 x and with bf16 dx gives the float passes' bits on
         else  // a float rounding apart before bf16's
           CHECK(rel_diff(widen(lpb), widen(lpa)) < 1e-3);
         CHECK(same(dga, dgb));
+        // dy as bf16 bits too (a bf16 convolution's dx; NHWC at the
+        // specialised channel counts only): the pass on the float values
+        // the bits hold, bit for bit.
+        const std::vector<std::uint16_t> dyb = to_bits(dy);
+        const std::vector<float> dyw = widen(dyb);
+        std::vector<std::uint16_t> lpc(n), lpd(n);
+        std::vector<float> dgc(c), dbc(c), dgd(c), dbd(c);
+        if (ops::BatchNorm<B, float>::writes_bf16_only(g)) {
+          b.backward_bf16(dev, g, 1e-5, xb.data(), dyb.data(), gamma.data(), mb.data(), vb.data(), lpc.data(),
+                          dgc.data(), dbc.data(), relu);
+          b.backward_bf16(dev, g, 1e-5, xb.data(), dyw.data(), gamma.data(), mb.data(), vb.data(), lpd.data(),
+                          dgd.data(), dbd.data(), relu);
+          CHECK(lpc == lpd);
+          CHECK(same_bits(dgc, dgd));
+          CHECK(same_bits(dbc, dbd));
+        } else {
+          CHECK_THROWS_AS(b.backward_bf16(dev, g, 1e-5, xb.data(), dyb.data(), gamma.data(), mb.data(),
+                                          vb.data(), lpc.data(), dgc.data(), dbc.data(), relu),
+                          ConfigError);
+        }
       }
 }
 
@@ -558,6 +578,40 @@ TEST_CASE("A bf16 convolution's bf16 output is its float output rounded", "[back
       op.forward_bf16_dst(dev, g, x.data(), w.data(), yb.data());
       CHECK(yb == to_bits(y));
     }
+}
+
+// The data gradient written as bf16 (the forward-as-backward kernel with a
+// bf16 output, Conv2d::writes_bf16_dx): the float dx of the same pass
+// rounded once. Where the CPU has no such kernel nothing is offered.
+TEST_CASE("A bf16 convolution's bf16 dx is its float dx rounded", "[backend][onednn][bf16][conv]") {
+  Rng rng(37);
+  std::size_t offered = 0;
+  for (DataFormat fmt : kFormats)
+    for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64)}) {
+      const ConvGeom g = ConvGeom::make(fmt, Shape{8, c, 8, 8}, c, 3, 1, Padding::Same);
+      INFO(str(g));
+      Device<B> dev;
+      ops::Conv2d<B, float> op;
+      op.set_precision(ConvPrecision::BF16);
+      const std::vector<float> x = random_vec(rng, g.in_shape().size()), w = random_vec(rng, 9 * c * c),
+                               dy = random_cotangent(rng, g.out_shape().size());
+      std::uint16_t* lp = op.bf16_dy(dev, g, false, true);
+      if (!op.writes_bf16_dx(dev, g)) {
+        CHECK((!cpu_has_bf16_kernels() || !lp || !op.uses_backward_data_via_forward(g)));
+        continue;
+      }
+      ++offered;
+      REQUIRE(lp != nullptr);
+      const std::vector<std::uint16_t> dyb = to_bits(dy);
+      std::vector<float> dx(g.in_shape().size());
+      std::vector<std::uint16_t> dxb(dx.size(), 0xffff);
+      std::copy(dyb.begin(), dyb.end(), lp);
+      op.backward_bf16_dy(dev, g, x.data(), w.data(), dx.data(), nullptr);
+      std::copy(dyb.begin(), dyb.end(), op.bf16_dy(dev, g, false, true));
+      op.backward_bf16_dy(dev, g, x.data(), w.data(), dxb.data(), nullptr);
+      CHECK(dxb == to_bits(dx));
+    }
+  if (backend::onednn::cpu_has_amx_convolutions()) CHECK(offered > 0);
 }
 
 // ConvBatchNorm on bf16 convolutions: the convolution writes its output as
@@ -649,7 +703,8 @@ TEST_CASE("A batch norm that writes only its bf16 copy for the next ConvBatchNor
   using Pair = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
   using Broken =
       Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, Identity, ConvBatchNorm<16, 16, 3>>;
-  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  // (float gradients between the pair: the bf16 one rounds, test below)
+  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16).with_bf16_gradients(false);
   for (DataFormat fmt : kFormats) {
     INFO(to_string(fmt));
     Model<Pair, B> pair({16, 8, 8}, fmt, bf16, 5, /*input_gradient=*/true);
@@ -664,6 +719,48 @@ TEST_CASE("A batch norm that writes only its bf16 copy for the next ConvBatchNor
     const std::size_t steps = cpu_has_bf16_kernels() && fmt == DataFormat::NHWC ? 2 : 0;
     CHECK(std::get<0>(pair.root().children()).float_outputs_skipped() == steps);
     CHECK(std::get<0>(broken.root().children()).float_outputs_skipped() == 0);
+  }
+}
+
+TEST_CASE("Two ConvBatchNorm hand the input gradient back as bf16, within bf16 accuracy of the float one",
+          "[backend][onednn][bf16][copy]") {
+  // In Sequential<ConvBatchNorm, ConvBatchNorm> the second layer's
+  // convolution writes its dx as bf16 for the first layer's batch norm
+  // (NHWC at 16 channels, where the data gradient runs as oneDNN's forward
+  // kernel); NetOptions::bf16_gradients(false) keeps it float. The same
+  // forward; gradients a bf16 rounding of dy apart.
+  using Pair = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
+  for (DataFormat fmt : kFormats) {
+    INFO(to_string(fmt));
+    Model<Pair, B> a({16, 8, 8}, fmt, lp, 5, /*input_gradient=*/true);
+    Model<Pair, B> b({16, 8, 8}, fmt, fp, 5, /*input_gradient=*/true);
+    copy_parameters(a, b);
+    Rng rng(35);
+    Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, fmt);
+    for (auto& v : x) v = float(rng.normal());
+    for (int step = 0; step < 2; ++step) {
+      const Tensor<float> y = a.forward(x, Mode::Train);
+      REQUIRE(y == b.forward(x, Mode::Train));
+      Tensor<float> dy = y;
+      for (auto& v : dy) v = float(rng.uniform(-1, 1));
+      const Tensor<float> dxa = a.backward(dy), dxb = b.backward(dy);
+      const std::vector<float> ga(a.parameters().grads().data(),
+                                  a.parameters().grads().data() + a.parameters().grads().size()),
+          gb(b.parameters().grads().data(), b.parameters().grads().data() + b.parameters().grads().size());
+      const std::vector<float> va(dxa.begin(), dxa.end()), vb(dxb.begin(), dxb.end());
+      const double eg = rel_diff(ga, gb), ex = rel_diff(va, vb);
+      INFO("step " << step << ": parameter gradients " << eg << ", dx " << ex << " apart");
+      CHECK(eg < kBf16Tolerance);
+      CHECK(ex < kBf16Tolerance);
+      if (std::get<1>(a.root().children()).bf16_dx_handoffs() > 0) CHECK(eg > 0);  // it did round
+    }
+    const std::size_t steps = cpu_has_bf16_kernels() && fmt == DataFormat::NHWC ? 2 : 0;
+    const std::size_t done = std::get<1>(a.root().children()).bf16_dx_handoffs();
+    if (backend::onednn::cpu_has_amx_convolutions()) CHECK(done == steps);
+    CHECK(done <= steps);
+    CHECK(std::get<1>(b.root().children()).bf16_dx_handoffs() == 0);
   }
 }
 

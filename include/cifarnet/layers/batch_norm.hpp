@@ -200,19 +200,21 @@ struct BatchNorm2d : LayerBase {
     /// buffer of the bf16 convolution in front of it, Conv2d's bf16_dy)
     /// instead of dx_; needs backward_bf16_ready(rc).
     void backward_bf16(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bf16) {
-      if constexpr (kBf16) {
-        auto [dg, db] = grad_targets(rc);
-        const T* gamma = std::as_const(*rc.params).value(gamma_);
-        if (x_bf16_)
-          op_.backward_bf16(*rc.device, geom_, eps_, x_bf16_, dy.data(), gamma, mean_.data(), var_.data(),
-                            dx_bf16, dg, db, Relu);
-        else
-          op_.backward_bf16(*rc.device, geom_, eps_, x_->data(), dy.data(), gamma, mean_.data(), var_.data(),
-                            dx_bf16, dg, db, Relu);
-      } else {
-        (void)dy, (void)rc, (void)dx_bf16;
-        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_bf16 is not available here");
-      }
+      run_backward_bf16(dy.data(), rc, dx_bf16);
+    }
+    /// Whether backward_bf16 can also take dy as bfloat16 bits now
+    /// (backward_bf16_bits): backward_bf16_ready and the op's NHWC channel
+    /// counts (ops::BatchNorm::writes_bf16_only).
+    bool backward_bf16_bits_ready(const RunContext<B, T>& rc) const {
+      if constexpr (kBf16)
+        return backward_bf16_ready(rc) && decltype(op_)::writes_bf16_only(geom_);
+      else
+        return (void)rc, false;
+    }
+    /// backward_bf16 with dy given as bfloat16 bits (the bf16 input gradient
+    /// the convolution after this layer wrote; ConvBatchNorm).
+    void backward_bf16_bits(const std::uint16_t* dy, RunContext<B, T>& rc, std::uint16_t* dx_bf16) {
+      run_backward_bf16(dy, rc, dx_bf16);
     }
 
     /// The next training forward may write its output only as the bf16 copy
@@ -228,6 +230,23 @@ struct BatchNorm2d : LayerBase {
     double epsilon() const { return eps_; }
 
    private:
+    // backward_bf16 with dy float or bfloat16 bits.
+    template <class DY>
+    void run_backward_bf16(const DY* dy, RunContext<B, T>& rc, std::uint16_t* dx_bf16) {
+      if constexpr (kBf16) {
+        auto [dg, db] = grad_targets(rc);
+        const T* gamma = std::as_const(*rc.params).value(gamma_);
+        if (x_bf16_)
+          op_.backward_bf16(*rc.device, geom_, eps_, x_bf16_, dy, gamma, mean_.data(), var_.data(), dx_bf16,
+                            dg, db, Relu);
+        else
+          op_.backward_bf16(*rc.device, geom_, eps_, x_->data(), dy, gamma, mean_.data(), var_.data(),
+                            dx_bf16, dg, db, Relu);
+      } else {
+        (void)dy, (void)rc, (void)dx_bf16;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_bf16 is not available here");
+      }
+    }
     // The training forward writing the residual sum a block offered
     // (RunContext::sum_out) instead of y_, when it can: no activation of its
     // own, no synchronized BN, a backend with fused_sum, the offer sized as

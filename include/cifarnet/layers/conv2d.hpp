@@ -146,6 +146,28 @@ struct Conv2d : LayerBase {
       return dx_;
     }
 
+    /// Whether backward_bf16_dy can write this layer's dx as bfloat16 bits
+    /// now (backward_bf16_dy_bits; ops::Conv2d::writes_bf16_dx): a dx it
+    /// must produce, whose pass runs as oneDNN's bf16 forward kernel.
+    bool writes_bf16_dx(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias)
+        return this->need_dx(rc) && op_.writes_bf16_dx(*rc.device, geom_);
+      else
+        return (void)rc, false;
+    }
+    /// backward_bf16_dy with dx written as bfloat16 bits into `dx_bits` (the
+    /// input's size) instead of dx_; needs writes_bf16_dx(rc).
+    void backward_bf16_dy_bits(RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias) {
+        const bool grads = wants_grads(rc);
+        op_.backward_bf16_dy(*rc.device, geom_, x_->data(), weights(std::as_const(*rc.params)), dx_bits,
+                             grads ? rc.params->grad(w_) : nullptr);
+      } else {
+        (void)rc, (void)dx_bits;
+        throw ConfigError("layer '" + name_ + "' (Conv2d): a bf16 dx on a backend without bf16 gradients");
+      }
+    }
+
     const ConvGeom& geometry() const { return geom_; }
     /// How many forward passes read the bf16 copy of x its producer wrote
     /// (RunContext::bf16_of) instead of rounding x (tests).

@@ -78,6 +78,7 @@ struct ConvBatchNorm : LayerBase {
       }
       if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
+      bf16_dx_ = !ctx.options || ctx.options->bf16_gradients;
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       return b;
@@ -164,10 +165,80 @@ struct ConvBatchNorm : LayerBase {
     /// float output: throw unless the bf16 copy of that input is offered.
     void require_bf16_input() { expect_copy_ = true; }
 
+    // The input gradient handed back as bf16 between two ConvBatchNorm in a
+    // Sequential (nn/sequential.hpp, backward): the later layer's
+    // convolution writes its dx as bf16 bits (ops::Conv2d::writes_bf16_dx)
+    // into a buffer of the earlier layer, whose batch norm reads them as its
+    // dy (BatchNorm2d::backward_bf16_bits): 2 bytes an element written and
+    // read twice instead of 4. dy is then rounded to bf16 once more than
+    // the float hand-over rounds it (bf16 gradients, as bf16 autocast has
+    // them; tests/backend/test_bf16.cpp).
+    /// Whether this layer's next backward can write its dx as bf16 bits
+    /// (backward_to_bits).
+    bool writes_bf16_dx(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients)
+        return bf16_dx_ && bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc) != nullptr &&
+               conv_.writes_bf16_dx(rc);
+      else
+        return (void)rc, false;
+    }
+    /// Whether this layer's next backward can take its dy as bf16 bits
+    /// (bf16_dy_target, backward_from_bits).
+    bool takes_bf16_dy(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients)
+        return bn_.backward_bf16_bits_ready(rc) && conv_.bf16_dy(rc) != nullptr;
+      else
+        return (void)rc, false;
+    }
+    /// Where the layer after this one writes the bits of this layer's dy.
+    std::uint16_t* bf16_dy_target() {
+      const ConvGeom& g = conv_.geometry();
+      dy_bits_.resize(g.n * g.oc * g.oh * g.ow);
+      return dy_bits_.data();
+    }
+    /// backward() with dx written as bf16 bits into `dx_bits` (the earlier
+    /// layer's bf16_dy_target); needs writes_bf16_dx(rc).
+    void backward_to_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      if constexpr (backend_traits<B>::bf16_gradients) {
+        std::uint16_t* lp = conv_.bf16_dy(rc);
+        ++bf16_handoffs_;
+        ++bf16_dx_handoffs_;
+        detail::profiled(rc.profiler, bn_name_, "bn", true, [&] {
+          bn_.backward_bf16(dy, rc, lp);
+          return 0;
+        });
+        detail::profiled(rc.profiler, conv_name_, "conv", true, [&] {
+          conv_.backward_bf16_dy_bits(rc, dx_bits);
+          return 0;
+        });
+      } else {
+        (void)dy, (void)rc, (void)dx_bits;
+      }
+    }
+    /// backward() with dy the bits the later layer wrote into
+    /// bf16_dy_target(); needs takes_bf16_dy(rc).
+    const Tensor<T>& backward_from_bits(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients) {
+        std::uint16_t* lp = conv_.bf16_dy(rc);
+        ++bf16_handoffs_;
+        detail::profiled(rc.profiler, bn_name_, "bn", true, [&] {
+          bn_.backward_bf16_bits(dy_bits_.data(), rc, lp);
+          return 0;
+        });
+        return detail::profiled(rc.profiler, conv_name_, "conv", true,
+                                [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
+      } else {
+        throw ConfigError("ConvBatchNorm: a bf16 dy on a backend without bf16 gradients");
+      }
+    }
+
     /// How many backward passes handed the batch norm's dx to the
     /// convolution as bf16, and how many training forwards had the
     /// convolution write bf16 for the batch norm (above; tests).
     std::size_t bf16_handoffs() const { return bf16_handoffs_; }
+    /// How many backward passes wrote this layer's dx as bf16 bits for the
+    /// layer before it (backward_to_bits; tests).
+    std::size_t bf16_dx_handoffs() const { return bf16_dx_handoffs_; }
     std::size_t bf16_outputs() const { return bf16_outputs_; }
     /// The parts (for inspection).
     const node_t<ConvL, B, T>& conv() const { return conv_; }
@@ -212,8 +283,10 @@ struct ConvBatchNorm : LayerBase {
     ops::Relu<B, T> relu_;  // where the convolution does not fuse it
     std::vector<T> folded_w_, folded_b_;
     std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
-    std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0;
-    bool expect_copy_ = false;  // require_bf16_input, for the next forward
+    std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0, bf16_dx_handoffs_ = 0;
+    std::vector<std::uint16_t> dy_bits_;  // bf16_dy_target (host backends only)
+    bool bf16_dx_ = true;                 // NetOptions::bf16_gradients
+    bool expect_copy_ = false;            // require_bf16_input, for the next forward
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

@@ -46,6 +46,11 @@ struct NetOptions {
   /// and the batch norm's dx are bf16 too). Master weights, the optimizer and
   /// every other layer's arithmetic stay float.
   ConvPrecision conv_precision = ConvPrecision::F32;
+  /// With bf16 convolutions on a backend with bf16 gradients (oneDNN): the
+  /// input gradient passed back between two ConvBatchNorm layers as bf16,
+  /// i.e. the convolution's dx rounded to bf16 once (as bf16 autocast has
+  /// its gradients; layers/conv_bn.hpp). False keeps that gradient float.
+  bool bf16_gradients = true;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -61,6 +66,10 @@ struct NetOptions {
   }
   NetOptions& with_conv_precision(ConvPrecision p) {
     conv_precision = p;
+    return *this;
+  }
+  NetOptions& with_bf16_gradients(bool on) {
+    bf16_gradients = on;
     return *this;
   }
 };

@@ -294,11 +294,33 @@ struct Sequential : LayerBase {
         }
       }
     }
+    // Children in reverse order. Two neighbours that both declare
+    // bf16_output_handover (ConvBatchNorm) hand the input gradient between
+    // them as bf16 bits where both can (layers/conv_bn.hpp).
     template <std::size_t I>
     const Tensor<T>& backward_from(const Tensor<T>& dy, RunContext<B, T>& rc) {
       using L = std::tuple_element_t<I, std::tuple<Ls...>>;
+      if constexpr (I > 0) {
+        using P = std::tuple_element_t<I - 1, std::tuple<Ls...>>;
+        if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
+                      detail::HasBf16OutputHandover<node_t<P, B, T>>::value) {
+          auto &later = std::get<I>(nodes_), &earlier = std::get<I - 1>(nodes_);
+          if (down_[I] && rc.needs_dx(first_param_[I]) && later.writes_bf16_dx(rc) &&
+              earlier.takes_bf16_dy(rc)) {
+            later.backward_to_bits(dy, rc, earlier.bf16_dy_target());
+            if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
+            return continue_from<I - 1>(earlier.backward_from_bits(rc), rc);
+          }
+        }
+      }
       const Tensor<T>& dx =
           rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
+      return continue_from<I>(dx, rc);
+    }
+    // After child I's backward returned dx: its gradients are final, then the
+    // children before it, if anything there needs a gradient.
+    template <std::size_t I>
+    const Tensor<T>& continue_from(const Tensor<T>& dx, RunContext<B, T>& rc) {
       if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
       if constexpr (I == 0)
         return dx;

@@ -178,13 +178,23 @@ struct BatchNorm<backend::OneDnn, float> {
   /// bits, as its forward_train had it) with dx written as bfloat16 bits into
   /// dx_bf16 (host::store_bf16's rounding) instead of a float tensor: the
   /// output gradient of the bf16 convolution in front of this batch norm,
-  /// handed over without a float copy (ops::Conv2d::bf16_dy).
-  template <class X>
-  void backward_bf16(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* dy,
-                     const float* gamma, const float* mean, const float* var, std::uint16_t* dx_bf16,
-                     float* dgamma, float* dbeta, bool relu) {
+  /// handed over without a float copy (ops::Conv2d::bf16_dy). dy may be
+  /// bfloat16 bits too (where writes_bf16_only(g)): the input gradient of
+  /// the bf16 convolution after this batch norm, as that convolution wrote
+  /// it (ops::Conv2d::backward_bf16_dy with a bf16 dx).
+  template <class X, class DY>
+  void backward_bf16(Dev& dev, const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
+                     const float* mean, const float* var, std::uint16_t* dx_bf16, float* dgamma, float* dbeta,
+                     bool relu) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::backward_bf16: x is float or bfloat16 bits (std::uint16_t)");
+    static_assert(std::is_same_v<DY, float> || std::is_same_v<DY, std::uint16_t>,
+                  "BatchNorm::backward_bf16: dy is float or bfloat16 bits (std::uint16_t)");
+    if (std::is_same_v<DY, std::uint16_t> && !writes_bf16_only(g))
+      throw ConfigError(
+          detail::concat("BatchNorm backward (bf16 dy): NHWC with 16, 32, 64 or 256 channels "
+                         "only (",
+                         backend::onednn::describe(g), ")"));
     backend::onednn::require("BatchNorm backward (bf16 dx)", {{dx_bf16, "dx_bf16"}});
     run_backward(dev, g, eps, x, dy, gamma, mean, var, nullptr, dx_bf16, dgamma, dbeta,
                  relu ? BnActivation::Relu : BnActivation::None);
@@ -234,10 +244,10 @@ struct BatchNorm<backend::OneDnn, float> {
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the
   // GELU, which keeps its u = dy gelu'(z) in dx); x float, or bfloat16 bits
   // without the GELU.
-  template <class X>
-  void run_backward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* dy,
-                    const float* gamma, const float* mean, const float* var, float* dx,
-                    std::uint16_t* dx_bf16, float* dgamma, float* dbeta, BnActivation act) {
+  template <class X, class DY>
+  void run_backward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
+                    const float* mean, const float* var, float* dx, std::uint16_t* dx_bf16, float* dgamma,
+                    float* dbeta, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward";
     on::check_geometry(g, op);
@@ -250,7 +260,7 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dbeta, "dbeta"}});
     (void)dev;
     check_activation(g, act, op);
-    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float>))
+    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
       throw ConfigError(
           detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,

@@ -119,6 +119,12 @@ inline void grad_plane(std::size_t n, const float* x, const float* dy, float a, 
 /// The rows ahead of the one being read, prefetched (host/prefetch.hpp).
 inline void ahead(const void* p) { host::prefetch_ahead(p); }
 
+/// T itself, in a context where it is not deduced (a dy given as nullptr).
+template <class T>
+struct Same {
+  using type = T;
+};
+
 /// An element of the input x as float: x is float, or bfloat16 bits (the
 /// bf16 output of the convolution in front, ConvBatchNorm), widened exactly.
 /// Every pass below takes either; the fused GELU takes float only.
@@ -168,8 +174,8 @@ enum class SumKind { Stats, Grad };
 /// instead of loading and storing them for every row (with affine() and
 /// input_gradient() below: BN's time in a ResNet-20 step -35 %,
 /// docs/BENCHMARKS.md).
-template <SumKind K, std::size_t C, class X>
-void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const float* __restrict dy,
+template <SumKind K, std::size_t C, class X, class DY>
+void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* __restrict dy,
                const float* __restrict relu_ab, const float* __restrict k, double* __restrict s1,
                double* __restrict s2, const GeluGrad* gg) {
   double d1[C], d2[C];
@@ -196,7 +202,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
           b2[c] += v * v;
         }
       } else if (gg) {  // u = dy gelu'(x a + b), stored for input_gradient, then summed
-        if constexpr (std::is_same_v<X, float>) {
+        if constexpr (std::is_same_v<X, float> && std::is_same_v<DY, float>) {
           float* __restrict ur = gg->u + r * C;
           gelu::grad_row<C>(xr, dy + r * C, gg->a, gg->b, ur);
 #pragma omp simd
@@ -207,19 +213,19 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
           }
         }
       } else if (relu_ab) {
-        const float* __restrict dr = dy + r * C;
+        const DY* __restrict dr = dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
           const float xv = ld(xr[c]);
-          const float u = dr[c] * relu_on(xv, ka[c], kb[c]);
+          const float u = ld(dr[c]) * relu_on(xv, ka[c], kb[c]);
           b1[c] += u;
           b2[c] += u * (xv - kc[c]);
         }
       } else {
-        const float* __restrict dr = dy + r * C;
+        const DY* __restrict dr = dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float u = dr[c];
+          const float u = ld(dr[c]);
           b1[c] += u;
           b2[c] += u * (ld(xr[c]) - kc[c]);
         }
@@ -236,8 +242,8 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const floa
   }
 }
 
-template <SumKind K, std::size_t CC = 0, class X = float>
-void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __restrict dy,
+template <SumKind K, std::size_t CC = 0, class X = float, class DY = float>
+void channel_sums(const ChannelGeom& g, const X* __restrict x, const typename Same<DY>::type* __restrict dy,
                   const float* __restrict relu_ab, const float* __restrict k, Scratch& sc,
                   const GeluGrad* gg = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
@@ -259,13 +265,13 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
       } else if (gg) {
         u = gg->u[i];  // computed by the row's or plane's gelu::grad just before
       } else {
-        u = relu_ab ? dy[i] * relu_on(xv, relu_ab[c], relu_ab[C + c]) : dy[i];
+        u = relu_ab ? ld(dy[i]) * relu_on(xv, relu_ab[c], relu_ab[C + c]) : ld(dy[i]);
       }
     };
     // The fused GELU's u = dy gelu'(x a + b) for n values at `base` with the
     // coefficients a, b (length n: an NHWC row; length 1: an NCHW plane).
     auto gelu_u = [&](std::size_t base, std::size_t n, const float* a, const float* b, bool per_value) {
-      if constexpr (std::is_same_v<X, float>) {
+      if constexpr (std::is_same_v<X, float> && std::is_same_v<DY, float>) {
         if (per_value)
           gelu::grad_row(n, x + base, dy + base, a, b, gg->u + base);
         else
@@ -274,7 +280,7 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const float* __re
     };
     if (g.fmt == DataFormat::NHWC && CC != 0) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
-      if constexpr (CC != 0) nhwc_sums<K, CC>(r0, r1, x, dy, relu_ab, k, s1, s2, gg);
+      if constexpr (CC != 0) nhwc_sums<K, CC, X, DY>(r0, r1, x, dy, relu_ab, k, s1, s2, gg);
     } else if (g.fmt == DataFormat::NHWC) {
       const std::size_t rows = g.n * hw, r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
       for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
@@ -475,8 +481,8 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
 /// One NHWC row of input_gradient(): C values (CC when known at compile time).
 /// ds and os may be the same buffer (the fused GELU's u is overwritten by
 /// dx), so they are not restrict; each element is read before it is written.
-template <std::size_t CC, class X>
-inline void input_gradient_row(std::size_t C, const X* __restrict xs, const float* ds,
+template <std::size_t CC, class X, class DY>
+inline void input_gradient_row(std::size_t C, const X* __restrict xs, const DY* ds,
                                const float* __restrict ra, const float* __restrict rb,
                                const float* __restrict mean, const float* __restrict A,
                                const float* __restrict B, const float* __restrict D, float* os) {
@@ -485,11 +491,11 @@ inline void input_gradient_row(std::size_t C, const X* __restrict xs, const floa
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) {
       const float xv = ld(xs[c]);
-      os[c] = A[c] * (ds[c] * relu_on(xv, ra[c], rb[c])) + B[c] * (xv - mean[c]) + D[c];
+      os[c] = A[c] * (ld(ds[c]) * relu_on(xv, ra[c], rb[c])) + B[c] * (xv - mean[c]) + D[c];
     }
   } else {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ds[c] + B[c] * (ld(xs[c]) - mean[c]) + D[c];
+    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ld(ds[c]) + B[c] * (ld(xs[c]) - mean[c]) + D[c];
   }
 }
 
@@ -498,8 +504,8 @@ inline void input_gradient_row(std::size_t C, const X* __restrict xs, const floa
 /// (NHWC) or planes (NCHW); dy == dx allowed. With `dx_bf16`, dx is written
 /// there as bfloat16 (host::store_bf16) instead, through a float block on
 /// the stack: dx is not touched.
-template <std::size_t CC = 0, class X = float>
-void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy,
+template <std::size_t CC = 0, class X = float, class DY = float>
+void input_gradient(const ChannelGeom& g, const X* __restrict x, const DY* dy,
                     const float* __restrict relu_ab, const float* __restrict mean, const float* __restrict A,
                     const float* __restrict B, const float* __restrict D, float* dx,
                     std::uint16_t* __restrict dx_bf16 = nullptr) {
@@ -549,7 +555,7 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const float* dy
 #pragma omp simd
         for (std::size_t i = 0; i < n; ++i) {
           const float xv = ld(x[at + i]);
-          const float d = relu_ab ? dy[at + i] * relu_on(xv, ra, rb) : dy[at + i];
+          const float d = relu_ab ? ld(dy[at + i]) * relu_on(xv, ra, rb) : ld(dy[at + i]);
           out[i] = ac * d + bc * (xv - mc) + dc;
         }
       }
@@ -670,9 +676,11 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
 /// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
 /// The GELU's dyr is computed once, in the pass of the sums, into dx, which
 /// the second pass then overwrites in place. With `dx_bf16` (not with the
-/// GELU), dx goes there as bfloat16 and dx is not touched.
-template <class X>
-void backward(const ChannelGeom& g, double eps, const X* x, const float* dy, const float* gamma,
+/// GELU), dx goes there as bfloat16 and dx is not touched. dy is float, or
+/// (not with the GELU) bfloat16 bits: the bf16 input gradient of the
+/// convolution after this batch norm, widened exactly (ld).
+template <class X, class DY>
+void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
               const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
               const float* relu_ab, Scratch& sc, const float* gelu_ab = nullptr,
               std::uint16_t* dx_bf16 = nullptr) {
@@ -680,9 +688,12 @@ void backward(const ChannelGeom& g, double eps, const X* x, const float* dy, con
   const double m = double(g.n * g.h * g.w);
   const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
   with_channels(g, [&](auto cc) {
-    channel_sums<SumKind::Grad, decltype(cc)::value>(g, x, dy, relu_ab, mean, sc, gelu_ab ? &gg : nullptr);
+    channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc,
+                                                            gelu_ab ? &gg : nullptr);
   });
-  if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
+  if constexpr (std::is_same_v<DY, float>) {
+    if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
+  }
   const std::vector<double>& sums = sc.sums;
   sc.coef.resize(3 * C);
   float *A = sc.coef.data(), *B = A + C, *D = B + C;

@@ -306,6 +306,30 @@ struct Conv2d<backend::OneDnn, float> {
   void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* dx, float* dw) {
     run_backward(dev, g, x, nullptr, w, dx, dw, nullptr);
   }
+  /// Whether backward_bf16_dy can write dx as bfloat16 bits for `g`: the
+  /// data gradient runs in bf16 as oneDNN's forward kernel (above), and a
+  /// kernel of that convolution with a bf16 output exists and takes the same
+  /// weights' layout. The bits are the float dx rounded once, in the kernel
+  /// (the input gradient of a batch norm that reads dy as bf16).
+  bool writes_bf16_dx(Dev& dev, const ConvGeom& g) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d writes_bf16_dx";
+    on::check_geometry(g, op, false);
+    bool ok = false;
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      BwdData& fd = s.backward_data(cache_, dev.engine, g, bwd_via_fwd_);
+      ok = fd.lp && s.as_fwd_lp_dst(cache_, dev.engine, g) != nullptr;
+    });
+    return ok;
+  }
+  /// backward_bf16_dy with dx written as bfloat16 bits (writes_bf16_dx(g)
+  /// must hold).
+  void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w, std::uint16_t* dx,
+                        float* dw) {
+    backend::onednn::require("Conv2d backward_data (bf16 dx)", {{dx, "dx"}});
+    run_backward(dev, g, x, nullptr, w, nullptr, dw, nullptr, dx);
+  }
 
   /// Geometries whose primitives are cached now.
   std::size_t cached_geometries() const { return cache_.size(); }
@@ -315,17 +339,22 @@ struct Conv2d<backend::OneDnn, float> {
 
  private:
   // backward(); dy == nullptr: dy is in the bf16 scratch buffer already (bf16_dy).
+  // dx_bits: dx as bfloat16 instead (dx null; writes_bf16_dx).
   void run_backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
-                    float* dw, float* db) {
+                    float* dw, float* db, std::uint16_t* dx_bits = nullptr) {
     namespace on = backend::onednn;
     const char* op = dw ? "Conv2d backward_weights" : "Conv2d backward_data";
     on::check_geometry(g, op, false);
     if (dw) on::require(op, {{x, "x"}});
-    if (dx) on::require("Conv2d backward_data", {{w, "w"}});
+    if (dx || dx_bits) on::require("Conv2d backward_data", {{w, "w"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
       BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
-      BwdData* fd = dx ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
+      BwdData* fd = dx || dx_bits ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
+      dnnl::convolution_forward* lp_dst = dx_bits ? s.as_fwd_lp_dst(cache_, dev.engine, g) : nullptr;
+      if (dx_bits && (!fd->lp || !lp_dst))
+        throw ConfigError(detail::concat("Conv2d backward_data: no bf16 dx for this geometry (ask ",
+                                         "writes_bf16_dx first): ", on::describe(g)));
       if (!dy && ((fw && !fw->lp) || (fd && !fd->lp)))
         throw ConfigError(detail::concat(op,
                                          ": dy handed over in bf16, but a pass of this geometry runs in "
@@ -361,8 +390,14 @@ struct Conv2d<backend::OneDnn, float> {
         FwdAsBwd& a = *fd->as_fwd;
         if (s.flip_weights(g, w, w_version_)) a.w.shown = nullptr;  // its copy of w_flip is stale
         dnnl::memory wm = weights_in(dev, s.w_flip_user, s.w_flip.data(), a.w);
-        a.prim.execute(dev.stream,
-                       {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, on::bind(s.x, dx)}});
+        if (dx_bits) {
+          s.dx_ext.set_data_handle(dx_bits);
+          lp_dst->execute(dev.stream,
+                          {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.dx_ext}});
+        } else {
+          a.prim.execute(dev.stream,
+                         {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, on::bind(s.x, dx)}});
+        }
       } else if (fd) {
         dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
         dnnl::memory ddst = fd->lp ? *dy_lp : stage_in(dev, fd->ddst, on::bind(s.y, dy), 0);
@@ -410,6 +445,10 @@ struct Conv2d<backend::OneDnn, float> {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
     backend::onednn::Staged w;  // w_flip into the primitive's bf16 layout
+    // The same convolution writing bf16 dx (writes_bf16_dx), built on first
+    // request where oneDNN has it with the same weights' layout.
+    std::optional<dnnl::convolution_forward> prim_lp_dst;
+    bool lp_dst_tried = false;
   };
   struct BwdData {
     dnnl::convolution_backward_data::primitive_desc pd;
@@ -456,7 +495,8 @@ struct Conv2d<backend::OneDnn, float> {
     // holding kept_x's values), or in device scratch (x_lp slot 2, dy_lp slot 3).
     std::optional<dnnl::reorder> lower_src, lower_dst;
     dnnl::memory x_keep, x_lp, dy_lp;
-    dnnl::memory x_ext;  // a caller's bf16 copy of x (set_bf16_input), re-pointed per call
+    dnnl::memory x_ext;   // a caller's bf16 copy of x (set_bf16_input), re-pointed per call
+    dnnl::memory dx_ext;  // a caller's bf16 dx (backward_bf16_dy with bits), re-pointed per call
     const float* kept_x = nullptr;
     bool kept_ext = false;  // kept_x's bf16 copy is x_ext (the caller's), not x_keep
     // The im2col + matmul weight gradient (see the file comment): the first
@@ -495,6 +535,7 @@ struct Conv2d<backend::OneDnn, float> {
       dy_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
       y_lp = dnnl::memory(dst_lp, eng, DNNL_MEMORY_NONE);
       x_ext = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
+      dx_ext = dnnl::memory(src_lp, eng, DNNL_MEMORY_NONE);
       bias = on::vec_desc(g.oc);
       strides = {on::dim(g.sh), on::dim(g.sw)};
       pad_l = {on::dim(g.pt), on::dim(g.pl)};
@@ -747,10 +788,36 @@ struct Conv2d<backend::OneDnn, float> {
         if (!jit_kernel(pd) || pd.dst_desc() != src) return std::nullopt;
         w_flip.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
         w_flip_user = dnnl::memory(flip_user, eng, w_flip.data());
-        return FwdAsBwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true)};
+        return FwdAsBwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true), {}, false};
       } catch (const dnnl::error&) {  // no such kernel here: the backward_data primitive
         return std::nullopt;
       }
+    }
+
+    // The forward-as-backward convolution with a bf16 dx, or nullptr (no
+    // such pass for this geometry, or no kernel with the float-dx one's
+    // weights' layout).
+    dnnl::convolution_forward* as_fwd_lp_dst(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+      if (!bwd_data || !bwd_data->as_fwd) return nullptr;
+      FwdAsBwd& a = *bwd_data->as_fwd;
+      if (!a.lp_dst_tried) {
+        a.lp_dst_tried = true;
+        namespace on = backend::onednn;
+        using cf = dnnl::convolution_forward;
+        const on::dims wd{on::dim(g.ic), on::dim(g.oc), on::dim(g.kh), on::dim(g.kw)};
+        try {
+          cf::primitive_desc pd(
+              cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst_lp,
+                       dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), src_lp, strides,
+                       on::dims{on::dim(g.kh - 1 - g.pt), on::dim(g.kw - 1 - g.pl)},
+                       on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
+              eng);
+          if (jit_kernel(pd) && pd.dst_desc() == src_lp && pd.weights_desc() == a.pd.weights_desc())
+            a.prim_lp_dst = c.build<cf>(pd);
+        } catch (const dnnl::error&) {  // no such kernel: float dx only
+        }
+      }
+      return a.prim_lp_dst ? &*a.prim_lp_dst : nullptr;
     }
 
     // w_flip from the caller's HWIO w, unless it holds w at this version.
