@@ -764,10 +764,54 @@ TEST_CASE("Two ConvBatchNorm hand the input gradient back as bf16, within bf16 a
   }
 }
 
+TEST_CASE("Residual blocks' sums read the bodies' input gradients as bf16, within bf16 accuracy of float",
+          "[backend][onednn][bf16][residual]") {
+  // ResNet's chain of blocks (NHWC, 16 channels): from the second block on,
+  // the body's first convolution writes its dx as bf16 and the block's sum
+  // (through the previous block's ReLU mask, as bits) reads it. Against the
+  // same chain with NetOptions::bf16_gradients(false): the same forward,
+  // gradients a bf16 rounding apart; the first block (input not a block's
+  // output) keeps the float sum.
+  using Block = resnet::BlockV1<16, 16, 1>;
+  using Chain = Sequential<Block, Block, Block>;
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
+  Model<Chain, B> a({16, 8, 8}, DataFormat::NHWC, lp, 5, /*input_gradient=*/true);
+  Model<Chain, B> b({16, 8, 8}, DataFormat::NHWC, fp, 5, /*input_gradient=*/true);
+  copy_parameters(a, b);
+  Rng rng(41);
+  Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, DataFormat::NHWC);
+  for (auto& v : x) v = float(rng.normal());
+  for (int step = 0; step < 2; ++step) {
+    const Tensor<float> y = a.forward(x, Mode::Train);
+    REQUIRE(y == b.forward(x, Mode::Train));
+    Tensor<float> dy = y;
+    for (auto& v : dy) v = float(rng.uniform(-1, 1));
+    const Tensor<float> dxa = a.backward(dy), dxb = b.backward(dy);
+    const auto &pa = a.parameters().grads(), &pb = b.parameters().grads();
+    const std::vector<float> ga(pa.data(), pa.data() + pa.size()), gb(pb.data(), pb.data() + pb.size());
+    const std::vector<float> va(dxa.begin(), dxa.end()), vb(dxb.begin(), dxb.end());
+    const double eg = rel_diff(ga, gb), ex = rel_diff(va, vb);
+    INFO("step " << step << ": parameter gradients " << eg << ", dx " << ex << " apart");
+    CHECK(eg < kBf16Tolerance);
+    CHECK(ex < kBf16Tolerance);
+  }
+  auto& ca = a.root().children();
+  const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
+  CHECK(std::get<0>(ca).bf16_branch_grads() == 0);
+  if (backend::onednn::cpu_has_amx_convolutions()) {
+    CHECK(std::get<1>(ca).bf16_branch_grads() == steps);
+    CHECK(std::get<2>(ca).bf16_branch_grads() == steps);
+  }
+  CHECK(std::get<1>(b.root().children()).bf16_branch_grads() == 0);
+}
+
 TEST_CASE("A convolution reading the bf16 copy its producer wrote gives the bits of rounding x itself",
           "[backend][onednn][bf16][copy]") {
   using Block = resnet::BlockV1<16, 16, 1>;
-  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  // (float gradients: the chained blocks' sum would read the second body's
+  // input gradient as bf16, the broken chain's does not; test above)
+  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16).with_bf16_gradients(false);
   for (DataFormat fmt : kFormats) {
     INFO(to_string(fmt));
     Model<Sequential<Block, Block>, B> chained({16, 8, 8}, fmt, bf16, 5);

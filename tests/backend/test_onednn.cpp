@@ -616,6 +616,19 @@ TEST_CASE("The residual sum's ReLU mask as bits: batch norm writes y > 0, add_ma
     add_op.add_masked_bits(dev, n, a.data(), in_b.data(), bits.data(), in_b.data());
     CHECK(same_bits(in_a, out_float));
     CHECK(same_bits(in_b, out_float));
+    // a as bf16 bits (a residual body's input gradient): the float pass on the values the bits hold.
+    std::vector<std::uint16_t> a16(n);
+    std::vector<float> a16w(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      a16[i] = backend::host::bf16_bits(a[i]);
+      a16w[i] = backend::host::bf16_to_float(a16[i]);
+    }
+    auto out16 = poisoned(n), out16w = poisoned(n), in16_b = b;
+    add_op.add_masked_bits(dev, n, a16.data(), b.data(), bits.data(), out16.data());
+    add_op.add_masked_bits(dev, n, a16w.data(), b.data(), bits.data(), out16w.data());
+    CHECK(same_bits(out16, out16w));
+    add_op.add_masked_bits(dev, n, a16.data(), in16_b.data(), bits.data(), in16_b.data());
+    CHECK(same_bits(in16_b, out16w));
   }
   // Refused: no ReLU, a layout or channel count without the bits, a count that is no multiple of 16.
   const ChannelGeom nchw{DataFormat::NCHW, 2, 16, 4, 4}, odd{DataFormat::NHWC, 2, 24, 4, 4};

@@ -197,39 +197,17 @@ struct ConvBatchNorm : LayerBase {
       return dy_bits_.data();
     }
     /// backward() with dx written as bf16 bits into `dx_bits` (the earlier
-    /// layer's bf16_dy_target); needs writes_bf16_dx(rc).
+    /// layer's bf16_dy_target, or a residual block's buffer); needs
+    /// writes_bf16_dx(rc).
     void backward_to_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
-      if constexpr (backend_traits<B>::bf16_gradients) {
-        std::uint16_t* lp = conv_.bf16_dy(rc);
-        ++bf16_handoffs_;
-        ++bf16_dx_handoffs_;
-        detail::profiled(rc.profiler, bn_name_, "bn", true, [&] {
-          bn_.backward_bf16(dy, rc, lp);
-          return 0;
-        });
-        detail::profiled(rc.profiler, conv_name_, "conv", true, [&] {
-          conv_.backward_bf16_dy_bits(rc, dx_bits);
-          return 0;
-        });
-      } else {
-        (void)dy, (void)rc, (void)dx_bits;
-      }
+      backward_io(&dy, rc, dx_bits);
     }
     /// backward() with dy the bits the later layer wrote into
     /// bf16_dy_target(); needs takes_bf16_dy(rc).
-    const Tensor<T>& backward_from_bits(RunContext<B, T>& rc) {
-      if constexpr (backend_traits<B>::bf16_gradients) {
-        std::uint16_t* lp = conv_.bf16_dy(rc);
-        ++bf16_handoffs_;
-        detail::profiled(rc.profiler, bn_name_, "bn", true, [&] {
-          bn_.backward_bf16_bits(dy_bits_.data(), rc, lp);
-          return 0;
-        });
-        return detail::profiled(rc.profiler, conv_name_, "conv", true,
-                                [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
-      } else {
-        throw ConfigError("ConvBatchNorm: a bf16 dy on a backend without bf16 gradients");
-      }
+    const Tensor<T>& backward_from_bits(RunContext<B, T>& rc) { return backward_io(nullptr, rc, nullptr); }
+    /// Both: dy from bf16_dy_target(), dx as bf16 bits into `dx_bits`.
+    void backward_bits_to_bits(RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      backward_io(nullptr, rc, dx_bits);
     }
 
     /// How many backward passes handed the batch norm's dx to the
@@ -245,6 +223,34 @@ struct ConvBatchNorm : LayerBase {
     const node_t<BnL, B, T>& bn() const { return bn_; }
 
    private:
+    // The bf16 backward: dy float (`dy`) or the bits in dy_bits_ (dy null);
+    // the batch norm's dx as bf16 into the convolution's dy buffer; the
+    // convolution's dx float (returned) or as bits into `dx_bits`.
+    const Tensor<T>& backward_io(const Tensor<T>* dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      if constexpr (backend_traits<B>::bf16_gradients) {
+        std::uint16_t* lp = conv_.bf16_dy(rc);
+        ++bf16_handoffs_;
+        bf16_dx_handoffs_ += dx_bits != nullptr;
+        detail::profiled(rc.profiler, bn_name_, "bn", true, [&] {
+          if (dy)
+            bn_.backward_bf16(*dy, rc, lp);
+          else
+            bn_.backward_bf16_bits(dy_bits_.data(), rc, lp);
+          return 0;
+        });
+        if (!dx_bits)
+          return detail::profiled(rc.profiler, conv_name_, "conv", true,
+                                  [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
+        detail::profiled(rc.profiler, conv_name_, "conv", true, [&] {
+          conv_.backward_bf16_dy_bits(rc, dx_bits);
+          return 0;
+        });
+        return no_dx_;  // dx went to dx_bits
+      } else {
+        (void)dy, (void)rc, (void)dx_bits;
+        throw ConfigError("ConvBatchNorm: bf16 gradients on a backend without them");
+      }
+    }
     // y = conv(x, w * s) + (beta - mean * s) [+ ReLU] with the moving statistics.
     const Tensor<T>& infer(const Tensor<T>& x, RunContext<B, T>& rc) {
       ConvGeom g = conv_.geometry();
@@ -285,6 +291,7 @@ struct ConvBatchNorm : LayerBase {
     std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
     std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0, bf16_dx_handoffs_ = 0;
     std::vector<std::uint16_t> dy_bits_;  // bf16_dy_target (host backends only)
+    Tensor<T> no_dx_;                     // backward_io's return when dx went out as bits (empty)
     bool bf16_dx_ = true;                 // NetOptions::bf16_gradients
     bool expect_copy_ = false;            // require_bf16_input, for the next forward
     Tensor<T> y_;

@@ -132,6 +132,11 @@ struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-
 /// in a Sequential (a static bf16_output_handover, ConvBatchNorm's).
 template <class N, class = void>
 struct HasBf16OutputHandover : std::false_type {};
+/// Whether node N has backward_first_bits (Sequential).
+template <class N, class = void>
+struct HasFirstBits : std::false_type {};
+template <class N>
+struct HasFirstBits<N, std::void_t<decltype(&N::backward_first_bits)>> : std::true_type {};
 template <class N>
 struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
     : std::bool_constant<N::bf16_output_handover> {};
@@ -235,6 +240,24 @@ struct Sequential : LayerBase {
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       return backward_from<sizeof...(Ls) - 1>(dy, rc);
     }
+    /// backward() with the first child's dx written as bf16 bits into
+    /// `dx_bits` instead, where that child can (a ConvBatchNorm whose
+    /// writes_bf16_dx holds): a residual block asks it for its body's input
+    /// gradient, which its sum then reads as bf16. `wrote` says whether the
+    /// bits were written; if so the returned tensor is not the input
+    /// gradient, else it is (as backward() returns it).
+    const Tensor<T>& backward_first_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
+                                         bool& wrote) {
+      struct Reset {
+        std::uint16_t*& p;
+        ~Reset() { p = nullptr; }
+      } reset{first_bits_};
+      first_bits_ = dx_bits;
+      first_bits_done_ = false;
+      const Tensor<T>& dx = backward_from<sizeof...(Ls) - 1>(dy, rc);
+      wrote = first_bits_done_;
+      return dx;
+    }
     /// The children (for inspection and taps).
     std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
 
@@ -309,8 +332,24 @@ struct Sequential : LayerBase {
               earlier.takes_bf16_dy(rc)) {
             later.backward_to_bits(dy, rc, earlier.bf16_dy_target());
             if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
+            if constexpr (I == 1) {  // the first child, whose dx may go out as bits too
+              if (first_bits_ && earlier.writes_bf16_dx(rc)) {
+                earlier.backward_bits_to_bits(rc, first_bits_);
+                first_bits_done_ = true;
+                if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[0]);
+                return dy;  // not the input gradient: that went to first_bits_
+              }
+            }
             return continue_from<I - 1>(earlier.backward_from_bits(rc), rc);
           }
+        }
+      } else if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value) {
+        auto& first = std::get<0>(nodes_);
+        if (first_bits_ && first.writes_bf16_dx(rc)) {
+          first.backward_to_bits(dy, rc, first_bits_);
+          first_bits_done_ = true;
+          if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[0]);
+          return dy;  // not the input gradient: that went to first_bits_
         }
       }
       const Tensor<T>& dx =
@@ -330,6 +369,8 @@ struct Sequential : LayerBase {
         return backward_from<I - 1>(dx, rc);
     }
     std::tuple<node_t<Ls, B, T>...> nodes_;
+    std::uint16_t* first_bits_ = nullptr;  // backward_first_bits' target, during that call
+    bool first_bits_done_ = false;
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
     std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
     // Id of the first parameter child I (or a later child) registered: after
@@ -453,9 +494,33 @@ struct Residual : LayerBase {
       // backward finishes parameters in reverse registration order (what
       // GradientSync::ready_from reports inside the body relies on it).
       const Tensor<T>& db = shortcut_.backward(*g, rc);
-      const Tensor<T>& da = body_.backward(*g, rc);
+      // The body's input gradient as bf16 bits where its first layer can
+      // write them and the sum below reads the mask as bits too.
+      bool da_bits = false;
+      const bool sum = propagate_down_ && rc.needs_dx(params_before_);
+      const Tensor<T>* dap = nullptr;
+      if constexpr (Relu && backend_traits<B>::sum_mask_bits &&
+                    detail::HasFirstBits<node_t<Body, B, T>>::value) {
+        if (sum && mask_input_ && x_bits_) {
+          da_bits_.resize(db.size());
+          dap = &body_.backward_first_bits(*g, rc, da_bits_.data(), da_bits);
+          bf16_branch_grads_ += da_bits;
+        }
+      }
+      if (!dap) dap = &body_.backward(*g, rc);
       rc.premasked_grad = rc.premasked_by = nullptr;
-      if (!propagate_down_ || !rc.needs_dx(params_before_)) return da;
+      if (!sum) return *dap;
+      if constexpr (backend_traits<B>::sum_mask_bits) {
+        if (da_bits)
+          return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
+            if (dx_.shape() != db.shape()) dx_.resize(db.shape());
+            add_.add_masked_bits(*rc.device, db.size(), da_bits_.data(), db.data(), x_bits_, dx_.data());
+            rc.premasked_grad = dx_.data();
+            rc.premasked_by = x_->data();
+            return dx_;
+          });
+      }
+      const Tensor<T>& da = *dap;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         if (dx_.shape() != da.shape()) dx_.resize(da.shape());
         if (mask_input_) {  // x is the previous block's ReLU output: its mask in this pass
@@ -484,6 +549,9 @@ struct Residual : LayerBase {
     /// wrote with its sum (RunContext::relu_mask; backends with
     /// sum_mask_bits) rather than from the input's values.
     bool masks_from_bits() const { return mask_input_ && x_bits_ != nullptr; }
+    /// Backward passes whose body handed its input gradient to the sum as
+    /// bf16 bits (Sequential::backward_first_bits; tests).
+    std::size_t bf16_branch_grads() const { return bf16_branch_grads_; }
     /// Whether the last forward's sum (and ReLU) was computed by the body's
     /// last layer in its own pass (RunContext::sum_out; batch norm on
     /// backends with fused_sum) rather than by a pass of this block.
@@ -498,7 +566,9 @@ struct Residual : LayerBase {
     node_t<Body, B, T> body_;
     node_t<Shortcut, B, T> shortcut_;
     Tensor<T> y_, dx_;
-    std::vector<std::uint16_t> mask_bits_;   // y_ > 0 as bits, when the body's last layer wrote them
+    std::vector<std::uint16_t> mask_bits_;  // y_ > 0 as bits, when the body's last layer wrote them
+    std::vector<std::uint16_t> da_bits_;    // the body's input gradient as bf16 (backward_first_bits)
+    std::size_t bf16_branch_grads_ = 0;
     const Tensor<T>* x_ = nullptr;           // the last forward's input (backward's mask)
     const std::uint16_t* x_bits_ = nullptr;  // its mask as bits, from the block before (or null)
     std::string name_, add_name_;

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -38,6 +39,23 @@ inline void add_masked_word(const float* a, const float* b, std::uint16_t bits, 
   _mm512_storeu_ps(y, _mm512_maskz_add_ps(__mmask16(bits), _mm512_loadu_ps(a), _mm512_loadu_ps(b)));
 #else
   for (int l = 0; l < 16; ++l) y[l] = (bits >> l & 1u) ? a[l] + b[l] : 0.f;
+#endif
+}
+
+/// add_masked_word with a given as bfloat16 bits (widened exactly): the
+/// residual branch's gradient handed to the sum as bf16.
+inline void add_masked_word(const std::uint16_t* a, const float* b, std::uint16_t bits, float* y) {
+#if defined(__AVX512F__)
+  const __m512i wide =
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))), 16);
+  _mm512_storeu_ps(y, _mm512_maskz_add_ps(__mmask16(bits), _mm512_castsi512_ps(wide), _mm512_loadu_ps(b)));
+#else
+  for (int l = 0; l < 16; ++l) {
+    std::uint32_t u = std::uint32_t(a[l]) << 16;
+    float v;
+    std::memcpy(&v, &u, sizeof v);
+    y[l] = (bits >> l & 1u) ? v + b[l] : 0.f;
+  }
 #endif
 }
 

@@ -102,25 +102,15 @@ struct Eltwise<backend::OneDnn, float> {
   /// a or b): add_masked with the mask as bits (host/mask_bits.hpp), which
   /// batch norm writes with a residual sum (BatchNorm::forward_train_sum).
   /// n must be a multiple of 16. An own OpenMP loop, as add_masked.
-  void add_masked_bits(Dev&, std::size_t n, const float* a, const float* b, const std::uint16_t* bits,
+  void add_masked_bits(Dev& dev, std::size_t n, const float* a, const float* b, const std::uint16_t* bits,
                        float* y) {
-    static constexpr const char* op = "Eltwise add_masked_bits";
-    check(n, op);
-    if (n % 16 != 0)
-      throw ShapeError(
-          detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
-    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {bits, "bits"}, {y, "y"}});
-    constexpr std::size_t kChunk = 16384;  // floats per task, as add_masked
-    const long chunks = long((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (long c = 0; c < chunks; ++c) {
-      const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
-      for (std::size_t i0 = b0; i0 < e; i0 += 16) {
-        backend::host::prefetch_ahead(a + i0);
-        backend::host::prefetch_ahead(b + i0);
-        backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
-      }
-    }
+    masked_bits(dev, n, a, b, bits, y);
+  }
+  /// The same with a given as bfloat16 bits (a residual body's input
+  /// gradient handed over in bf16: nn/sequential.hpp), widened exactly.
+  void add_masked_bits(Dev& dev, std::size_t n, const std::uint16_t* a, const float* b,
+                       const std::uint16_t* bits, float* y) {
+    masked_bits(dev, n, a, b, bits, y);
   }
 
   /// y = x·a + b; x == y allowed.
@@ -146,6 +136,28 @@ struct Eltwise<backend::OneDnn, float> {
   std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
+  template <class A>
+  static void masked_bits(Dev&, std::size_t n, const A* a, const float* b, const std::uint16_t* bits,
+                          float* y) {
+    static constexpr const char* op = "Eltwise add_masked_bits";
+    check(n, op);
+    if (n % 16 != 0)
+      throw ShapeError(
+          detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
+    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {bits, "bits"}, {y, "y"}});
+    constexpr std::size_t kChunk = 16384;  // floats per task, as add_masked
+    const long chunks = long((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long c = 0; c < chunks; ++c) {
+      const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
+      for (std::size_t i0 = b0; i0 < e; i0 += 16) {
+        backend::host::prefetch_ahead(a + i0);
+        backend::host::prefetch_ahead(b + i0);
+        backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
+      }
+    }
+  }
+
   // (element count, kind: 0 add, 1 add+ReLU, 2 affine, affine's a and b)
   using Key = std::tuple<std::size_t, int, float, float>;
   struct Flat {
