@@ -54,21 +54,39 @@ TEST_CASE("The arena kernels' reductions, finite checks and weight decay match p
   CHECK(bad.value == -std::numeric_limits<double>::infinity());
   CHECK(k.all_finite(ArenaRuns::span(0, kArenaChunk), x.data()));
 
-  // g += T(wd)·v, rounded then added (no FMA), and Σ v² in order.
-  std::vector<float> v(1000), g(1000), want(1000);
+  // g += T(wd)·v, rounded then added (no FMA), and Σ v² in double as 8
+  // interleaved partial sums (element i into partial i % 8; the partials,
+  // then the tail, added in order), whatever the vector width. 1003
+  // elements: a tail of 3.
+  std::vector<float> v(1003), g(1003), want(1003);
   for (std::size_t i = 0; i < v.size(); ++i) {
     v[i] = float(rng.uniform(-1.0, 1.0));
     g[i] = want[i] = float(rng.uniform(-1.0, 1.0));
   }
   const float wd = 2e-4f;
-  double s = 0;
+  double part[8] = {}, s = 0, in_order = 0;
+  const std::size_t body = v.size() / 8 * 8;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    s += double(v[i]) * double(v[i]);
+    if (i < body) part[i % 8] += double(v[i]) * double(v[i]);
+    in_order += double(v[i]) * double(v[i]);
     volatile float prod = wd * v[i];  // rounded on its own
     want[i] = want[i] + prod;
   }
-  CHECK(k.weight_decay(0, v.size(), g.data(), v.data(), wd) == s);
+  for (double p : part) s += p;
+  for (std::size_t i = body; i < v.size(); ++i) s += double(v[i]) * double(v[i]);
+  const double got = k.weight_decay(0, v.size(), g.data(), v.data(), wd);
+  CHECK(got == s);
+  CHECK(got == Approx(in_order).epsilon(1e-14));
   CHECK(std::memcmp(g.data(), want.data(), g.size() * sizeof(float)) == 0);
+  // An offset range (begin > 0) and one shorter than the 8 partials.
+  std::vector<float> g2 = g;
+  CHECK(k.weight_decay(5, 12, g2.data(), v.data(), wd) == Approx([&] {
+                                                            double t = 0;
+                                                            for (std::size_t i = 5; i < 12; ++i)
+                                                              t += double(v[i]) * double(v[i]);
+                                                            return t;
+                                                          }())
+                                                              .epsilon(1e-15));
 }
 
 TEST_CASE("A Model installs its backend's arena kernels, and an arena no Model owns uses the reference's",

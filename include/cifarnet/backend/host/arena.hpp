@@ -171,9 +171,20 @@ struct ArenaOp {
   CIFARNET_NO_FP_CONTRACT double weight_decay(Dev&, std::size_t begin, std::size_t end, T* g, const T* v,
                                               T wd) {
     CIFARNET_NO_FP_CONTRACT_BODY
+    // Σv² in double over 8 interleaved partial sums (element i into sum i %
+    // 8, the partials added in order at the end): one chain of dependent
+    // double adds ran this at ~1 element per 4 cycles (ResNet-56's 0.85 M
+    // weights: ~1.3 ms of its step), 8 independent ones vectorize. Each v²
+    // is exact in double, so only the order of the double sum changed.
+    constexpr std::size_t kLanes = 8;
+    double part[kLanes] = {};
+    std::size_t i = begin;
+    for (; i + kLanes <= end; i += kLanes)
+      for (std::size_t l = 0; l < kLanes; ++l) part[l] += double(v[i + l]) * double(v[i + l]);
     double s = 0;
-    for (std::size_t i = begin; i < end; ++i) s += double(v[i]) * double(v[i]);
-    for (std::size_t i = begin; i < end; ++i) g[i] += wd * v[i];
+    for (std::size_t l = 0; l < kLanes; ++l) s += part[l];
+    for (; i < end; ++i) s += double(v[i]) * double(v[i]);
+    for (std::size_t j = begin; j < end; ++j) g[j] += wd * v[j];
     return s;
   }
 
