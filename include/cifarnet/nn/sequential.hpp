@@ -132,14 +132,14 @@ struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-
 /// in a Sequential (a static bf16_output_handover, ConvBatchNorm's).
 template <class N, class = void>
 struct HasBf16OutputHandover : std::false_type {};
+template <class N>
+struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
+    : std::bool_constant<N::bf16_output_handover> {};
 /// Whether node N has backward_first_bits (Sequential).
 template <class N, class = void>
 struct HasFirstBits : std::false_type {};
 template <class N>
 struct HasFirstBits<N, std::void_t<decltype(&N::backward_first_bits)>> : std::true_type {};
-template <class N>
-struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
-    : std::bool_constant<N::bf16_output_handover> {};
 /// "No parameter id": a container built without an arena never reports
 /// gradients as final before the end of backward.
 inline constexpr std::size_t kNoParam = ~std::size_t(0);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace cifarnet::backend::host {
 
@@ -19,9 +20,10 @@ namespace cifarnet::backend::host {
 inline constexpr std::size_t kAheadBytes = 2048;
 
 /// Prefetch (for reading) the cache line kAheadBytes past p. A hint: an
-/// address past the end of the tensor is not dereferenced.
+/// address past the end of the tensor is not dereferenced (and is formed
+/// in integer arithmetic, not as a pointer past the end).
 inline void prefetch_ahead(const void* p) {
-  __builtin_prefetch(static_cast<const char*>(p) + kAheadBytes, 0, 3);
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + kAheadBytes), 0, 3);
 }
 
 }  // namespace cifarnet::backend::host
