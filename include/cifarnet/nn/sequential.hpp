@@ -327,7 +327,8 @@ struct Sequential : LayerBase {
         using P = std::tuple_element_t<I - 1, std::tuple<Ls...>>;
         if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
                       detail::HasBf16OutputHandover<node_t<P, B, T>>::value) {
-          auto &later = std::get<I>(nodes_), &earlier = std::get<I - 1>(nodes_);
+          auto& later = std::get<I>(nodes_);
+          auto& earlier = std::get<I - 1>(nodes_);
           if (down_[I] && rc.needs_dx(first_param_[I]) && later.writes_bf16_dx(rc) &&
               earlier.takes_bf16_dy(rc)) {
             later.backward_to_bits(dy, rc, earlier.bf16_dy_target());
