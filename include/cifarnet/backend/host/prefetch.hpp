@@ -1,12 +1,13 @@
 // cifarnet/backend/host/prefetch.hpp — software prefetch for the host
 // passes that stream activations front to back.
 //
-// A pass of batch normalization, the residual sum or a pooling reads a few
+// A pass of batch normalization or of the residual sum reads a few
 // tensors of a ResNet stage (4-8 MB each at batch 128) once, in order. The
 // tensors saved by the forward come back from DRAM in the backward, and
 // there the hardware prefetcher alone left these loops at about half the
 // bandwidth of a plain read of the same bytes (a 128x32x32x16 bf16 channel
-// sum: 12 against 23 GB/s with the caches flushed, 2-core Xeon with AMX).
+// sum with the caches flushed, 2-core Xeon with AMX: 12 against 26 GB/s, 22
+// with this prefetch; docs/runs/bench/2026-11-27-bn-prefetch-probe/).
 // Asking for the line kAheadBytes ahead of the element being read keeps
 // enough requests in flight; it changes no result.
 #pragma once
