@@ -173,9 +173,10 @@ struct ArenaOp {
     CIFARNET_NO_FP_CONTRACT_BODY
     // Σv² in double over 8 interleaved partial sums (element i into sum i %
     // 8, the partials added in order at the end): one chain of dependent
-    // double adds ran this at ~1 element per 4 cycles (ResNet-56's 0.85 M
-    // weights: ~1.3 ms of its step), 8 independent ones vectorize. Each v²
-    // is exact in double, so only the order of the double sum changed.
+    // double adds waited on each add's latency, 8 independent ones
+    // vectorize (ResNet-20's optimizer step 0.70 -> 0.39 ms with momentum;
+    // docs/BENCHMARKS.md, 2026-11-27 14:53). Each v² is exact in double,
+    // so only the order of the double sum changed.
     constexpr std::size_t kLanes = 8;
     double part[kLanes] = {};
     std::size_t i = begin;
