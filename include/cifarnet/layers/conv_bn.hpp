@@ -116,17 +116,7 @@ struct ConvBatchNorm : LayerBase {
         // bf16 convolutions: the batch norm writes its dx as bf16 straight
         // into the buffer the convolution's backward reads (no float dx, no
         // conversion pass; the same rounding).
-        if (bn_.backward_bf16_ready(rc)) {
-          if (std::uint16_t* lp = conv_.bf16_dy(rc)) {
-            ++bf16_handoffs_;
-            detail::profiled(rc.profiler, bn_name_, "bn", true, [&]() -> const Tensor<T>& {
-              bn_.backward_bf16(dy, rc, lp);
-              return dy;
-            });
-            return detail::profiled(rc.profiler, conv_name_, "conv", true,
-                                    [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
-          }
-        }
+        if (bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc)) return backward_io(&dy, rc, nullptr);
       }
       const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
                                              [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });

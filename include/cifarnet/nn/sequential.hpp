@@ -336,9 +336,7 @@ struct Sequential : LayerBase {
             if constexpr (I == 1) {  // the first child, whose dx may go out as bits too
               if (first_bits_ && earlier.writes_bf16_dx(rc)) {
                 earlier.backward_bits_to_bits(rc, first_bits_);
-                first_bits_done_ = true;
-                if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[0]);
-                return dy;  // not the input gradient: that went to first_bits_
+                return first_bits_written(dy, rc);
               }
             }
             return continue_from<I - 1>(earlier.backward_from_bits(rc), rc);
@@ -348,14 +346,19 @@ struct Sequential : LayerBase {
         auto& first = std::get<0>(nodes_);
         if (first_bits_ && first.writes_bf16_dx(rc)) {
           first.backward_to_bits(dy, rc, first_bits_);
-          first_bits_done_ = true;
-          if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[0]);
-          return dy;  // not the input gradient: that went to first_bits_
+          return first_bits_written(dy, rc);
         }
       }
       const Tensor<T>& dx =
           rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
       return continue_from<I>(dx, rc);
+    }
+    // The first child wrote its dx into first_bits_: every gradient is final;
+    // `dy` is returned in place of the input gradient, which went there.
+    const Tensor<T>& first_bits_written(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      first_bits_done_ = true;
+      if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[0]);
+      return dy;
     }
     // After child I's backward returned dx: its gradients are final, then the
     // children before it, if anything there needs a gradient.

@@ -773,6 +773,20 @@ struct Conv2d<backend::OneDnn, float> {
       return g.sh == 1 && g.sw == 1 && g.kh % 2 == 1 && g.kw % 2 == 1 && 2 * g.pt + 1 == g.kh &&
              2 * g.pb + 1 == g.kh && 2 * g.pl + 1 == g.kw && 2 * g.pr + 1 == g.kw;
     }
+    // That convolution's descriptor (bf16 dy in, the flipped weights in any
+    // bf16 layout) writing dx in `dx_desc` (float src, or bf16 src_lp).
+    dnnl::convolution_forward::primitive_desc forward_as_backward_pd(
+        const dnnl::engine& eng, const ConvGeom& g, const dnnl::memory::desc& dx_desc) const {
+      namespace on = backend::onednn;
+      using cf = dnnl::convolution_forward;
+      const on::dims wd{on::dim(g.ic), on::dim(g.oc), on::dim(g.kh), on::dim(g.kw)};
+      return cf::primitive_desc(
+          cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst_lp,
+                   dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), dx_desc, strides,
+                   on::dims{on::dim(g.kh - 1 - g.pt), on::dim(g.kw - 1 - g.pl)},
+                   on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
+          eng);
+    }
     std::optional<FwdAsBwd> forward_as_backward(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
       namespace on = backend::onednn;
       if (!forward_as_backward_geometry(g)) return std::nullopt;
@@ -780,11 +794,7 @@ struct Conv2d<backend::OneDnn, float> {
       const on::dims wd{on::dim(g.ic), on::dim(g.oc), on::dim(g.kh), on::dim(g.kw)};
       const dnnl::memory::desc flip_user(wd, on::dt::f32, on::tag::hwio);
       try {
-        cf::primitive_desc pd(cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                       dst_lp, dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), src,
-                                       strides, on::dims{on::dim(g.kh - 1 - g.pt), on::dim(g.kw - 1 - g.pl)},
-                                       on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
-                              eng);
+        const cf::primitive_desc pd = forward_as_backward_pd(eng, g, src);
         if (!jit_kernel(pd) || pd.dst_desc() != src) return std::nullopt;
         w_flip.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
         w_flip_user = dnnl::memory(flip_user, eng, w_flip.data());
@@ -802,18 +812,10 @@ struct Conv2d<backend::OneDnn, float> {
       FwdAsBwd& a = *bwd_data->as_fwd;
       if (!a.lp_dst_tried) {
         a.lp_dst_tried = true;
-        namespace on = backend::onednn;
-        using cf = dnnl::convolution_forward;
-        const on::dims wd{on::dim(g.ic), on::dim(g.oc), on::dim(g.kh), on::dim(g.kw)};
         try {
-          cf::primitive_desc pd(
-              cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst_lp,
-                       dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), src_lp, strides,
-                       on::dims{on::dim(g.kh - 1 - g.pt), on::dim(g.kw - 1 - g.pl)},
-                       on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
-              eng);
+          const auto pd = forward_as_backward_pd(eng, g, src_lp);
           if (jit_kernel(pd) && pd.dst_desc() == src_lp && pd.weights_desc() == a.pd.weights_desc())
-            a.prim_lp_dst = c.build<cf>(pd);
+            a.prim_lp_dst = c.build<dnnl::convolution_forward>(pd);
         } catch (const dnnl::error&) {  // no such kernel: float dx only
         }
       }

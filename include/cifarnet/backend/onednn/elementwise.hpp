@@ -81,21 +81,14 @@ struct Eltwise<backend::OneDnn, float> {
     static constexpr const char* op = "Eltwise add_masked";
     check(n, op);
     backend::onednn::require(op, {{a, "a"}, {b, "b"}, {m, "m"}, {y, "y"}});
-    constexpr std::size_t kChunk = 16384;  // floats per task: 64 KiB of each operand
-    const long chunks = long((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (long c = 0; c < chunks; ++c) {
-      const std::size_t b0 = std::size_t(c) * kChunk, e = std::min(n, b0 + kChunk);
-      // A cache line of each operand at a time, the lines ahead prefetched.
-      for (std::size_t i0 = b0; i0 < e; i0 += 16) {
-        const std::size_t i1 = std::min(e, i0 + 16);
-        backend::host::prefetch_ahead(a + i0);
-        backend::host::prefetch_ahead(b + i0);
-        backend::host::prefetch_ahead(m + i0);
+    for_lines(
+        n,
+        [&](std::size_t i0, std::size_t i1) {
+          backend::host::prefetch_ahead(m + i0);
 #pragma omp simd
-        for (std::size_t i = i0; i < i1; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
-      }
-    }
+          for (std::size_t i = i0; i < i1; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+        },
+        a, b);
   }
 
   /// y = a + b where bit i % 16 of bits[i / 16] is set, else 0 (y may alias
@@ -145,7 +138,20 @@ struct Eltwise<backend::OneDnn, float> {
       throw ShapeError(
           detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
     backend::onednn::require(op, {{a, "a"}, {b, "b"}, {bits, "bits"}, {y, "y"}});
-    constexpr std::size_t kChunk = 16384;  // floats per task, as add_masked
+    for_lines(
+        n,
+        [&](std::size_t i0, std::size_t) {
+          backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
+        },
+        a, b);
+  }
+  // f(i0, i1) for every run [i0, i1) of 16 elements (a cache line of floats;
+  // the last run may be shorter), in parallel over chunks of 16384 elements
+  // (64 KiB of a float operand per task), after prefetching the lines ahead
+  // of a and b (host/prefetch.hpp).
+  template <class F, class A>
+  static void for_lines(std::size_t n, F&& f, const A* a, const float* b) {
+    constexpr std::size_t kChunk = 16384;
     const long chunks = long((n + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
     for (long c = 0; c < chunks; ++c) {
@@ -153,7 +159,7 @@ struct Eltwise<backend::OneDnn, float> {
       for (std::size_t i0 = b0; i0 < e; i0 += 16) {
         backend::host::prefetch_ahead(a + i0);
         backend::host::prefetch_ahead(b + i0);
-        backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
+        f(i0, std::min(e, i0 + 16));
       }
     }
   }
