@@ -629,6 +629,42 @@ TEST_CASE("The residual sum's ReLU mask as bits: batch norm writes y > 0, add_ma
     CHECK(same_bits(out16, out16w));
     add_op.add_masked_bits(dev, n, a16.data(), in16_b.data(), bits.data(), in16_b.data());
     CHECK(same_bits(in16_b, out16w));
+    // b as bf16 bits too, and the sum written as bf16 (the residual path's
+    // gradient between blocks): the float pass on the widened values, then
+    // rounded as host::store_bf16 rounds; in place on a bf16 operand.
+    std::vector<std::uint16_t> b16(n);
+    std::vector<float> b16w(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      b16[i] = backend::host::bf16_bits(b[i]);
+      b16w[i] = backend::host::bf16_to_float(b16[i]);
+    }
+    auto both_w = poisoned(n);
+    add_op.add_masked_bits(dev, n, a16w.data(), b16w.data(), bits.data(), both_w.data());
+    std::vector<std::uint16_t> expect16(n);
+    backend::host::store_bf16(both_w.data(), expect16.data(), n);
+    auto both = poisoned(n);
+    add_op.add_masked_bits(dev, n, a16.data(), b16.data(), bits.data(), both.data());
+    CHECK(same_bits(both, both_w));
+    std::vector<std::uint16_t> out_b16(n, 0xdead), in_place = b16;
+    add_op.add_masked_bits(dev, n, a16.data(), b16.data(), bits.data(), out_b16.data());
+    CHECK(out_b16 == expect16);
+    add_op.add_masked_bits(dev, n, a16.data(), in_place.data(), bits.data(), in_place.data());
+    CHECK(in_place == expect16);
+    auto fb = poisoned(n);  // float a, bf16 b
+    add_op.add_masked_bits(dev, n, a.data(), b16.data(), bits.data(), fb.data());
+    auto fbw = poisoned(n);
+    add_op.add_masked_bits(dev, n, a.data(), b16w.data(), bits.data(), fbw.data());
+    CHECK(same_bits(fb, fbw));
+    std::vector<std::uint16_t> ff16(n, 0xdead), ff16_expect(n);  // two floats, a bf16 sum
+    add_op.add_masked_bits(dev, n, a.data(), b.data(), bits.data(), ff16.data());
+    backend::host::store_bf16(out_float.data(), ff16_expect.data(), n);
+    CHECK(ff16 == ff16_expect);
+    // No mask (null bits): the plain sum, as Eltwise::add.
+    auto plain = poisoned(n), plain_add = poisoned(n);
+    add_op.add_masked_bits(dev, n, a.data(), b.data(), static_cast<const std::uint16_t*>(nullptr),
+                           plain.data());
+    add_op.add(dev, n, a.data(), b.data(), plain_add.data(), false);
+    CHECK(same_bits(plain, plain_add));
   }
   // Refused: no ReLU, a layout or channel count without the bits, a count that is no multiple of 16.
   const ChannelGeom nchw{DataFormat::NCHW, 2, 16, 4, 4}, odd{DataFormat::NHWC, 2, 24, 4, 4};

@@ -153,11 +153,14 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
   // bits instead of y. The same bits as a chain an Identity breaks (there the
   // second block masks nothing and the first applies its own mask pass).
   using Block = Residual<Sequential<ConvBatchNorm<16, 16, 3>>, Identity, FusedRelu>;
-  // (bf16 gradients off: with them the chain's sums read the bodies' input
-  // gradients as bf16, which the broken chain rounds differently;
+  // (bf16 gradients and the bf16 residual stream off: with them the chain's
+  // sums read the bodies' input gradients as bf16 and its blocks their
+  // shortcuts as bf16, which the broken chain rounds differently;
   // tests/backend/test_bf16.cpp)
-  for (const NetOptions& opts :
-       {NetOptions(), NetOptions().with_conv_precision(ConvPrecision::BF16).with_bf16_gradients(false)}) {
+  for (const NetOptions& opts : {NetOptions(), NetOptions()
+                                                   .with_conv_precision(ConvPrecision::BF16)
+                                                   .with_bf16_gradients(false)
+                                                   .with_bf16_residuals(false)}) {
     INFO("bf16 convolutions " << (opts.conv_precision == ConvPrecision::BF16));
     Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, opts, 3,
                                                                     /*input_gradient=*/true);

@@ -217,6 +217,20 @@ struct BatchNorm2d : LayerBase {
       run_backward_bf16(dy, rc, dx_bf16);
     }
 
+    /// Whether a training forward of a batch of `n` that takes a residual
+    /// block's sum (RunContext::sum_out) can read the shortcut as bf16 bits
+    /// and write the sum as its bf16 copy and ReLU mask alone (the residual
+    /// stream in bf16, nn/sequential.hpp): bf16 copies on, and the op's
+    /// NHWC channel counts.
+    bool sums_bf16_only(const RunContext<B, T>& rc, std::size_t n) const {
+      if constexpr (kFusedSum && kBf16 && backend_traits<B>::sum_mask_bits) {
+        const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
+        return bf16_copies_ && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
+               decltype(op_)::writes_bf16_only(g) && decltype(op_)::writes_sum_mask(g);
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
     /// The next training forward may write its output only as the bf16 copy
     /// (RunContext::bf16_of) when it writes one, leaving y_ stale: for a
     /// next layer that reads nothing else (Sequential asks it first,
@@ -261,10 +275,21 @@ struct BatchNorm2d : LayerBase {
           // The sum's ReLU mask as bits too, where the block asked and the op can.
           std::uint16_t* mask =
               rc.sum_mask && rc.sum_relu && decltype(op_)::writes_sum_mask(geom_) ? rc.sum_mask : nullptr;
-          op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
-                                rc.sum_shortcut, rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb,
-                                mask);
+          // The shortcut as bf16 bits (a residual stream in bf16), and the
+          // sum as its bf16 copy and mask alone where the block allows it.
+          if (rc.sum_shortcut_bits && !yb)
+            throw ConfigError("layer '" + name_ + "': a bf16 shortcut needs bf16 copies (bf16 convolutions)");
+          const bool skip = rc.sum_skip_float && yb && mask && decltype(op_)::writes_bf16_only(geom_);
+          float* out = skip ? nullptr : rc.sum_out;
+          if (rc.sum_shortcut_bits)
+            op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                                  rc.sum_shortcut_bits, rc.sum_relu, out, mean_.data(), var_.data(), yb,
+                                  mask);
+          else
+            op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                                  rc.sum_shortcut, rc.sum_relu, out, mean_.data(), var_.data(), yb, mask);
           rc.sum_mask_done = mask != nullptr;
+          rc.sum_float_skipped = skip;
         } else {
           op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
                                 rc.sum_shortcut, rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb);

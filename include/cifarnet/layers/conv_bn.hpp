@@ -140,6 +140,17 @@ struct ConvBatchNorm : LayerBase {
       else
         return (void)rc, (void)n, false;
     }
+    /// Whether a training forward of a batch of `n` that takes a residual
+    /// block's sum can read the shortcut as bf16 and write the sum as bf16
+    /// alone (BatchNorm2d::sums_bf16_only).
+    bool sums_bf16_only(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (backend_traits<B>::bf16_gradients)
+        return bn_.backward_bf16_ready(rc) && bn_.sums_bf16_only(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    /// Whether skip_float_output_once may be asked (always).
+    static constexpr bool can_skip_float_output() { return true; }
     /// Let the next training forward write its output only as its bf16 copy.
     void skip_float_output_once() {
       if constexpr (backend_traits<B>::bf16_gradients) bn_.skip_float_output_once();

@@ -49,8 +49,16 @@ struct NetOptions {
   /// With bf16 convolutions on a backend with bf16 gradients (oneDNN): the
   /// input gradient passed back between two ConvBatchNorm layers as bf16,
   /// i.e. the convolution's dx rounded to bf16 once (as bf16 autocast has
-  /// its gradients; layers/conv_bn.hpp). False keeps that gradient float.
+  /// its gradients; layers/conv_bn.hpp), and the residual path's gradient
+  /// passed back between blocks as bf16 (nn/sequential.hpp). False keeps
+  /// those gradients float.
   bool bf16_gradients = true;
+  /// With bf16 convolutions on a backend with bf16 gradients (oneDNN): a
+  /// residual block's output kept only as bf16 where the next block reads
+  /// nothing else (its identity shortcut summed from the bf16 copy; ResNet
+  /// stages, nn/sequential.hpp), as bf16 autocast keeps its activations.
+  /// False keeps the residual stream float.
+  bool bf16_residuals = true;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -70,6 +78,10 @@ struct NetOptions {
   }
   NetOptions& with_bf16_gradients(bool on) {
     bf16_gradients = on;
+    return *this;
+  }
+  NetOptions& with_bf16_residuals(bool on) {
+    bf16_residuals = on;
     return *this;
   }
 };
@@ -199,8 +211,26 @@ struct RunContext {
   /// `relu_mask_of`), for the next block's gradient sum (Residual).
   std::uint16_t* sum_mask = nullptr;
   bool sum_mask_done = false;
+  /// With the offer, the shortcut as bf16 bits instead of `sum_shortcut`
+  /// (`sum_shortcut_bits`: a residual stream kept in bf16, whose float
+  /// values were not written), and whether the sum may go out as its bf16
+  /// copy and mask bits alone (`sum_skip_float`; the layer sets
+  /// `sum_float_skipped` when it did so).
+  const std::uint16_t* sum_shortcut_bits = nullptr;
+  bool sum_skip_float = false;
+  bool sum_float_skipped = false;
   const void* relu_mask_of = nullptr;
   const std::uint16_t* relu_mask = nullptr;
+  /// The residual path's gradient as bf16 bits between two blocks
+  /// (Residual, with bf16 gradients): forward, a block that can take its
+  /// output's gradient as bits names the buffer they go to (`grad_bits`,
+  /// for the output at `grad_bits_of`; the body's last layer's dy buffer);
+  /// backward, the next block's sum writes its input gradient there instead
+  /// of into a float tensor and names the output it is the gradient of
+  /// (`grad_bits_by`), which the earlier block checks before reading them.
+  const void* grad_bits_of = nullptr;
+  std::uint16_t* grad_bits = nullptr;
+  const void* grad_bits_by = nullptr;
   /// A bfloat16 copy of the tensor a layer just wrote (`bf16_of`: its
   /// elements, `bf16_bits`: the copy, written in the same pass), for a bf16
   /// convolution that reads that tensor next; the containers turn it into

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -135,11 +136,23 @@ struct HasBf16OutputHandover : std::false_type {};
 template <class N>
 struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
     : std::bool_constant<N::bf16_output_handover> {};
+/// Whether a node takes part in the bf16 residual stream between
+/// neighbouring blocks (a static bf16_block_handover: Residual, Repeat).
+template <class N, class = void>
+struct HasBlockHandover : std::false_type {};
+template <class N>
+struct HasBlockHandover<N, std::void_t<decltype(N::bf16_block_handover)>>
+    : std::bool_constant<N::bf16_block_handover> {};
 /// Whether node N has backward_first_bits (Sequential).
 template <class N, class = void>
 struct HasFirstBits : std::false_type {};
 template <class N>
 struct HasFirstBits<N, std::void_t<decltype(&N::backward_first_bits)>> : std::true_type {};
+/// Whether node N has backward_last_bits (Sequential).
+template <class N, class = void>
+struct HasLastBits : std::false_type {};
+template <class N>
+struct HasLastBits<N, std::void_t<decltype(&N::backward_last_bits)>> : std::true_type {};
 /// "No parameter id": a container built without an arena never reports
 /// gradients as final before the end of backward.
 inline constexpr std::size_t kNoParam = ~std::size_t(0);
@@ -174,15 +187,20 @@ struct SumOffer {
   T* out = nullptr;
   std::size_t n = 0;
   bool relu = false;
-  std::uint16_t* mask = nullptr;  // RunContext::sum_mask
+  std::uint16_t* mask = nullptr;                 // RunContext::sum_mask
+  const std::uint16_t* shortcut_bits = nullptr;  // RunContext::sum_shortcut_bits
+  bool skip_float = false;                       // RunContext::sum_skip_float
 };
 template <class B, class T>
 SumOffer<T> take_sum(RunContext<B, T>& rc) {
-  SumOffer<T> o{rc.sum_shortcut, rc.sum_out, rc.sum_n, rc.sum_relu, rc.sum_mask};
+  SumOffer<T> o{rc.sum_shortcut, rc.sum_out,           rc.sum_n,         rc.sum_relu,
+                rc.sum_mask,     rc.sum_shortcut_bits, rc.sum_skip_float};
   rc.sum_shortcut = nullptr;
   rc.sum_out = nullptr;
   rc.sum_n = 0;
   rc.sum_mask = nullptr;
+  rc.sum_shortcut_bits = nullptr;
+  rc.sum_skip_float = false;
   return o;
 }
 template <class B, class T>
@@ -192,6 +210,8 @@ void offer_sum(RunContext<B, T>& rc, const SumOffer<T>& o, bool last) {
   rc.sum_n = last ? o.n : 0;
   rc.sum_relu = o.relu;
   rc.sum_mask = last ? o.mask : nullptr;
+  rc.sum_shortcut_bits = last ? o.shortcut_bits : nullptr;
+  rc.sum_skip_float = last && o.skip_float;
 }
 }  // namespace detail
 
@@ -248,20 +268,74 @@ struct Sequential : LayerBase {
     /// gradient, else it is (as backward() returns it).
     const Tensor<T>& backward_first_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
                                          bool& wrote) {
+      return backward_bits(dy, rc, dx_bits, wrote);
+    }
+    /// Whether the last child can take its dy as bf16 bits in the next
+    /// backward (a ConvBatchNorm whose takes_bf16_dy holds): a residual
+    /// block then lets the next block's sum write its output's gradient as
+    /// bits into last_dy_target() and runs backward_last_bits.
+    bool last_takes_bf16_dy(RunContext<B, T>& rc) {
+      if constexpr (detail::HasBf16OutputHandover<node_t<Last, B, T>>::value)
+        return std::get<sizeof...(Ls) - 1>(nodes_).takes_bf16_dy(rc);
+      else
+        return (void)rc, false;
+    }
+    /// The buffer the last child reads its dy bits from (sized by the last
+    /// forward); null where it takes none.
+    std::uint16_t* last_dy_target() {
+      if constexpr (detail::HasBf16OutputHandover<node_t<Last, B, T>>::value)
+        return std::get<sizeof...(Ls) - 1>(nodes_).bf16_dy_target();
+      else
+        return nullptr;
+    }
+    /// For a residual block kept in bf16 between blocks (Residual's
+    /// reads_only_bf16_input): whether the first child's next training
+    /// forward of a batch of `n` reads its input only through a bf16 copy,
+    /// and the demand that it then does; whether the last child's can read
+    /// a block's shortcut as bf16 and write the sum as bf16 alone.
+    bool first_reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (detail::HasBf16OutputHandover<node_t<FirstL, B, T>>::value)
+        return std::get<0>(nodes_).reads_only_bf16_input(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    void require_first_bf16_input() {
+      if constexpr (detail::HasBf16OutputHandover<node_t<FirstL, B, T>>::value)
+        std::get<0>(nodes_).require_bf16_input();
+    }
+    bool last_sums_bf16_only(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (detail::HasBf16OutputHandover<node_t<Last, B, T>>::value)
+        return std::get<sizeof...(Ls) - 1>(nodes_).sums_bf16_only(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    /// backward_first_bits with dy the bits in last_dy_target() (needs
+    /// last_takes_bf16_dy); `dx_bits` may be null (dx as float).
+    const Tensor<T>& backward_last_bits(RunContext<B, T>& rc, std::uint16_t* dx_bits, bool& wrote) {
+      if (!last_dy_target())
+        throw std::logic_error("Sequential::backward_last_bits: the last child takes no bf16 dy");
+      last_bits_ = true;
+      return backward_bits(no_dy_, rc, dx_bits, wrote);
+    }
+    /// The children (for inspection and taps).
+    std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
+
+   private:
+    using Last = std::tuple_element_t<sizeof...(Ls) - 1, std::tuple<Ls...>>;
+    using FirstL = std::tuple_element_t<0, std::tuple<Ls...>>;
+    const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
+                                   bool& wrote) {
       struct Reset {
         std::uint16_t*& p;
-        ~Reset() { p = nullptr; }
-      } reset{first_bits_};
+        bool& last;
+        ~Reset() { p = nullptr, last = false; }
+      } reset{first_bits_, last_bits_};
       first_bits_ = dx_bits;
       first_bits_done_ = false;
       const Tensor<T>& dx = backward_from<sizeof...(Ls) - 1>(dy, rc);
       wrote = first_bits_done_;
       return dx;
     }
-    /// The children (for inspection and taps).
-    std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
-
-   private:
     // A child must produce dx when this container must, or when a child
     // before it registered parameters (their gradients flow through it).
     // Children before the first parameter are skipped in backward when
@@ -308,9 +382,12 @@ struct Sequential : LayerBase {
       if constexpr (I + 1 < sizeof...(Ls)) {
         using L = std::tuple_element_t<I, std::tuple<Ls...>>;
         using N = std::tuple_element_t<I + 1, std::tuple<Ls...>>;
-        if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
-                      detail::HasBf16OutputHandover<node_t<N, B, T>>::value) {
-          if (rc.training() && std::get<I + 1>(nodes_).reads_only_bf16_input(rc, in.shape()[0])) {
+        if constexpr ((detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
+                       detail::HasBf16OutputHandover<node_t<N, B, T>>::value) ||
+                      (detail::HasBlockHandover<node_t<L, B, T>>::value &&
+                       detail::HasBlockHandover<node_t<N, B, T>>::value)) {
+          if (rc.training() && std::get<I>(nodes_).can_skip_float_output() &&
+              std::get<I + 1>(nodes_).reads_only_bf16_input(rc, in.shape()[0])) {
             std::get<I>(nodes_).skip_float_output_once();
             std::get<I + 1>(nodes_).require_bf16_input();
           }
@@ -320,9 +397,13 @@ struct Sequential : LayerBase {
     // Children in reverse order. Two neighbours that both declare
     // bf16_output_handover (ConvBatchNorm) hand the input gradient between
     // them as bf16 bits where both can (layers/conv_bn.hpp).
+    // The last child reads its dy from its bf16_dy_target() where
+    // backward_last_bits asked for it (`dy` is then empty).
     template <std::size_t I>
     const Tensor<T>& backward_from(const Tensor<T>& dy, RunContext<B, T>& rc) {
       using L = std::tuple_element_t<I, std::tuple<Ls...>>;
+      bool bits_in = false;
+      if constexpr (I + 1 == sizeof...(Ls)) bits_in = std::exchange(last_bits_, false);
       if constexpr (I > 0) {
         using P = std::tuple_element_t<I - 1, std::tuple<Ls...>>;
         if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
@@ -331,7 +412,10 @@ struct Sequential : LayerBase {
           auto& earlier = std::get<I - 1>(nodes_);
           if (down_[I] && rc.needs_dx(first_param_[I]) && later.writes_bf16_dx(rc) &&
               earlier.takes_bf16_dy(rc)) {
-            later.backward_to_bits(dy, rc, earlier.bf16_dy_target());
+            if (bits_in)
+              later.backward_bits_to_bits(rc, earlier.bf16_dy_target());
+            else
+              later.backward_to_bits(dy, rc, earlier.bf16_dy_target());
             if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[I]);
             if constexpr (I == 1) {  // the first child, whose dx may go out as bits too
               if (first_bits_ && earlier.writes_bf16_dx(rc)) {
@@ -345,10 +429,15 @@ struct Sequential : LayerBase {
       } else if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value) {
         auto& first = std::get<0>(nodes_);
         if (first_bits_ && first.writes_bf16_dx(rc)) {
-          first.backward_to_bits(dy, rc, first_bits_);
+          if (bits_in)
+            first.backward_bits_to_bits(rc, first_bits_);
+          else
+            first.backward_to_bits(dy, rc, first_bits_);
           return first_bits_written(dy, rc);
         }
       }
+      if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value)
+        if (bits_in) return continue_from<I>(std::get<I>(nodes_).backward_from_bits(rc), rc);
       const Tensor<T>& dx =
           rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
       return continue_from<I>(dx, rc);
@@ -375,6 +464,8 @@ struct Sequential : LayerBase {
     std::tuple<node_t<Ls, B, T>...> nodes_;
     std::uint16_t* first_bits_ = nullptr;  // backward_first_bits' target, during that call
     bool first_bits_done_ = false;
+    bool last_bits_ = false;  // backward_last_bits: the last child's dy is in its bf16_dy_target
+    Tensor<T> no_dy_;         // backward_last_bits' dy (empty)
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
     std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
     // Id of the first parameter child I (or a later child) registered: after
@@ -419,6 +510,8 @@ struct Residual : LayerBase {
       fmt_ = ctx.fmt;
       const bool down = ctx.propagate_down;
       params_before_ = ctx.params ? ctx.params->count() : 0;
+      bf16_grads_ = !ctx.options || ctx.options->bf16_gradients;
+      bf16_residuals_ = !ctx.options || ctx.options->bf16_residuals;
       const Shape a = detail::build_child<Body>(body_, in, scope, ctx);
       ctx.propagate_down = down;
       const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx);
@@ -433,10 +526,19 @@ struct Residual : LayerBase {
       const bool input_is_relu = rc.input_is_relu;
       const T* input_bf16_of = rc.input_bf16_of;
       const std::uint16_t* input_bf16 = rc.input_bf16;
+      const bool bf16_in = std::exchange(expect_bf16_in_, false), skip_out = std::exchange(skip_once_, false);
       // The previous block's mask as bits, if it wrote them for this x.
       x_bits_ = input_is_relu && rc.relu_mask_of == x.data() ? rc.relu_mask : nullptr;
+      if (bf16_in && (input_bf16_of != x.data() || !input_bf16 || !x_bits_))
+        throw ConfigError("block '" + name_ +
+                          "': its input's float values were skipped for a bf16 copy and mask bits that are "
+                          "not there");
       rc.relu_mask_of = nullptr;
       rc.relu_mask = nullptr;
+      // Where the previous block takes x's gradient as bf16 bits, if it does.
+      dx_bits_ = x_bits_ && rc.grad_bits_of == x.data() ? rc.grad_bits : nullptr;
+      rc.grad_bits_of = nullptr;
+      rc.grad_bits = nullptr;
       detail::take_sum(rc);  // an offer for this block's output is not for its insides
       rc.relu_out = nullptr;
       rc.bf16_of = nullptr;
@@ -457,13 +559,27 @@ struct Residual : LayerBase {
           mask = mask_bits_.data();
         }
       }
-      detail::offer_sum(rc, detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask}, true);
-      rc.sum_done = rc.sum_mask_done = false;
+      // The bf16 residual stream (reads_only_bf16_input): the shortcut (an
+      // identity) summed from x's bf16 copy, and the body's first layer
+      // reading x through it too; this block's sum written as bf16 and mask
+      // bits alone where the next block asked for that.
+      detail::offer_sum(rc,
+                        detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask,
+                                            bf16_in ? input_bf16 : nullptr, skip_out && mask != nullptr},
+                        true);
+      if constexpr (kStream)
+        if (bf16_in) body_.require_first_bf16_input();
+      rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
       const Tensor<T>& a = body_.forward(x, rc);
       summed_ = rc.sum_done;
       const bool bits = summed_ && rc.sum_mask_done;
+      float_skipped_ = summed_ && rc.sum_float_skipped;
+      floats_skipped_ += float_skipped_;
+      bf16_shortcuts_ += bf16_in;
       detail::take_sum(rc);
-      rc.sum_done = rc.sum_mask_done = false;
+      rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
+      if (bf16_in && !summed_)
+        throw std::logic_error("block '" + name_ + "': its body did not take the sum of a bf16 shortcut");
       if (!summed_) rc.bf16_of = nullptr;  // a copy of the body's output, not of y_
       x_ = &x;
       mask_input_ = input_is_relu && rc.training();
@@ -475,17 +591,36 @@ struct Residual : LayerBase {
       rc.relu_out = Relu ? y_.data() : nullptr;
       rc.relu_mask_of = bits ? y_.data() : nullptr;
       rc.relu_mask = bits ? mask : nullptr;
+      // This block's output gradient may come as bf16 bits, straight into
+      // the buffer its body's last layer reads its dy from: where that
+      // layer takes them, the shortcut passes them on unchanged (Identity),
+      // and the sum below can read them (through the previous block's mask
+      // bits, or with no mask).
+      if constexpr (kPathBits) {
+        if (bits && bf16_grads_ && (x_bits_ || !input_is_relu) && body_.last_takes_bf16_dy(rc)) {
+          rc.grad_bits_of = y_.data();
+          rc.grad_bits = body_.last_dy_target();
+        }
+      }
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* g = &dy;
       const bool premasked = rc.premasked_grad == dy.data() && rc.premasked_by == y_.data();
       rc.premasked_grad = rc.premasked_by = nullptr;
+      // The next block wrote this block's output gradient as bf16 bits into
+      // the body's last layer's dy buffer (announced by forward, above):
+      // `dy` is then empty; the bits are already through this block's ReLU.
+      const bool path_bits = rc.grad_bits_by != nullptr && rc.grad_bits_by == y_.data();
+      rc.grad_bits_by = nullptr;
       if constexpr (Relu) {
         // The ReLU's gradient: dy where y > 0, unless the next block already
         // applied it in its sum (below). Kept in dx_: the sum below is
         // elementwise, so it may overwrite it in place (one buffer less).
-        if (!premasked) {
+        if (!premasked && !path_bits) {
+          if (float_skipped_)  // the next block asked for the bf16 output alone, and masks dy itself
+            throw std::logic_error("block '" + name_ +
+                                   "': its float output was skipped, and dy is not masked");
           detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
             if (dx_.shape() != dy.shape()) dx_.resize(dy.shape());
             relu_.backward(*rc.device, dy.size(), y_.data(), dy.data(), dx_.data());
@@ -497,7 +632,9 @@ struct Residual : LayerBase {
       // Shortcut first: its parameters were registered after the body's, and
       // backward finishes parameters in reverse registration order (what
       // GradientSync::ready_from reports inside the body relies on it).
-      const Tensor<T>& db = shortcut_.backward(*g, rc);
+      // With the gradient as bits the shortcut is Identity: its gradient is
+      // the bits.
+      const Tensor<T>* db = path_bits ? nullptr : &shortcut_.backward(*g, rc);
       // The body's input gradient as bf16 bits where its first layer can
       // write them and the sum below reads the mask as bits too.
       bool da_bits = false;
@@ -505,41 +642,52 @@ struct Residual : LayerBase {
       const Tensor<T>* dap = nullptr;
       if constexpr (Relu && backend_traits<B>::sum_mask_bits &&
                     detail::HasFirstBits<node_t<Body, B, T>>::value) {
+        std::uint16_t* first = nullptr;
         if (sum && mask_input_ && x_bits_) {
-          da_bits_.resize(db.size());
-          dap = &body_.backward_first_bits(*g, rc, da_bits_.data(), da_bits);
-          bf16_branch_grads_ += da_bits;
+          da_bits_.resize(x_->size());
+          first = da_bits_.data();
         }
+        if constexpr (kPathBits) {
+          if (path_bits) {
+            dap = &body_.backward_last_bits(rc, first, da_bits);
+            ++bf16_path_grads_;
+          }
+        }
+        if (!dap && first) dap = &body_.backward_first_bits(*g, rc, first, da_bits);
+        bf16_branch_grads_ += da_bits;
       }
       if (!dap) dap = &body_.backward(*g, rc);
       rc.premasked_grad = rc.premasked_by = nullptr;
       if (!sum) return *dap;
       if constexpr (backend_traits<B>::sum_mask_bits) {
-        if (da_bits)
-          return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
-            if (dx_.shape() != db.shape()) dx_.resize(db.shape());
-            add_.add_masked_bits(*rc.device, db.size(), da_bits_.data(), db.data(), x_bits_, dx_.data());
-            rc.premasked_grad = dx_.data();
-            rc.premasked_by = x_->data();
-            return dx_;
-          });
+        // Either branch's gradient in bf16, or the sum wanted in bf16: the
+        // sum through the mask bits (or none, where the input is not a
+        // block's output).
+        if ((da_bits || path_bits || dx_bits_) && (x_bits_ || !mask_input_)) {
+          const std::uint16_t* gb = path_bits ? body_.last_dy_target() : nullptr;
+          if (da_bits)
+            return gb ? sum_bits(rc, da_bits_.data(), gb) : sum_bits(rc, da_bits_.data(), db->data());
+          return gb ? sum_bits(rc, dap->data(), gb) : sum_bits(rc, dap->data(), db->data());
+        }
       }
+      if (path_bits)  // forward announced the bits only where the sum above reads them
+        throw std::logic_error("block '" + name_ + "': output gradient given as bf16 bits it cannot sum");
       const Tensor<T>& da = *dap;
       return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
         if (dx_.shape() != da.shape()) dx_.resize(da.shape());
         if (mask_input_) {  // x is the previous block's ReLU output: its mask in this pass
           if constexpr (backend_traits<B>::sum_mask_bits) {
             if (x_bits_)  // the same mask, as the bits that block wrote with x
-              add_.add_masked_bits(*rc.device, da.size(), da.data(), db.data(), x_bits_, dx_.data());
+              add_.add_masked_bits(*rc.device, da.size(), da.data(), db->data(), x_bits_, dx_.data());
             else
-              add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+              add_.add_masked(*rc.device, da.size(), da.data(), db->data(), x_->data(), dx_.data());
           } else {
-            add_.add_masked(*rc.device, da.size(), da.data(), db.data(), x_->data(), dx_.data());
+            add_.add_masked(*rc.device, da.size(), da.data(), db->data(), x_->data(), dx_.data());
           }
           rc.premasked_grad = dx_.data();
           rc.premasked_by = x_->data();
         } else {
-          add_.add(*rc.device, da.size(), da.data(), db.data(), dx_.data(), false);
+          add_.add(*rc.device, da.size(), da.data(), db->data(), dx_.data(), false);
         }
         return dx_;
       });
@@ -556,6 +704,42 @@ struct Residual : LayerBase {
     /// Backward passes whose body handed its input gradient to the sum as
     /// bf16 bits (Sequential::backward_first_bits; tests).
     std::size_t bf16_branch_grads() const { return bf16_branch_grads_; }
+    // The residual stream in bf16 between two blocks (a Sequential or a
+    // Repeat pairs them before the earlier one runs, as it pairs two
+    // ConvBatchNorm): the later block, when its shortcut is an identity and
+    // its body's first layer reads x only through a bf16 copy and its last
+    // batch norm can sum a bf16 shortcut, reads x only as that copy (and
+    // the earlier block's mask bits); the earlier block's last batch norm
+    // then writes the block's output as its bf16 copy and mask alone. 6 of
+    // the 14 bytes per element the float stream moves there (float out,
+    // float shortcut in). NetOptions::bf16_residuals(false) keeps it float.
+    static constexpr bool bf16_block_handover = true;
+    /// Whether this block's next training forward of a batch of `n` reads
+    /// its input only through the previous block's bf16 copy and mask bits.
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (kStream)
+        return bf16_residuals_ && rc.training() && body_.first_reads_only_bf16_input(rc, n) &&
+               body_.last_sums_bf16_only(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    /// Whether skip_float_output_once can take effect (the sum's mask bits exist here).
+    static constexpr bool can_skip_float_output() { return Relu && backend_traits<B>::sum_mask_bits; }
+    /// Let the next training forward write the output only as its bf16 copy
+    /// and mask bits (where the body's last batch norm can).
+    void skip_float_output_once() { skip_once_ = true; }
+    /// Before a training forward whose input's producer may have skipped its
+    /// float output: throw unless the bf16 copy and mask bits are offered.
+    void require_bf16_input() { expect_bf16_in_ = true; }
+    /// Training forwards that wrote the output only as bf16 and mask bits,
+    /// and that read the input only as bf16 (tests).
+    std::size_t float_outputs_skipped() const { return floats_skipped_; }
+    std::size_t bf16_shortcuts() const { return bf16_shortcuts_; }
+    /// Backward passes that received this block's output gradient as bf16
+    /// bits from the next block's sum, and that wrote this block's input
+    /// gradient as bits for the previous block (tests).
+    std::size_t bf16_path_grads() const { return bf16_path_grads_; }
+    std::size_t bf16_path_grads_out() const { return bf16_path_grads_out_; }
     /// Whether the last forward's sum (and ReLU) was computed by the body's
     /// last layer in its own pass (RunContext::sum_out; batch norm on
     /// backends with fused_sum) rather than by a pass of this block.
@@ -565,6 +749,39 @@ struct Residual : LayerBase {
     node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
 
    private:
+    // The residual path's gradient as bf16 bits between blocks (forward's
+    // announcement, backward's path_bits): an identity shortcut, the mask
+    // bits, and a body whose last layer can read its dy as bits.
+    static constexpr bool kPathBits = Relu && backend_traits<B>::sum_mask_bits &&
+                                      std::is_same_v<Shortcut, Identity> &&
+                                      detail::HasLastBits<node_t<Body, B, T>>::value;
+    // The bf16 residual stream's later block: an identity shortcut and a
+    // body that can read x as bf16 and sum a bf16 shortcut (Sequential).
+    static constexpr bool kStream = kPathBits;
+    // The backward sum a + b through the previous block's mask bits (none
+    // where the input is not a block's output), each operand float or bf16
+    // bits, into dx_ or, where the previous block takes it so, as bits into
+    // its buffer (dx_bits_; dx_ is then returned unwritten, and that block
+    // reads the bits: RunContext::grad_bits_by).
+    template <class A, class Bv>
+    const Tensor<T>& sum_bits(RunContext<B, T>& rc, const A* a, const Bv* b) {
+      return detail::profiled(rc.profiler, add_name_, "add", true, [&]() -> const Tensor<T>& {
+        if (dx_.shape() != x_->shape()) dx_.resize(x_->shape());
+        const std::uint16_t* mask = mask_input_ ? x_bits_ : nullptr;
+        if (dx_bits_) {
+          add_.add_masked_bits(*rc.device, dx_.size(), a, b, mask, dx_bits_);
+          rc.grad_bits_by = x_->data();
+          ++bf16_path_grads_out_;
+        } else {
+          add_.add_masked_bits(*rc.device, dx_.size(), a, b, mask, dx_.data());
+        }
+        if (mask_input_) {
+          rc.premasked_grad = dx_.data();
+          rc.premasked_by = x_->data();
+        }
+        return dx_;
+      });
+    }
     ops::Eltwise<B, T> add_;  // the sum (with ReLU)
     ops::Relu<B, T> relu_;    // the ReLU's mask in backward
     node_t<Body, B, T> body_;
@@ -572,7 +789,14 @@ struct Residual : LayerBase {
     Tensor<T> y_, dx_;
     std::vector<std::uint16_t> mask_bits_;  // y_ > 0 as bits, when the body's last layer wrote them
     std::vector<std::uint16_t> da_bits_;    // the body's input gradient as bf16 (backward_first_bits)
-    std::size_t bf16_branch_grads_ = 0;
+    std::size_t bf16_branch_grads_ = 0, bf16_path_grads_ = 0, bf16_path_grads_out_ = 0;
+    std::uint16_t* dx_bits_ = nullptr;  // the previous block's buffer for dx as bits (or null)
+    bool bf16_grads_ = true;            // NetOptions::bf16_gradients
+    bool bf16_residuals_ = true;        // NetOptions::bf16_residuals
+    bool expect_bf16_in_ = false;       // require_bf16_input, for the next forward
+    bool skip_once_ = false;            // skip_float_output_once, for the next forward
+    bool float_skipped_ = false;        // the last forward wrote y_ only as bf16 and bits
+    std::size_t floats_skipped_ = 0, bf16_shortcuts_ = 0;
     const Tensor<T>* x_ = nullptr;           // the last forward's input (backward's mask)
     const std::uint16_t* x_bits_ = nullptr;  // its mask as bits, from the block before (or null)
     std::string name_, add_name_;
@@ -641,13 +865,47 @@ struct RepeatOf : LayerBase {
       const Tensor<T>* cur = &x;
       bool first = true;
       const detail::SumOffer<T> sum = detail::take_sum(rc);  // for the last block only
+      const bool skip_last = std::exchange(skip_once_, false);
       for (std::size_t i = 0; i < blocks_.size(); ++i) {
         detail::enter_child(rc, *cur, first);
         detail::offer_sum(rc, sum, i + 1 == blocks_.size());
+        // A block's float output skipped where the next block reads only
+        // its bf16 copy (the residual stream in bf16; as Sequential does).
+        if constexpr (detail::HasBlockHandover<node_t<Block, B, T>>::value) {
+          if (i + 1 < blocks_.size()) {
+            if (rc.training() && blocks_[i].can_skip_float_output() &&
+                blocks_[i + 1].reads_only_bf16_input(rc, cur->shape()[0])) {
+              blocks_[i].skip_float_output_once();
+              blocks_[i + 1].require_bf16_input();
+            }
+          } else if (skip_last) {
+            blocks_[i].skip_float_output_once();
+          }
+        }
         cur = &blocks_[i].forward(*cur, rc);
       }
       return *cur;
     }
+    // The bf16 residual stream at the Repeat's ends (a Sequential pairs it
+    // with the blocks around it): its first block's input, its last block's
+    // output.
+    static constexpr bool bf16_block_handover = detail::HasBlockHandover<node_t<Block, B, T>>::value;
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (bf16_block_handover)
+        return !blocks_.empty() && blocks_.front().reads_only_bf16_input(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    void require_bf16_input() {
+      if constexpr (bf16_block_handover) blocks_.front().require_bf16_input();
+    }
+    bool can_skip_float_output() const {
+      if constexpr (bf16_block_handover)
+        return !blocks_.empty() && blocks_.back().can_skip_float_output();
+      else
+        return false;
+    }
+    void skip_float_output_once() { skip_once_ = true; }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* cur = &dy;
       for (std::size_t i = blocks_.size(); i-- > 0;) {
@@ -658,9 +916,12 @@ struct RepeatOf : LayerBase {
       return *cur;
     }
     std::size_t size() const { return blocks_.size(); }
+    /// Block i (for inspection).
+    node_t<Block, B, T>& block(std::size_t i) { return blocks_.at(i); }
 
    private:
     std::vector<node_t<Block, B, T>> blocks_;
+    bool skip_once_ = false;                // skip_float_output_once, for the last block
     std::vector<bool> down_;                // does block i produce dx (set in build)
     std::vector<std::size_t> first_param_;  // first parameter id of block i (as Sequential)
   };

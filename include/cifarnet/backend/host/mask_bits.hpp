@@ -8,11 +8,15 @@
 // add_masked_bits reads them. Bit i % 16 of word i / 16 is element i.
 // Both sides form the same predicate on the same float (y > 0, false for
 // NaN and for -0), so the gradient is the same bits either way.
+// add_masked_word takes each operand and the result as float or bf16.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "cifarnet/backend/host/bf16.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -32,30 +36,56 @@ inline std::uint16_t positive_bits(const float* y) {
 #endif
 }
 
-/// y[i] = a[i] + b[i] where bit i of `bits` is set, else 0, for the 16
-/// elements of one mask word (y may alias a or b).
-inline void add_masked_word(const float* a, const float* b, std::uint16_t bits, float* y) {
+namespace detail {
+/// 16 elements as floats: float as they are, bfloat16 bits widened exactly.
+inline void load16(const float* p, float* out) { std::memcpy(out, p, 16 * sizeof(float)); }
+inline void load16(const std::uint16_t* p, float* out) {
+  for (int l = 0; l < 16; ++l) {
+    const std::uint32_t u = std::uint32_t(p[l]) << 16;
+    std::memcpy(out + l, &u, sizeof(float));
+  }
+}
+inline void store16(const float* v, float* p) { std::memcpy(p, v, 16 * sizeof(float)); }
+inline void store16(const float* v, std::uint16_t* p) { store_bf16(v, p, 16); }
 #if defined(__AVX512F__)
-  _mm512_storeu_ps(y, _mm512_maskz_add_ps(__mmask16(bits), _mm512_loadu_ps(a), _mm512_loadu_ps(b)));
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const std::uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline void store16(__m512 v, float* p) { _mm512_storeu_ps(p, v); }
+inline void store16(__m512 v, std::uint16_t* p) {
+#ifdef CIFARNET_HOST_BF16_AVX512
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 #else
-  for (int l = 0; l < 16; ++l) y[l] = (bits >> l & 1u) ? a[l] + b[l] : 0.f;
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  store_bf16(t, p, 16);
 #endif
 }
+#endif
+}  // namespace detail
 
-/// add_masked_word with a given as bfloat16 bits (widened exactly): the
-/// residual branch's gradient handed to the sum as bf16.
-inline void add_masked_word(const std::uint16_t* a, const float* b, std::uint16_t bits, float* y) {
+/// y[i] = a[i] + b[i] where bit i of `bits` is set, else 0, for the 16
+/// elements of one mask word (y may alias a or b). Each of a, b and y is
+/// float or bfloat16 bits: a bf16 operand is widened exactly, the float sum
+/// rounded to bf16 for a bf16 y as host::store_bf16 rounds (the residual
+/// gradients handed over in bf16: nn/sequential.hpp).
+template <class A, class Bv, class Y>
+inline void add_masked_word(const A* a, const Bv* b, std::uint16_t bits, Y* y) {
+  static_assert(
+      (std::is_same_v<A, float> || std::is_same_v<A, std::uint16_t>)&&(
+          std::is_same_v<Bv, float> || std::is_same_v<Bv, std::uint16_t>)&&(std::is_same_v<Y, float> ||
+                                                                            std::is_same_v<Y, std::uint16_t>),
+      "add_masked_word: float or bfloat16 bits (std::uint16_t) only");
 #if defined(__AVX512F__)
-  const __m512i wide =
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))), 16);
-  _mm512_storeu_ps(y, _mm512_maskz_add_ps(__mmask16(bits), _mm512_castsi512_ps(wide), _mm512_loadu_ps(b)));
+  detail::store16(_mm512_maskz_add_ps(__mmask16(bits), detail::load16(a), detail::load16(b)), y);
 #else
-  for (int l = 0; l < 16; ++l) {
-    std::uint32_t u = std::uint32_t(a[l]) << 16;
-    float v;
-    std::memcpy(&v, &u, sizeof v);
-    y[l] = (bits >> l & 1u) ? v + b[l] : 0.f;
-  }
+  float va[16], vb[16], v[16];
+  detail::load16(a, va);
+  detail::load16(b, vb);
+  for (int l = 0; l < 16; ++l) v[l] = (bits >> l & 1u) ? va[l] + vb[l] : 0.f;
+  detail::store16(v, y);
 #endif
 }
 

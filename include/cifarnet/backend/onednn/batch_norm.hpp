@@ -57,7 +57,7 @@ struct BatchNorm<backend::OneDnn, float> {
                      const float* beta, float* y, float* mean, float* var, bool relu = false,
                      std::uint16_t* y_bf16 = nullptr) {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
-                  nullptr, false, y_bf16);
+                  static_cast<const float*>(nullptr), false, y_bf16);
   }
   /// The same with the activation `act` applied in the same pass.
   void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
@@ -72,7 +72,7 @@ struct BatchNorm<backend::OneDnn, float> {
                      const float* beta, float* y, float* mean, float* var, bool relu,
                      std::uint16_t* y_bf16 = nullptr) {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
-                  nullptr, false, y_bf16);
+                  static_cast<const float*>(nullptr), false, y_bf16);
   }
 
   /// Whether forward_train with a y_bf16 can leave y out (y == nullptr: the
@@ -93,12 +93,18 @@ struct BatchNorm<backend::OneDnn, float> {
   /// With `relu_mask` (where writes_sum_mask(g)), the ReLU's mask y > 0 is
   /// also written there as bits (host/mask_bits.hpp: one word per 16
   /// elements), for the backward's Eltwise::add_masked_bits.
-  template <class X>
+  /// r is float or bfloat16 bits (widened exactly: a residual stream kept
+  /// in bf16), and y may be null where y_bf16 is given and
+  /// writes_bf16_only(g): the sum then goes out as its bf16 copy alone
+  /// (and the mask).
+  template <class X, class R>
   void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
-                         const float* beta, const float* r, bool relu, float* y, float* mean, float* var,
+                         const float* beta, const R* r, bool relu, float* y, float* mean, float* var,
                          std::uint16_t* y_bf16 = nullptr, std::uint16_t* relu_mask = nullptr) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::forward_train_sum: x is float or bfloat16 bits (std::uint16_t)");
+    static_assert(std::is_same_v<R, float> || std::is_same_v<R, std::uint16_t>,
+                  "BatchNorm::forward_train_sum: r is float or bfloat16 bits (std::uint16_t)");
     static constexpr const char* op = "BatchNorm forward_train (with a sum)";
     backend::onednn::require(op, {{r, "r"}});
     if (relu_mask && (!relu || !writes_sum_mask(g)))
@@ -206,10 +212,10 @@ struct BatchNorm<backend::OneDnn, float> {
   std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
-  template <class X>
+  template <class X, class R = float>
   void train_forward(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
                      const float* beta, float* y, float* mean, float* var, BnActivation act,
-                     const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
+                     const R* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
                      std::uint16_t* sum_mask = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
@@ -217,10 +223,10 @@ struct BatchNorm<backend::OneDnn, float> {
     if (!std::is_same_v<X, float> && act == BnActivation::Gelu)
       throw ConfigError(detail::concat(op, ": the fused GELU takes float x only (", on::describe(g), ")"));
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
-    if (!y && !(y_bf16 && !sum && act != BnActivation::Gelu && writes_bf16_only(g)))
+    if (!y && !(y_bf16 && act != BnActivation::Gelu && writes_bf16_only(g)))
       throw ConfigError(detail::concat(op,
                                        ": y is null, and only a bf16 copy of an NHWC output of 16, 32, 64 "
-                                       "or 256 channels without a residual sum may stand alone (",
+                                       "or 256 channels may stand alone (",
                                        on::describe(g), ")"));
     (void)dev;
     float* m = nullptr;

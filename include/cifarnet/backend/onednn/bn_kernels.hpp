@@ -413,13 +413,13 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
 }
 
 /// One NHWC row of affine_sum(): C values (CC when known at compile time).
-template <std::size_t CC, bool Relu, class X>
+template <std::size_t CC, bool Relu, class X, class R>
 inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* __restrict a,
-                           const float* __restrict b, const float* __restrict rs, float* __restrict ys) {
+                           const float* __restrict b, const R* __restrict rs, float* __restrict ys) {
   const std::size_t n = CC ? CC : C;
 #pragma omp simd
   for (std::size_t c = 0; c < n; ++c) {
-    const float v = (ld(xs[c]) * a[c] + b[c]) + rs[c];
+    const float v = (ld(xs[c]) * a[c] + b[c]) + ld(rs[c]);
     ys[c] = Relu && v < 0.f ? 0.f : v;
   }
 }
@@ -430,33 +430,34 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
 /// same float operations as the two passes. Parallel over rows (NHWC) or
 /// planes (NCHW). With `mask` (NHWC with CC known only: sum_mask(g)), bit
 /// i % 16 of mask[i / 16] is set where y[i] > 0 (host::positive_bits), the
-/// ReLU's mask for the backward's Eltwise::add_masked_bits.
-template <std::size_t CC = 0, class X = float>
+/// ReLU's mask for the backward's Eltwise::add_masked_bits. r is float or
+/// bfloat16 bits (the previous block's output as its bf16 copy, widened
+/// exactly: the residual stream in bf16). y may be null with yb (NHWC with
+/// CC known only): the sum then goes out only as its bf16 copy (and mask).
+template <std::size_t CC = 0, class X = float, class R = float>
 void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
-                const float* __restrict b, const float* __restrict r, bool relu, float* __restrict y,
+                const float* __restrict b, const R* __restrict r, bool relu, float* __restrict y,
                 std::uint16_t* __restrict yb = nullptr, std::uint16_t* __restrict mask = nullptr) {
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
-  auto row = [&](std::size_t base, const float* ac, const float* bc) {
+  auto row = [&](std::size_t base, const float* ac, const float* bc, float* yr) {
     ahead(x + base);
     ahead(r + base);
     if (relu)
-      affine_sum_row<CC, true>(C, x + base, ac, bc, r + base, y + base);
+      affine_sum_row<CC, true>(C, x + base, ac, bc, r + base, yr);
     else
-      affine_sum_row<CC, false>(C, x + base, ac, bc, r + base, y + base);
-    if (yb) host::store_bf16(y + base, yb + base, C);
+      affine_sum_row<CC, false>(C, x + base, ac, bc, r + base, yr);
+    if (yb) host::store_bf16(yr, yb + base, C);
   };
   if constexpr (CC != 0) {  // NHWC with C known: constants in registers
     static_assert(CC % 16 == 0, "bn::affine_sum: the mask's words cover 16 channels each");
-    if (mask) {
-      nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) {
-        row(q * C, ac, bc);
-        for (std::size_t j = 0; j < CC / 16; ++j)
-          mask[q * (CC / 16) + j] = host::positive_bits(y + q * C + 16 * j);
-      });
-      return;
-    }
-    nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) { row(q * C, ac, bc); });
+    nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) {
+      alignas(64) float tmp[CC];  // y == nullptr: the row only on its way to yb and the mask
+      float* yr = y ? y + q * C : tmp;
+      row(q * C, ac, bc, yr);
+      if (mask)
+        for (std::size_t j = 0; j < CC / 16; ++j) mask[q * (CC / 16) + j] = host::positive_bits(yr + 16 * j);
+    });
     return;
   }
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
@@ -464,13 +465,13 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
   for (std::ptrdiff_t u = 0; u < units; ++u) {
     const std::size_t base = std::size_t(u) * (nhwc ? C : hw);
     if (nhwc) {
-      row(base, a, b);
+      row(base, a, b, y + base);
     } else {
       const std::size_t c = std::size_t(u) % C;
       const float ac = a[c], bc = b[c];
 #pragma omp simd
       for (std::size_t i = 0; i < hw; ++i) {
-        const float v = (ld(x[base + i]) * ac + bc) + r[base + i];
+        const float v = (ld(x[base + i]) * ac + bc) + ld(r[base + i]);
         y[base + i] = relu && v < 0.f ? 0.f : v;
       }
       if (yb) host::store_bf16(y + base, yb + base, hw);
@@ -621,14 +622,15 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// backward, which recomputes the mask from them (relu_on); with `gelu_ab`,
 /// y = gelu(x * a + b) and a, b are kept there for the backward; with `sum`
 /// (no activation of its own), y = x * a + b + sum (then max(., 0) with
-/// `sum_relu`): a residual branch added in the same pass (affine_sum), with
-/// `sum_mask_bits` its ReLU mask as bits too (sum_mask(g) must hold). With
+/// `sum_relu`): a residual branch added in the same pass (affine_sum; sum
+/// float or bf16 bits), with `sum_mask_bits` its ReLU mask as bits too
+/// (sum_mask(g) must hold). With
 /// `y_bf16` (not with the GELU), y is also written there as bfloat16 bits
 /// (host::store_bf16), in the same pass: the input of a bf16 convolution.
-template <class X>
+template <class X, class R = float>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, float* relu_ab, Scratch& sc, float* gelu_ab = nullptr,
-                   const float* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
+                   const R* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
                    std::uint16_t* sum_mask_bits = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);

@@ -94,16 +94,26 @@ struct Eltwise<backend::OneDnn, float> {
   /// y = a + b where bit i % 16 of bits[i / 16] is set, else 0 (y may alias
   /// a or b): add_masked with the mask as bits (host/mask_bits.hpp), which
   /// batch norm writes with a residual sum (BatchNorm::forward_train_sum).
-  /// n must be a multiple of 16. An own OpenMP loop, as add_masked.
-  void add_masked_bits(Dev& dev, std::size_t n, const float* a, const float* b, const std::uint16_t* bits,
-                       float* y) {
-    masked_bits(dev, n, a, b, bits, y);
-  }
-  /// The same with a given as bfloat16 bits (a residual body's input
-  /// gradient handed over in bf16: nn/sequential.hpp), widened exactly.
-  void add_masked_bits(Dev& dev, std::size_t n, const std::uint16_t* a, const float* b,
-                       const std::uint16_t* bits, float* y) {
-    masked_bits(dev, n, a, b, bits, y);
+  /// Each of a, b and y is float or bfloat16 bits (std::uint16_t): the
+  /// residual gradients handed over in bf16 (nn/sequential.hpp), widened
+  /// exactly, the sum rounded to nearest even for a bf16 y. Null bits: no
+  /// mask (y = a + b; a residual block whose input is not a block's
+  /// output). n must be a multiple of 16. An own OpenMP loop, as add_masked.
+  template <class A, class Bv, class Y>
+  void add_masked_bits(Dev&, std::size_t n, const A* a, const Bv* b, const std::uint16_t* bits, Y* y) {
+    static constexpr const char* op = "Eltwise add_masked_bits";
+    check(n, op);
+    if (n % 16 != 0)
+      throw ShapeError(
+          detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
+    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {y, "y"}});
+    for_lines(
+        n,
+        [&](std::size_t i0, std::size_t) {
+          backend::host::add_masked_word(a + i0, b + i0, bits ? bits[i0 / 16] : std::uint16_t(0xFFFF),
+                                         y + i0);
+        },
+        a, b);
   }
 
   /// y = x·a + b; x == y allowed.
@@ -129,28 +139,12 @@ struct Eltwise<backend::OneDnn, float> {
   std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
-  template <class A>
-  static void masked_bits(Dev&, std::size_t n, const A* a, const float* b, const std::uint16_t* bits,
-                          float* y) {
-    static constexpr const char* op = "Eltwise add_masked_bits";
-    check(n, op);
-    if (n % 16 != 0)
-      throw ShapeError(
-          detail::concat(op, ": ", n, " elements, not a multiple of the mask's 16-element words"));
-    backend::onednn::require(op, {{a, "a"}, {b, "b"}, {bits, "bits"}, {y, "y"}});
-    for_lines(
-        n,
-        [&](std::size_t i0, std::size_t) {
-          backend::host::add_masked_word(a + i0, b + i0, bits[i0 / 16], y + i0);
-        },
-        a, b);
-  }
   // f(i0, i1) for every run [i0, i1) of 16 elements (a cache line of floats;
   // the last run may be shorter), in parallel over chunks of 16384 elements
   // (64 KiB of a float operand per task), after prefetching the lines ahead
   // of a and b (host/prefetch.hpp).
-  template <class F, class A>
-  static void for_lines(std::size_t n, F&& f, const A* a, const float* b) {
+  template <class F, class A, class Bv>
+  static void for_lines(std::size_t n, F&& f, const A* a, const Bv* b) {
     constexpr std::size_t kChunk = 16384;
     const long chunks = long((n + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
