@@ -878,8 +878,9 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
   // so a is checked against b's distance to f: outputs, parameter and input
   // gradients, and inference afterwards (which reads float outputs again),
   // no more than 1.25 times as far; and a and b apart (the shortcut was
-  // rounded). A downsampling block reads its input as float (its pool), but
-  // may write its own output as bf16 for an identity block after it.
+  // rounded). A downsampling block reads its input as bf16 too (its
+  // average pool and its strided convolution), and writes its own output as
+  // bf16 for an identity block after it.
   const NetOptions on = NetOptions().with_conv_precision(ConvPrecision::BF16);
   const NetOptions off = NetOptions(on).with_bf16_residuals(false);
   const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
@@ -943,7 +944,10 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
     Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions(), 5, /*input_gradient=*/true);
     run(a, b, f, 53);
     auto& ca = a.root().children();
-    CHECK(std::get<0>(ca).float_outputs_skipped() == 0);  // the pool reads it
+    // The downsampling block's pool (and first convolution) read the first
+    // block's output as bf16; its own sum adds the pool's float output.
+    CHECK(std::get<0>(ca).float_outputs_skipped() == steps);
+    CHECK(std::get<1>(ca).bf16_inputs() == steps);
     CHECK(std::get<1>(ca).bf16_shortcuts() == 0);
     CHECK(std::get<1>(ca).float_outputs_skipped() == steps);
     auto& rep = std::get<2>(ca);

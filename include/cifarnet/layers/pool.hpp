@@ -6,6 +6,10 @@
 // channel over h·w and returns (n, c, 1, 1).
 #pragma once
 
+#include <cstddef>
+#include <string>
+#include <utility>
+
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -33,9 +37,37 @@ struct Pool2d : LayerBase {
       geom_.n = s.n;
       ensure_shape(y_, {s.n, s.c, geom_.oh, geom_.ow}, fmt_);
       x_ = &x;
+      if (std::exchange(expect_copy_, false)) {  // the producer skipped its float output
+        if constexpr (kBf16In) {
+          if (rc.input_bf16_of == x.data() && rc.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
+            op_.forward_bf16_input(*rc.device, geom_, rc.input_bf16, y_.data());
+            ++bf16_inputs_;
+            return y_;
+          }
+        }
+        throw ConfigError("layer '" + name_ +
+                          "': its input's float values were skipped for a bf16 copy that is not there");
+      }
       op_.forward(*rc.device, geom_, Kind, rc.training(), x.data(), y_.data());
       return y_;
     }
+    /// The bf16 residual stream (nn/sequential.hpp): whether a training
+    /// forward of a batch of `n` can read x only through its producer's
+    /// bf16 copy (average pooling on backends with bf16 hand-overs, where
+    /// the op takes bf16 x; the backward reads no x), and the demand that
+    /// the next forward does (it throws if the copy is not offered).
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (kBf16In) {
+        ConvGeom g = geom_;
+        g.n = n;
+        return rc.training() && decltype(op_)::reads_bf16_input(g, Kind);
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
+    void require_bf16_input() { expect_copy_ = true; }
+    /// Training forwards that read x as the bf16 copy (tests).
+    std::size_t bf16_inputs() const { return bf16_inputs_; }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.in_shape(), fmt_);
@@ -44,9 +76,12 @@ struct Pool2d : LayerBase {
     }
 
    private:
+    static constexpr bool kBf16In = backend_traits<B>::bf16_gradients && Kind == PoolKind::Avg;
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;
     const Tensor<T>* x_ = nullptr;
+    bool expect_copy_ = false;  // require_bf16_input, for the next forward
+    std::size_t bf16_inputs_ = 0;
   };
 };
 

@@ -143,6 +143,12 @@ struct HasBlockHandover : std::false_type {};
 template <class N>
 struct HasBlockHandover<N, std::void_t<decltype(N::bf16_block_handover)>>
     : std::bool_constant<N::bf16_block_handover> {};
+/// Whether node N can be asked to read its input only as a bf16 copy
+/// (reads_only_bf16_input / require_bf16_input: ConvBatchNorm, Pool2d).
+template <class N, class = void>
+struct ReadsBf16Input : std::false_type {};
+template <class N>
+struct ReadsBf16Input<N, std::void_t<decltype(&N::require_bf16_input)>> : std::true_type {};
 /// Whether node N has backward_first_bits (Sequential).
 template <class N, class = void>
 struct HasFirstBits : std::false_type {};
@@ -246,6 +252,9 @@ struct Sequential : LayerBase {
 
   template <class B, class T>
   class Node {
+    using FirstL = std::tuple_element_t<0, std::tuple<Ls...>>;
+    using Last = std::tuple_element_t<sizeof...(Ls) - 1, std::tuple<Ls...>>;
+
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
       Shape s = in;
@@ -294,14 +303,39 @@ struct Sequential : LayerBase {
     /// and the demand that it then does; whether the last child's can read
     /// a block's shortcut as bf16 and write the sum as bf16 alone.
     bool first_reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
-      if constexpr (detail::HasBf16OutputHandover<node_t<FirstL, B, T>>::value)
+      if constexpr (detail::ReadsBf16Input<node_t<FirstL, B, T>>::value)
         return std::get<0>(nodes_).reads_only_bf16_input(rc, n);
       else
         return (void)rc, (void)n, false;
     }
     void require_first_bf16_input() {
-      if constexpr (detail::HasBf16OutputHandover<node_t<FirstL, B, T>>::value)
+      if constexpr (detail::ReadsBf16Input<node_t<FirstL, B, T>>::value)
         std::get<0>(nodes_).require_bf16_input();
+    }
+    // A Sequential of blocks (a ResNet stage) in the bf16 residual stream
+    // between its neighbours: its first block's input, its last block's
+    // output (Residual's reads_only_bf16_input ...).
+    static constexpr bool bf16_block_handover = detail::HasBlockHandover<node_t<FirstL, B, T>>::value ||
+                                                detail::HasBlockHandover<node_t<Last, B, T>>::value;
+    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (detail::HasBlockHandover<node_t<FirstL, B, T>>::value)
+        return std::get<0>(nodes_).reads_only_bf16_input(rc, n);
+      else
+        return (void)rc, (void)n, false;
+    }
+    void require_bf16_input() {
+      if constexpr (detail::HasBlockHandover<node_t<FirstL, B, T>>::value)
+        std::get<0>(nodes_).require_bf16_input();
+    }
+    bool can_skip_float_output() const {
+      if constexpr (detail::HasBlockHandover<node_t<Last, B, T>>::value)
+        return std::get<sizeof...(Ls) - 1>(nodes_).can_skip_float_output();
+      else
+        return false;
+    }
+    void skip_float_output_once() {
+      if constexpr (detail::HasBlockHandover<node_t<Last, B, T>>::value)
+        std::get<sizeof...(Ls) - 1>(nodes_).skip_float_output_once();
     }
     bool last_sums_bf16_only(RunContext<B, T>& rc, std::size_t n) {
       if constexpr (detail::HasBf16OutputHandover<node_t<Last, B, T>>::value)
@@ -321,8 +355,6 @@ struct Sequential : LayerBase {
     std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
 
    private:
-    using Last = std::tuple_element_t<sizeof...(Ls) - 1, std::tuple<Ls...>>;
-    using FirstL = std::tuple_element_t<0, std::tuple<Ls...>>;
     const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
                                    bool& wrote) {
       struct Reset {
@@ -529,7 +561,7 @@ struct Residual : LayerBase {
       const bool bf16_in = std::exchange(expect_bf16_in_, false), skip_out = std::exchange(skip_once_, false);
       // The previous block's mask as bits, if it wrote them for this x.
       x_bits_ = input_is_relu && rc.relu_mask_of == x.data() ? rc.relu_mask : nullptr;
-      if (bf16_in && (input_bf16_of != x.data() || !input_bf16 || !x_bits_))
+      if (bf16_in && (input_bf16_of != x.data() || !input_bf16 || (input_is_relu && !x_bits_)))
         throw ConfigError("block '" + name_ +
                           "': its input's float values were skipped for a bf16 copy and mask bits that are "
                           "not there");
@@ -545,6 +577,8 @@ struct Residual : LayerBase {
       // The shortcut first: the body's last layer may then add it (and the
       // ReLU) in the pass that writes its own output (RunContext::sum_out),
       // which saves the sum's pass over memory.
+      if constexpr (kShortcutIn)
+        if (bf16_in) shortcut_.require_first_bf16_input();
       const Tensor<T>& b = shortcut_.forward(x, rc);
       if (y_.shape() != b.shape()) y_.resize(b.shape());
       rc.input_is_relu = input_is_relu;  // the body reads the same x
@@ -563,11 +597,12 @@ struct Residual : LayerBase {
       // identity) summed from x's bf16 copy, and the body's first layer
       // reading x through it too; this block's sum written as bf16 and mask
       // bits alone where the next block asked for that.
-      detail::offer_sum(rc,
-                        detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask,
-                                            bf16_in ? input_bf16 : nullptr, skip_out && mask != nullptr},
-                        true);
-      if constexpr (kStream)
+      detail::offer_sum(
+          rc,
+          detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask,
+                              bf16_in && kStream ? input_bf16 : nullptr, skip_out && mask != nullptr},
+          true);
+      if constexpr (kStream || kShortcutIn)
         if (bf16_in) body_.require_first_bf16_input();
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
       const Tensor<T>& a = body_.forward(x, rc);
@@ -575,10 +610,11 @@ struct Residual : LayerBase {
       const bool bits = summed_ && rc.sum_mask_done;
       float_skipped_ = summed_ && rc.sum_float_skipped;
       floats_skipped_ += float_skipped_;
-      bf16_shortcuts_ += bf16_in;
+      bf16_inputs_ += bf16_in;
+      bf16_shortcuts_ += bf16_in && kStream;
       detail::take_sum(rc);
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
-      if (bf16_in && !summed_)
+      if (bf16_in && kStream && !summed_)
         throw std::logic_error("block '" + name_ + "': its body did not take the sum of a bf16 shortcut");
       if (!summed_) rc.bf16_of = nullptr;  // a copy of the body's output, not of y_
       x_ = &x;
@@ -720,6 +756,9 @@ struct Residual : LayerBase {
       if constexpr (kStream)
         return bf16_residuals_ && rc.training() && body_.first_reads_only_bf16_input(rc, n) &&
                body_.last_sums_bf16_only(rc, n);
+      else if constexpr (kShortcutIn)
+        return bf16_residuals_ && rc.training() && body_.first_reads_only_bf16_input(rc, n) &&
+               shortcut_.first_reads_only_bf16_input(rc, n);
       else
         return (void)rc, (void)n, false;
     }
@@ -732,8 +771,10 @@ struct Residual : LayerBase {
     /// float output: throw unless the bf16 copy and mask bits are offered.
     void require_bf16_input() { expect_bf16_in_ = true; }
     /// Training forwards that wrote the output only as bf16 and mask bits,
-    /// and that read the input only as bf16 (tests).
+    /// that read the input only as bf16, and that summed an identity
+    /// shortcut from bf16 (tests).
     std::size_t float_outputs_skipped() const { return floats_skipped_; }
+    std::size_t bf16_inputs() const { return bf16_inputs_; }
     std::size_t bf16_shortcuts() const { return bf16_shortcuts_; }
     /// Backward passes that received this block's output gradient as bf16
     /// bits from the next block's sum, and that wrote this block's input
@@ -758,6 +799,12 @@ struct Residual : LayerBase {
     // The bf16 residual stream's later block: an identity shortcut and a
     // body that can read x as bf16 and sum a bf16 shortcut (Sequential).
     static constexpr bool kStream = kPathBits;
+    // A later block whose shortcut is a Sequential (ResNet's pool and pad)
+    // reading x only as bf16 where its first layer can (an average pool):
+    // its sum adds the shortcut's float output as usual.
+    static constexpr bool kShortcutIn =
+        Relu && backend_traits<B>::sum_mask_bits && !std::is_same_v<Shortcut, Identity> &&
+        detail::HasLastBits<node_t<Body, B, T>>::value && detail::HasFirstBits<node_t<Shortcut, B, T>>::value;
     // The backward sum a + b through the previous block's mask bits (none
     // where the input is not a block's output), each operand float or bf16
     // bits, into dx_ or, where the previous block takes it so, as bits into
@@ -796,7 +843,7 @@ struct Residual : LayerBase {
     bool expect_bf16_in_ = false;       // require_bf16_input, for the next forward
     bool skip_once_ = false;            // skip_float_output_once, for the next forward
     bool float_skipped_ = false;        // the last forward wrote y_ only as bf16 and bits
-    std::size_t floats_skipped_ = 0, bf16_shortcuts_ = 0;
+    std::size_t floats_skipped_ = 0, bf16_shortcuts_ = 0, bf16_inputs_ = 0;
     const Tensor<T>* x_ = nullptr;           // the last forward's input (backward's mask)
     const std::uint16_t* x_bits_ = nullptr;  // its mask as bits, from the block before (or null)
     std::string name_, add_name_;

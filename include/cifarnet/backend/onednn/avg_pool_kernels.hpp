@@ -20,7 +20,9 @@
 #include <omp.h>
 
 #include <cstddef>
+#include <cstdint>
 
+#include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/backend/onednn/max_pool_kernels.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
@@ -32,8 +34,13 @@ namespace avg_pool {
 /// Whether these kernels handle g (max_pool::handles' geometries).
 inline bool handles(const ConvGeom& g) { return max_pool::handles(g); }
 
-/// y = the mean of each window. Parallel over output rows.
-inline void forward(const ConvGeom& g, const float* x, float* y) {
+inline float widen(float v) { return v; }
+inline float widen(std::uint16_t v) { return host::bf16_to_float(v); }
+
+/// y = the mean of each window. Parallel over output rows. x is float or
+/// bfloat16 bits (widened exactly: a residual stream kept in bf16).
+template <class X>
+void forward(const ConvGeom& g, const X* x, float* y) {
   const std::size_t C = g.ic;
   const float count = float(g.kh * g.kw);
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
@@ -45,9 +52,9 @@ inline void forward(const ConvGeom& g, const float* x, float* y) {
       for (std::size_t c = 0; c < C; ++c) yo[c] = 0.f;
       for (std::size_t ky = 0; ky < g.kh; ++ky)
         for (std::size_t kx = 0; kx < g.kw; ++kx) {
-          const float* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
+          const X* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
 #pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) yo[c] += xi[c];
+          for (std::size_t c = 0; c < C; ++c) yo[c] += widen(xi[c]);
         }
 #pragma omp simd
       for (std::size_t c = 0; c < C; ++c) yo[c] /= count;

@@ -66,6 +66,27 @@ struct Pool2d<backend::OneDnn, float> {
     });
   }
 
+  /// Whether forward_bf16_input takes g and kind: average pooling on the
+  /// own kernel's geometries (windows without overlap or padding).
+  static bool reads_bf16_input(const ConvGeom& g, PoolKind kind) {
+    return kind == PoolKind::Avg && backend::onednn::avg_pool::handles(g);
+  }
+  /// The training or inference forward of average pooling with x given as
+  /// bfloat16 bits (a residual stream kept in bf16: ResNet's shortcut pool
+  /// reads the previous block's bf16 output), widened exactly; y float, the
+  /// values of forward() on float x holding the same values. Needs
+  /// reads_bf16_input(g, Avg); the backward is backward()'s.
+  void forward_bf16_input(Dev&, const ConvGeom& g, const std::uint16_t* x, float* y) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d forward (bf16 x)";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {y, "y"}});
+    if (!reads_bf16_input(g, PoolKind::Avg))
+      throw ConfigError(
+          detail::concat(op, ": only average pooling without overlap or padding (", on::describe(g), ")"));
+    on::avg_pool::forward(g, x, y);
+  }
+
   /// dx from dy (max: routed to the argmax of each window; avg: spread over
   /// the window's non-padded positions). y is not needed by oneDNN.
   void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x, const float* /*y*/,
