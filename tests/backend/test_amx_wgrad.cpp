@@ -1,10 +1,10 @@
-// The AMX weight gradient of stride-1 convolutions
-// (backend/onednn/amx_wgrad.hpp) against the same sums in double on the same
-// bf16 values, at toy geometries (padding 0, 1 and uneven, 1x1 and 3x3
-// kernels, non-square images, 16 to 64 channels, batches of 1 to 20 whose
-// chunks and blocks come out uneven) and at ResNet-20's three 3x3 stride-1
-// geometries at batch 128; and its bits, which must not depend on the
-// number of OpenMP threads nor change from run to run. On a CPU or OS
+// The AMX weight gradient of convolutions (backend/onednn/amx_wgrad.hpp)
+// against the same sums in double on the same bf16 values, at toy
+// geometries (padding 0, 1 and uneven, 1x1 and 3x3 kernels, non-square
+// images, 16 to 64 channels, batches of 1 to 20 whose chunks and blocks come
+// out uneven, strides 1, 2 and 3) and at ResNet-20's five 3x3 geometries at
+// batch 128 (three of stride 1, two of stride 2); and its bits, which must
+// not depend on the number of OpenMP threads nor change from run to run. On a CPU or OS
 // without AMX every case prints "SKIPPED: ..." and ctest reports it as
 // skipped (tests/backend/CMakeLists.txt).
 //
@@ -20,7 +20,8 @@
 // row or column, >= 1/32 of them) moves an output by more than 3 % of
 // sum|terms|, far above K * 2^-24 (0.8 % at 131,072 terms). Checked when the
 // kernel was written: shifting one offset by a pixel, or skipping a chunk,
-// fails both kinds of case.
+// fails both kinds of case; for the strides, reading every phase from
+// column 0 of x (dropping the phase's first column) fails the strided cases.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -45,13 +46,18 @@ namespace {
 
 struct Geom {
   std::size_t n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr;
-  std::size_t oh() const { return ih + pt + pb - kh + 1; }
-  std::size_t ow() const { return iw + pl + pr - kw + 1; }
+  std::size_t sh = 1, sw = 1;
+  std::size_t oh() const { return (ih + pt + pb - kh) / sh + 1; }
+  std::size_t ow() const { return (iw + pl + pr - kw) / sw + 1; }
   std::string name() const {
     std::ostringstream s;
     s << "n" << n << " " << ih << "x" << iw << " " << ic << "->" << oc << " k" << kh << "x" << kw << " pad "
-      << pt << "/" << pl << "/" << pb << "/" << pr;
+      << pt << "/" << pl << "/" << pb << "/" << pr << " stride " << sh << "/" << sw;
     return s.str();
+  }
+  amx::WeightGrad make() const { return amx::WeightGrad(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw); }
+  bool supported() const {
+    return amx::WeightGrad::supported(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw);
   }
 };
 
@@ -88,10 +94,10 @@ Reference reference(const Geom& g, const std::vector<std::uint16_t>& x,
       for (std::size_t xo = 0; xo < ow; ++xo) {
         const double* d = &df[((n * oh + y) * ow + xo) * g.oc];
         for (std::size_t i = 0; i < g.kh; ++i) {
-          const long yi = long(y + i) - long(g.pt);
+          const long yi = long(y * g.sh + i) - long(g.pt);
           if (yi < 0 || yi >= long(g.ih)) continue;
           for (std::size_t j = 0; j < g.kw; ++j) {
-            const long xi = long(xo + j) - long(g.pl);
+            const long xi = long(xo * g.sw + j) - long(g.pl);
             if (xi < 0 || xi >= long(g.iw)) continue;
             const double* xs = &xf[((n * g.ih + std::size_t(yi)) * g.iw + std::size_t(xi)) * g.ic];
             for (std::size_t c = 0; c < g.ic; ++c) {
@@ -112,10 +118,10 @@ Reference reference(const Geom& g, const std::vector<std::uint16_t>& x,
 // dw.
 std::vector<float> check_against_reference(const Geom& g, bool non_negative, unsigned seed) {
   INFO(g.name() << (non_negative ? ", non-negative data" : ", signed data"));
-  REQUIRE(amx::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr));
+  REQUIRE(g.supported());
   const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, non_negative, seed);
   const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, non_negative, seed + 1);
-  amx::WeightGrad wg(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr);
+  amx::WeightGrad wg = g.make();
   std::vector<float> dw(g.kh * g.kw * g.ic * g.oc, -7.0f);  // overwritten
   wg.run(x.data(), dy.data(), dw.data());
   const Reference r = reference(g, x, dy);
@@ -141,7 +147,7 @@ std::vector<float> run_with_threads(const Geom& g, int threads, const std::vecto
                                     const std::vector<std::uint16_t>& dy, int runs) {
   const int before = omp_get_max_threads();
   omp_set_num_threads(threads);
-  amx::WeightGrad wg(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr);
+  amx::WeightGrad wg = g.make();
   std::vector<float> dw(g.kh * g.kw * g.ic * g.oc), again(dw.size());
   wg.run(x.data(), dy.data(), dw.data());
   for (int r = 1; r < runs; ++r) {
@@ -196,6 +202,69 @@ TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on 
   const Geom cases[] = {
       kResnet[0], kResnet[2], {20, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1}, {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1}};
   unsigned seed = 201;
+  for (const Geom& g : cases) {
+    INFO(g.name());
+    const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);
+    const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, false, seed += 2);
+    const auto one = run_with_threads(g, 1, x, dy, 2);
+    const auto two = run_with_threads(g, 2, x, dy, 3);
+    const auto three = run_with_threads(g, 3, x, dy, 2);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+  }
+}
+
+// Strided convolutions run as one stride-1 product per kernel offset over a
+// phase of x (every s-th pixel of every s-th row, amx_wgrad.hpp): ResNet's
+// stride-2 3x3 with padding 1 (its four phases take 2x2, 2x1, 1x2 and 1x1
+// sub-kernels), padding 0 and uneven paddings, odd image sizes (phases of
+// unequal sizes, input rows or columns no output reads), a 1x1 stride-2
+// kernel (one phase in use), stride 3 and mixed strides.
+const Geom kResnetStrided[] = {{128, 32, 32, 16, 32, 3, 3, 1, 1, 1, 1, 2, 2},
+                               {128, 16, 16, 32, 64, 3, 3, 1, 1, 1, 1, 2, 2}};
+
+TEST_CASE("amx weight gradient supports strided geometries", "[amx]") {
+  CHECK(kResnetStrided[0].supported());
+  CHECK(kResnetStrided[1].supported());
+  CHECK(amx::WeightGrad::supported(2, 7, 5, 16, 16, 1, 1, 0, 0, 0, 0, 2, 3));
+  CHECK_FALSE(amx::WeightGrad::supported(2, 7, 5, 16, 16, 3, 3, 1, 1, 1, 1, 0, 2));  // stride 0
+  CHECK_FALSE(amx::WeightGrad::supported(2, 7, 5, 16, 24, 3, 3, 1, 1, 1, 1, 2, 2));  // 24 output channels
+}
+
+TEST_CASE("amx weight gradient of strided convolutions agrees with double sums at toy geometries", "[amx]") {
+  if (skip_without_amx()) return;
+  const Geom toys[] = {
+      {2, 8, 8, 16, 32, 3, 3, 1, 1, 1, 1, 2, 2},  {3, 7, 9, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},
+      {2, 8, 8, 32, 16, 3, 3, 0, 0, 0, 0, 2, 2},  {3, 9, 7, 16, 32, 3, 3, 0, 0, 0, 0, 2, 2},
+      {2, 6, 7, 16, 16, 3, 3, 0, 1, 1, 0, 2, 2},  {2, 6, 6, 16, 16, 3, 3, 1, 0, 0, 1, 2, 2},
+      {2, 5, 5, 16, 48, 3, 3, 2, 2, 2, 2, 2, 2},  {3, 7, 5, 32, 16, 1, 1, 0, 0, 0, 0, 2, 2},
+      {2, 10, 8, 16, 16, 3, 3, 1, 1, 1, 1, 3, 3}, {2, 9, 10, 16, 32, 3, 3, 1, 1, 1, 1, 2, 1},
+      {20, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2}, {20, 8, 8, 32, 64, 3, 3, 1, 1, 1, 1, 2, 2},
+      {1, 1, 1, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},  {1, 2, 3, 16, 16, 1, 1, 0, 0, 0, 0, 2, 2},
+  };
+  unsigned seed = 301;
+  for (const Geom& g : toys) {
+    check_against_reference(g, false, seed += 2);
+    check_against_reference(g, true, seed += 2);
+  }
+}
+
+TEST_CASE(
+    "amx weight gradient of strided convolutions agrees with double sums at the ResNet-20 stride-2 "
+    "geometries at batch 128",
+    "[amx]") {
+  if (skip_without_amx()) return;
+  unsigned seed = 401;
+  for (const Geom& g : kResnetStrided) {
+    check_against_reference(g, true, seed += 2);
+    check_against_reference(g, false, seed += 2);
+  }
+}
+
+TEST_CASE("amx weight gradient of strided convolutions gives the same bits for 1 2 and 3 threads", "[amx]") {
+  if (skip_without_amx()) return;
+  const Geom cases[] = {kResnetStrided[0], kResnetStrided[1], {20, 9, 7, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2}};
+  unsigned seed = 501;
   for (const Geom& g : cases) {
     INFO(g.name());
     const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);

@@ -267,21 +267,26 @@ TEST_CASE("bf16 backward_data as a forward convolution of the flipped weights ag
 
 TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's and with the reference",
           "[backend][onednn][conv][bf16]") {
-  // Where the CPU has AMX the op runs stride-1 NHWC weight gradients with
-  // channel counts in multiples of 16 in amx_wgrad.hpp's kernel (its own
-  // tests: test_amx_wgrad.cpp); here through the op, from the bf16 x a
+  // Where the CPU has AMX the op runs NHWC weight gradients of stride 1 or 2
+  // with channel counts in multiples of 16 in amx_wgrad.hpp's kernel (its
+  // own tests: test_amx_wgrad.cpp); here through the op, from the bf16 x a
   // training forward keeps and the dy the op rounds, against the op with the
   // kernel off (oneDNN's kernel on the same bf16 values: float order only).
+  // The strided ones: ResNet's 3x3 stride 2 (padding 1), on odd sizes too,
+  // and without padding.
   const bool amx = backend::onednn::amx::amx_available();
   Rng rng = Rng::stream(2025, 17);
   const ConvGeom geoms[] = {ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 1, Padding::Same),
                             ConvGeom::make(DataFormat::NHWC, {3, 32, 7, 5}, 16, 3, 1, Padding::Valid),
                             ConvGeom::make(DataFormat::NHWC, {2, 16, 6, 6}, 16, 1, 1, Padding::Same),
                             ConvGeom::make(DataFormat::NCHW, {4, 16, 8, 8}, 32, 3, 1, Padding::Same),
-                            ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit)};
+                            ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit),
+                            ConvGeom::make(DataFormat::NHWC, {3, 16, 9, 7}, 32, 3, 2, Padding::Explicit),
+                            ConvGeom::make(DataFormat::NHWC, {2, 32, 8, 9}, 16, 3, 2, Padding::Valid),
+                            ConvGeom::make(DataFormat::NCHW, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit)};
   for (const ConvGeom& g : geoms) {
     INFO(str(g));
-    const bool eligible = amx && g.fmt == DataFormat::NHWC && g.sh == 1;
+    const bool eligible = amx && g.fmt == DataFormat::NHWC;
     const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = g.kh * g.kw * g.ic * g.oc;
     const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
                dy = Both::input(random_cotangent(rng, ny));

@@ -50,12 +50,14 @@
 // 41.8 ms on 7x7 and 20.6 ms on 3x3; with this path the layers' whole
 // backward (weights and data) went from 58.7 to 42.6 ms and from 29.5 to
 // 14.5 ms (docs/BENCHMARKS.md). Float accumulation in both.
-// Where the CPU has AMX, a bf16 weight gradient (NHWC, stride 1, no bias,
-// channel counts multiples of 16) runs in the project's own AMX kernel
+// Where the CPU has AMX, a bf16 weight gradient (NHWC, stride 1 or 2, no
+// bias, channel counts multiples of 16) runs in the project's own AMX kernel
 // (amx_wgrad.hpp) instead of either: on a 2-core AMX Xeon, batch 128,
 // ResNet-20's 3x3 at 16, 32 and 64 channels took 0.65, 0.48 and 0.46 ms
 // against oneDNN's 0.99, 0.61 and 1.07 ms (both with the rounding of a float
-// dy; docs/BENCHMARKS.md, 2026-11-27 11:28).
+// dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
+// and 32 -> 64, padding 1) 0.56 and 0.37 ms against 0.65 and 0.88 ms
+// (amx_wgrad.hpp).
 // A bf16 backward_data of a stride-1 convolution with an odd kernel and
 // SAME padding runs as oneDNN's bf16 forward convolution of dy with the
 // weights flipped in space and transposed (in and out channels swapped) and
@@ -175,7 +177,7 @@ struct Conv2d<backend::OneDnn, float> {
     return s && s->bwd_data && s->bwd_data->as_fwd.has_value();
   }
 
-  /// Whether a bf16 weight gradient (no bias, NHWC, stride 1, channel
+  /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
   /// counts multiples of 16) runs in the project's own AMX kernel
   /// (amx_wgrad.hpp) where the CPU has AMX (default true; see the file
   /// comment). Takes effect for geometries not seen yet.
@@ -840,16 +842,18 @@ struct Conv2d<backend::OneDnn, float> {
     }
 
     // Whether this geometry's bf16 weight gradient (no bias) runs in the own
-    // AMX kernel: asked for, NHWC, stride 1, a CPU with AMX, and a geometry
-    // the kernel takes (channel counts multiples of 16). Decided once.
+    // AMX kernel: asked for, NHWC, stride 1 or 2 (the strides measured), a
+    // CPU with AMX, and a geometry the kernel takes (channel counts multiples
+    // of 16). Decided once.
     bool amx_weights(const ConvGeom& g, bool wanted) {
       namespace amx = backend::onednn::amx;
       if (!amx_dw_tried) {
         amx_dw_tried = true;
-        if (wanted && g.fmt == DataFormat::NHWC && g.sh == 1 && g.sw == 1 && amx::amx_available() &&
-            amx::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr))
+        if (wanted && g.fmt == DataFormat::NHWC && g.sh <= 2 && g.sw <= 2 && amx::amx_available() &&
+            amx::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr, g.sh,
+                                       g.sw))
           amx_dw = std::make_unique<amx::WeightGrad>(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl,
-                                                     g.pb, g.pr);
+                                                     g.pb, g.pr, g.sh, g.sw);
       }
       return amx_dw != nullptr;
     }
