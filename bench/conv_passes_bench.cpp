@@ -10,8 +10,9 @@
 //
 // Each figure is the median of --reps calls after 3 untimed ones. The op's
 // own bf16 paths run where it takes them (a mark after the bf16 figure):
-// backward_data as a forward convolution of the flipped weights (f), the
-// weight gradient in the own AMX kernel (a) or as im2col + matmul (g);
+// backward_data as a forward convolution of the flipped weights (f; on
+// stride 2, two of them, one per row phase of dx), the weight gradient in
+// the own AMX kernel (a) or as im2col + matmul (g);
 // --onednn-backward-data and --onednn-weights turn the first two off, so
 // that two runs compare them with oneDNN's kernels.
 #include <algorithm>

@@ -11,6 +11,8 @@
 // the float models' logits (and the CNN's gradients) to bf16 accuracy.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -311,6 +313,104 @@ TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's a
         CHECK(same_bits(dw.f, dw_off));
     }
   }
+}
+
+TEST_CASE("bf16 backward_data of stride-2 3x3 convolutions by row phases agrees with the primitive",
+          "[backend][onednn][conv][bf16]") {
+  // Where the CPU has AMX the op runs the bf16 backward_data of NHWC 3x3
+  // stride-2 convolutions with padding 1 before, even image sizes and 32 or
+  // more input channels as two forward convolutions of dy, one per row phase
+  // of dx (conv2d.hpp, State::phases_backward), chunk by chunk. Both paths
+  // multiply the same bf16 dy and bf16 weights and add in float: they differ
+  // by the order of the float sums only; each stays within bf16 accuracy of
+  // the reference in double. The phase path's bits do not depend on the
+  // thread count. Checked by breaking it once: phase 1 reading kernel column
+  // 1 where it takes column 0 fails every eligible case here.
+  const bool amx = backend::onednn::cpu_has_amx_convolutions();
+  Rng rng = Rng::stream(2025, 19);
+  struct Case {
+    ConvGeom g;
+    bool eligible;
+  };
+  const Case cases[] = {
+      {ConvGeom::make(DataFormat::NHWC, {4, 32, 8, 8}, 64, 3, 2, Padding::Explicit), true},
+      {ConvGeom::make(DataFormat::NHWC, {40, 32, 6, 10}, 16, 3, 2, Padding::Explicit),
+       true},  // 2 chunks of 20
+      {ConvGeom::make(DataFormat::NHWC, {128, 32, 16, 16}, 64, 3, 2, Padding::Explicit),
+       true},                                                                                  // ResNet-20's
+      {ConvGeom::make(DataFormat::NHWC, {3, 32, 7, 7}, 32, 3, 2, Padding::Explicit), false},   // odd size
+      {ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit), false},   // 16 channels
+      {ConvGeom::make(DataFormat::NHWC, {37, 32, 4, 4}, 32, 3, 2, Padding::Explicit), false},  // no chunk
+      {ConvGeom::make(DataFormat::NHWC, {4, 32, 8, 8}, 32, 3, 2, Padding::Valid), false},      // no padding
+      {ConvGeom::make(DataFormat::NCHW, {4, 32, 8, 8}, 32, 3, 2, Padding::Explicit), false}};
+  std::size_t ran = 0;
+  for (const Case& c : cases) {
+    const ConvGeom& g = c.g;
+    INFO(str(g));
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+    const Both w = Both::input(random_vec(rng, nw)), dy = Both::input(random_cotangent(rng, ny));
+    std::vector<float> dx_on, dx_off;
+    for (bool on : {true, false}) {
+      OpPair<ops::Conv2d, B> t;
+      t.op.set_precision(ConvPrecision::BF16);
+      t.op.set_backward_data_via_forward(on);
+      Both dx = Both::output(nx);
+      t.both([&](auto& dev, auto& op, auto side) { op.backward_data(dev, g, side(dy), side(w), side(dx)); });
+      CHECK(dx.err() < kBf16Tolerance);
+      CHECK(t.op.uses_backward_data_via_forward(g) == (on && amx && c.eligible));
+      ran += on && t.op.uses_backward_data_via_forward(g);
+      (on ? dx_on : dx_off) = dx.f;
+    }
+    CHECK(rel_diff(dx_on, dx_off) < 1e-5);
+    if (!amx || !c.eligible) continue;
+    // The same bits with 1 and 2 threads, and from backward() with dw too.
+    const int before = omp_get_max_threads();
+    std::vector<float> by_threads[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      Device<B> dev;
+      ops::Conv2d<B, float> op;
+      op.set_precision(ConvPrecision::BF16);
+      by_threads[threads - 1].assign(nx, -1.0f);
+      op.backward_data(dev, g, dy.f.data(), w.f.data(), by_threads[threads - 1].data());
+    }
+    omp_set_num_threads(before);
+    CHECK(same_bits(by_threads[0], dx_on));
+    CHECK(same_bits(by_threads[1], dx_on));
+  }
+  if (amx) CHECK(ran == 3);
+}
+
+TEST_CASE("The phase weights of a stride-2 backward_data follow the weights' version",
+          "[backend][onednn][conv][bf16]") {
+  Rng rng = Rng::stream(2025, 20);
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {8, 32, 6, 6}, 32, 3, 2, Padding::Explicit);
+  const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+  std::vector<float> w = random_vec(rng, nw);
+  const auto w2 = random_vec(rng, nw), dy = random_cotangent(rng, ny);
+  auto fresh = [&](const std::vector<float>& wv) {
+    Device<B> dev;
+    ops::Conv2d<B, float> op;
+    op.set_precision(ConvPrecision::BF16);
+    std::vector<float> dx(nx);
+    op.backward_data(dev, g, dy.data(), wv.data(), dx.data());
+    return dx;
+  };
+  Device<B> dev;
+  ops::Conv2d<B, float> op;
+  op.set_precision(ConvPrecision::BF16);
+  std::vector<float> dx(nx);
+  op.set_weights_version(1);
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(same_bits(dx, fresh(w)));
+  const std::size_t reorders = op.weight_reorders();
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(op.weight_reorders() == reorders);  // same buffer and version: the copies are reused
+  w = w2;                                   // same buffer, new values ...
+  op.set_weights_version(2);                // ... under a new version
+  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+  CHECK(same_bits(dx, fresh(w2)));
+  CHECK(op.uses_backward_data_via_forward(g) == backend::onednn::cpu_has_amx_convolutions());
 }
 
 TEST_CASE("The flipped weights of backward_data follow the weights' version",

@@ -69,6 +69,10 @@
 // 64 at 8x8 0.39 and 0.30 ms (docs/BENCHMARKS.md, 2026-11-27 11:28). The
 // flipped float copy is remade when the weights' buffer or
 // Parameters::version changes, then reordered like the weights.
+// Likewise a bf16 backward_data of ResNet's stride-2 3x3 convolution (NHWC,
+// padding 1 before, even image sizes, 32 or more input channels) runs as two
+// bf16 forward convolutions of dy, one per row phase of dx, whose rows are
+// then copied into dx (State::phases_backward has the numbers).
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
@@ -167,14 +171,15 @@ struct Conv2d<backend::OneDnn, float> {
   }
 
   /// Whether a bf16 backward_data of a stride-1 geometry runs as oneDNN's
-  /// bf16 *forward* convolution of dy with the flipped, transposed weights
-  /// (default true; see the file comment). Takes effect for geometries not
+  /// bf16 *forward* convolution of dy with the flipped, transposed weights,
+  /// and of a stride-2 3x3 one as two, by row phase of dx (default true; see
+  /// the file comment). Takes effect for geometries not
   /// seen yet (benchmarks and tests compare the two paths).
   void set_backward_data_via_forward(bool on) { bwd_via_fwd_ = on; }
-  /// Whether geometry `g`'s backward_data runs as that forward convolution.
+  /// Whether geometry `g`'s backward_data runs as those forward convolutions.
   bool uses_backward_data_via_forward(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
-    return s && s->bwd_data && s->bwd_data->as_fwd.has_value();
+    return s && s->bwd_data && (s->bwd_data->as_fwd.has_value() || s->bwd_data->as_phases.has_value());
   }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
@@ -400,6 +405,31 @@ struct Conv2d<backend::OneDnn, float> {
           a.prim.execute(dev.stream,
                          {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, on::bind(s.x, dx)}});
         }
+      } else if (fd && fd->as_phases) {
+        PhaseBwd& ph = *fd->as_phases;
+        if (s.phase_weights(g, w, w_version_)) ph.w[0].shown = ph.w[1].shown = nullptr;
+        const dnnl::memory wm[2] = {weights_in(dev, s.w_ph_user[0], s.w_ph[0].data(), ph.w[0]),
+                                    weights_in(dev, s.w_ph_user[1], s.w_ph[1].data(), ph.w[1])};
+        // Each phase of a chunk: chunk * oh rows of dx, iw * ic floats each.
+        const std::size_t row = g.iw * g.ic, per = ph.chunk * g.oh * row;
+        auto* out = static_cast<float*>(dev.scratch(1, 2 * per * sizeof(float)));
+        ph.dst[0].set_data_handle(out);
+        ph.dst[1].set_data_handle(out + per);
+        const auto* dyb = static_cast<std::uint16_t*>(dy_lp->get_data_handle());
+        for (std::size_t n0 = 0; n0 < g.n; n0 += ph.chunk) {
+          ph.src.set_data_handle(const_cast<std::uint16_t*>(dyb + n0 * g.oh * g.ow * g.oc));
+          for (int p = 0; p < 2; ++p)
+            ph.prim[p].execute(
+                dev.stream, {{DNNL_ARG_SRC, ph.src}, {DNNL_ARG_WEIGHTS, wm[p]}, {DNNL_ARG_DST, ph.dst[p]}});
+          dev.stream.wait();
+          float* dxc = dx + n0 * g.ih * row;
+          const auto rows = std::ptrdiff_t(ph.chunk * g.oh);
+#pragma omp parallel for schedule(static)
+          for (std::ptrdiff_t r = 0; r < rows; ++r)
+            for (std::size_t p = 0; p < 2; ++p)
+              std::memcpy(dxc + (2 * std::size_t(r) + p) * row, out + p * per + std::size_t(r) * row,
+                          row * sizeof(float));
+        }
       } else if (fd) {
         dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
         dnnl::memory ddst = fd->lp ? *dy_lp : stage_in(dev, fd->ddst, on::bind(s.y, dy), 0);
@@ -452,12 +482,22 @@ struct Conv2d<backend::OneDnn, float> {
     std::optional<dnnl::convolution_forward> prim_lp_dst;
     bool lp_dst_tried = false;
   };
+  // backward_data of a stride-2 3x3 geometry as two forward convolutions of
+  // dy, one per row phase of dx (see State::phases_backward), over chunks of
+  // images, each writing into device scratch slot 1, then copied into dx.
+  struct PhaseBwd {
+    dnnl::convolution_forward prim[2];
+    backend::onednn::Staged w[2];  // w_ph into the primitives' bf16 layouts
+    dnnl::memory src, dst[2];      // a chunk of dy; the two phases' outputs
+    std::size_t chunk = 0;         // images per chunk (divides the batch)
+  };
   struct BwdData {
     dnnl::convolution_backward_data::primitive_desc pd;
     dnnl::convolution_backward_data prim;
     backend::onednn::Staged w, ddst, dsrc;
     bool lp;
-    std::optional<FwdAsBwd> as_fwd;  // runs instead of prim when present (lp only)
+    std::optional<FwdAsBwd> as_fwd;     // runs instead of prim when present (lp only)
+    std::optional<PhaseBwd> as_phases;  // likewise (stride-2 geometries)
   };
   struct BwdWeights {
     dnnl::convolution_backward_weights::primitive_desc pd;
@@ -516,6 +556,12 @@ struct Conv2d<backend::OneDnn, float> {
     dnnl::memory w_flip_user;
     const float* flip_of = nullptr;
     std::uint64_t flip_version = 0;
+    // The phase weights of PhaseBwd (float, HWIO) and their memories, and the
+    // caller's w (at ph_version) they were made from.
+    std::vector<float> w_ph[2];
+    dnnl::memory w_ph_user[2];
+    const float* ph_of = nullptr;
+    std::uint64_t ph_version = 0;
 
     State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
         : wino(winograd && !lowp),
@@ -730,8 +776,9 @@ struct Conv2d<backend::OneDnn, float> {
                 eng, *lh);
             if (jit_kernel(pd)) {
               bwd_data = BwdData{
-                  pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true, {}};
+                  pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true, {}, {}};
               if (via_fwd) bwd_data->as_fwd = forward_as_backward(c, eng, g);
+              if (via_fwd && !bwd_data->as_fwd) bwd_data->as_phases = phases_backward(c, eng, g);
               return *bwd_data;
             }
           } catch (const dnnl::error&) {  // no bf16 kernel for this pass: float
@@ -757,6 +804,7 @@ struct Conv2d<backend::OneDnn, float> {
                            c.stage_scratch(eng, pd->diff_dst_desc(), dst, true),
                            c.stage_scratch(eng, pd->diff_src_desc(), src, false),
                            false,
+                           {},
                            {}};
       }
       return *bwd_data;
@@ -838,6 +886,87 @@ struct Conv2d<backend::OneDnn, float> {
         }
       flip_of = w;
       flip_version = version;
+      return true;
+    }
+
+    // backward_data of ResNet's stride-2 3x3 (padding 1 before, even image
+    // sizes, output half the input) by the row phase p of dx: dx[2Y + p]
+    // [2X + q][c] = sum over (ky, kx, o) of dy[Y + ky][X + kx][o] *
+    // w_p[ky][kx][o][q, c], a stride-1 forward convolution of dy with 2 * ic
+    // output channels (the two column phases q side by side, as dx's row 2Y
+    // + p holds them) and padding 1 after: p = 0 takes kernel row 1 (a 1x2
+    // kernel), p = 1 rows 2 and 0 (2x2); column phase 0 takes kernel column
+    // 1 (and a zero), phase 1 columns 2 and 0. oneDNN 2.6 writes a dense
+    // output only (a strided view of dx got its reference kernel, 1000x
+    // slower), so each phase's rows are copied into dx, chunk by chunk while
+    // they are in cache. On a 2-core AMX Xeon, batch 128, bf16 dy in, float
+    // dx out, 32 -> 64 at 16x16 took 0.22 and 0.26 ms in chunks of 32 images
+    // (0.25 to 0.34 in chunks of 16, 8 or 128) against 0.56 and 0.70 ms in
+    // oneDNN's backward_data (two quiet runs of a probe); 16 -> 32 at 32x32
+    // did not gain (0.43 to 0.58 ms against 0.48), so only 32 or more input
+    // channels. Only on AMX (brgconv kernels), for batches with a divisor
+    // from 8 to 32 (or below 8) for the chunk.
+    static bool phases_geometry(const ConvGeom& g) {
+      return g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.pt == 1 &&
+             g.pl == 1 && g.ih % 2 == 0 && g.iw % 2 == 0 && 2 * g.oh == g.ih && 2 * g.ow == g.iw &&
+             g.ic >= 32 && backend::onednn::cpu_has_amx_convolutions();
+    }
+    std::optional<PhaseBwd> phases_backward(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+      namespace on = backend::onednn;
+      using cf = dnnl::convolution_forward;
+      if (!phases_geometry(g)) return std::nullopt;
+      std::size_t chunk = std::min<std::size_t>(g.n, 32);
+      while (g.n % chunk != 0) --chunk;
+      if (chunk < 8 && chunk != g.n) return std::nullopt;
+      const dnnl::memory::desc dyc = on::act_desc(g.fmt, chunk, g.oc, g.oh, g.ow, on::dt::bf16);
+      const dnnl::memory::desc out = on::act_desc(g.fmt, chunk, 2 * g.ic, g.oh, g.ow);
+      PhaseBwd ph;
+      try {
+        for (int p = 0; p < 2; ++p) {
+          const on::dims wd{on::dim(2 * g.ic), on::dim(g.oc), on::dim(p + 1), 2};
+          const cf::primitive_desc pd(
+              cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dyc,
+                       dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), out, on::dims{1, 1},
+                       on::dims{0, 0}, on::dims{p, 1}),
+              eng);
+          if (!jit_kernel(pd) || pd.dst_desc() != out) return std::nullopt;
+          const dnnl::memory::desc user(wd, on::dt::f32, on::tag::hwio);
+          ph.prim[p] = c.build<cf>(pd);
+          ph.w[p] = c.stage(eng, pd.weights_desc(), user, true);
+          ph.dst[p] = dnnl::memory(out, eng, DNNL_MEMORY_NONE);
+          w_ph[p].assign(std::size_t(p + 1) * 2 * g.oc * 2 * g.ic, 0.f);
+          w_ph_user[p] = dnnl::memory(user, eng, w_ph[p].data());
+        }
+      } catch (const dnnl::error&) {  // no such kernel here: the backward_data primitive
+        return std::nullopt;
+      }
+      ph.src = dnnl::memory(dyc, eng, DNNL_MEMORY_NONE);
+      ph.chunk = chunk;
+      return ph;
+    }
+    // w_ph from the caller's HWIO w, unless it holds w at this version. True
+    // when it was rewritten (the primitive-layout copies are then stale).
+    bool phase_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
+      if (version != 0 && ph_of == w && ph_version == version) return false;
+      const std::size_t I = g.ic, O = g.oc;
+      for (std::size_t p = 0; p < 2; ++p)
+        for (std::size_t ky = 0; ky <= p; ++ky) {
+          const std::size_t i = p == 0 ? 1 : ky == 0 ? 2 : 0;
+          for (std::size_t kx = 0; kx < 2; ++kx)
+            for (std::size_t q = 0; q < 2; ++q) {
+              float* dst = w_ph[p].data() + (ky * 2 + kx) * O * 2 * I + q * I;  // [o][q, c]
+              if (q == 0 && kx == 1) {  // column phase 0 reads one dy column
+                for (std::size_t o = 0; o < O; ++o) std::fill_n(dst + o * 2 * I, I, 0.f);
+                continue;
+              }
+              const std::size_t j = q == 0 ? 1 : kx == 0 ? 2 : 0;
+              const float* src_ij = w + (i * 3 + j) * I * O;  // [c][o]
+              for (std::size_t c = 0; c < I; ++c)
+                for (std::size_t o = 0; o < O; ++o) dst[o * 2 * I + c] = src_ij[c * O + o];
+            }
+        }
+      ph_of = w;
+      ph_version = version;
       return true;
     }
 
