@@ -746,9 +746,11 @@ struct Residual : LayerBase {
     // its body's first layer reads x only through a bf16 copy and its last
     // batch norm can sum a bf16 shortcut, reads x only as that copy (and
     // the earlier block's mask bits); the earlier block's last batch norm
-    // then writes the block's output as its bf16 copy and mask alone. 6 of
-    // the 14 bytes per element the float stream moves there (float out,
-    // float shortcut in). NetOptions::bf16_residuals(false) keeps it float.
+    // then writes the block's output as its bf16 copy and mask alone: the
+    // float output's write and half the shortcut's read, 6 bytes an element.
+    // A downsampling block reads x as bf16 in its shortcut's average pool
+    // instead (kShortcutIn). NetOptions::bf16_residuals(false) keeps the
+    // stream float.
     static constexpr bool bf16_block_handover = true;
     /// Whether this block's next training forward of a batch of `n` reads
     /// its input only through the previous block's bf16 copy and mask bits.
