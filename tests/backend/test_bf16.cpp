@@ -381,69 +381,43 @@ TEST_CASE("bf16 backward_data of stride-2 3x3 convolutions by row phases agrees 
   if (amx) CHECK(ran == 3);
 }
 
-TEST_CASE("The phase weights of a stride-2 backward_data follow the weights' version",
+TEST_CASE("The flipped and phase weights of backward_data follow the weights' version",
           "[backend][onednn][conv][bf16]") {
-  Rng rng = Rng::stream(2025, 20);
-  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {8, 32, 6, 6}, 32, 3, 2, Padding::Explicit);
-  const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
-  std::vector<float> w = random_vec(rng, nw);
-  const auto w2 = random_vec(rng, nw), dy = random_cotangent(rng, ny);
-  auto fresh = [&](const std::vector<float>& wv) {
-    Device<B> dev;
-    ops::Conv2d<B, float> op;
-    op.set_precision(ConvPrecision::BF16);
-    std::vector<float> dx(nx);
-    op.backward_data(dev, g, dy.data(), wv.data(), dx.data());
-    return dx;
-  };
-  Device<B> dev;
-  ops::Conv2d<B, float> op;
-  op.set_precision(ConvPrecision::BF16);
-  std::vector<float> dx(nx);
-  op.set_weights_version(1);
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(same_bits(dx, fresh(w)));
-  const std::size_t reorders = op.weight_reorders();
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(op.weight_reorders() == reorders);  // same buffer and version: the copies are reused
-  w = w2;                                   // same buffer, new values ...
-  op.set_weights_version(2);                // ... under a new version
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(same_bits(dx, fresh(w2)));
-  CHECK(op.uses_backward_data_via_forward(g) == backend::onednn::cpu_has_amx_convolutions());
-}
-
-TEST_CASE("The flipped weights of backward_data follow the weights' version",
-          "[backend][onednn][conv][bf16]") {
-  // With a version set the op reuses its flipped, reordered copy while the
-  // buffer and version stay; new values under a new version must be seen.
+  // With a version set the op reuses its flipped (stride 1) or phase
+  // (stride 2, AMX) weights, reordered, while the buffer and version stay;
+  // new values under a new version must be seen.
   Rng rng = Rng::stream(2025, 16);
-  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {2, 16, 6, 6}, 16, 3, 1, Padding::Same);
-  const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
-  std::vector<float> w = random_vec(rng, nw);
-  const auto w2 = random_vec(rng, nw), dy = random_cotangent(rng, ny);
-  auto fresh = [&](const std::vector<float>& wv) {
+  const ConvGeom stride1 = ConvGeom::make(DataFormat::NHWC, {2, 16, 6, 6}, 16, 3, 1, Padding::Same);
+  const ConvGeom stride2 = ConvGeom::make(DataFormat::NHWC, {8, 32, 6, 6}, 32, 3, 2, Padding::Explicit);
+  for (const ConvGeom& g : {stride1, stride2}) {
+    INFO(str(g));
+    const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
+    std::vector<float> w = random_vec(rng, nw);
+    const auto w2 = random_vec(rng, nw), dy = random_cotangent(rng, ny);
+    auto fresh = [&](const std::vector<float>& wv) {
+      Device<B> dev;
+      ops::Conv2d<B, float> op;
+      op.set_precision(ConvPrecision::BF16);
+      std::vector<float> dx(nx);
+      op.backward_data(dev, g, dy.data(), wv.data(), dx.data());
+      return dx;
+    };
     Device<B> dev;
     ops::Conv2d<B, float> op;
     op.set_precision(ConvPrecision::BF16);
     std::vector<float> dx(nx);
-    op.backward_data(dev, g, dy.data(), wv.data(), dx.data());
-    return dx;
-  };
-  Device<B> dev;
-  ops::Conv2d<B, float> op;
-  op.set_precision(ConvPrecision::BF16);
-  std::vector<float> dx(nx);
-  op.set_weights_version(1);
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(same_bits(dx, fresh(w)));
-  const std::size_t reorders = op.weight_reorders();
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(op.weight_reorders() == reorders);  // same buffer and version: the copy is reused
-  w = w2;                                   // same buffer, new values ...
-  op.set_weights_version(2);                // ... under a new version
-  op.backward_data(dev, g, dy.data(), w.data(), dx.data());
-  CHECK(same_bits(dx, fresh(w2)));
+    op.set_weights_version(1);
+    op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+    CHECK(same_bits(dx, fresh(w)));
+    const std::size_t reorders = op.weight_reorders();
+    op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+    CHECK(op.weight_reorders() == reorders);  // same buffer and version: the copies are reused
+    w = w2;                                   // same buffer, new values ...
+    op.set_weights_version(2);                // ... under a new version
+    op.backward_data(dev, g, dy.data(), w.data(), dx.data());
+    CHECK(same_bits(dx, fresh(w2)));
+    if (g.sh == 2) CHECK(op.uses_backward_data_via_forward(g) == backend::onednn::cpu_has_amx_convolutions());
+  }
 }
 
 TEST_CASE("store_bf16 rounds every length and offset as bf16_bits does (normal values, NaN, infinities)",

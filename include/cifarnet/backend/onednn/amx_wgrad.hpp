@@ -31,10 +31,12 @@
 // buffer in the one layout that dy's copy has too, so that dy is copied
 // once and every offset is a shift, as above (see layout()). On a 2-core AMX
 // Xeon, batch 128, ResNet-20's two stride-2 3x3 convolutions (16 -> 32 at
-// 32x32 and 32 -> 64 at 16x16, padding 1) took 0.56 and 0.37 ms this way
-// against 0.65 and 0.88 ms in oneDNN 2.6.3's bf16 backward_weights (both
-// with the rounding of a float dy; medians of 7 calls, alternate runs). The
-// padded phase planes are 17x17 there: 89 % of the positions are pixels.
+// 32x32 and 32 -> 64 at 16x16, padding 1) took 0.63 / 0.64 and 0.41 / 0.50
+// ms this way against 0.85 / 0.75 and 1.15 / 1.04 ms in oneDNN 2.6.3's bf16
+// backward_weights (conv_passes_bench, medians of 7 calls, the two builds
+// alternated twice, both with the rounding of a float dy; docs/BENCHMARKS.md
+// 2026-11-27 17:40). The padded phase planes are 17x17 there: 89 % of the
+// positions are pixels.
 // The copies are AVX-512 (a 32-pixel by 16-channel transpose in unpack
 // steps, an interleave for dy). The products accumulate in float in AMX
 // tiles. 16 -> 16 keeps the tiles of five or four offsets in tile registers

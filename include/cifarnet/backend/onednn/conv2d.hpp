@@ -56,8 +56,8 @@
 // ResNet-20's 3x3 at 16, 32 and 64 channels took 0.65, 0.48 and 0.46 ms
 // against oneDNN's 0.99, 0.61 and 1.07 ms (both with the rounding of a float
 // dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
-// and 32 -> 64, padding 1) 0.56 and 0.37 ms against 0.65 and 0.88 ms
-// (amx_wgrad.hpp).
+// and 32 -> 64, padding 1) 0.63 / 0.64 and 0.41 / 0.50 ms against 0.85 /
+// 0.75 and 1.15 / 1.04 ms (docs/BENCHMARKS.md, 2026-11-27 17:40).
 // A bf16 backward_data of a stride-1 convolution with an odd kernel and
 // SAME padding runs as oneDNN's bf16 forward convolution of dy with the
 // weights flipped in space and transposed (in and out channels swapped) and
@@ -899,13 +899,16 @@ struct Conv2d<backend::OneDnn, float> {
     // 1 (and a zero), phase 1 columns 2 and 0. oneDNN 2.6 writes a dense
     // output only (a strided view of dx got its reference kernel, 1000x
     // slower), so each phase's rows are copied into dx, chunk by chunk while
-    // they are in cache. On a 2-core AMX Xeon, batch 128, bf16 dy in, float
-    // dx out, 32 -> 64 at 16x16 took 0.22 and 0.26 ms in chunks of 32 images
-    // (0.25 to 0.34 in chunks of 16, 8 or 128) against 0.56 and 0.70 ms in
-    // oneDNN's backward_data (two quiet runs of a probe); 16 -> 32 at 32x32
-    // did not gain (0.43 to 0.58 ms against 0.48), so only 32 or more input
-    // channels. Only on AMX (brgconv kernels), for batches with a divisor
-    // from 8 to 32 (or below 8) for the chunk.
+    // they are in cache (chunks of 32 images were the fastest of 8, 16, 32
+    // and 128 in a probe). On a 2-core AMX Xeon, batch 128, 32 -> 64 at
+    // 16x16 took 0.53 / 0.53 ms against oneDNN's backward_data's 0.61 / 0.59
+    // ms in conv_passes_bench (which rounds a float dy first), and in the
+    // ResNet-20 step, where dy comes as bf16, that convolution's whole
+    // backward went from 2.54 to 1.39 ms with the weight gradient's change
+    // (docs/BENCHMARKS.md, 2026-11-27 17:40). 16 -> 32 at 32x32 did not gain
+    // in the probe, so only 32 or more input channels. Only on AMX (brgconv
+    // kernels), for batches with a divisor from 8 to 32 (or below 8) for the
+    // chunk.
     static bool phases_geometry(const ConvGeom& g) {
       return g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.pt == 1 &&
              g.pl == 1 && g.ih % 2 == 0 && g.iw % 2 == 0 && 2 * g.oh == g.ih && 2 * g.ow == g.iw &&
