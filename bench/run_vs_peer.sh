@@ -18,9 +18,12 @@
 #   PEER_PY   the venv's python (default .venv-peer/bin/python)
 #   PEER      peer_torch2.py (default ../shared/bench/peer_torch2.py: the
 #             peers live beside the repository, not in it)
-#   PRECISION fp32 (default) or bf16: cifarnet's --precision and the peer's
-#             modes. bf16 needs AVX512-BF16 or AMX; elsewhere cifarnet
-#             refuses it and the script says bf16 could not be measured.
+#   PRECISION both (default), fp32 or bf16: cifarnet's --precision and the
+#             peer's modes. both: every benchmark in fp32, then in bf16, and
+#             one table with both (each precision's own table before it;
+#             results in OUT/fp32 and OUT/bf16). bf16 needs AVX512-BF16 or
+#             AMX; elsewhere PRECISION=bf16 exits 3 saying bf16 could not be
+#             measured, and both measures fp32 and says so.
 #   FORMATS   cifarnet's formats (default nhwc); REPS (5); WARMUP (10)
 #   OUT       results folder (default: a temp dir); WRAP: a command prefix
 #             for each benchmark pair (e.g. one that pauses other jobs).
@@ -31,76 +34,128 @@ ONLY=${2:-resnet20,resnet56,infer20,infer56,gatys,rss}
 PEER=${PEER:-../shared/bench/peer_torch2.py}
 PEER_PY=${PEER_PY:-.venv-peer/bin/python}
 FORMATS=${FORMATS:-nhwc}
-PRECISION=${PRECISION:-fp32}
+PRECISION=${PRECISION:-both}
 REPS=${REPS:-5}
 WARMUP=${WARMUP:-10}
 WRAP=${WRAP:-}
 case "$PRECISION" in
-  fp32) MODES=eager,compile ;;
-  bf16) MODES=bf16,bf16compile ;;
-  *) echo "run_vs_peer: PRECISION must be fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;;
+  fp32 | bf16 | both) ;;
+  *) echo "run_vs_peer: PRECISION must be both, fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;;
 esac
 [ -x "$PEER_PY" ] || { echo "run_vs_peer: no python at PEER_PY=$PEER_PY (make the venv with bash bench/setup_peer.sh, or point PEER_PY at one with torch and numpy)" >&2; exit 2; }
 [ -f "$PEER" ] || { echo "run_vs_peer: no peer script at PEER=$PEER" >&2; exit 2; }
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 cmake --build "$BUILD" --target cifarnet_bench style_transfer_bench > /dev/null
-if [ "$PRECISION" = bf16 ] && ! grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+has_bf16=0
+grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && has_bf16=1
+if [ "$PRECISION" = bf16 ] && [ $has_bf16 = 0 ]; then
   echo "run_vs_peer: this CPU has neither AVX512-BF16 nor AMX: bf16 could not be measured here" >&2
   exit 3
 fi
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, precision $PRECISION"
 echo "== peer: $("$PEER_PY" -c 'import torch; print("torch", torch.__version__, "isa", torch.backends.cpu.get_cpu_capability())')"
-ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $PRECISION --reps $REPS --warmup $WARMUP --profile 0"
-peer="'$PEER_PY' '$PEER' --threads 2 --reps $REPS --warmup $WARMUP"
-for b in ${ONLY//,/ }; do
-  case "$b" in
-    gatys)
-      $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/style_transfer_bench' --format nhwc --reps $REPS --warmup 2 --precision $PRECISION > '$out/cifarnet_gatys.txt' 2>&1;
-                     $peer --only gatys --modes $MODES --json '$out/peer_gatys.json' > '$out/peer_gatys.log' 2>&1" ;;
-    rss)
-      eager=${MODES%%,*}
-      $WRAP bash -c "/usr/bin/time -v bash -c \"$ours --only resnet20\" > '$out/cifarnet_rss.txt' 2>&1;
-                     /usr/bin/time -v $peer --only resnet20 --modes $eager > '$out/peer_rss.txt' 2>&1" ;;
-    resnet* | infer*)
-      $WRAP bash -c "$ours --only $b --json '$out/cifarnet_$b.json' > '$out/cifarnet_$b.txt' 2>&1;
-                     $peer --only $b --modes $MODES --json '$out/peer_$b.json' > '$out/peer_$b.log' 2>&1" ;;
-    *) echo "run_vs_peer: unknown benchmark '$b'" >&2; exit 2 ;;
+
+# Every benchmark at precision $1, results into folder $2.
+run_precision() {
+  local prec=$1 dir=$2 modes
+  case "$prec" in
+    fp32) modes=eager,compile ;;
+    bf16) modes=bf16,bf16compile ;;
   esac
-  echo "-- $b done $(date -u +%T), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-done
-python3 - "$out" <<'PY'
+  mkdir -p "$dir"
+  local ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $prec --reps $REPS --warmup $WARMUP --profile 0"
+  local peer="'$PEER_PY' '$PEER' --threads 2 --reps $REPS --warmup $WARMUP"
+  for b in ${ONLY//,/ }; do
+    case "$b" in
+      gatys)
+        $WRAP bash -c "OMP_NUM_THREADS=2 '$BUILD/bench/style_transfer_bench' --format nhwc --reps $REPS --warmup 2 --precision $prec > '$dir/cifarnet_gatys.txt' 2>&1;
+                       $peer --only gatys --modes $modes --json '$dir/peer_gatys.json' > '$dir/peer_gatys.log' 2>&1" ;;
+      rss)
+        local eager=${modes%%,*}
+        $WRAP bash -c "/usr/bin/time -v bash -c \"$ours --only resnet20\" > '$dir/cifarnet_rss.txt' 2>&1;
+                       /usr/bin/time -v $peer --only resnet20 --modes $eager > '$dir/peer_rss.txt' 2>&1" ;;
+      resnet* | infer*)
+        $WRAP bash -c "$ours --only $b --json '$dir/cifarnet_$b.json' > '$dir/cifarnet_$b.txt' 2>&1;
+                       $peer --only $b --modes $modes --json '$dir/peer_$b.json' > '$dir/peer_$b.log' 2>&1" ;;
+      *) echo "run_vs_peer: unknown benchmark '$b'" >&2; exit 2 ;;
+    esac
+    echo "-- $prec $b done $(date -u +%T), loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+}
+
+# The table of one results folder ($1), or with two ($1 fp32, $2 bf16) both
+# side by side, as docs/BENCHMARKS.md shows them.
+tables() {
+  python3 - "$@" <<'PY'
 import glob, json, os, re, sys
-out = sys.argv[1]
 def fmt3(m, lo, hi): return f"{m:.0f} [{lo:.0f}-{hi:.0f}]"
-print("\n| benchmark | cifarnet img/s median [min-max] (format) | PyTorch best img/s median [min-max] (mode) | ratio |")
-print("|---|---|---|---|")
-for path in sorted(glob.glob(os.path.join(out, "cifarnet_*.json"))):
-    ours = json.load(open(path))
-    name = os.path.basename(path)[len("cifarnet_"):-len(".json")]
-    ppath = os.path.join(out, f"peer_{name}.json")
-    if not ours or not os.path.exists(ppath): continue
-    best = max(ours, key=lambda r: r["batch"] / r["median_s"])
-    o = (best["batch"] / best["median_s"], best["batch"] / best["max_s"], best["batch"] / best["min_s"])
-    peer = json.load(open(ppath))
-    if not peer: continue
-    pb = max(peer, key=lambda r: r["per_s"])
-    bs = pb["per_s"] * pb["median_s"]
-    p = (pb["per_s"], bs / pb["max_s"], bs / pb["min_s"])
-    print(f"| {name} | {fmt3(*o)} ({best['format']}) | {fmt3(*p)} ({pb['mode']}) | {o[0] / p[0]:.2f}x |")
-g, pg = os.path.join(out, "cifarnet_gatys.txt"), os.path.join(out, "peer_gatys.json")
-if os.path.exists(g) and os.path.exists(pg):
-    m = re.search(r"iteration \(.*?\)\s+([\d.]+) s\s+\[([\d.]+) - ([\d.]+)\]", open(g).read())
-    peer = json.load(open(pg))
-    if m and peer:
-        s, lo, hi = map(float, m.groups())
-        pb = min(peer, key=lambda r: r["median_s"])
-        print(f"| gatys s/iter | {s:.3f} [{lo:.3f}-{hi:.3f}] (nhwc) | {pb['median_s']:.3f} [{pb['min_s']:.3f}-{pb['max_s']:.3f}] ({pb['mode']}) | {pb['median_s'] / s:.2f}x |")
-def rss(path):
-    if not os.path.exists(path): return None
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(path).read())
-    return int(m.group(1)) / 1024 if m else None
-a, b = rss(os.path.join(out, "cifarnet_rss.txt")), rss(os.path.join(out, "peer_rss.txt"))
-if a and b:
-    print(f"| peak RSS, ResNet-20 training (MiB) | {a:.0f} | {b:.0f} (eager) | {a / b:.2f} (lower is better) |")
+def rows(out):
+    r = {}
+    for path in sorted(glob.glob(os.path.join(out, "cifarnet_*.json"))):
+        ours = json.load(open(path))
+        name = os.path.basename(path)[len("cifarnet_"):-len(".json")]
+        ppath = os.path.join(out, f"peer_{name}.json")
+        if not ours or not os.path.exists(ppath): continue
+        best = max(ours, key=lambda r: r["batch"] / r["median_s"])
+        o = (best["batch"] / best["median_s"], best["batch"] / best["max_s"], best["batch"] / best["min_s"])
+        peer = json.load(open(ppath))
+        if not peer: continue
+        pb = max(peer, key=lambda r: r["per_s"])
+        bs = pb["per_s"] * pb["median_s"]
+        p = (pb["per_s"], bs / pb["max_s"], bs / pb["min_s"])
+        r[name] = (f"{fmt3(*o)} ({best['format']})", f"{fmt3(*p)} ({pb['mode']})", f"{o[0] / p[0]:.2f}x")
+    g, pg = os.path.join(out, "cifarnet_gatys.txt"), os.path.join(out, "peer_gatys.json")
+    if os.path.exists(g) and os.path.exists(pg):
+        m = re.search(r"iteration \(.*?\)\s+([\d.]+) s\s+\[([\d.]+) - ([\d.]+)\]", open(g).read())
+        peer = json.load(open(pg))
+        if m and peer:
+            s, lo, hi = map(float, m.groups())
+            pb = min(peer, key=lambda r: r["median_s"])
+            r["gatys s/iter"] = (f"{s:.3f} [{lo:.3f}-{hi:.3f}] (nhwc)",
+                                 f"{pb['median_s']:.3f} [{pb['min_s']:.3f}-{pb['max_s']:.3f}] ({pb['mode']})",
+                                 f"{pb['median_s'] / s:.2f}x")
+    def rss(path):
+        if not os.path.exists(path): return None
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(path).read())
+        return int(m.group(1)) / 1024 if m else None
+    a, b = rss(os.path.join(out, "cifarnet_rss.txt")), rss(os.path.join(out, "peer_rss.txt"))
+    if a and b:
+        r["peak RSS, ResNet-20 training (MiB)"] = (f"{a:.0f}", f"{b:.0f} (eager)", f"{a / b:.2f} (lower is better)")
+    return r
+dirs = sys.argv[1:]
+if len(dirs) == 1:
+    print("\n| benchmark | cifarnet img/s median [min-max] (format) | PyTorch best img/s median [min-max] (mode) | ratio |")
+    print("|---|---|---|---|")
+    for name, (o, p, q) in rows(dirs[0]).items():
+        print(f"| {name} | {o} | {p} | {q} |")
+else:
+    f, b = rows(dirs[0]), rows(dirs[1])
+    print("\n| benchmark | cifarnet fp32 | PyTorch best fp32 (mode) | ratio | cifarnet bf16 | PyTorch best bf16 (mode) | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for name in list(f) + [n for n in b if n not in f]:
+        fo, fp, fq = f.get(name, ("-", "-", "-"))
+        bo, bp, bq = b.get(name, ("not measured", "-", "-"))
+        print(f"| {name} | {fo} | {fp} | {fq} | {bo} | {bp} | {bq} |")
 PY
+}
+
+if [ "$PRECISION" != both ]; then
+  run_precision "$PRECISION" "$out"
+  tables "$out"
+  exit 0
+fi
+run_precision fp32 "$out/fp32"
+if [ $has_bf16 = 1 ]; then
+  run_precision bf16 "$out/bf16"
+else
+  echo "run_vs_peer: this CPU has neither AVX512-BF16 nor AMX: bf16 could not be measured here (fp32 only)"
+fi
+echo "== fp32"
+tables "$out/fp32"
+if [ $has_bf16 = 1 ]; then
+  echo "== bf16"
+  tables "$out/bf16"
+  echo "== both (fp32, then bf16, measured in this run)"
+  tables "$out/fp32" "$out/bf16"
+fi
