@@ -600,9 +600,9 @@ struct Residual : LayerBase {
       detail::offer_sum(
           rc,
           detail::SumOffer<T>{b.data(), y_.data(), y_.size(), Relu, mask,
-                              bf16_in && kStream ? input_bf16 : nullptr, skip_out && mask != nullptr},
+                              bf16_in && kPathBits ? input_bf16 : nullptr, skip_out && mask != nullptr},
           true);
-      if constexpr (kStream || kShortcutIn)
+      if constexpr (kPathBits || kShortcutIn)
         if (bf16_in) body_.require_first_bf16_input();
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
       const Tensor<T>& a = body_.forward(x, rc);
@@ -611,10 +611,10 @@ struct Residual : LayerBase {
       float_skipped_ = summed_ && rc.sum_float_skipped;
       floats_skipped_ += float_skipped_;
       bf16_inputs_ += bf16_in;
-      bf16_shortcuts_ += bf16_in && kStream;
+      bf16_shortcuts_ += bf16_in && kPathBits;
       detail::take_sum(rc);
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
-      if (bf16_in && kStream && !summed_)
+      if (bf16_in && kPathBits && !summed_)
         throw std::logic_error("block '" + name_ + "': its body did not take the sum of a bf16 shortcut");
       if (!summed_) rc.bf16_of = nullptr;  // a copy of the body's output, not of y_
       x_ = &x;
@@ -755,7 +755,7 @@ struct Residual : LayerBase {
     /// Whether this block's next training forward of a batch of `n` reads
     /// its input only through the previous block's bf16 copy and mask bits.
     bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
-      if constexpr (kStream)
+      if constexpr (kPathBits)
         return bf16_residuals_ && rc.training() && body_.first_reads_only_bf16_input(rc, n) &&
                body_.last_sums_bf16_only(rc, n);
       else if constexpr (kShortcutIn)
@@ -792,15 +792,14 @@ struct Residual : LayerBase {
     node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
 
    private:
-    // The residual path's gradient as bf16 bits between blocks (forward's
-    // announcement, backward's path_bits): an identity shortcut, the mask
-    // bits, and a body whose last layer can read its dy as bits.
+    // An identity shortcut, the mask bits, and a body (a Sequential) whose
+    // last layer can read its dy as bits and sum a bf16 shortcut: the
+    // residual path's gradient as bf16 bits between blocks (forward's
+    // announcement, backward's path_bits), and the bf16 residual stream's
+    // later block (reads_only_bf16_input).
     static constexpr bool kPathBits = Relu && backend_traits<B>::sum_mask_bits &&
                                       std::is_same_v<Shortcut, Identity> &&
                                       detail::HasLastBits<node_t<Body, B, T>>::value;
-    // The bf16 residual stream's later block: an identity shortcut and a
-    // body that can read x as bf16 and sum a bf16 shortcut (Sequential).
-    static constexpr bool kStream = kPathBits;
     // A later block whose shortcut is a Sequential (ResNet's pool and pad)
     // reading x only as bf16 where its first layer can (an average pool):
     // its sum adds the shortcut's float output as usual.

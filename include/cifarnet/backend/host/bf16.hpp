@@ -46,6 +46,11 @@ inline float bf16_to_float(std::uint16_t bits) {
   return f;
 }
 
+/// An element as float: float as it is, bfloat16 bits widened exactly (the
+/// host passes that take either, e.g. batch norm's and average pooling's).
+inline float widen(float v) { return v; }
+inline float widen(std::uint16_t bits) { return bf16_to_float(bits); }
+
 /// out[i] = in[i] as bfloat16 bits, i < n (see the file comment for the
 /// rounding).
 inline void store_bf16(const float* in, std::uint16_t* out, std::size_t n) {

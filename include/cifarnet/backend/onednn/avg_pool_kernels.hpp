@@ -34,9 +34,6 @@ namespace avg_pool {
 /// Whether these kernels handle g (max_pool::handles' geometries).
 inline bool handles(const ConvGeom& g) { return max_pool::handles(g); }
 
-inline float widen(float v) { return v; }
-inline float widen(std::uint16_t v) { return host::bf16_to_float(v); }
-
 /// y = the mean of each window. Parallel over output rows. x is float or
 /// bfloat16 bits (widened exactly: a residual stream kept in bf16).
 template <class X>
@@ -54,7 +51,7 @@ void forward(const ConvGeom& g, const X* x, float* y) {
         for (std::size_t kx = 0; kx < g.kw; ++kx) {
           const X* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
 #pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) yo[c] += widen(xi[c]);
+          for (std::size_t c = 0; c < C; ++c) yo[c] += host::widen(xi[c]);
         }
 #pragma omp simd
       for (std::size_t c = 0; c < C; ++c) yo[c] /= count;

@@ -17,7 +17,7 @@
 // timing. The element-wise passes are float. The data is read once per pass,
 // as oneDNN reads it, in loops the compiler vectorizes. x may also be
 // bfloat16 bits (the bf16 output of the convolution in front, widened
-// exactly by ld()), dx may be written as bfloat16, y may get a bf16 copy
+// exactly by widen()), dx may be written as bfloat16, y may get a bf16 copy
 // in the same pass, and the normalising pass may add a residual branch
 // (affine_sum): the hand-overs of docs/ARCHITECTURE.md.
 #pragma once
@@ -125,11 +125,11 @@ struct Same {
   using type = T;
 };
 
-/// An element of the input x as float: x is float, or bfloat16 bits (the
-/// bf16 output of the convolution in front, ConvBatchNorm), widened exactly.
-/// Every pass below takes either; the fused GELU takes float only.
-inline float ld(float v) { return v; }
-inline float ld(std::uint16_t v) { return host::bf16_to_float(v); }
+/// An element of the input x as float (host::widen): x is float, or
+/// bfloat16 bits (the bf16 output of the convolution in front,
+/// ConvBatchNorm), widened exactly. Every pass below takes either; the
+/// fused GELU takes float only.
+using host::widen;
 
 /// The fused ReLU's mask of an element, recomputed in the backward from x
 /// and the forward's a, b (relu_ab: a then b, C each) instead of stored: the
@@ -197,7 +197,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
       if constexpr (K == SumKind::Stats) {
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float v = ld(xr[c]) - kc[c];
+          const float v = widen(xr[c]) - kc[c];
           b1[c] += v;
           b2[c] += v * v;
         }
@@ -216,8 +216,8 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
         const DY* __restrict dr = dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float xv = ld(xr[c]);
-          const float u = ld(dr[c]) * relu_on(xv, ka[c], kb[c]);
+          const float xv = widen(xr[c]);
+          const float u = widen(dr[c]) * relu_on(xv, ka[c], kb[c]);
           b1[c] += u;
           b2[c] += u * (xv - kc[c]);
         }
@@ -225,9 +225,9 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
         const DY* __restrict dr = dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
-          const float u = ld(dr[c]);
+          const float u = widen(dr[c]);
           b1[c] += u;
-          b2[c] += u * (ld(xr[c]) - kc[c]);
+          b2[c] += u * (widen(xr[c]) - kc[c]);
         }
       }
     }
@@ -258,14 +258,14 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const typename Sa
     float* __restrict b1 = sc.block.data() + std::size_t(t) * 2 * C;
     float* __restrict b2 = b1 + C;
     auto term = [&](std::size_t i, std::size_t c, float kc, float& u, float& v) {
-      const float xv = ld(x[i]);
+      const float xv = widen(x[i]);
       v = xv - kc;
       if constexpr (K == SumKind::Stats) {
         u = v;
       } else if (gg) {
         u = gg->u[i];  // computed by the row's or plane's gelu::grad just before
       } else {
-        u = relu_ab ? ld(dy[i]) * relu_on(xv, relu_ab[c], relu_ab[C + c]) : ld(dy[i]);
+        u = relu_ab ? widen(dy[i]) * relu_on(xv, relu_ab[c], relu_ab[C + c]) : widen(dy[i]);
       }
     };
     // The fused GELU's u = dy gelu'(x a + b) for n values at `base` with the
@@ -359,12 +359,12 @@ inline void affine_row(std::size_t C, const X* __restrict xs, const float* __res
   if (relu) {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) {
-      const float v = ld(xs[c]) * a[c] + b[c];
+      const float v = widen(xs[c]) * a[c] + b[c];
       ys[c] = v > 0.f ? v : 0.f;
     }
   } else {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c) ys[c] = ld(xs[c]) * a[c] + b[c];
+    for (std::size_t c = 0; c < n; ++c) ys[c] = widen(xs[c]) * a[c] + b[c];
   }
 }
 
@@ -400,12 +400,12 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
       if (relu) {
 #pragma omp simd
         for (std::size_t i = 0; i < hw; ++i) {
-          const float v = ld(xs[i]) * ac + bc;
+          const float v = widen(xs[i]) * ac + bc;
           ys[i] = v > 0.f ? v : 0.f;
         }
       } else {
 #pragma omp simd
-        for (std::size_t i = 0; i < hw; ++i) ys[i] = ld(xs[i]) * ac + bc;
+        for (std::size_t i = 0; i < hw; ++i) ys[i] = widen(xs[i]) * ac + bc;
       }
     }
     if (yb) host::store_bf16(ys, yb + base, len);
@@ -419,7 +419,7 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
   const std::size_t n = CC ? CC : C;
 #pragma omp simd
   for (std::size_t c = 0; c < n; ++c) {
-    const float v = (ld(xs[c]) * a[c] + b[c]) + ld(rs[c]);
+    const float v = (widen(xs[c]) * a[c] + b[c]) + widen(rs[c]);
     ys[c] = Relu && v < 0.f ? 0.f : v;
   }
 }
@@ -471,7 +471,7 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
       const float ac = a[c], bc = b[c];
 #pragma omp simd
       for (std::size_t i = 0; i < hw; ++i) {
-        const float v = (ld(x[base + i]) * ac + bc) + ld(r[base + i]);
+        const float v = (widen(x[base + i]) * ac + bc) + widen(r[base + i]);
         y[base + i] = relu && v < 0.f ? 0.f : v;
       }
       if (yb) host::store_bf16(y + base, yb + base, hw);
@@ -491,12 +491,12 @@ inline void input_gradient_row(std::size_t C, const X* __restrict xs, const DY* 
   if (ra) {
 #pragma omp simd
     for (std::size_t c = 0; c < n; ++c) {
-      const float xv = ld(xs[c]);
-      os[c] = A[c] * (ld(ds[c]) * relu_on(xv, ra[c], rb[c])) + B[c] * (xv - mean[c]) + D[c];
+      const float xv = widen(xs[c]);
+      os[c] = A[c] * (widen(ds[c]) * relu_on(xv, ra[c], rb[c])) + B[c] * (xv - mean[c]) + D[c];
     }
   } else {
 #pragma omp simd
-    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * ld(ds[c]) + B[c] * (ld(xs[c]) - mean[c]) + D[c];
+    for (std::size_t c = 0; c < n; ++c) os[c] = A[c] * widen(ds[c]) + B[c] * (widen(xs[c]) - mean[c]) + D[c];
   }
 }
 
@@ -555,8 +555,8 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const DY* dy,
         const float ra = relu_ab ? relu_ab[c] : 0.f, rb = relu_ab ? relu_ab[C + c] : 0.f;
 #pragma omp simd
         for (std::size_t i = 0; i < n; ++i) {
-          const float xv = ld(x[at + i]);
-          const float d = relu_ab ? ld(dy[at + i]) * relu_on(xv, ra, rb) : ld(dy[at + i]);
+          const float xv = widen(x[at + i]);
+          const float d = relu_ab ? widen(dy[at + i]) * relu_on(xv, ra, rb) : widen(dy[at + i]);
           out[i] = ac * d + bc * (xv - mc) + dc;
         }
       }
@@ -636,7 +636,7 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
   float *shift = sc.coef.data(), *a = shift + C, *b = a + C;
-  for (std::size_t c = 0; c < C; ++c) shift[c] = ld(x[first_of_channel(g, c)]);
+  for (std::size_t c = 0; c < C; ++c) shift[c] = widen(x[first_of_channel(g, c)]);
   with_channels(g, [&](auto cc) {
     channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift, sc);
   });
@@ -680,7 +680,7 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
 /// the second pass then overwrites in place. With `dx_bf16` (not with the
 /// GELU), dx goes there as bfloat16 and dx is not touched. dy is float, or
 /// (not with the GELU) bfloat16 bits: the bf16 input gradient of the
-/// convolution after this batch norm, widened exactly (ld).
+/// convolution after this batch norm, widened exactly (widen).
 template <class X, class DY>
 void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
               const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
