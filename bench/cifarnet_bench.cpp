@@ -62,8 +62,9 @@ struct Result {
 struct Protocol {
   int warmup = 3, reps = 5, steps = 4, infer_steps = 10;
   bool profile = true;
-  ConvAlgorithm alg = ConvAlgorithm::Auto;  // --conv-algorithm
-  ConvPrecision prec = ConvPrecision::F32;  // --precision
+  ConvAlgorithm alg = ConvAlgorithm::Auto;                          // --conv-algorithm
+  ConvPrecision prec = ConvPrecision::F32;                          // --precision
+  std::size_t chunk_kib = NetOptions{}.conv_bn_chunk_bytes / 1024;  // --conv-bn-chunk-kib
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -125,7 +126,11 @@ Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, in
 template <class Net>
 Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOptions opts, std::size_t batch,
                    bool momentum_wd, bool randn, const Protocol& p) {
-  Model<Net, backend::OneDnn> net(in, fmt, opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec), 1);
+  Model<Net, backend::OneDnn> net(
+      in, fmt,
+      opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec).with_conv_bn_chunk_bytes(p.chunk_kib *
+                                                                                           1024),
+      1);
   Rng rng(2);
   Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
@@ -265,6 +270,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", json, "Also write the results to this JSON file.");
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  app.add_option("--conv-bn-chunk-kib", p.chunk_kib,
+                 "KiB per range of images in ConvBatchNorm's float training step "
+                 "(NetOptions::conv_bn_chunk_bytes); 0: whole batches.")
+      ->check(CLI::Range(std::size_t(0), std::size_t(1) << 30))
       ->capture_default_str();
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;

@@ -48,6 +48,80 @@ TEST_CASE("Conv + batch norm (+ ReLU) as one layer equals the two layers, folded
               Sequential<Conv2d<4, 6, 3, 2, Padding::Explicit>, BatchNorm2d<6>>>({4, 7, 8}, 2, 1e-5);
 }
 
+// ConvBatchNorm's float backward on oneDNN a range of images at a time
+// (NetOptions::conv_bn_chunk_bytes): ranges of 2, 2 and 1 images (5 per
+// batch), of 1 image, and of 2 at ResNet's NHWC width (the kernels
+// specialised for 16 channels), then a residual block of two, each against
+// the unfused layers in double.
+TEST_CASE("Conv + batch norm run in ranges of images equals the two layers", "[nn][fusion][conv_bn]") {
+  const auto ranges = [](std::size_t bytes) { return NetOptions().with_conv_bn_chunk_bytes(bytes); };
+  // 5 channels of 6x7 floats per image: 840 bytes (the input's 3 fewer).
+  compare_all<Sequential<ConvBatchNorm<3, 5, 3, 1, Padding::Same, FusedRelu>>,
+              Sequential<Conv2d<3, 5, 3>, BatchNorm2d<5>, ReLU>>({3, 6, 7}, 5, 1e-5, ranges(1700));
+  compare_all<Sequential<ConvBatchNorm<4, 6, 3, 2, Padding::Explicit>>,
+              Sequential<Conv2d<4, 6, 3, 2, Padding::Explicit>, BatchNorm2d<6>>>({4, 7, 8}, 3, 1e-5,
+                                                                                 ranges(1));
+  compare_all<Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>>,
+              Sequential<Conv2d<16, 16, 3>, BatchNorm2d<16>, ReLU>>({16, 4, 4}, 6, 1e-5, ranges(2048));
+  using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
+  using Flat = Sequential<Conv2d<16, 16, 3>, BatchNorm2d<16>, ReLU, Conv2d<16, 16, 3>, BatchNorm2d<16>>;
+  compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Flat>, ReLU>>({16, 4, 4}, 5, 1e-5,
+                                                                                     ranges(2048));
+}
+
+// The same layer's backward in ranges and whole on oneDNN from the same
+// parameters: dx and the batch norm's gradients as the whole batch has them
+// (the same operations: the same bits), the weight gradient a sum of the
+// ranges' (float: to a few ulps); and the ranges did run
+// (ranged_backwards), not the whole batch.
+TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's gradients",
+          "[nn][fusion][conv_bn]") {
+  using Net = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>>;
+  for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    INFO("format " << to_string(fmt));
+    Model<Net, backend::OneDnn, float> whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3,
+                                             true);
+    // 4 KiB per image: ranges of 3, 3, 3 and 1 images.
+    Model<Net, backend::OneDnn, float> ranged({16, 8, 8}, fmt,
+                                              NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true);
+    copy_parameters(whole, ranged);
+    Rng rng(5);
+    Tensor<float> x = make_tensor<float>(whole.input_shape(10), fmt);
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
+    const Tensor<float> yw = whole.forward(x, Mode::Train);
+    const Tensor<float> yr = ranged.forward(x, Mode::Train);
+    Tensor<float> g(yw.shape());
+    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
+    const Tensor<float> dxw = whole.backward(g);
+    const Tensor<float> dxr = ranged.backward(g);
+    const auto close = [](const float* a, const float* b, std::size_t n, double tol) {
+      double e = 0, r = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        e = std::max(e, std::abs(double(a[i]) - double(b[i])));
+        r = std::max(r, std::abs(double(b[i])));
+      }
+      INFO("max difference " << e << " of max " << r);
+      CHECK(e <= tol * r);
+    };
+    CHECK(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
+    auto& A = whole.parameters();
+    auto& R = ranged.parameters();
+    for (std::size_t id = 0; id < A.count(); ++id) {
+      const ParamInfo& info = A.info(id);
+      INFO("parameter " << info.name);
+      CHECK(std::memcmp(R.value(id), A.value(id), info.size * sizeof(float)) == 0);
+      if (!info.trainable) continue;
+      if (info.name.find("weights") != std::string::npos)
+        close(R.grad(id), A.grad(id), info.size, 1e-5);
+      else
+        CHECK(std::memcmp(R.grad(id), A.grad(id), info.size * sizeof(float)) == 0);
+    }
+    CHECK(std::get<0>(whole.root().children()).ranged_backwards() == 0);
+    CHECK(std::get<0>(ranged.root().children()).ranged_backwards() == 1);
+  }
+}
+
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
   compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);

@@ -54,6 +54,10 @@ struct Cuda {
 ///                       has add_masked_bits(...) reading it: the next
 ///                       residual block's gradient sum reads 1 bit an element
 ///                       instead of the float output (nn/sequential.hpp)
+///   chunked_conv_bn     ops::BatchNorm has backward_sums and backward_images
+///                       (dx a range of images at a time): ConvBatchNorm runs
+///                       its float backward on ranges of images that stay in
+///                       cache between its two parts (layers/conv_bn.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -80,6 +84,7 @@ struct backend_traits {
   static constexpr bool bf16_gradients = false;
   static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
+  static constexpr bool chunked_conv_bn = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -95,6 +100,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool bf16_gradients = true;
   static constexpr bool fused_sum = true;
   static constexpr bool sum_mask_bits = true;
+  static constexpr bool chunked_conv_bn = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -110,6 +116,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool bf16_gradients = false;
   static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
+  static constexpr bool chunked_conv_bn = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

@@ -64,6 +64,8 @@ struct BatchNorm2d : LayerBase {
     static constexpr bool kBf16 = backend_traits<B>::bf16_gradients && !Gelu && (!Relu || kFused);
     // The op adds a residual branch in its normalising pass (takes_sum).
     static constexpr bool kFusedSum = backend_traits<B>::fused_sum && !Gelu && !Relu;
+    // The float backward a range of images at a time (backward_sums, backward_images).
+    static constexpr bool kChunked = backend_traits<B>::chunked_conv_bn && !Gelu && (!Relu || kFused);
 
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
@@ -186,6 +188,43 @@ struct BatchNorm2d : LayerBase {
         op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
                      db);
       return dx_;
+    }
+
+    // The float backward a range of images at a time (ConvBatchNorm on a
+    // backend with chunked_conv_bn): dx produced range by range for the
+    // convolution's backward.
+    /// Whether backward_sums/backward_images can run: no GELU, the ReLU (if
+    /// any) fused, no synchronized batch norm.
+    bool chunkable(const RunContext<B, T>& rc) const {
+      if constexpr (kChunked)
+        return rc.training() && !rc.cross_replica;
+      else
+        return (void)rc, false;
+    }
+    /// backward(dy, rc) in parts after a float training forward: the pass of
+    /// the sums (the parameters' gradients), then backward_images for ranges
+    /// of images, each writing their dx into `dx_images` (their size).
+    void backward_sums(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if constexpr (kChunked) {
+        if (!x_) throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums after a bf16 forward");
+        auto [dg, db] = grad_targets(rc);
+        op_.backward_sums(*rc.device, geom_, eps_, x_->data(), dy.data(),
+                          std::as_const(*rc.params).value(gamma_), mean_.data(), var_.data(), dg, db, Relu);
+      } else {
+        (void)dy, (void)rc;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums is not available here");
+      }
+    }
+    void backward_images(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t i0, std::size_t i1,
+                         T* dx_images) {
+      if constexpr (kChunked) {
+        if (!x_)
+          throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_images after a bf16 forward");
+        op_.backward_images(*rc.device, geom_, x_->data(), dy.data(), mean_.data(), i0, i1, dx_images, Relu);
+      } else {
+        (void)dy, (void)rc, (void)i0, (void)i1, (void)dx_images;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_images is not available here");
+      }
     }
 
     /// Whether backward_bf16 can run now: a backend with bf16_gradients, no

@@ -168,6 +168,52 @@ struct Conv2d : LayerBase {
       }
     }
 
+    // The backward a range of images at a time (ConvBatchNorm, on a backend
+    // with chunked_conv_bn): each range of dy is handed from the batch norm to
+    // the convolution while it is in cache. Images are independent, so dx is
+    // backward()'s; the weight gradient is the sum of the ranges' gradients
+    // (each one pass of the op), added in range order.
+    /// Sizes the input gradient for backward_images.
+    void backward_begin(RunContext<B, T>& rc) {
+      if (this->need_dx(rc)) ensure_shape(dx_, geom_.in_shape(), fmt_);
+    }
+    /// The backward of images [i0, i1), dy_images their output gradient (a
+    /// caller's buffer of their size), ranges in order from image 0: their
+    /// input gradient into dx (backward_end), their weight gradient written
+    /// (i0 == 0) or added to the gradient.
+    void backward_images(const T* dy_images, RunContext<B, T>& rc, std::size_t i0, std::size_t i1) {
+      const bool grads = wants_grads(rc), down = this->need_dx(rc);
+      const ConvGeom g = images(i0, i1);
+      T* dw = nullptr;
+      T* db = nullptr;
+      if (grads) {
+        dw = rc.params->grad(w_);
+        if constexpr (Bias) db = rc.params->grad(b_);
+        if (i0 > 0) {  // a later range: its gradient into dw_part_, then added
+          dw_part_.resize(rc.params->info(w_).size + (Bias ? std::size_t(Out) : 0));
+          dw = dw_part_.data();
+          if constexpr (Bias) db = dw + rc.params->info(w_).size;
+        }
+      }
+      T* dx = down ? dx_.data() + i0 * in_image() : nullptr;
+      const T* x = x_->data() + i0 * in_image();
+      if constexpr (backend_traits<B>::joint_conv_backward) {
+        op_.backward(*rc.device, g, x, dy_images, weights(std::as_const(*rc.params)), dx, dw, db);
+      } else {
+        if (dw) op_.backward_weights(*rc.device, g, x, dy_images, dw, db);
+        if (dx) op_.backward_data(*rc.device, g, dy_images, weights(std::as_const(*rc.params)), dx);
+      }
+      if (grads && i0 > 0) {
+        const std::size_t nw = rc.params->info(w_).size;
+        add_.add(*rc.device, nw, rc.params->grad(w_), dw_part_.data(), rc.params->grad(w_), false);
+        if constexpr (Bias)
+          add_.add(*rc.device, std::size_t(Out), rc.params->grad(b_), dw_part_.data() + nw,
+                   rc.params->grad(b_), false);
+      }
+    }
+    /// The input gradient backward_images wrote.
+    const Tensor<T>& backward_end() const { return dx_; }
+
     const ConvGeom& geometry() const { return geom_; }
     /// How many forward passes read the bf16 copy of x its producer wrote
     /// (RunContext::bf16_of) instead of rounding x (tests).
@@ -199,6 +245,17 @@ struct Conv2d : LayerBase {
         op_.set_bf16_input(rc.input_bf16_of == x.data() ? rc.input_bf16 : nullptr);
       }
     }
+    // The geometry of images [i0, i1) of the current batch.
+    ConvGeom images(std::size_t i0, std::size_t i1) const {
+      if (i1 <= i0 || i1 > geom_.n)
+        throw ConfigError("layer '" + name_ + "' (Conv2d): images [" + std::to_string(i0) + ", " +
+                          std::to_string(i1) + ") of a batch of " + std::to_string(geom_.n));
+      ConvGeom g = geom_;
+      g.n = i1 - i0;
+      return g;
+    }
+    std::size_t in_image() const { return geom_.ic * geom_.ih * geom_.iw; }
+    std::size_t out_image() const { return geom_.oc * geom_.oh * geom_.ow; }
     // Weight gradients unless frozen (Model::set_weight_gradients) or none
     // of this layer's parameters requires one (Parameters::requires_grad).
     bool wants_grads(const RunContext<B, T>& rc) const {
@@ -217,6 +274,8 @@ struct Conv2d : LayerBase {
     ConvAlgorithm policy_ = ConvAlgorithm::Auto;
     const Tensor<T>* x_ = nullptr;
     std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output (host backends only)
+    Buffer<T> dw_part_;                  // backward_images: a later range's weight (and bias) gradient
+    ops::Eltwise<B, T> add_;             // which is added to the first's
   };
 };
 

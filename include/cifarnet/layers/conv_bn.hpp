@@ -26,6 +26,7 @@
 // activations, as bf16 autocast has them; tests/backend/test_bf16.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -79,6 +80,8 @@ struct ConvBatchNorm : LayerBase {
       if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
       bf16_dx_ = !ctx.options || ctx.options->bf16_gradients;
+      chunk_bytes_ = ctx.options ? ctx.options->conv_bn_chunk_bytes : NetOptions{}.conv_bn_chunk_bytes;
+      float_convs_ = !ctx.options || ctx.options->conv_precision == ConvPrecision::F32;
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       return b;
@@ -118,6 +121,7 @@ struct ConvBatchNorm : LayerBase {
         // conversion pass; the same rounding).
         if (bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc)) return backward_io(&dy, rc, nullptr);
       }
+      if (const std::size_t per = range_images(rc, conv_.geometry().n)) return backward_ranges(dy, rc, per);
       const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
                                              [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
       return detail::profiled(rc.profiler, conv_name_, "conv", true,
@@ -223,7 +227,49 @@ struct ConvBatchNorm : LayerBase {
     const node_t<ConvL, B, T>& conv() const { return conv_; }
     const node_t<BnL, B, T>& bn() const { return bn_; }
 
+    /// Backward passes that ran a range of images at a time (backward_ranges; tests).
+    std::size_t ranged_backwards() const { return ranged_backwards_; }
+
    private:
+    // The float backward a range of images at a time, on a backend with
+    // chunked_conv_bn (oneDNN): after the batch norm's pass of the sums, its
+    // dx is written a range of images at a time into a buffer of that size,
+    // and the convolution's backward (both passes) reads that range from
+    // cache at once: the full-size dx is neither written to memory nor read
+    // back twice. Ranges hold NetOptions::conv_bn_chunk_bytes of the larger
+    // of the convolution's input and output.
+    //
+    // Images per range for a batch of n, or 0: the whole batch at once (bf16
+    // convolutions, no chunked_conv_bn, a batch norm that cannot, or a batch
+    // that fits one range).
+    std::size_t range_images(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (backend_traits<B>::chunked_conv_bn) {
+        if (!chunk_bytes_ || !float_convs_ || !rc.training() || !bn_.chunkable(rc)) return 0;
+        const ConvGeom& g = conv_.geometry();
+        const std::size_t image = sizeof(T) * std::max(g.ic * g.ih * g.iw, g.oc * g.oh * g.ow),
+                          per = std::max<std::size_t>(1, chunk_bytes_ / image);
+        return per < n ? per : 0;
+      } else {
+        return (void)rc, (void)n, 0;
+      }
+    }
+    const Tensor<T>& backward_ranges(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t range) {
+      detail::PartTimer conv_t(rc.profiler), bn_t(rc.profiler);
+      const ConvGeom& g = conv_.geometry();
+      bn_t.run([&] { bn_.backward_sums(dy, rc); });
+      conv_t.run([&] { conv_.backward_begin(rc); });
+      ensure_shape(range_dy_, Shape{range, g.oc, g.oh, g.ow}, g.fmt);
+      for (std::size_t i0 = 0; i0 < g.n; i0 += range) {
+        const std::size_t i1 = std::min(g.n, i0 + range);
+        bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
+        conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
+      }
+      bn_t.book(bn_name_, "bn", true);
+      conv_t.book(conv_name_, "conv", true);
+      ++ranged_backwards_;
+      return conv_.backward_end();
+    }
+
     // The bf16 backward: dy float (`dy`) or the bits in dy_bits_ (dy null);
     // the batch norm's dx as bf16 into the convolution's dy buffer; the
     // convolution's dx float (returned) or as bits into `dx_bits`.
@@ -295,6 +341,10 @@ struct ConvBatchNorm : LayerBase {
     Tensor<T> no_dx_;                     // backward_io's return when dx went out as bits (empty)
     bool bf16_dx_ = true;                 // NetOptions::bf16_gradients
     bool expect_copy_ = false;            // require_bf16_input, for the next forward
+    std::size_t chunk_bytes_ = 0;         // NetOptions::conv_bn_chunk_bytes
+    bool float_convs_ = true;             // NetOptions::conv_precision is F32
+    std::size_t ranged_backwards_ = 0;
+    Tensor<T> range_dy_;  // backward_ranges: one range of the batch norm's dx
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

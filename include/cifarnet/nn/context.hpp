@@ -59,6 +59,12 @@ struct NetOptions {
   /// stages, nn/sequential.hpp), as bf16 autocast keeps its activations.
   /// False keeps the residual stream float.
   bool bf16_residuals = true;
+  /// On a backend with chunked_conv_bn (oneDNN), a ConvBatchNorm's float
+  /// backward runs a range of images at a time, each range of the
+  /// convolution's input and output at most this many bytes, so that the
+  /// convolution's backward reads each range of the batch norm's dx from
+  /// cache (layers/conv_bn.hpp). 0: whole batches.
+  std::size_t conv_bn_chunk_bytes = std::size_t(1) << 20;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -82,6 +88,10 @@ struct NetOptions {
   }
   NetOptions& with_bf16_residuals(bool on) {
     bf16_residuals = on;
+    return *this;
+  }
+  NetOptions& with_conv_bn_chunk_bytes(std::size_t bytes) {
+    conv_bn_chunk_bytes = bytes;
     return *this;
   }
 };

@@ -64,6 +64,17 @@ class Profiler {
                               std::chrono::duration<double>(t1 - t0).count()});
   }
 
+  /// Books one call made of parts timed apart (a layer whose work is
+  /// interleaved with another's, ConvBatchNorm's ranges of images): `seconds`
+  /// in all, the first part starting at t0 (one Event of that duration
+  /// from t0 when recording).
+  void add(const std::string& name, const char* kind, bool backward, Clock::time_point t0, double seconds) {
+    add(name, kind, backward, seconds);
+    if (recording_)
+      events_.push_back(
+          Event{name, kind, backward, std::chrono::duration<double>(t0 - origin_).count(), seconds});
+  }
+
   /// Keeps every call from now on as an Event (times relative to now), or
   /// stops keeping them. Turning it on forgets earlier events.
   void record_events(bool on) {
@@ -105,6 +116,34 @@ decltype(auto) profiled(Profiler* p, const std::string& name, const char* kind, 
   p->add(name, kind, backward, t0, Profiler::Clock::now());
   return r;
 }
+
+/// The parts of one call timed apart (Profiler::add with seconds): run(f)
+/// times f() when `p` is set; book() books the parts as one call.
+class PartTimer {
+ public:
+  explicit PartTimer(Profiler* p) : p_(p) {}
+  template <class F>
+  decltype(auto) run(F&& f) {
+    if (!p_) return f();
+    const auto t0 = Profiler::Clock::now();
+    if (!parts_++) first_ = t0;
+    struct Stop {  // adds the part's time however f() returns
+      PartTimer& t;
+      Profiler::Clock::time_point t0;
+      ~Stop() { t.seconds_ += std::chrono::duration<double>(Profiler::Clock::now() - t0).count(); }
+    } stop{*this, t0};
+    return f();
+  }
+  void book(const std::string& name, const char* kind, bool backward) const {
+    if (p_ && parts_) p_->add(name, kind, backward, first_, seconds_);
+  }
+
+ private:
+  Profiler* p_;
+  std::size_t parts_ = 0;
+  Profiler::Clock::time_point first_{};
+  double seconds_ = 0;
+};
 }  // namespace detail
 
 }  // namespace cifarnet

@@ -206,6 +206,40 @@ struct BatchNorm<backend::OneDnn, float> {
                  relu ? BnActivation::Relu : BnActivation::None);
   }
 
+  /// backward() (no activation, or the fused ReLU; float x and dy) in two
+  /// parts: backward_sums (the pass of the sums: dgamma, dbeta and the
+  /// coefficients of dx), then backward_images for ranges of images, each
+  /// writing those images' dx into a caller's buffer: a range of dx handed
+  /// to the convolution's backward while it is in cache (ConvBatchNorm).
+  /// The same operations as backward(), so the same bits.
+  void backward_sums(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                     const float* gamma, const float* mean, const float* var, float* dgamma, float* dbeta,
+                     bool relu) {
+    namespace on = backend::onednn;
+    (void)dev;
+    check_backward("BatchNorm backward_sums", g, x, dy, gamma, mean, var, dgamma, dbeta,
+                   relu ? BnActivation::Relu : BnActivation::None);
+    on::bn::backward_sums(g, eps, x, dy, gamma, mean, var, dgamma, dbeta, relu ? relu_ab_.data() : nullptr,
+                          scratch_);
+    sums_of_ = {x, dy, g, relu};
+  }
+  /// dx of images [i0, i1) into `dx_images` (their size), after
+  /// backward_sums of the same x, dy, geometry and activation.
+  void backward_images(Dev& dev, const ChannelGeom& g, const float* x, const float* dy, const float* mean,
+                       std::size_t i0, std::size_t i1, float* dx_images, bool relu) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm backward_images";
+    on::require(op, {{dx_images, "dx_images"}, {mean, "mean"}});
+    (void)dev;
+    if (!sums_of_.g || sums_of_.x != x || sums_of_.dy != dy || *sums_of_.g != g || sums_of_.relu != relu ||
+        i1 <= i0 || i1 > g.n)
+      throw ConfigError(
+          detail::concat(op, ": images [", i0, ", ", i1, ") of a backward whose sums were not ",
+                         "taken first (backward_sums of this x, dy and geometry: ", on::describe(g), ")"));
+    on::bn::input_gradient_images(g, x, dy, relu ? relu_ab_.data() : nullptr, mean, scratch_, i0, i1,
+                                  dx_images);
+  }
+
   /// Geometries whose primitives are cached now.
   std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
@@ -243,6 +277,7 @@ struct BatchNorm<backend::OneDnn, float> {
     if (y_bf16 && act == BnActivation::Gelu)
       throw ConfigError(
           detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
+    sums_of_.g.reset();  // the coefficients in scratch_ are overwritten
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
                                        y_bf16, sum_mask);
   }
@@ -256,6 +291,23 @@ struct BatchNorm<backend::OneDnn, float> {
                     float* dbeta, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward";
+    (void)dev;
+    check_backward(op, g, x, dy, gamma, mean, var, dgamma, dbeta, act);
+    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
+      throw ConfigError(
+          detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
+    sums_of_.g.reset();
+    backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+                                  act == BnActivation::Relu ? relu_ab_.data() : nullptr, scratch_,
+                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16);
+  }
+
+  // A backward's geometry, operands and activation (check_activation).
+  template <class X, class DY>
+  void check_backward(const char* op, const ChannelGeom& g, const X* x, const DY* dy, const float* gamma,
+                      const float* mean, const float* var, const float* dgamma, const float* dbeta,
+                      BnActivation act) const {
+    namespace on = backend::onednn;
     on::check_geometry(g, op);
     on::require(op, {{x, "x"},
                      {dy, "dy"},
@@ -264,16 +316,8 @@ struct BatchNorm<backend::OneDnn, float> {
                      {var, "var"},
                      {dgamma, "dgamma"},
                      {dbeta, "dbeta"}});
-    (void)dev;
     check_activation(g, act, op);
-    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
-      throw ConfigError(
-          detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
-    backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                  act == BnActivation::Relu ? relu_ab_.data() : nullptr, scratch_,
-                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16);
   }
-
   // A fused activation's backward needs the training forward that used it
   // on this geometry (its a and b).
   void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
@@ -327,6 +371,12 @@ struct BatchNorm<backend::OneDnn, float> {
   std::optional<ChannelGeom> act_geom_;    // the last training forward's geometry
   BnActivation act_ = BnActivation::None;  // and its activation
   backend::onednn::bn::Scratch scratch_;   // the kernels' buffers, kept between calls
+  struct SumsOf {                          // what the last backward_sums summed
+    const float* x = nullptr;
+    const float* dy = nullptr;
+    std::optional<ChannelGeom> g;
+    bool relu = false;
+  } sums_of_;
 };
 
 }  // namespace ops

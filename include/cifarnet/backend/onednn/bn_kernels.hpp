@@ -668,6 +668,55 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, relu_ab != nullptr, y_bf16); });
 }
 
+/// dbeta, dgamma and backward()'s coefficients A, B, D (into sc.coef) from
+/// the sums of its first pass (sc.sums).
+inline void gradient_coefficients(const ChannelGeom& g, double eps, const float* gamma, const float* var,
+                                  float* dgamma, float* dbeta, Scratch& sc) {
+  const std::size_t C = g.c;
+  const double m = double(g.n * g.h * g.w);
+  const std::vector<double>& sums = sc.sums;
+  sc.coef.resize(3 * C);
+  float *A = sc.coef.data(), *B = A + C, *D = B + C;
+  for (std::size_t c = 0; c < C; ++c) {
+    const double inv = 1.0 / std::sqrt(double(var[c]) + eps), sdy = sums[c], dg = sums[C + c] * inv;
+    dbeta[c] = float(sdy);
+    dgamma[c] = float(dg);
+    const double a = double(gamma[c]) * inv;
+    A[c] = float(a);
+    B[c] = float(-a * inv * dg / m);
+    D[c] = float(-a * sdy / m);
+  }
+}
+
+/// The backward's first pass alone: dgamma, dbeta and the per-element
+/// coefficients A, B, D (into sc.coef) of backward() below, which
+/// input_gradient_images then applies to a range of images at a time
+/// (ConvBatchNorm: each range of dx handed to the convolution's backward
+/// while it is in cache). No GELU.
+template <class X, class DY>
+void backward_sums(const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
+                   const float* mean, const float* var, float* dgamma, float* dbeta, const float* relu_ab,
+                   Scratch& sc) {
+  with_channels(g, [&](auto cc) {
+    channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc, nullptr);
+  });
+  gradient_coefficients(g, eps, gamma, var, dgamma, dbeta, sc);
+}
+/// dx of images [i0, i1) (backward()'s second pass over them) into
+/// `dx_images` (their size), from the coefficients of backward_sums.
+template <class X, class DY>
+void input_gradient_images(const ChannelGeom& g, const X* x, const DY* dy, const float* relu_ab,
+                           const float* mean, const Scratch& sc, std::size_t i0, std::size_t i1,
+                           float* dx_images) {
+  const std::size_t C = g.c, off = i0 * g.h * g.w * C;
+  const float *A = sc.coef.data(), *B = A + C, *D = B + C;
+  ChannelGeom part = g;
+  part.n = i1 - i0;
+  with_channels(part, [&](auto cc) {
+    input_gradient<decltype(cc)::value>(part, x + off, dy + off, relu_ab, mean, A, B, D, dx_images);
+  });
+}
+
 /// Backward of the training forward, given its batch statistics: with
 /// inv = 1/sqrt(var + eps), xhat = (x - mean) inv and dyr = dy (or dy where
 /// x a + b > 0 with the fused ReLU, whose a, b the forward kept in
@@ -687,7 +736,6 @@ void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const 
               const float* relu_ab, Scratch& sc, const float* gelu_ab = nullptr,
               std::uint16_t* dx_bf16 = nullptr) {
   const std::size_t C = g.c;
-  const double m = double(g.n * g.h * g.w);
   const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
   with_channels(g, [&](auto cc) {
     channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc,
@@ -696,18 +744,8 @@ void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const 
   if constexpr (std::is_same_v<DY, float>) {
     if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
   }
-  const std::vector<double>& sums = sc.sums;
-  sc.coef.resize(3 * C);
-  float *A = sc.coef.data(), *B = A + C, *D = B + C;
-  for (std::size_t c = 0; c < C; ++c) {
-    const double inv = 1.0 / std::sqrt(double(var[c]) + eps), sdy = sums[c], dg = sums[C + c] * inv;
-    dbeta[c] = float(sdy);
-    dgamma[c] = float(dg);
-    const double a = double(gamma[c]) * inv;
-    A[c] = float(a);
-    B[c] = float(-a * inv * dg / m);
-    D[c] = float(-a * sdy / m);
-  }
+  gradient_coefficients(g, eps, gamma, var, dgamma, dbeta, sc);
+  const float *A = sc.coef.data(), *B = A + C, *D = B + C;
   with_channels(g, [&](auto cc) {
     input_gradient<decltype(cc)::value>(g, x, dy, relu_ab, mean, A, B, D, dx, dx_bf16);
   });
