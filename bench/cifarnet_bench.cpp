@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
   app.add_option("--conv-bn-chunk-kib", p.chunk_kib,
-                 "KiB per range of images in ConvBatchNorm's float training step "
+                 "KiB per range of images in ConvBatchNorm's float backward "
                  "(NetOptions::conv_bn_chunk_bytes); 0: whole batches.")
       ->check(CLI::Range(std::size_t(0), std::size_t(1) << 30))
       ->capture_default_str();

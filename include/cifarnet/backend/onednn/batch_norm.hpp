@@ -318,6 +318,7 @@ struct BatchNorm<backend::OneDnn, float> {
                      {dbeta, "dbeta"}});
     check_activation(g, act, op);
   }
+
   // A fused activation's backward needs the training forward that used it
   // on this geometry (its a and b).
   void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
