@@ -122,6 +122,62 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
   }
 }
 
+// A chain of residual blocks whose bodies start with a ConvBatchNorm: in
+// ranges, each block's backward sum (with the previous block's ReLU mask:
+// as bits in NHWC at 16 channels, from the input's values in NCHW; none for
+// the first block, whose input is no block's output) is done by the body's
+// first layer on each range of its dx (RunContext::grad_sum), the same
+// element-wise operations as the block's own pass over the whole batch: the
+// same bits. Whole batches leave the sum to the block.
+TEST_CASE("A residual block's backward sum done in its first layer's ranges gives the whole batch's bits",
+          "[nn][fusion][conv_bn][residual]") {
+  using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
+  using Block = Residual<Body, Identity, FusedRelu>;
+  using Net = Sequential<Block, Block, Block>;
+  for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    INFO("format " << to_string(fmt));
+    Model<Net, backend::OneDnn, float> whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3,
+                                             true);
+    // 4 KiB per image: ranges of 3, 3, 3 and 1 images.
+    Model<Net, backend::OneDnn, float> ranged({16, 8, 8}, fmt,
+                                              NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true);
+    copy_parameters(whole, ranged);
+    Rng rng(9);
+    Tensor<float> x = make_tensor<float>(whole.input_shape(10), fmt);
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const Tensor<float> yw = whole.forward(x, Mode::Train);
+      const Tensor<float> yr = ranged.forward(x, Mode::Train);
+      REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
+      Tensor<float> g(yw.shape());
+      for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
+      const Tensor<float> dxw = whole.backward(g);
+      const Tensor<float> dxr = ranged.backward(g);
+      CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
+      auto& A = whole.parameters();
+      auto& R = ranged.parameters();
+      for (std::size_t id = 0; id < A.count(); ++id) {
+        const ParamInfo& info = A.info(id);
+        if (!info.trainable || info.name.find("weights") != std::string::npos) continue;
+        INFO("parameter " << info.name);  // batch norm's: the same sums of the same dy
+        CHECK(std::memcmp(R.grad(id), A.grad(id), info.size * sizeof(float)) == 0);
+      }
+    }
+    auto& w = whole.root().children();
+    auto& r = ranged.root().children();
+    CHECK(std::get<0>(w).range_sums() == 0);
+    CHECK(std::get<2>(w).range_sums() == 0);
+    CHECK(std::get<0>(r).range_sums() == 2);
+    CHECK(std::get<1>(r).range_sums() == 2);
+    CHECK(std::get<2>(r).range_sums() == 2);
+    CHECK(std::get<2>(r).masks_input_gradient());
+    CHECK(std::get<2>(r).masks_from_bits() == (fmt == DataFormat::NHWC));
+    CHECK(std::get<0>(std::get<2>(r).body().children()).range_sums() == 2);
+    CHECK(std::get<1>(std::get<2>(r).body().children()).range_sums() == 0);
+  }
+}
+
 TEST_CASE("A residual sum with a fused ReLU equals the sum followed by ReLU", "[nn][fusion][residual]") {
   using Body = Sequential<Conv2d<4, 4, 3>, BatchNorm2d<4>>;
   compare_all<Residual<Body, Identity, FusedRelu>, Sequential<Residual<Body>, ReLU>>({4, 5, 6}, 2, 1e-5);

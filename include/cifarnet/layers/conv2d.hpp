@@ -213,6 +213,16 @@ struct Conv2d : LayerBase {
     }
     /// The input gradient backward_images wrote.
     const Tensor<T>& backward_end() const { return dx_; }
+    /// Between backward_begin and backward_end: the input gradient of image
+    /// i0 on (backward_images of the images before has written them), for
+    /// ConvBatchNorm to finish a range in place while it is in cache
+    /// (RunContext::grad_sum); null where this backward computes no dx.
+    T* input_gradient_from(RunContext<B, T>& rc, std::size_t i0) {
+      return this->need_dx(rc) ? dx_.data() + i0 * in_image() : nullptr;
+    }
+    /// The input of the last forward (null before one): which tensor's
+    /// gradient this layer computes.
+    const T* input_data() const { return x_ ? x_->data() : nullptr; }
 
     const ConvGeom& geometry() const { return geom_; }
     /// How many forward passes read the bf16 copy of x its producer wrote

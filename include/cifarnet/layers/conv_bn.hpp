@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -229,6 +230,9 @@ struct ConvBatchNorm : LayerBase {
 
     /// Backward passes that ran a range of images at a time (backward_ranges; tests).
     std::size_t ranged_backwards() const { return ranged_backwards_; }
+    /// Of those, the ones that did a residual block's sum in their ranges
+    /// (RunContext::grad_sum; tests).
+    std::size_t range_sums() const { return range_sums_; }
 
    private:
     // The float backward a range of images at a time, on a backend with
@@ -259,15 +263,46 @@ struct ConvBatchNorm : LayerBase {
       bn_t.run([&] { bn_.backward_sums(dy, rc); });
       conv_t.run([&] { conv_.backward_begin(rc); });
       ensure_shape(range_dy_, Shape{range, g.oc, g.oh, g.ow}, g.fmt);
+      // A residual block's sum for the gradient of this layer's input
+      // (RunContext::grad_sum): each range of dx summed (and masked) in
+      // place right after the convolution wrote it, while it is in cache.
+      auto& gs = rc.grad_sum;
+      const std::size_t image = g.ic * g.ih * g.iw;
+      const bool sum = gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
+                       conv_.input_gradient_from(rc, 0) && (!gs.mask_bits || image % 16 == 0);
+      detail::PartTimer add_t(rc.profiler);
       for (std::size_t i0 = 0; i0 < g.n; i0 += range) {
         const std::size_t i1 = std::min(g.n, i0 + range);
         bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
         conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
+        if (sum) add_t.run([&] { sum_range(rc, i0, i1, image); });
       }
       bn_t.book(bn_name_, "bn", true);
       conv_t.book(conv_name_, "conv", true);
+      if (sum) {
+        add_t.book(*gs.name, "add", true);
+        gs.done = true;
+        ++range_sums_;
+      }
       ++ranged_backwards_;
       return conv_.backward_end();
+    }
+    // dx = dx + other (through the offer's ReLU mask) on images [i0, i1).
+    void sum_range(RunContext<B, T>& rc, std::size_t i0, std::size_t i1, std::size_t image) {
+      const auto& gs = rc.grad_sum;
+      const std::size_t o = i0 * image, n = (i1 - i0) * image;
+      T* d = conv_.input_gradient_from(rc, i0);
+      if (gs.mask_bits) {
+        if constexpr (backend_traits<B>::sum_mask_bits)
+          add_.add_masked_bits(*rc.device, n, d, gs.other + o, gs.mask_bits + o / 16, d);
+        else
+          throw std::logic_error("layer '" + conv_name_ +
+                                 "': a sum through mask bits on a backend without them");
+      } else if (gs.mask_relu) {
+        add_.add_masked(*rc.device, n, d, gs.other + o, gs.mask_relu + o, d);
+      } else {
+        add_.add(*rc.device, n, d, gs.other + o, d, false);
+      }
     }
 
     // The bf16 backward: dy float (`dy`) or the bits in dy_bits_ (dy null);
@@ -343,8 +378,9 @@ struct ConvBatchNorm : LayerBase {
     bool expect_copy_ = false;            // require_bf16_input, for the next forward
     std::size_t chunk_bytes_ = 0;         // NetOptions::conv_bn_chunk_bytes
     bool float_convs_ = true;             // NetOptions::conv_precision is F32
-    std::size_t ranged_backwards_ = 0;
-    Tensor<T> range_dy_;  // backward_ranges: one range of the batch norm's dx
+    std::size_t ranged_backwards_ = 0, range_sums_ = 0;
+    ops::Eltwise<B, T> add_;  // a residual block's sum in the ranges (sum_range)
+    Tensor<T> range_dy_;      // backward_ranges: one range of the batch norm's dx
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

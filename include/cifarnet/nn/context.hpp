@@ -204,6 +204,26 @@ struct RunContext {
   bool input_is_relu = false;
   const void* premasked_grad = nullptr;
   const void* premasked_by = nullptr;
+  /// A residual block's backward sum offered to the layer that computes the
+  /// gradient of the block's input (nn/sequential.hpp, Residual): dx = dx +
+  /// `other`, then, with `mask_bits` (host/mask_bits.hpp) or `mask_relu`
+  /// (the ReLU output: > 0) set, times that ReLU's mask, in place — the
+  /// block's Eltwise::add / add_masked / add_masked_bits. A layer that
+  /// writes that gradient a range of images at a time (ConvBatchNorm on a
+  /// backend with chunked_conv_bn, layers/conv_bn.hpp) does it to each range
+  /// while the range is in cache, which saves the sum's read of dx from
+  /// memory and its own output's write, and sets `done`. `of`: the input
+  /// whose gradient it is (checked by pointer); `name`: where that time is
+  /// booked (kind "add"). Residual sets it around its body's backward only.
+  struct GradSumOffer {
+    const void* of = nullptr;
+    const T* other = nullptr;
+    const std::uint16_t* mask_bits = nullptr;
+    const T* mask_relu = nullptr;
+    const std::string* name = nullptr;
+    bool done = false;
+  };
+  GradSumOffer grad_sum;
   /// A residual block's sum offered to the last layer of its body
   /// (nn/sequential.hpp, Residual): a layer that can add `sum_shortcut` to
   /// its own output in the pass that writes it (and ReLU with `sum_relu`)

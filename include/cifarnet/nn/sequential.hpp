@@ -676,6 +676,19 @@ struct Residual : LayerBase {
       bool da_bits = false;
       const bool sum = propagate_down_ && rc.needs_dx(params_before_);
       const Tensor<T>* dap = nullptr;
+      // The float sum below offered to the body's layer that computes x's
+      // gradient, to do a range of images at a time while each is in cache
+      // (RunContext::grad_sum; ConvBatchNorm's float ranged backward, which
+      // writes no bits); any other offer is cleared, so a block inside the
+      // body never sees this one.
+      rc.grad_sum = {};
+      if (sum && db && !path_bits && !dx_bits_) {
+        rc.grad_sum.of = x_->data();
+        rc.grad_sum.other = db->data();
+        rc.grad_sum.mask_bits = mask_input_ ? x_bits_ : nullptr;
+        rc.grad_sum.mask_relu = mask_input_ && !x_bits_ ? x_->data() : nullptr;
+        rc.grad_sum.name = &add_name_;
+      }
       if constexpr (Relu && backend_traits<B>::sum_mask_bits &&
                     detail::HasFirstBits<node_t<Body, B, T>>::value) {
         std::uint16_t* first = nullptr;
@@ -693,8 +706,20 @@ struct Residual : LayerBase {
         bf16_branch_grads_ += da_bits;
       }
       if (!dap) dap = &body_.backward(*g, rc);
+      const bool range_summed = rc.grad_sum.done;
+      rc.grad_sum = {};
+      if (range_summed && da_bits)  // ranges write float dx, never bits
+        throw std::logic_error("block '" + name_ + "': its sum was done in ranges of a dx written as bits");
       rc.premasked_grad = rc.premasked_by = nullptr;
       if (!sum) return *dap;
+      if (range_summed) {  // the body's dx is already the sum (through the mask)
+        ++range_sums_;
+        if (mask_input_) {
+          rc.premasked_grad = dap->data();
+          rc.premasked_by = x_->data();
+        }
+        return *dap;
+      }
       if constexpr (backend_traits<B>::sum_mask_bits) {
         // Either branch's gradient in bf16, or the sum wanted in bf16: the
         // sum through the mask bits (or none, where the input is not a
@@ -787,6 +812,9 @@ struct Residual : LayerBase {
     /// last layer in its own pass (RunContext::sum_out; batch norm on
     /// backends with fused_sum) rather than by a pass of this block.
     bool body_summed() const { return summed_; }
+    /// Backward passes whose sum the body's first layer did a range of
+    /// images at a time (RunContext::grad_sum; tests).
+    std::size_t range_sums() const { return range_sums_; }
     /// The branches (for inspection).
     node_t<Body, B, T>& body() { return body_; }
     node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
@@ -837,7 +865,7 @@ struct Residual : LayerBase {
     Tensor<T> y_, dx_;
     std::vector<std::uint16_t> mask_bits_;  // y_ > 0 as bits, when the body's last layer wrote them
     std::vector<std::uint16_t> da_bits_;    // the body's input gradient as bf16 (backward_first_bits)
-    std::size_t bf16_branch_grads_ = 0, bf16_path_grads_ = 0, bf16_path_grads_out_ = 0;
+    std::size_t bf16_branch_grads_ = 0, bf16_path_grads_ = 0, bf16_path_grads_out_ = 0, range_sums_ = 0;
     std::uint16_t* dx_bits_ = nullptr;  // the previous block's buffer for dx as bits (or null)
     bool bf16_grads_ = true;            // NetOptions::bf16_gradients
     bool bf16_residuals_ = true;        // NetOptions::bf16_residuals
