@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "copy_parameters.hpp"
@@ -69,6 +70,42 @@ TEST_CASE("Conv + batch norm run in ranges of images equals the two layers", "[n
                                                                                      ranges(2048));
 }
 
+namespace {
+// Two models of Net on oneDNN with the same parameters, one running its
+// ConvBatchNorm backward on whole batches and one on ranges of 3 images (4
+// KiB per image of a 16x8x8 float map: ranges of 3, 3, 3 and 1), and a batch
+// of 10 inputs drawn from `rng`.
+template <class Net>
+struct WholeAndRanged {
+  WholeAndRanged(DataFormat fmt, std::uint64_t seed)
+      : whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3, true),
+        ranged({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true),
+        rng(seed),
+        x(make_tensor<float>(whole.input_shape(10), fmt)) {
+    copy_parameters(whole, ranged);
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
+  }
+  /// One training forward of x and backward of a drawn output gradient on
+  /// both: the outputs (y) and the input gradients (dx), whole then ranged.
+  struct Step {
+    Tensor<float> yw, yr, dxw, dxr;
+  };
+  Step step() {
+    Step s;
+    s.yw = whole.forward(x, Mode::Train);
+    s.yr = ranged.forward(x, Mode::Train);
+    Tensor<float> g(s.yw.shape());
+    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
+    s.dxw = whole.backward(g);
+    s.dxr = ranged.backward(g);
+    return s;
+  }
+  Model<Net, backend::OneDnn, float> whole, ranged;
+  Rng rng;
+  Tensor<float> x;
+};
+}  // namespace
+
 // The same layer's backward in ranges and whole on oneDNN from the same
 // parameters: dx and the batch norm's gradients as the whole batch has them
 // (the same operations: the same bits), the weight gradient a sum of the
@@ -79,21 +116,9 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
   using Net = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>>;
   for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
     INFO("format " << to_string(fmt));
-    Model<Net, backend::OneDnn, float> whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3,
-                                             true);
-    // 4 KiB per image: ranges of 3, 3, 3 and 1 images.
-    Model<Net, backend::OneDnn, float> ranged({16, 8, 8}, fmt,
-                                              NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true);
-    copy_parameters(whole, ranged);
-    Rng rng(5);
-    Tensor<float> x = make_tensor<float>(whole.input_shape(10), fmt);
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
-    const Tensor<float> yw = whole.forward(x, Mode::Train);
-    const Tensor<float> yr = ranged.forward(x, Mode::Train);
-    Tensor<float> g(yw.shape());
-    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
-    const Tensor<float> dxw = whole.backward(g);
-    const Tensor<float> dxr = ranged.backward(g);
+    WholeAndRanged<Net> m(fmt, 5);
+    auto &whole = m.whole, &ranged = m.ranged;
+    const auto [yw, yr, dxw, dxr] = m.step();
     const auto close = [](const float* a, const float* b, std::size_t n, double tol) {
       double e = 0, r = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -136,24 +161,12 @@ TEST_CASE("A residual block's backward sum done in its first layer's ranges give
   using Net = Sequential<Block, Block, Block>;
   for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
     INFO("format " << to_string(fmt));
-    Model<Net, backend::OneDnn, float> whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3,
-                                             true);
-    // 4 KiB per image: ranges of 3, 3, 3 and 1 images.
-    Model<Net, backend::OneDnn, float> ranged({16, 8, 8}, fmt,
-                                              NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true);
-    copy_parameters(whole, ranged);
-    Rng rng(9);
-    Tensor<float> x = make_tensor<float>(whole.input_shape(10), fmt);
-    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
+    WholeAndRanged<Net> m(fmt, 9);
+    auto &whole = m.whole, &ranged = m.ranged;
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
-      const Tensor<float> yw = whole.forward(x, Mode::Train);
-      const Tensor<float> yr = ranged.forward(x, Mode::Train);
+      const auto [yw, yr, dxw, dxr] = m.step();
       REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
-      Tensor<float> g(yw.shape());
-      for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
-      const Tensor<float> dxw = whole.backward(g);
-      const Tensor<float> dxr = ranged.backward(g);
       CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
       auto& A = whole.parameters();
       auto& R = ranged.parameters();

@@ -57,7 +57,9 @@ struct Cuda {
 ///   chunked_conv_bn     ops::BatchNorm has backward_sums and backward_images
 ///                       (dx a range of images at a time): ConvBatchNorm runs
 ///                       its float backward on ranges of images that stay in
-///                       cache between its two parts (layers/conv_bn.hpp)
+///                       cache between its two parts, with a residual
+///                       block's backward sum in the same ranges
+///                       (layers/conv_bn.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
