@@ -25,7 +25,8 @@ int main() {
       auto t2 = std::chrono::steady_clock::now();
 #pragma omp parallel for schedule(static)
       for (size_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(&c[i], _mm512_fmadd_ps(_mm512_loadu_ps(&a[i]), _mm512_set1_ps(2.f), _mm512_loadu_ps(&b[i])));
+        _mm512_storeu_ps(
+            &c[i], _mm512_fmadd_ps(_mm512_loadu_ps(&a[i]), _mm512_set1_ps(2.f), _mm512_loadu_ps(&b[i])));
       auto t3 = std::chrono::steady_clock::now();
       best_r = std::min(best_r, std::chrono::duration<double>(t1 - t0).count());
       best_c = std::min(best_c, std::chrono::duration<double>(t2 - t1).count());
