@@ -223,6 +223,9 @@ struct Conv2d : LayerBase {
     /// The input of the last forward (null before one): which tensor's
     /// gradient this layer computes.
     const T* input_data() const { return x_ ? x_->data() : nullptr; }
+    /// Elements of one image of the input and of the output.
+    std::size_t in_image() const { return geom_.ic * geom_.ih * geom_.iw; }
+    std::size_t out_image() const { return geom_.oc * geom_.oh * geom_.ow; }
 
     const ConvGeom& geometry() const { return geom_; }
     /// How many forward passes read the bf16 copy of x its producer wrote
@@ -264,8 +267,6 @@ struct Conv2d : LayerBase {
       g.n = i1 - i0;
       return g;
     }
-    std::size_t in_image() const { return geom_.ic * geom_.ih * geom_.iw; }
-    std::size_t out_image() const { return geom_.oc * geom_.oh * geom_.ow; }
     // Weight gradients unless frozen (Model::set_weight_gradients) or none
     // of this layer's parameters requires one (Parameters::requires_grad).
     bool wants_grads(const RunContext<B, T>& rc) const {

@@ -248,9 +248,8 @@ struct ConvBatchNorm : LayerBase {
     // that fits one range).
     std::size_t range_images(RunContext<B, T>& rc, std::size_t n) {
       if constexpr (backend_traits<B>::chunked_conv_bn) {
-        if (!chunk_bytes_ || !float_convs_ || !rc.training() || !bn_.chunkable(rc)) return 0;
-        const ConvGeom& g = conv_.geometry();
-        const std::size_t image = sizeof(T) * std::max(g.ic * g.ih * g.iw, g.oc * g.oh * g.ow),
+        if (!chunk_bytes_ || !float_convs_ || !bn_.chunkable(rc)) return 0;  // chunkable: training only
+        const std::size_t image = sizeof(T) * std::max(conv_.in_image(), conv_.out_image()),
                           per = std::max<std::size_t>(1, chunk_bytes_ / image);
         return per < n ? per : 0;
       } else {
@@ -267,7 +266,7 @@ struct ConvBatchNorm : LayerBase {
       // (RunContext::grad_sum): each range of dx summed (and masked) in
       // place right after the convolution wrote it, while it is in cache.
       auto& gs = rc.grad_sum;
-      const std::size_t image = g.ic * g.ih * g.iw;
+      const std::size_t image = conv_.in_image();
       const bool sum = gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
                        conv_.input_gradient_from(rc, 0) && (!gs.mask_bits || image % 16 == 0);
       detail::PartTimer add_t(rc.profiler);
