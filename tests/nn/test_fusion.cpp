@@ -75,11 +75,13 @@ namespace {
 // ConvBatchNorm backward on whole batches and one on ranges of 3 images (4
 // KiB per image of a 16x8x8 float map: ranges of 3, 3, 3 and 1), and a batch
 // of 10 inputs drawn from `rng`.
+// `in` and `options` for other maps and paths (the own kernels' test below:
+// ranges of 3 images whatever the image size).
 template <class Net>
 struct WholeAndRanged {
-  WholeAndRanged(DataFormat fmt, std::uint64_t seed)
-      : whole({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(0), 3, true),
-        ranged({16, 8, 8}, fmt, NetOptions().with_conv_bn_chunk_bytes(3 * 4096), 3, true),
+  WholeAndRanged(DataFormat fmt, std::uint64_t seed, InputShape in = {16, 8, 8}, NetOptions options = {})
+      : whole(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(0), 3, true),
+        ranged(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(3 * 4 * in.c * in.h * in.w), 3, true),
         rng(seed),
         x(make_tensor<float>(whole.input_shape(10), fmt)) {
     copy_parameters(whole, ranged);
@@ -88,16 +90,16 @@ struct WholeAndRanged {
   /// One training forward of x and backward of a drawn output gradient on
   /// both: the outputs (y) and the input gradients (dx), whole then ranged.
   struct Step {
-    Tensor<float> yw, yr, dxw, dxr;
+    Tensor<float> yw, yr, dxw, dxr, g;  // g: the output gradient drawn
   };
   Step step() {
     Step s;
     s.yw = whole.forward(x, Mode::Train);
     s.yr = ranged.forward(x, Mode::Train);
-    Tensor<float> g(s.yw.shape());
-    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
-    s.dxw = whole.backward(g);
-    s.dxr = ranged.backward(g);
+    s.g = Tensor<float>(s.yw.shape());
+    for (std::size_t i = 0; i < s.g.size(); ++i) s.g.data()[i] = float(rng.uniform(-0.5, 1.0));
+    s.dxw = whole.backward(s.g);
+    s.dxr = ranged.backward(s.g);
     return s;
   }
   Model<Net, backend::OneDnn, float> whole, ranged;
@@ -118,7 +120,7 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
     INFO("format " << to_string(fmt));
     WholeAndRanged<Net> m(fmt, 5);
     auto &whole = m.whole, &ranged = m.ranged;
-    const auto [yw, yr, dxw, dxr] = m.step();
+    const auto [yw, yr, dxw, dxr, g] = m.step();
     const auto close = [](const float* a, const float* b, std::size_t n, double tol) {
       double e = 0, r = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -165,7 +167,7 @@ TEST_CASE("A residual block's backward sum done in its first layer's ranges give
     auto &whole = m.whole, &ranged = m.ranged;
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step);
-      const auto [yw, yr, dxw, dxr] = m.step();
+      const auto [yw, yr, dxw, dxr, g] = m.step();
       REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
       CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
       auto& A = whole.parameters();
@@ -188,6 +190,65 @@ TEST_CASE("A residual block's backward sum done in its first layer's ranges give
     CHECK(std::get<2>(r).masks_from_bits() == (fmt == DataFormat::NHWC));
     CHECK(std::get<0>(std::get<2>(r).body().children()).range_sums() == 2);
     CHECK(std::get<1>(std::get<2>(r).body().children()).range_sums() == 0);
+  }
+}
+
+// The same chain on 16x16 maps, whose stride-1 convolutions' backward runs
+// in the oneDNN backend's own kernels with batch norm's input gradient in
+// their prologue (NetOptions::direct_conv_bn, on a CPU with AVX-512): whole
+// batches and ranges give the same bits (the same kernels on the same
+// images, the weight gradients a sum of the ranges'), and the gradients are
+// oneDNN's kernels' (direct_conv_bn off) to float rounding. The forward is
+// not touched: the same outputs. The kernels' own accuracy against double
+// sums: tests/backend/test_direct_conv.cpp.
+TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients, whole or in ranges",
+          "[nn][fusion][conv_bn][direct]") {
+  using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
+  using Block = Residual<Body, Identity, FusedRelu>;
+  using Net = Sequential<Block, Block, Block>;
+  const bool avx512 = backend::onednn::direct::cpu_supported();
+  WholeAndRanged<Net> m(DataFormat::NHWC, 13, {16, 16, 16});
+  Model<Net, backend::OneDnn, float> plain(
+      {16, 16, 16}, DataFormat::NHWC,
+      NetOptions().with_direct_conv_bn(false).with_conv_bn_chunk_bytes(3 * 4 * 16 * 16 * 16), 3, true);
+  copy_parameters(m.whole, plain);
+  const auto close = [](const float* a, const float* b, std::size_t n) {
+    double e = 0, r = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      e = std::max(e, std::abs(double(a[i]) - double(b[i])));
+      r = std::max(r, std::abs(double(b[i])));
+    }
+    INFO("max difference " << e << " of max " << r);
+    CHECK(e <= 1e-5 * r);
+  };
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const auto [yw, yr, dxw, dxr, g] = m.step();
+    const Tensor<float> yp = plain.forward(m.x, Mode::Train);
+    REQUIRE(std::memcmp(yp.data(), yw.data(), yw.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
+    const Tensor<float> dxp = plain.backward(g);
+    close(dxr.data(), dxp.data(), dxp.size());
+    CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
+    auto& W = m.whole.parameters();
+    auto& R = m.ranged.parameters();
+    auto& P = plain.parameters();
+    for (std::size_t id = 0; id < W.count(); ++id) {
+      const ParamInfo& info = W.info(id);
+      if (!info.trainable) continue;
+      INFO("parameter " << info.name);
+      close(R.grad(id), P.grad(id), info.size);
+      if (info.name.find("weights") != std::string::npos)
+        close(R.grad(id), W.grad(id), info.size);
+      else
+        CHECK(std::memcmp(R.grad(id), W.grad(id), info.size * sizeof(float)) == 0);
+    }
+  }
+  for (auto* model : {&m.whole, &m.ranged, &plain}) {
+    auto& body = std::get<1>(model->root().children()).body().children();
+    const std::size_t expect = model != &plain && avx512 ? 2 : 0;
+    CHECK(std::get<0>(body).direct_backwards() == expect);
+    CHECK(std::get<1>(body).direct_backwards() == expect);
   }
 }
 

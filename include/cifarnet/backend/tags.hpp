@@ -60,6 +60,12 @@ struct Cuda {
 ///                       cache between its two parts, with a residual
 ///                       block's backward sum in the same ranges
 ///                       (layers/conv_bn.hpp)
+///   conv_bn_prologue    ops::BatchNorm has grad_map(...) (backward_images' map,
+///                       after backward_sums) and ops::Conv2d has direct_bn(g)
+///                       and backward_images_bn(...): a convolution's backward
+///                       whose output gradient is that map, computed image by
+///                       image in the convolution's own kernels (ConvBatchNorm's
+///                       ranges, layers/conv_bn.hpp; backend/onednn/direct_conv.hpp)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -87,6 +93,7 @@ struct backend_traits {
   static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
   static constexpr bool chunked_conv_bn = false;
+  static constexpr bool conv_bn_prologue = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -103,6 +110,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool fused_sum = true;
   static constexpr bool sum_mask_bits = true;
   static constexpr bool chunked_conv_bn = true;
+  static constexpr bool conv_bn_prologue = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -119,6 +127,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
   static constexpr bool chunked_conv_bn = false;
+  static constexpr bool conv_bn_prologue = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

@@ -227,6 +227,14 @@ struct BatchNorm2d : LayerBase {
       }
     }
 
+    /// After backward_sums of `dy`: backward_images' map (ops::BatchNorm::
+    /// grad_map), for a convolution that applies it to an image at a time in
+    /// its own kernels (ConvBatchNorm; backend_traits<B>::conv_bn_prologue).
+    auto grad_map(const Tensor<T>& dy, RunContext<B, T>& rc) const {
+      if (!x_) throw ConfigError("layer '" + name_ + "' (BatchNorm2d): grad_map after a bf16 forward");
+      return op_.grad_map(*rc.device, geom_, x_->data(), dy.data(), mean_.data(), Relu);
+    }
+
     /// Whether backward_bf16 can run now: a backend with bf16_gradients, no
     /// synchronized BN, no GELU, the ReLU (if any) fused into the op.
     bool backward_bf16_ready(const RunContext<B, T>& rc) const {

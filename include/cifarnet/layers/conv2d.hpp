@@ -49,6 +49,8 @@ struct Conv2d : LayerBase {
         policy_ = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
       if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
+      if constexpr (backend_traits<B>::conv_bn_prologue)
+        op_.set_direct_kernels(!ctx.options || ctx.options->direct_conv_bn);
       w_ = ctx.add_param(scope, "weights", {std::size_t(K), std::size_t(K), in.c, std::size_t(Out)},
                          Initializer::glorot_uniform());
       if constexpr (Bias) b_ = ctx.add_param(scope, "biases", {std::size_t(Out)}, Initializer::zeros());
@@ -182,33 +184,39 @@ struct Conv2d : LayerBase {
     /// input gradient into dx (backward_end), their weight gradient written
     /// (i0 == 0) or added to the gradient.
     void backward_images(const T* dy_images, RunContext<B, T>& rc, std::size_t i0, std::size_t i1) {
-      const bool grads = wants_grads(rc), down = this->need_dx(rc);
-      const ConvGeom g = images(i0, i1);
-      T* dw = nullptr;
-      T* db = nullptr;
-      if (grads) {
-        dw = rc.params->grad(w_);
-        if constexpr (Bias) db = rc.params->grad(b_);
-        if (i0 > 0) {  // a later range: its gradient into dw_part_, then added
-          dw_part_.resize(rc.params->info(w_).size + (Bias ? std::size_t(Out) : 0));
-          dw = dw_part_.data();
-          if constexpr (Bias) db = dw + rc.params->info(w_).size;
+      backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T* db) {
+        if constexpr (backend_traits<B>::joint_conv_backward) {
+          op_.backward(*rc.device, g, x, dy_images, w, dx, dw, db);
+        } else {
+          if (dw) op_.backward_weights(*rc.device, g, x, dy_images, dw, db);
+          if (dx) op_.backward_data(*rc.device, g, dy_images, w, dx);
         }
-      }
-      T* dx = down ? dx_.data() + i0 * in_image() : nullptr;
-      const T* x = x_->data() + i0 * in_image();
-      if constexpr (backend_traits<B>::joint_conv_backward) {
-        op_.backward(*rc.device, g, x, dy_images, weights(std::as_const(*rc.params)), dx, dw, db);
+      });
+    }
+    /// Whether backward_images_bn can run (a backend with conv_bn_prologue
+    /// whose own kernels take this geometry; no bias).
+    bool direct_bn() const {
+      if constexpr (backend_traits<B>::conv_bn_prologue && !Bias)
+        return op_.direct_bn(geom_);
+      else
+        return false;
+    }
+    /// backward_images with dy_images the input gradient of the batch norm
+    /// after this layer, given as that batch norm's map `m` over the whole
+    /// batch (ops::BatchNorm::grad_map): the op computes each image of it in
+    /// its kernels' prologue (ConvBatchNorm). Needs direct_bn().
+    template <class Map>
+    void backward_images_bn(const Map& m, RunContext<B, T>& rc, std::size_t i0, std::size_t i1) {
+      if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
+        Map mi = m;
+        mi.x += i0 * out_image();
+        mi.dy += i0 * out_image();
+        backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T*) {
+          op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw);
+        });
       } else {
-        if (dw) op_.backward_weights(*rc.device, g, x, dy_images, dw, db);
-        if (dx) op_.backward_data(*rc.device, g, dy_images, weights(std::as_const(*rc.params)), dx);
-      }
-      if (grads && i0 > 0) {
-        const std::size_t nw = rc.params->info(w_).size;
-        add_.add(*rc.device, nw, rc.params->grad(w_), dw_part_.data(), rc.params->grad(w_), false);
-        if constexpr (Bias)
-          add_.add(*rc.device, std::size_t(Out), rc.params->grad(b_), dw_part_.data() + nw,
-                   rc.params->grad(b_), false);
+        (void)m, (void)rc, (void)i0, (void)i1;
+        throw ConfigError("layer '" + name_ + "' (Conv2d): backward_images_bn is not available here");
       }
     }
     /// The input gradient backward_images wrote.
@@ -256,6 +264,34 @@ struct Conv2d : LayerBase {
         op_.set_keep_input(rc.training() && rc.param_grads);
         // The bf16 copy of x its producer wrote in the same pass (RunContext::bf16_of).
         op_.set_bf16_input(rc.input_bf16_of == x.data() ? rc.input_bf16 : nullptr);
+      }
+    }
+    // The backward of images [i0, i1) through run(g, x, w, dx, dw, db): their
+    // input gradient into dx_, their weight gradient written (i0 == 0) or
+    // computed into dw_part_ and added (a later range).
+    template <class Run>
+    void backward_range(RunContext<B, T>& rc, std::size_t i0, std::size_t i1, Run&& run) {
+      const bool grads = wants_grads(rc), down = this->need_dx(rc);
+      const ConvGeom g = images(i0, i1);
+      T* dw = nullptr;
+      T* db = nullptr;
+      if (grads) {
+        dw = rc.params->grad(w_);
+        if constexpr (Bias) db = rc.params->grad(b_);
+        if (i0 > 0) {  // a later range: its gradient into dw_part_, then added
+          dw_part_.resize(rc.params->info(w_).size + (Bias ? std::size_t(Out) : 0));
+          dw = dw_part_.data();
+          if constexpr (Bias) db = dw + rc.params->info(w_).size;
+        }
+      }
+      T* dx = down ? dx_.data() + i0 * in_image() : nullptr;
+      run(g, x_->data() + i0 * in_image(), weights(std::as_const(*rc.params)), dx, dw, db);
+      if (grads && i0 > 0) {
+        const std::size_t nw = rc.params->info(w_).size;
+        add_.add(*rc.device, nw, rc.params->grad(w_), dw_part_.data(), rc.params->grad(w_), false);
+        if constexpr (Bias)
+          add_.add(*rc.device, std::size_t(Out), rc.params->grad(b_), dw_part_.data() + nw,
+                   rc.params->grad(b_), false);
       }
     }
     // The geometry of images [i0, i1) of the current batch.

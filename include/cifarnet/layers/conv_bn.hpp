@@ -122,7 +122,9 @@ struct ConvBatchNorm : LayerBase {
         // conversion pass; the same rounding).
         if (bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc)) return backward_io(&dy, rc, nullptr);
       }
-      if (const std::size_t per = range_images(rc, conv_.geometry().n)) return backward_ranges(dy, rc, per);
+      const std::size_t n = conv_.geometry().n;
+      if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per);
+      if (direct_bn(rc)) return backward_ranges(dy, rc, n);  // one range: the own kernels all the same
       const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
                                              [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
       return detail::profiled(rc.profiler, conv_name_, "conv", true,
@@ -233,6 +235,9 @@ struct ConvBatchNorm : LayerBase {
     /// Of those, the ones that did a residual block's sum in their ranges
     /// (RunContext::grad_sum; tests).
     std::size_t range_sums() const { return range_sums_; }
+    /// Of those, the ones that ran in the backend's own kernels with batch
+    /// norm's input gradient in their prologue (direct_conv_bn; tests).
+    std::size_t direct_backwards() const { return direct_backwards_; }
 
    private:
     // The float backward a range of images at a time, on a backend with
@@ -241,7 +246,11 @@ struct ConvBatchNorm : LayerBase {
     // and the convolution's backward (both passes) reads that range from
     // cache at once: the full-size dx is neither written to memory nor read
     // back twice. Ranges hold NetOptions::conv_bn_chunk_bytes of the larger
-    // of the convolution's input and output.
+    // of the convolution's input and output. On a backend with
+    // conv_bn_prologue whose own kernels take the geometry (direct_bn), each
+    // range goes to those kernels with batch norm's map instead, and they
+    // compute batch norm's dx an image at a time in their prologue (whole
+    // batches too, as one range: the same kernels either way).
     //
     // Images per range for a batch of n, or 0: the whole batch at once (bf16
     // convolutions, no chunked_conv_bn, a batch norm that cannot, or a batch
@@ -256,15 +265,51 @@ struct ConvBatchNorm : LayerBase {
         return (void)rc, (void)n, 0;
       }
     }
+    // Whether the backward runs in the backend's own kernels with batch
+    // norm's input gradient computed in their prologue (NetOptions::
+    // direct_conv_bn, conv_bn_prologue): float convolutions, a batch norm
+    // that can, a geometry the kernels take.
+    bool direct_bn(RunContext<B, T>& rc) const {
+      if constexpr (backend_traits<B>::conv_bn_prologue)
+        return float_convs_ && bn_.chunkable(rc) && conv_.direct_bn();
+      else
+        return (void)rc, false;
+    }
     const Tensor<T>& backward_ranges(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t range) {
       detail::PartTimer conv_t(rc.profiler), bn_t(rc.profiler);
+      if constexpr (backend_traits<B>::conv_bn_prologue) {
+        // In the own kernels: batch norm's pass of the sums, then each range
+        // of images in one call, the batch norm's dx of each image computed
+        // in the kernels' prologue (booked with the convolution it is part
+        // of; ++direct_backwards_).
+        if (direct_bn(rc)) {
+          const auto map = bn_t.run([&] {
+            bn_.backward_sums(dy, rc);
+            return bn_.grad_map(dy, rc);
+          });
+          ++direct_backwards_;
+          return each_range(rc, range, conv_t, bn_t, [&](std::size_t i0, std::size_t i1) {
+            conv_t.run([&] { conv_.backward_images_bn(map, rc, i0, i1); });
+          });
+        }
+      }
       const ConvGeom& g = conv_.geometry();
       bn_t.run([&] { bn_.backward_sums(dy, rc); });
-      conv_t.run([&] { conv_.backward_begin(rc); });
       ensure_shape(range_dy_, Shape{range, g.oc, g.oh, g.ow}, g.fmt);
-      // A residual block's sum for the gradient of this layer's input
-      // (RunContext::grad_sum): each range of dx summed (and masked) in
-      // place right after the convolution wrote it, while it is in cache.
+      return each_range(rc, range, conv_t, bn_t, [&](std::size_t i0, std::size_t i1) {
+        bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
+        conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
+      });
+    }
+    // The ranges of backward_ranges: backward(i0, i1) on each in order, with
+    // a residual block's sum for the gradient of this layer's input
+    // (RunContext::grad_sum) done on each range of dx in place right after
+    // the convolution wrote it, while it is in cache; the parts booked.
+    template <class Backward>
+    const Tensor<T>& each_range(RunContext<B, T>& rc, std::size_t range, detail::PartTimer& conv_t,
+                                detail::PartTimer& bn_t, Backward&& backward) {
+      const ConvGeom& g = conv_.geometry();
+      conv_t.run([&] { conv_.backward_begin(rc); });
       auto& gs = rc.grad_sum;
       const std::size_t image = conv_.in_image();
       const bool sum = gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
@@ -272,8 +317,7 @@ struct ConvBatchNorm : LayerBase {
       detail::PartTimer add_t(rc.profiler);
       for (std::size_t i0 = 0; i0 < g.n; i0 += range) {
         const std::size_t i1 = std::min(g.n, i0 + range);
-        bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
-        conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
+        backward(i0, i1);
         if (sum) add_t.run([&] { sum_range(rc, i0, i1, image); });
       }
       bn_t.book(bn_name_, "bn", true);
@@ -377,7 +421,7 @@ struct ConvBatchNorm : LayerBase {
     bool expect_copy_ = false;            // require_bf16_input, for the next forward
     std::size_t chunk_bytes_ = 0;         // NetOptions::conv_bn_chunk_bytes
     bool float_convs_ = true;             // NetOptions::conv_precision is F32
-    std::size_t ranged_backwards_ = 0, range_sums_ = 0;
+    std::size_t ranged_backwards_ = 0, range_sums_ = 0, direct_backwards_ = 0;
     ops::Eltwise<B, T> add_;  // a residual block's sum in the ranges (sum_range)
     Tensor<T> range_dy_;      // backward_ranges: one range of the batch norm's dx
     Tensor<T> y_;

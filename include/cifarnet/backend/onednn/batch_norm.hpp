@@ -240,6 +240,24 @@ struct BatchNorm<backend::OneDnn, float> {
                                   dx_images);
   }
 
+  /// backward_images' map after backward_sums of the same x, dy, geometry
+  /// and activation: dx = A dyr + B (x - mean) + D per channel, for a
+  /// convolution that applies it to an image at a time in its own kernels'
+  /// prologue (ops::Conv2d::backward_images_bn). Valid until the next
+  /// backward or training forward of this op.
+  backend::onednn::bn::GradMap grad_map(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
+                                        const float* mean, bool relu) const {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm grad_map";
+    on::require(op, {{mean, "mean"}});
+    (void)dev;
+    if (!sums_of_.g || sums_of_.x != x || sums_of_.dy != dy || *sums_of_.g != g || sums_of_.relu != relu)
+      throw ConfigError(detail::concat(op, ": the map of a backward whose sums were not taken first ",
+                                       "(backward_sums of this x, dy and geometry: ", on::describe(g), ")"));
+    const float* A = scratch_.coef.data();
+    return {x, dy, relu ? relu_ab_.data() : nullptr, mean, A, A + g.c, A + 2 * g.c};
+  }
+
   /// Geometries whose primitives are cached now.
   std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.

@@ -668,6 +668,21 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
   with_channels(g, [&](auto cc) { affine<decltype(cc)::value>(g, x, a, b, y, relu_ab != nullptr, y_bf16); });
 }
 
+/// backward()'s second pass as a map of its inputs, for a caller that
+/// applies it to an image at a time itself (input_gradient_row on each
+/// row: a convolution's prologue, direct_conv.hpp): dx = A dyr + B (x -
+/// mean) + D per channel, dyr = dy (or dy where x a + b > 0 with relu_ab,
+/// a then b, C each: the fused ReLU's mask).
+struct GradMap {
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  const float* relu_ab = nullptr;
+  const float* mean = nullptr;
+  const float* A = nullptr;
+  const float* B = nullptr;
+  const float* D = nullptr;
+};
+
 /// dbeta, dgamma and backward()'s coefficients A, B, D (into sc.coef) from
 /// the sums of its first pass (sc.sums).
 inline void gradient_coefficients(const ChannelGeom& g, double eps, const float* gamma, const float* var,

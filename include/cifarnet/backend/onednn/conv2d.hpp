@@ -99,6 +99,7 @@
 
 #include "cifarnet/backend/onednn/amx_wgrad.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/backend/onednn/direct_conv.hpp"
 #include "cifarnet/ops/conv_algorithm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -181,6 +182,40 @@ struct Conv2d<backend::OneDnn, float> {
     const State* s = cache_.find(key(g));
     return s && s->bwd_data && (s->bwd_data->as_fwd.has_value() || s->bwd_data->as_phases.has_value());
   }
+
+  /// Whether the backward of a convolution whose output gradient is a batch
+  /// norm's input gradient (backward_images_bn) runs in the project's own
+  /// fp32 kernels with that gradient computed in their prologue
+  /// (direct_conv.hpp; default true). False: never (benchmarks and tests
+  /// compare the two paths).
+  void set_direct_kernels(bool on) { direct_ = on; }
+  /// Whether backward_images_bn runs `g`: float convolutions, not Winograd,
+  /// and a geometry of the own kernels (direct::supports) on a CPU with them.
+  bool direct_bn(const ConvGeom& g) const {
+    return direct_ && prec_ == ConvPrecision::F32 && alg_ != ConvAlgorithm::Winograd &&
+           backend::onednn::direct::supports(g);
+  }
+  /// The backward of g.n images whose output gradient is the batch norm's
+  /// input gradient given by its map `m` (BatchNorm::grad_map, at those
+  /// images): dx (if not null) and dw (HWIO, overwritten, if not null) from
+  /// x (their input) and w (HWIO), in the own kernels, each image's output
+  /// gradient computed in their prologue and used from cache. Needs
+  /// direct_bn(g).
+  void backward_images_bn(Dev& dev, const ConvGeom& g, const float* x, const backend::onednn::bn::GradMap& m,
+                          const float* w, float* dx, float* dw) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d backward_images_bn";
+    on::check_geometry(g, op, false);
+    on::require(op, {{x, "x"}, {w, "w"}, {m.x, "the batch norm's x"}, {m.dy, "the batch norm's dy"}});
+    (void)dev;
+    if (!direct_bn(g))
+      throw ConfigError(
+          detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
+    on::direct::backward_images(g, x, m, w, dx, dw, direct_scratch_);
+    ++direct_backwards_;
+  }
+  /// How many backward_images_bn calls ran (tests).
+  std::size_t direct_backwards() const { return direct_backwards_; }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
   /// counts multiples of 16) runs in the project's own AMX kernel
@@ -1135,6 +1170,9 @@ struct Conv2d<backend::OneDnn, float> {
   Cache cache_;
   ConvAlgorithm alg_ = ConvAlgorithm::Direct;
   ConvPrecision prec_ = ConvPrecision::F32;
+  bool direct_ = true;                               // set_direct_kernels
+  backend::onednn::direct::Scratch direct_scratch_;  // backward_images_bn's buffers
+  std::size_t direct_backwards_ = 0;
   bool keep_input_ = false;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;

@@ -1,0 +1,323 @@
+// cifarnet/backend/onednn/direct_conv.hpp — the project's own fp32 kernels
+// for the backward of a 3x3, stride-1, SAME-padded NHWC convolution with
+// 16, 32 or 64 channels in and out (ResNet's stage convolutions), whose
+// output gradient is a batch norm's input gradient computed image by image
+// in the kernels' prologue (ops::Conv2d::backward_images_bn, ConvBatchNorm).
+//
+// Why own kernels: batch norm's input gradient was a pass of its own over
+// every range of images (read dy and x, write a buffer) before oneDNN's
+// backward read that buffer; here each thread computes one image of it into
+// a buffer of its own and runs both backward passes of that image from
+// there while it is in cache, the whole in one parallel loop. oneDNN 2.6
+// has no prologue to its kernels. Measured against oneDNN's kernels on
+// ResNet-20's three shapes (2-core AMX Xeon, batch 128:
+// docs/runs/bench/2026-11-28-ef4695e-amx-bn-passes-tried/probes/): the
+// backward data 1.07-1.25x as fast as oneDNN's jit kernel, the weight
+// gradient 0.94-1.08x; oneDNN's forward equals this forward kernel's output
+// exactly there. What makes them as fast as oneDNN's: the taps that fall on
+// the padding are skipped (a kernel row's range by the output row, the edge
+// pixels left out of the first and last kernel column), not multiplied by
+// zeros of a padded copy (at 8x8, 16 % of the work).
+//
+// Kernels (AVX-512, compiled with a target attribute and used where oneDNN
+// reports avx512_core, so the library builds for any x86-64):
+// - backward data: dx = the forward of dy with the weights flipped in (kh,
+//   kw) and transposed in (ci, co), register tiles of P pixels x Q blocks of
+//   16 output channels: C=16 P=16 Q=1, C=32 and 64 P=8 Q=2; each input
+//   element broadcast, the weights loaded as vectors, summed over (kh, kw,
+//   ci) in that order.
+// - weight gradient: per kernel row, 3 kernel columns of accumulators over
+//   a row of pixels: for 16 channels a vector of 16 input channels times dy
+//   broadcast per output channel, 8 output channels at a time; for 32 and
+//   64, CI input channels broadcast times Q vectors of output channels (32:
+//   CI=4 Q=2, 64: CI=2 Q=4). Each thread sums its images into its own
+//   gradient, and the threads' gradients are added in thread order: the
+//   result depends on the thread count, not on timing.
+#pragma once
+
+#include <omp.h>
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <vector>
+
+#include "cifarnet/backend/onednn/bn_kernels.hpp"
+#include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace direct {
+
+/// What the kernels' prologue computes: a batch norm's input gradient from
+/// its inputs (bn::GradMap, pointers at the first image of the range).
+using BnGradMap = bn::GradMap;
+
+/// Whether the CPU runs the kernels (AVX-512 as oneDNN's avx512_core).
+inline bool cpu_supported() {
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
+  return (isa & core) == core;
+}
+
+/// Pixels per register tile of the backward-data kernel for C channels.
+constexpr std::size_t tile_pixels(std::size_t c) { return c == 16 ? 16 : 8; }
+
+/// Whether backward_images runs `g`: float NHWC, 3x3, stride 1, padding 1
+/// on every side, 16, 32 or 64 channels in and out, rows a multiple of the
+/// tile, on a CPU with the kernels.
+inline bool supports(const ConvGeom& g) {
+  const bool shape = g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.pt == 1 &&
+                     g.pb == 1 && g.pl == 1 && g.pr == 1 && g.ic == g.oc &&
+                     (g.ic == 16 || g.ic == 32 || g.ic == 64) && g.oh == g.ih && g.ow == g.iw && g.ih >= 2 &&
+                     g.iw % tile_pixels(g.ic) == 0;
+  return shape && cpu_supported();
+}
+
+namespace kernels {
+
+#define CIFARNET_AVX512 __attribute__((target("avx512f")))
+
+// One output tile of the forward (here: dx from dy and the flipped weights)
+// at row h, pixels [w0, w0 + P), channel blocks [g Q, g Q + Q): the taps on
+// the padding skipped (Left / Right: the tile holds the row's first / last
+// pixel).
+template <int C, int P, int Q, bool Left, bool Right>
+CIFARNET_AVX512 inline void tile(int h, int w0, int g, int H, int W, const float* __restrict x,
+                                 const float* __restrict w, float* __restrict y) {
+  __m512 acc[P * Q];
+#pragma GCC unroll 64
+  for (int i = 0; i < P * Q; ++i) acc[i] = _mm512_setzero_ps();
+  const int kh0 = h == 0 ? 1 : 0, kh1 = h == H - 1 ? 2 : 3;
+  for (int kh = kh0; kh < kh1; ++kh) {
+    const float* xrow = x + std::size_t(h + kh - 1) * std::size_t(W) * C;
+#pragma GCC unroll 3
+    for (int kw = 0; kw < 3; ++kw) {
+      const int p0 = (Left && kw == 0) ? 1 : 0, p1 = (Right && kw == 2) ? P - 1 : P;
+      const int x0 = w0 + kw - 1;  // the input column of pixel 0 (-1 only where pixel 0 is skipped)
+      const float* wt = w + std::size_t((kh * 3 + kw) * C) * C + g * 16 * Q;
+#pragma GCC unroll 4
+      for (int ci = 0; ci < C; ++ci) {
+        __m512 wv[Q];
+#pragma GCC unroll 8
+        for (int q = 0; q < Q; ++q) wv[q] = _mm512_loadu_ps(wt + ci * C + 16 * q);
+#pragma GCC unroll 32
+        for (int p = 0; p < P; ++p) {
+          if (p < p0 || p >= p1) continue;
+          const __m512 b = _mm512_set1_ps(xrow[std::ptrdiff_t(x0 + p) * C + ci]);
+#pragma GCC unroll 8
+          for (int q = 0; q < Q; ++q) acc[p * Q + q] = _mm512_fmadd_ps(b, wv[q], acc[p * Q + q]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 32
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int q = 0; q < Q; ++q)
+      _mm512_storeu_ps(y + (std::size_t(h) * W + w0 + p) * C + g * 16 * Q + 16 * q, acc[p * Q + q]);
+}
+
+// The forward of one H x W image: y = conv(x, w), w HWIO (C x C).
+template <int C, int P, int Q>
+CIFARNET_AVX512 void forward_image(int H, int W, const float* x, const float* w, float* y) {
+  for (int h = 0; h < H; ++h)
+    for (int w0 = 0; w0 < W; w0 += P)
+      for (int g = 0; g < C / (16 * Q); ++g) {
+        const bool l = w0 == 0, r = w0 + P == W;
+        if (l && r)
+          tile<C, P, Q, true, true>(h, w0, g, H, W, x, w, y);
+        else if (l)
+          tile<C, P, Q, true, false>(h, w0, g, H, W, x, w, y);
+        else if (r)
+          tile<C, P, Q, false, true>(h, w0, g, H, W, x, w, y);
+        else
+          tile<C, P, Q, false, false>(h, w0, g, H, W, x, w, y);
+      }
+}
+
+// Weight gradient, 32 or 64 channels: acc[kw][i][q] += x[h+kh-1][w+kw-1][ci0+i]
+// dy[h][w][g 16Q + 16q] for one pixel w, kernel columns [KW0, KW1).
+template <int C, int CI, int Q, int KW0, int KW1>
+CIFARNET_AVX512 inline void wgrad_pixel(const float* __restrict xr, const float* __restrict dr, int w,
+                                        __m512* acc) {
+  __m512 d[Q];
+#pragma GCC unroll 8
+  for (int q = 0; q < Q; ++q) d[q] = _mm512_loadu_ps(dr + w * C + 16 * q);
+#pragma GCC unroll 3
+  for (int kw = KW0; kw < KW1; ++kw)
+#pragma GCC unroll 16
+    for (int i = 0; i < CI; ++i) {
+      const __m512 b = _mm512_set1_ps(xr[(w + kw - 1) * C + i]);
+#pragma GCC unroll 8
+      for (int q = 0; q < Q; ++q)
+        acc[(kw * CI + i) * Q + q] = _mm512_fmadd_ps(b, d[q], acc[(kw * CI + i) * Q + q]);
+    }
+}
+template <int C, int CI, int Q>
+CIFARNET_AVX512 void wgrad_image(int H, int W, const float* __restrict x, const float* __restrict dy,
+                                 float* __restrict dw) {
+  for (int kh = 0; kh < 3; ++kh)
+    for (int ci0 = 0; ci0 < C; ci0 += CI)
+      for (int g = 0; g < C / (16 * Q); ++g) {
+        __m512 acc[3 * CI * Q];
+#pragma GCC unroll 64
+        for (int i = 0; i < 3 * CI * Q; ++i) acc[i] = _mm512_setzero_ps();
+        const int h0 = kh == 0 ? 1 : 0, h1 = kh == 2 ? H - 1 : H;
+        for (int h = h0; h < h1; ++h) {
+          const float* xr = x + std::size_t(h + kh - 1) * std::size_t(W) * C + ci0;
+          const float* dr = dy + std::size_t(h) * std::size_t(W) * C + g * 16 * Q;
+          wgrad_pixel<C, CI, Q, 1, 3>(xr, dr, 0, acc);
+          for (int w = 1; w < W - 1; ++w) wgrad_pixel<C, CI, Q, 0, 3>(xr, dr, w, acc);
+          wgrad_pixel<C, CI, Q, 0, 2>(xr, dr, W - 1, acc);
+        }
+        for (int kw = 0; kw < 3; ++kw)
+          for (int i = 0; i < CI; ++i)
+            for (int q = 0; q < Q; ++q) {
+              float* o = dw + (std::size_t((kh * 3 + kw) * C) + ci0 + i) * C + g * 16 * Q + 16 * q;
+              _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[(kw * CI + i) * Q + q]));
+            }
+      }
+}
+
+// Weight gradient, 16 channels: acc[kw][j] (16 input channels) += x[h+kh-1][w+kw-1][:]
+// dy[h][w][co0 + j] for one pixel w, T output channels from co0.
+template <int T, int KW0, int KW1>
+CIFARNET_AVX512 inline void wgrad16_pixel(const float* __restrict xr, const float* __restrict dr, int w,
+                                          __m512* acc) {
+  __m512 xv[3];
+#pragma GCC unroll 3
+  for (int kw = KW0; kw < KW1; ++kw) xv[kw] = _mm512_loadu_ps(xr + (w + kw - 1) * 16);
+#pragma GCC unroll 16
+  for (int j = 0; j < T; ++j) {
+    const __m512 b = _mm512_set1_ps(dr[w * 16 + j]);
+#pragma GCC unroll 3
+    for (int kw = KW0; kw < KW1; ++kw) acc[kw * T + j] = _mm512_fmadd_ps(xv[kw], b, acc[kw * T + j]);
+  }
+}
+template <int T>
+CIFARNET_AVX512 void wgrad16_image(int H, int W, const float* __restrict x, const float* __restrict dy,
+                                   float* __restrict dw) {
+  for (int kh = 0; kh < 3; ++kh)
+    for (int co0 = 0; co0 < 16; co0 += T) {
+      __m512 acc[3 * T];
+#pragma GCC unroll 64
+      for (int i = 0; i < 3 * T; ++i) acc[i] = _mm512_setzero_ps();
+      const int h0 = kh == 0 ? 1 : 0, h1 = kh == 2 ? H - 1 : H;
+      for (int h = h0; h < h1; ++h) {
+        const float* xr = x + std::size_t(h + kh - 1) * std::size_t(W) * 16;
+        const float* dr = dy + std::size_t(h) * std::size_t(W) * 16 + co0;
+        wgrad16_pixel<T, 1, 3>(xr, dr, 0, acc);
+        for (int w = 1; w < W - 1; ++w) wgrad16_pixel<T, 0, 3>(xr, dr, w, acc);
+        wgrad16_pixel<T, 0, 2>(xr, dr, W - 1, acc);
+      }
+      // acc[kw][j] holds dw[kh][kw][0..15][co0 + j] (HWIO): added column by column.
+      for (int kw = 0; kw < 3; ++kw)
+        for (int j = 0; j < T; ++j) {
+          alignas(64) float v[16];
+          _mm512_store_ps(v, acc[kw * T + j]);
+          float* o = dw + std::size_t((kh * 3 + kw) * 16) * 16 + co0 + j;
+          for (int i = 0; i < 16; ++i) o[i * 16] += v[i];
+        }
+    }
+}
+
+#undef CIFARNET_AVX512
+
+// One image's backward for C channels: dy from the map into `dyc`, then dx
+// (if any) and this thread's weight gradient (if any).
+template <int C>
+void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
+           float* dw, float* dyc) {
+  const std::size_t rows = std::size_t(H) * W;
+  float ac[C], bc[C], dc[C], mc[C], ra[C], rb[C];
+  for (int c = 0; c < C; ++c) {
+    ac[c] = m.A[c];
+    bc[c] = m.B[c];
+    dc[c] = m.D[c];
+    mc[c] = m.mean[c];
+    ra[c] = m.relu_ab ? m.relu_ab[c] : 0.f;
+    rb[c] = m.relu_ab ? m.relu_ab[C + c] : 0.f;
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t at = off + r * C;
+    bn::ahead(m.x + at);
+    bn::ahead(m.dy + at);
+    bn::input_gradient_row<C>(C, m.x + at, m.dy + at, m.relu_ab ? ra : nullptr, rb, mc, ac, bc, dc, dyc + r * C);
+  }
+  if (dx) forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, dyc, wf, dx);
+  if (dw) {
+    if constexpr (C == 16)
+      wgrad16_image<8>(H, W, x, dyc, dw);
+    else if constexpr (C == 32)
+      wgrad_image<32, 4, 2>(H, W, x, dyc, dw);
+    else
+      wgrad_image<64, 2, 4>(H, W, x, dyc, dw);
+  }
+}
+
+}  // namespace kernels
+
+/// The buffers of backward_images, kept between calls (a step allocates
+/// nothing here once the sizes are known).
+struct Scratch {
+  std::vector<float> wf;       ///< the weights flipped and transposed
+  std::vector<float> dyc;      ///< per thread: one image of dy
+  std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
+};
+
+/// The backward of a range of g.n images (supports(g)): dy of each image
+/// from the batch norm's map `m` (pointers at the range's first image),
+/// then dx (if not null) and the weight gradient dw (HWIO, if not null;
+/// overwritten) from x (the convolution's input of those images) and the
+/// weights w (HWIO).
+inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* w, float* dx,
+                            float* dw, Scratch& sc) {
+  if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
+  const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
+  const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
+  if (dx) {
+    sc.wf.resize(wsize);
+    for (int kh = 0; kh < 3; ++kh)
+      for (int kw = 0; kw < 3; ++kw)
+        for (int ci = 0; ci < C; ++ci)
+          for (int co = 0; co < C; ++co)
+            sc.wf[(std::size_t(kh * 3 + kw) * C + co) * C + ci] =
+                w[(std::size_t((2 - kh) * 3 + (2 - kw)) * C + ci) * C + co];
+  }
+  const int nt = omp_get_max_threads();
+  sc.dyc.resize(std::size_t(nt) * image);
+  if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
+  const std::ptrdiff_t n = std::ptrdiff_t(g.n);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    float* dyc = sc.dyc.data() + std::size_t(t) * image;
+    float* part = dw ? sc.partial.data() + std::size_t(t) * wsize : nullptr;
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const std::size_t off = std::size_t(i) * image;
+      float* di = dx ? dx + off : nullptr;
+      if (C == 16)
+        kernels::image<16>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+      else if (C == 32)
+        kernels::image<32>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+      else
+        kernels::image<64>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+    }
+  }
+  if (dw) {
+    for (std::size_t k = 0; k < wsize; ++k) {
+      float s = sc.partial[k];
+      for (int t = 1; t < nt; ++t) s += sc.partial[std::size_t(t) * wsize + k];
+      dw[k] = s;
+    }
+  }
+}
+
+}  // namespace direct
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet

@@ -1,0 +1,205 @@
+// The own fp32 backward kernels of a 3x3 stride-1 NHWC convolution with a
+// batch norm's input gradient computed in their prologue
+// (backend/onednn/direct_conv.hpp, ops::Conv2d::backward_images_bn) against
+// the same sums in double, on the batch norm's own input gradient
+// (ops::BatchNorm::backward_images, whose bits the prologue must give): at
+// toy sizes (2-3 images of 2-4 rows, every row and column an edge or next
+// to one, with and without the fused ReLU's mask, without dx or without dw)
+// and at ResNet-20's three stride-1 geometries at batch 128. On a CPU
+// without AVX-512 every case prints "SKIPPED: ..." and ctest reports it as
+// skipped (tests/backend/CMakeLists.txt).
+//
+// The error bound, as in test_amx_wgrad.cpp: the kernels add an output's K
+// products of floats in float, so |err| <= K * 2^-24 * sum|terms| (K = 9 C
+// for dx, the pixel count n h w for the weight gradient). At toy sizes that
+// is tight (a term left out, e.g. a padding tap skipped at the wrong edge,
+// is far outside it); at batch 128 the weight gradient's bound is loose
+// (131,072 terms), so there the worst error relative to sum|terms| is also
+// held to oneDNN's on the same data: at most twice it, plus 1e-7.
+// Checked when the kernels were written: dropping the last kernel row at
+// the top row (13 assertions fail), or skipping the first and the last
+// kernel column at the wrong ends of a row (19), fails the toy cases.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/cifarnet.hpp>
+
+#include "agreement.hpp"
+
+using namespace cifarnet;
+using namespace cifarnet::test;
+using B = backend::OneDnn;
+
+namespace {
+
+bool skip_without_avx512() {
+  if (backend::onednn::direct::cpu_supported()) return false;
+  WARN("SKIPPED: no AVX-512 here (oneDNN reports no avx512_core): the own convolution kernels do not run");
+  return true;
+}
+
+struct Exact {
+  std::vector<double> sum, abs;
+};
+
+// dx = conv_transpose(dy, w) and dw = sum x (x) dy in double, with the sums
+// of |terms|; NHWC, 3x3, stride 1, padding 1, C channels in and out.
+void exact(std::size_t n, std::size_t h, std::size_t w, std::size_t c, const std::vector<float>& x,
+           const std::vector<float>& dy, const std::vector<float>& wt, Exact& dx, Exact& dw) {
+  dx = {std::vector<double>(x.size()), std::vector<double>(x.size())};
+  dw = {std::vector<double>(wt.size()), std::vector<double>(wt.size())};
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t y = 0; y < h; ++y)
+      for (std::size_t xo = 0; xo < w; ++xo) {
+        const float* d = &dy[((i * h + y) * w + xo) * c];
+        for (std::size_t kh = 0; kh < 3; ++kh) {
+          const long yi = long(y + kh) - 1;
+          if (yi < 0 || yi >= long(h)) continue;
+          for (std::size_t kw = 0; kw < 3; ++kw) {
+            const long xi = long(xo + kw) - 1;
+            if (xi < 0 || xi >= long(w)) continue;
+            const std::size_t at = ((i * h + std::size_t(yi)) * w + std::size_t(xi)) * c;
+            for (std::size_t ci = 0; ci < c; ++ci)
+              for (std::size_t co = 0; co < c; ++co) {
+                const std::size_t k = ((kh * 3 + kw) * c + ci) * c + co;
+                const double tw = double(x[at + ci]) * double(d[co]), tx = double(wt[k]) * double(d[co]);
+                dw.sum[k] += tw;
+                dw.abs[k] += std::fabs(tw);
+                dx.sum[at + ci] += tx;
+                dx.abs[at + ci] += std::fabs(tx);
+              }
+          }
+        }
+      }
+}
+
+// Every |got - exact| within K 2^-24 sum|terms| and, with `peer`, the worst
+// error relative to sum|terms| at most twice the peer's plus 1e-7; returns
+// that worst error.
+double check(const char* what, const std::vector<float>& got, const Exact& e, double k,
+             const std::vector<float>* peer = nullptr) {
+  const double rel = k * std::ldexp(1.0, -24);
+  std::size_t bad = 0, first = 0;
+  double worst = 0, worst_peer = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - e.sum[i]);
+    if (!(err <= rel * e.abs[i]) && bad++ == 0) first = i;
+    if (e.abs[i] > 0) worst = std::max(worst, err / e.abs[i]);
+    if (peer && e.abs[i] > 0) worst_peer = std::max(worst_peer, std::fabs(double((*peer)[i]) - e.sum[i]) / e.abs[i]);
+  }
+  INFO(what << ": worst |err| / sum|terms| " << worst << " (oneDNN's " << worst_peer << "), bound " << rel);
+  INFO("first out of bounds: element " << first << " = " << got[first] << ", exact " << e.sum[first]);
+  CHECK(bad == 0);
+  if (peer) CHECK(worst <= 2 * worst_peer + 1e-7);
+  return worst;
+}
+
+struct Case {
+  std::size_t n, h, w, c;
+  bool relu;
+};
+
+// One backward on random data: the batch norm's forward and sums, its map,
+// the kernels; dx and dw against the exact sums (and against oneDNN's
+// backward of the batch norm's own input gradient with `against_onednn`).
+void run_case(const Case& k, bool want_dx, bool want_dw, bool against_onednn) {
+  INFO("n" << k.n << " " << k.h << "x" << k.w << "x" << k.c << (k.relu ? " with" : " without")
+           << " the fused ReLU" << (want_dx ? "" : ", no dx") << (want_dw ? "" : ", no dw"));
+  Device<B> dev;
+  Rng rng = Rng::stream(17, unsigned(k.c * 131 + k.h * 7 + k.w + k.n + (k.relu ? 1 : 0)));
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{k.n, k.c, k.h, k.w}, k.c, 3, 1, Padding::Same);
+  const ChannelGeom cg{DataFormat::NHWC, k.n, k.c, k.h, k.w};
+  const std::size_t size = cg.size();
+  ops::BatchNorm<B, float> bn;
+  ops::Conv2d<B, float> conv;
+  REQUIRE(conv.direct_bn(g));
+  const auto bx = random_vec(rng, size), gamma = random_vec(rng, k.c, 0.5, 1.5),
+             beta = random_vec(rng, k.c), dy = random_cotangent(rng, size), x = random_vec(rng, size, 0.0, 1.0),
+             wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.2);
+  auto y = poisoned(size), mean = poisoned(k.c), var = poisoned(k.c), dg = poisoned(k.c), db = poisoned(k.c);
+  bn.forward_train(dev, cg, 1e-3, bx.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                   k.relu);
+  bn.backward_sums(dev, cg, 1e-3, bx.data(), dy.data(), gamma.data(), mean.data(), var.data(), dg.data(),
+                   db.data(), k.relu);
+  const auto map = bn.grad_map(dev, cg, bx.data(), dy.data(), mean.data(), k.relu);
+  auto dyc = poisoned(size);  // the batch norm's own input gradient: the kernels' prologue must give it
+  bn.backward_images(dev, cg, bx.data(), dy.data(), mean.data(), 0, k.n, dyc.data(), k.relu);
+
+  auto dx = poisoned(size), dw = poisoned(wt.size());
+  conv.backward_images_bn(dev, g, x.data(), map, wt.data(), want_dx ? dx.data() : nullptr,
+                          want_dw ? dw.data() : nullptr);
+  CHECK(conv.direct_backwards() == 1);
+  Exact ex, ew;
+  exact(k.n, k.h, k.w, k.c, x, dyc, wt, ex, ew);
+  std::vector<float> dx_dnnl, dw_dnnl;
+  if (against_onednn) {
+    dx_dnnl = poisoned(size);
+    dw_dnnl = poisoned(wt.size());
+    conv.backward(dev, g, x.data(), dyc.data(), wt.data(), dx_dnnl.data(), dw_dnnl.data(), nullptr);
+  }
+  if (want_dx) check("dx", dx, ex, 9.0 * double(k.c), against_onednn ? &dx_dnnl : nullptr);
+  if (!want_dx) CHECK(std::isnan(dx[0]));  // not written
+  if (want_dw) check("dw", dw, ew, double(k.n * k.h * k.w), against_onednn ? &dw_dnnl : nullptr);
+  if (!want_dw) CHECK(std::isnan(dw[0]));
+  // The same call again: the same bits (a fixed static split of the images).
+  if (want_dx && want_dw) {
+    auto dx2 = poisoned(size), dw2 = poisoned(wt.size());
+    conv.backward_images_bn(dev, g, x.data(), map, wt.data(), dx2.data(), dw2.data());
+    CHECK(std::memcmp(dx2.data(), dx.data(), size * sizeof(float)) == 0);
+    CHECK(std::memcmp(dw2.data(), dw.data(), wt.size() * sizeof(float)) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("The own convolution backward with batch norm's input gradient in its prologue matches double sums",
+          "[backend][onednn][direct]") {
+  if (skip_without_avx512()) return;
+  for (const Case& k : {Case{3, 3, 16, 16, true}, Case{2, 2, 32, 16, false}, Case{3, 4, 8, 32, true},
+                        Case{2, 3, 16, 32, false}, Case{2, 2, 8, 64, true}, Case{3, 5, 8, 64, false}}) {
+    run_case(k, true, true, false);
+  }
+  run_case(Case{2, 3, 16, 16, true}, false, true, false);
+  run_case(Case{2, 3, 8, 32, true}, true, false, false);
+}
+
+TEST_CASE("The own convolution backward at ResNet-20's sizes is as accurate as oneDNN's",
+          "[backend][onednn][direct]") {
+  if (skip_without_avx512()) return;
+  for (const Case& k : {Case{128, 32, 32, 16, true}, Case{128, 16, 16, 32, true}, Case{128, 8, 8, 64, true}})
+    run_case(k, true, true, true);
+}
+
+TEST_CASE("The own convolution kernels refuse the geometries they do not run", "[backend][onednn][direct]") {
+  if (skip_without_avx512()) return;
+  Device<B> dev;
+  ops::Conv2d<B, float> conv;
+  const auto make = [](std::size_t h, std::size_t w, std::size_t ic, std::size_t oc, std::size_t s,
+                       DataFormat f = DataFormat::NHWC) {
+    return ConvGeom::make(f, Shape{2, ic, h, w}, oc, 3, s, Padding::Same);
+  };
+  CHECK(conv.direct_bn(make(4, 16, 16, 16, 1)));
+  CHECK_FALSE(conv.direct_bn(make(4, 12, 16, 16, 1)));  // a row not a multiple of the 16-pixel tile
+  CHECK_FALSE(conv.direct_bn(make(4, 16, 16, 32, 1)));  // channels in and out differ
+  CHECK_FALSE(conv.direct_bn(make(8, 8, 32, 32, 2)));   // stride 2
+  CHECK_FALSE(conv.direct_bn(make(4, 16, 16, 16, 1, DataFormat::NCHW)));
+  CHECK_FALSE(conv.direct_bn(make(4, 16, 48, 48, 1)));
+  conv.set_precision(ConvPrecision::BF16);
+  CHECK_FALSE(conv.direct_bn(make(4, 16, 16, 16, 1)));
+  conv.set_precision(ConvPrecision::F32);
+  conv.set_direct_kernels(false);
+  CHECK_FALSE(conv.direct_bn(make(4, 16, 16, 16, 1)));
+  std::vector<float> v(2 * 4 * 12 * 16, 0.f), w(9 * 16 * 16, 0.f);
+  backend::onednn::bn::GradMap m;
+  m.x = v.data();
+  m.dy = v.data();
+  CHECK_THROWS_AS(conv.backward_images_bn(dev, make(4, 12, 16, 16, 1), v.data(), m, w.data(), v.data(), nullptr),
+                  ConfigError);
+}
