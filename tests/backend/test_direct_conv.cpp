@@ -92,7 +92,8 @@ double check(const char* what, const std::vector<float>& got, const Exact& e, do
     const double err = std::fabs(double(got[i]) - e.sum[i]);
     if (!(err <= rel * e.abs[i]) && bad++ == 0) first = i;
     if (e.abs[i] > 0) worst = std::max(worst, err / e.abs[i]);
-    if (peer && e.abs[i] > 0) worst_peer = std::max(worst_peer, std::fabs(double((*peer)[i]) - e.sum[i]) / e.abs[i]);
+    if (peer && e.abs[i] > 0)
+      worst_peer = std::max(worst_peer, std::fabs(double((*peer)[i]) - e.sum[i]) / e.abs[i]);
   }
   INFO(what << ": worst |err| / sum|terms| " << worst << " (oneDNN's " << worst_peer << "), bound " << rel);
   INFO("first out of bounds: element " << first << " = " << got[first] << ", exact " << e.sum[first]);
@@ -120,8 +121,8 @@ void run_case(const Case& k, bool want_dx, bool want_dw, bool against_onednn) {
   ops::BatchNorm<B, float> bn;
   ops::Conv2d<B, float> conv;
   REQUIRE(conv.direct_bn(g));
-  const auto bx = random_vec(rng, size), gamma = random_vec(rng, k.c, 0.5, 1.5),
-             beta = random_vec(rng, k.c), dy = random_cotangent(rng, size), x = random_vec(rng, size, 0.0, 1.0),
+  const auto bx = random_vec(rng, size), gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c),
+             dy = random_cotangent(rng, size), x = random_vec(rng, size, 0.0, 1.0),
              wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.2);
   auto y = poisoned(size), mean = poisoned(k.c), var = poisoned(k.c), dg = poisoned(k.c), db = poisoned(k.c);
   bn.forward_train(dev, cg, 1e-3, bx.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
@@ -200,6 +201,7 @@ TEST_CASE("The own convolution kernels refuse the geometries they do not run", "
   backend::onednn::bn::GradMap m;
   m.x = v.data();
   m.dy = v.data();
-  CHECK_THROWS_AS(conv.backward_images_bn(dev, make(4, 12, 16, 16, 1), v.data(), m, w.data(), v.data(), nullptr),
-                  ConfigError);
+  CHECK_THROWS_AS(
+      conv.backward_images_bn(dev, make(4, 12, 16, 16, 1), v.data(), m, w.data(), v.data(), nullptr),
+      ConfigError);
 }

@@ -65,12 +65,13 @@ struct NetOptions {
   /// convolution's backward reads each range of the batch norm's dx from
   /// cache (layers/conv_bn.hpp). 0: whole batches.
   std::size_t conv_bn_chunk_bytes = std::size_t(1) << 20;
-  /// On a backend with conv_bn_prologue (oneDNN), in those ranges, a
-  /// ConvBatchNorm's float backward whose geometry the backend's own
-  /// kernels take (3x3, stride 1, 16/32/64 channels in and out, NHWC, on a
-  /// CPU with AVX-512) runs in them, batch norm's input gradient computed
-  /// image by image in their prologue (layers/conv_bn.hpp). False: oneDNN's
-  /// kernels after batch norm's pass over each range.
+  /// On a backend with conv_bn_prologue (oneDNN), a ConvBatchNorm's float
+  /// training backward whose geometry the backend's own kernels take (3x3,
+  /// stride 1, 16/32/64 channels in and out, NHWC, on a CPU with AVX-512)
+  /// runs in them, in the ranges above (or the whole batch as one), batch
+  /// norm's input gradient computed image by image in their prologue
+  /// (layers/conv_bn.hpp). False: oneDNN's kernels after batch norm's pass
+  /// over each range.
   bool direct_conv_bn = true;
 
   NetOptions& with_repeat(int n) {

@@ -69,8 +69,8 @@ constexpr std::size_t tile_pixels(std::size_t c) { return c == 16 ? 16 : 8; }
 /// on every side, 16, 32 or 64 channels in and out, rows a multiple of the
 /// tile, on a CPU with the kernels.
 inline bool supports(const ConvGeom& g) {
-  const bool shape = g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.pt == 1 &&
-                     g.pb == 1 && g.pl == 1 && g.pr == 1 && g.ic == g.oc &&
+  const bool shape = g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 &&
+                     g.pt == 1 && g.pb == 1 && g.pl == 1 && g.pr == 1 && g.ic == g.oc &&
                      (g.ic == 16 || g.ic == 32 || g.ic == 64) && g.oh == g.ih && g.ow == g.iw && g.ih >= 2 &&
                      g.iw % tile_pixels(g.ic) == 0;
   return shape && cpu_supported();
@@ -245,7 +245,8 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
     const std::size_t at = off + r * C;
     bn::ahead(m.x + at);
     bn::ahead(m.dy + at);
-    bn::input_gradient_row<C>(C, m.x + at, m.dy + at, m.relu_ab ? ra : nullptr, rb, mc, ac, bc, dc, dyc + r * C);
+    bn::input_gradient_row<C>(C, m.x + at, m.dy + at, m.relu_ab ? ra : nullptr, rb, mc, ac, bc, dc,
+                              dyc + r * C);
   }
   if (dx) forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, dyc, wf, dx);
   if (dw) {
