@@ -65,6 +65,7 @@ struct Protocol {
   ConvAlgorithm alg = ConvAlgorithm::Auto;                          // --conv-algorithm
   ConvPrecision prec = ConvPrecision::F32;                          // --precision
   std::size_t chunk_kib = NetOptions{}.conv_bn_chunk_bytes / 1024;  // --conv-bn-chunk-kib
+  bool direct = NetOptions{}.direct_conv_bn;                        // --direct-conv-bn
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -126,11 +127,12 @@ Result time_steps(const std::string& name, DataFormat fmt, std::size_t batch, in
 template <class Net>
 Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOptions opts, std::size_t batch,
                    bool momentum_wd, bool randn, const Protocol& p) {
-  Model<Net, backend::OneDnn> net(
-      in, fmt,
-      opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec).with_conv_bn_chunk_bytes(p.chunk_kib *
-                                                                                           1024),
-      1);
+  Model<Net, backend::OneDnn> net(in, fmt,
+                                  opts.with_conv_algorithm(p.alg)
+                                      .with_conv_precision(p.prec)
+                                      .with_conv_bn_chunk_bytes(p.chunk_kib * 1024)
+                                      .with_direct_conv_bn(p.direct),
+                                  1);
   Rng rng(2);
   Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
@@ -276,9 +278,16 @@ int main(int argc, char** argv) {
                  "(NetOptions::conv_bn_chunk_bytes); 0: whole batches.")
       ->check(CLI::Range(std::size_t(0), std::size_t(1) << 30))
       ->capture_default_str();
+  int direct = p.direct ? 1 : 0;
+  app.add_option("--direct-conv-bn", direct,
+                 "1: ConvBatchNorm's float backward in the oneDNN backend's own kernels where they take the "
+                 "geometry (NetOptions::direct_conv_bn); 0: oneDNN's kernels.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   p.profile = profile != 0;
+  p.direct = direct != 0;
   try {
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {
