@@ -20,7 +20,8 @@
 // zeros of a padded copy (at 8x8, 16 % of the work).
 //
 // Kernels (AVX-512, compiled with a target attribute and used where oneDNN
-// reports avx512_core, so the library builds for any x86-64):
+// reports avx512_core, so the library builds for any x86-64, and without
+// them elsewhere):
 // - backward data: dx = the forward of dy with the weights flipped in (kh,
 //   kw) and transposed in (ci, co), register tiles of P pixels x Q blocks of
 //   16 output channels: C=16 P=16 Q=1, C=32 and 64 P=8 Q=2; each input
@@ -37,7 +38,12 @@
 
 #include <omp.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define CIFARNET_DIRECT_X86 1
+#else
+#define CIFARNET_DIRECT_X86 0
+#endif
 
 #include <cstddef>
 #include <stdexcept>
@@ -56,8 +62,10 @@ namespace direct {
 /// its inputs (bn::GradMap, pointers at the first image of the range).
 using BnGradMap = bn::GradMap;
 
-/// Whether the CPU runs the kernels (AVX-512 as oneDNN's avx512_core).
+/// Whether the CPU runs the kernels (x86-64 with AVX-512 as oneDNN's
+/// avx512_core).
 inline bool cpu_supported() {
+  if (!CIFARNET_DIRECT_X86) return false;
   const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
   return (isa & core) == core;
 }
@@ -76,6 +84,7 @@ inline bool supports(const ConvGeom& g) {
   return shape && cpu_supported();
 }
 
+#if CIFARNET_DIRECT_X86
 namespace kernels {
 
 #define CIFARNET_AVX512 __attribute__((target("avx512f")))
@@ -260,6 +269,7 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
 }
 
 }  // namespace kernels
+#endif
 
 /// The buffers of backward_images, kept between calls (a step allocates
 /// nothing here once the sizes are known).
@@ -277,6 +287,7 @@ struct Scratch {
 inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* w, float* dx,
                             float* dw, Scratch& sc) {
   if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
+#if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
   if (dx) {
@@ -316,6 +327,9 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
       dw[k] = s;
     }
   }
+#else
+  (void)x, (void)m, (void)w, (void)dx, (void)dw, (void)sc;  // supports() is false off x86-64
+#endif
 }
 
 }  // namespace direct
