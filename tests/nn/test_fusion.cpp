@@ -106,6 +106,17 @@ struct WholeAndRanged {
   Rng rng;
   Tensor<float> x;
 };
+
+// max |a - b| within tol times max |b| over n values.
+void check_close(const float* a, const float* b, std::size_t n, double tol) {
+  double e = 0, r = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    e = std::max(e, std::abs(double(a[i]) - double(b[i])));
+    r = std::max(r, std::abs(double(b[i])));
+  }
+  INFO("max difference " << e << " of max " << r);
+  CHECK(e <= tol * r);
+}
 }  // namespace
 
 // The same layer's backward in ranges and whole on oneDNN from the same
@@ -121,15 +132,6 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
     WholeAndRanged<Net> m(fmt, 5);
     auto &whole = m.whole, &ranged = m.ranged;
     const auto [yw, yr, dxw, dxr, g] = m.step();
-    const auto close = [](const float* a, const float* b, std::size_t n, double tol) {
-      double e = 0, r = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        e = std::max(e, std::abs(double(a[i]) - double(b[i])));
-        r = std::max(r, std::abs(double(b[i])));
-      }
-      INFO("max difference " << e << " of max " << r);
-      CHECK(e <= tol * r);
-    };
     CHECK(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
     auto& A = whole.parameters();
@@ -140,7 +142,7 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
       CHECK(std::memcmp(R.value(id), A.value(id), info.size * sizeof(float)) == 0);
       if (!info.trainable) continue;
       if (info.name.find("weights") != std::string::npos)
-        close(R.grad(id), A.grad(id), info.size, 1e-5);
+        check_close(R.grad(id), A.grad(id), info.size, 1e-5);
       else
         CHECK(std::memcmp(R.grad(id), A.grad(id), info.size * sizeof(float)) == 0);
     }
@@ -212,15 +214,6 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
       {16, 16, 16}, DataFormat::NHWC,
       NetOptions().with_direct_conv_bn(false).with_conv_bn_chunk_bytes(3 * 4 * 16 * 16 * 16), 3, true);
   copy_parameters(m.whole, plain);
-  const auto close = [](const float* a, const float* b, std::size_t n) {
-    double e = 0, r = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      e = std::max(e, std::abs(double(a[i]) - double(b[i])));
-      r = std::max(r, std::abs(double(b[i])));
-    }
-    INFO("max difference " << e << " of max " << r);
-    CHECK(e <= 1e-5 * r);
-  };
   for (int step = 0; step < 2; ++step) {
     INFO("step " << step);
     const auto [yw, yr, dxw, dxr, g] = m.step();
@@ -228,7 +221,7 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
     REQUIRE(std::memcmp(yp.data(), yw.data(), yw.size() * sizeof(float)) == 0);
     REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
     const Tensor<float> dxp = plain.backward(g);
-    close(dxr.data(), dxp.data(), dxp.size());
+    check_close(dxr.data(), dxp.data(), dxp.size(), 1e-5);
     CHECK(std::memcmp(dxr.data(), dxw.data(), dxw.size() * sizeof(float)) == 0);
     auto& W = m.whole.parameters();
     auto& R = m.ranged.parameters();
@@ -237,9 +230,9 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
       const ParamInfo& info = W.info(id);
       if (!info.trainable) continue;
       INFO("parameter " << info.name);
-      close(R.grad(id), P.grad(id), info.size);
+      check_close(R.grad(id), P.grad(id), info.size, 1e-5);
       if (info.name.find("weights") != std::string::npos)
-        close(R.grad(id), W.grad(id), info.size);
+        check_close(R.grad(id), W.grad(id), info.size, 1e-5);
       else
         CHECK(std::memcmp(R.grad(id), W.grad(id), info.size * sizeof(float)) == 0);
     }

@@ -104,6 +104,38 @@
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
+namespace backend {
+namespace onednn {
+/// A convolution's weights flipped in (kh, kw) and transposed in (ci, co):
+/// HWIO with I = oc and O = ic, the weights of dx as a forward convolution
+/// of dy (stride 1). Remade only when the caller's weights change (another
+/// buffer, or another Parameters version; version 0: unknown, always).
+struct FlippedWeights {
+  std::vector<float> w;
+  const float* of = nullptr;
+  std::uint64_t version = 0;
+  /// w from the caller's HWIO `src` of g's kernel and channels, unless it
+  /// holds them at this version; true when it was rewritten. w keeps its
+  /// buffer once sized (a memory bound to it stays valid).
+  bool update(const ConvGeom& g, const float* src, std::uint64_t v) {
+    if (v != 0 && of == src && version == v) return false;
+    const std::size_t KH = g.kh, KW = g.kw, I = g.ic, O = g.oc;
+    w.resize(KH * KW * I * O);
+    for (std::size_t i = 0; i < KH; ++i)
+      for (std::size_t j = 0; j < KW; ++j) {
+        const float* src_ij = src + ((KH - 1 - i) * KW + (KW - 1 - j)) * I * O;  // [c][o]
+        float* dst_ij = w.data() + (i * KW + j) * O * I;                         // [o][c]
+        for (std::size_t c = 0; c < I; ++c)
+          for (std::size_t o = 0; o < O; ++o) dst_ij[o * I + c] = src_ij[c * O + o];
+      }
+    of = src;
+    version = v;
+    return true;
+  }
+};
+}  // namespace onednn
+}  // namespace backend
+
 namespace ops {
 
 /// Convolution with oneDNN primitives cached per ConvGeom (float only).
@@ -211,7 +243,8 @@ struct Conv2d<backend::OneDnn, float> {
     if (!direct_bn(g))
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
-    on::direct::backward_images(g, x, m, w, dx, dw, direct_scratch_);
+    if (dx) direct_flip_.update(g, w, w_version_);  // once per weights version
+    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_);
     ++direct_backwards_;
   }
   /// How many backward_images_bn calls ran (tests).
@@ -430,8 +463,8 @@ struct Conv2d<backend::OneDnn, float> {
       }
       if (fd && fd->as_fwd) {
         FwdAsBwd& a = *fd->as_fwd;
-        if (s.flip_weights(g, w, w_version_)) a.w.shown = nullptr;  // its copy of w_flip is stale
-        dnnl::memory wm = weights_in(dev, s.w_flip_user, s.w_flip.data(), a.w);
+        if (s.w_flip.update(g, w, w_version_)) a.w.shown = nullptr;  // its copy of w_flip is stale
+        dnnl::memory wm = weights_in(dev, s.w_flip_user, s.w_flip.w.data(), a.w);
         if (dx_bits) {
           s.dx_ext.set_data_handle(dx_bits);
           lp_dst->execute(dev.stream,
@@ -585,12 +618,9 @@ struct Conv2d<backend::OneDnn, float> {
     // The own AMX weight gradient (amx_weights), decided once.
     std::unique_ptr<backend::onednn::amx::WeightGrad> amx_dw;
     bool amx_dw_tried = false;
-    // The flipped weights of FwdAsBwd: the float buffer and its memory, and
-    // the caller's w (at flip_version) they were made from.
-    std::vector<float> w_flip;
+    // The flipped weights of FwdAsBwd and their memory.
+    backend::onednn::FlippedWeights w_flip;
     dnnl::memory w_flip_user;
-    const float* flip_of = nullptr;
-    std::uint64_t flip_version = 0;
     // The phase weights of PhaseBwd (float, HWIO) and their memories, and the
     // caller's w (at ph_version) they were made from.
     std::vector<float> w_ph[2];
@@ -881,8 +911,8 @@ struct Conv2d<backend::OneDnn, float> {
       try {
         const cf::primitive_desc pd = forward_as_backward_pd(eng, g, src);
         if (!jit_kernel(pd) || pd.dst_desc() != src) return std::nullopt;
-        w_flip.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
-        w_flip_user = dnnl::memory(flip_user, eng, w_flip.data());
+        w_flip.w.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
+        w_flip_user = dnnl::memory(flip_user, eng, w_flip.w.data());
         return FwdAsBwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true), {}, false};
       } catch (const dnnl::error&) {  // no such kernel here: the backward_data primitive
         return std::nullopt;
@@ -905,23 +935,6 @@ struct Conv2d<backend::OneDnn, float> {
         }
       }
       return a.prim_lp_dst ? &*a.prim_lp_dst : nullptr;
-    }
-
-    // w_flip from the caller's HWIO w, unless it holds w at this version.
-    // True when it was rewritten (its primitive-layout copy is then stale).
-    bool flip_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
-      if (version != 0 && flip_of == w && flip_version == version) return false;
-      const std::size_t KH = g.kh, KW = g.kw, I = g.ic, O = g.oc;
-      for (std::size_t i = 0; i < KH; ++i)
-        for (std::size_t j = 0; j < KW; ++j) {
-          const float* src_ij = w + ((KH - 1 - i) * KW + (KW - 1 - j)) * I * O;  // [c][o]
-          float* dst_ij = w_flip.data() + (i * KW + j) * O * I;                  // [o][c]
-          for (std::size_t c = 0; c < I; ++c)
-            for (std::size_t o = 0; o < O; ++o) dst_ij[o * I + c] = src_ij[c * O + o];
-        }
-      flip_of = w;
-      flip_version = version;
-      return true;
     }
 
     // backward_data of ResNet's stride-2 3x3 (padding 1 before, even image
@@ -1172,6 +1185,7 @@ struct Conv2d<backend::OneDnn, float> {
   ConvPrecision prec_ = ConvPrecision::F32;
   bool direct_ = true;                               // set_direct_kernels
   backend::onednn::direct::Scratch direct_scratch_;  // backward_images_bn's buffers
+  backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
   std::size_t direct_backwards_ = 0;
   bool keep_input_ = false;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward

@@ -274,31 +274,21 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
 /// The buffers of backward_images, kept between calls (a step allocates
 /// nothing here once the sizes are known).
 struct Scratch {
-  std::vector<float> wf;       ///< the weights flipped and transposed
   std::vector<float> dyc;      ///< per thread: one image of dy
   std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
 };
 
 /// The backward of a range of g.n images (supports(g)): dy of each image
 /// from the batch norm's map `m` (pointers at the range's first image),
-/// then dx (if not null) and the weight gradient dw (HWIO, if not null;
-/// overwritten) from x (the convolution's input of those images) and the
-/// weights w (HWIO).
-inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* w, float* dx,
+/// then dx (if not null; from the weights flipped and transposed, `wf`:
+/// FlippedWeights in conv2d.hpp) and the weight gradient dw (HWIO, if not
+/// null; overwritten) from x (the convolution's input of those images).
+inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* wf, float* dx,
                             float* dw, Scratch& sc) {
   if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
-  if (dx) {
-    sc.wf.resize(wsize);
-    for (int kh = 0; kh < 3; ++kh)
-      for (int kw = 0; kw < 3; ++kw)
-        for (int ci = 0; ci < C; ++ci)
-          for (int co = 0; co < C; ++co)
-            sc.wf[(std::size_t(kh * 3 + kw) * C + co) * C + ci] =
-                w[(std::size_t((2 - kh) * 3 + (2 - kw)) * C + ci) * C + co];
-  }
   const int nt = omp_get_max_threads();
   sc.dyc.resize(std::size_t(nt) * image);
   if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
@@ -313,11 +303,11 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
       const std::size_t off = std::size_t(i) * image;
       float* di = dx ? dx + off : nullptr;
       if (C == 16)
-        kernels::image<16>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+        kernels::image<16>(H, W, m, off, x + off, wf, di, part, dyc);
       else if (C == 32)
-        kernels::image<32>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+        kernels::image<32>(H, W, m, off, x + off, wf, di, part, dyc);
       else
-        kernels::image<64>(H, W, m, off, x + off, sc.wf.data(), di, part, dyc);
+        kernels::image<64>(H, W, m, off, x + off, wf, di, part, dyc);
     }
   }
   if (dw) {
@@ -328,7 +318,7 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
     }
   }
 #else
-  (void)x, (void)m, (void)w, (void)dx, (void)dw, (void)sc;  // supports() is false off x86-64
+  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc;  // supports() is false off x86-64
 #endif
 }
 
