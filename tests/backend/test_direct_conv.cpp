@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -158,7 +159,117 @@ void run_case(const Case& k, bool want_dx, bool want_dw, bool against_onednn) {
   }
 }
 
+enum class Mask { None, Bits, Relu };
+
+// The kernels' epilogue (bn::GradEpilogue) on random data: dx from the same
+// call without it (d0), a residual branch `other` and, with `mask`, a ReLU
+// mask as bits or as a ReLU output; an earlier batch norm (its input x2,
+// with or without its fused ReLU) whose sums the epilogue takes. dx must be
+// Eltwise's sum of d0 and other through the mask, bit for bit; the sums
+// within 17 2^-24 sum|terms| of the double sums (float blocks of 16 rows)
+// and equal to the batch norm's own pass of the sums over that dx to 1e-12
+// of sum|terms| (double additions in another order), as must the
+// gradients it makes of them. Run as two ranges, the sums added.
+void run_epilogue(const Case& k, Mask mask) {
+  INFO("n" << k.n << " " << k.h << "x" << k.w << "x" << k.c << (k.relu ? ", the earlier ReLU" : "")
+           << ", mask " << int(mask));
+  Device<B> dev;
+  Rng rng = Rng::stream(23, unsigned(k.c * 131 + k.h * 7 + k.w + k.n + int(mask)));
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{k.n, k.c, k.h, k.w}, k.c, 3, 1, Padding::Same);
+  const ChannelGeom cg{DataFormat::NHWC, k.n, k.c, k.h, k.w};
+  const std::size_t size = cg.size(), half = k.n / 2, image = k.h * k.w * k.c;
+  ops::BatchNorm<B, float> bn, earlier;
+  ops::Conv2d<B, float> conv;
+  const auto bx = random_vec(rng, size), gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c),
+             dy = random_cotangent(rng, size), x = random_vec(rng, size, 0.0, 1.0),
+             wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.2), other = random_cotangent(rng, size),
+             x2 = random_vec(rng, size, -1.0, 2.0), relu_y = random_vec(rng, size, -1.0, 1.0);
+  auto y = poisoned(size), mean = poisoned(k.c), var = poisoned(k.c), dg = poisoned(k.c), db = poisoned(k.c);
+  bn.forward_train(dev, cg, 1e-3, bx.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                   true);
+  bn.backward_sums(dev, cg, 1e-3, bx.data(), dy.data(), gamma.data(), mean.data(), var.data(), dg.data(),
+                   db.data(), true);
+  const auto map = bn.grad_map(dev, cg, bx.data(), dy.data(), mean.data(), true);
+  auto y2 = poisoned(size), mean2 = poisoned(k.c), var2 = poisoned(k.c);
+  earlier.forward_train(dev, cg, 1e-3, x2.data(), gamma.data(), beta.data(), y2.data(), mean2.data(),
+                        var2.data(), k.relu);
+  const float* ab = earlier.relu_coefficients(cg);
+  REQUIRE((ab != nullptr) == k.relu);
+  std::vector<std::uint16_t> bits(size / 16);
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    bits[i] = backend::host::positive_bits(relu_y.data() + 16 * i);
+
+  auto d0 = poisoned(size), dw0 = poisoned(wt.size());
+  conv.backward_images_bn(dev, g, x.data(), map, wt.data(), d0.data(), dw0.data());
+  std::vector<float> want(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    const bool on =
+        mask == Mask::None || (mask == Mask::Relu ? relu_y[i] > 0.f : (bits[i / 16] >> (i % 16)) & 1u);
+    want[i] = on ? d0[i] + other[i] : 0.f;
+  }
+  std::vector<double> sums(2 * k.c, 0.0);
+  auto dx = poisoned(size), dw = poisoned(wt.size());
+  for (std::size_t i0 : {std::size_t(0), half}) {  // two ranges, as ConvBatchNorm's
+    const std::size_t i1 = i0 == 0 ? half : k.n, o = i0 * image;
+    ConvGeom gr = g;
+    gr.n = i1 - i0;
+    auto mr = map;
+    mr.x += o;
+    mr.dy += o;
+    backend::onednn::bn::GradEpilogue e;
+    e.other = other.data() + o;
+    e.mask_bits = mask == Mask::Bits ? bits.data() + o / 16 : nullptr;
+    e.mask_relu = mask == Mask::Relu ? relu_y.data() + o : nullptr;
+    e.x = x2.data() + o;
+    e.relu_ab = ab;
+    e.mean = mean2.data();
+    e.sums = sums.data();
+    std::vector<float> dwr(wt.size());
+    conv.backward_images_bn(dev, gr, x.data() + o, mr, wt.data(), dx.data() + o, dwr.data(), &e);
+  }
+  CHECK(std::memcmp(dx.data(), want.data(), size * sizeof(float)) == 0);
+  // The sums in double over the final dx (the earlier batch norm's dy).
+  std::vector<double> s(2 * k.c, 0.0), a(2 * k.c, 0.0);
+  for (std::size_t i = 0; i < size; ++i) {
+    const std::size_t c = i % k.c;
+    const bool on = !ab || backend::onednn::bn::relu_on(x2[i], ab[c], ab[k.c + c]) > 0.f;
+    const double u = on ? double(want[i]) : 0.0, v = double(x2[i]) - double(mean2[c]);
+    s[c] += u;
+    a[c] += std::fabs(u);
+    s[k.c + c] += u * v;
+    a[k.c + c] += std::fabs(u * v);
+  }
+  for (std::size_t j = 0; j < 2 * k.c; ++j) {
+    INFO("sum " << j << ": " << sums[j] << ", exact " << s[j] << ", sum|terms| " << a[j]);
+    CHECK(std::fabs(sums[j] - s[j]) <= 17 * std::ldexp(1.0, -24) * a[j]);
+  }
+  // The batch norm's own pass over the same dy, and the gradients of both.
+  auto dg1 = poisoned(k.c), db1 = poisoned(k.c), dg2 = poisoned(k.c), db2 = poisoned(k.c);
+  earlier.backward_sums(dev, cg, 1e-3, x2.data(), dx.data(), gamma.data(), mean2.data(), var2.data(),
+                        dg1.data(), db1.data(), k.relu);
+  earlier.backward_sums_given(dev, cg, 1e-3, x2.data(), dx.data(), gamma.data(), mean2.data(), var2.data(),
+                              dg2.data(), db2.data(), k.relu, sums.data());
+  for (std::size_t c = 0; c < k.c; ++c) {
+    INFO("channel " << c);
+    CHECK(std::fabs(double(db2[c]) - double(db1[c])) <= 1e-6 * (a[c] + 1e-30) + 1e-30);
+    CHECK(std::fabs(double(dg2[c]) - double(dg1[c])) <=
+          1e-6 * std::fabs(double(dg1[c])) + 1e-6 * a[k.c + c] / std::sqrt(double(var2[c]) + 1e-3));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("The own convolution kernels' epilogue: a residual sum and an earlier batch norm's sums",
+          "[backend][onednn][direct]") {
+  if (skip_without_avx512()) return;
+  for (Mask mask : {Mask::None, Mask::Bits, Mask::Relu}) {
+    run_epilogue(Case{4, 3, 16, 16, true}, mask);
+    run_epilogue(Case{2, 4, 8, 32, false}, mask);
+    run_epilogue(Case{4, 2, 8, 64, true}, mask);
+  }
+  for (const Case& k : {Case{128, 32, 32, 16, true}, Case{128, 16, 16, 32, false}, Case{128, 8, 8, 64, true}})
+    run_epilogue(k, Mask::Bits);
+}
 
 TEST_CASE("The own convolution backward with batch norm's input gradient in its prologue matches double sums",
           "[backend][onednn][direct]") {

@@ -215,6 +215,42 @@ struct BatchNorm2d : LayerBase {
         throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums is not available here");
       }
     }
+    /// backward_sums with the sums taken by the layer that read this one's
+    /// output, over this dy (BnSumsOffer, in that layer's kernels'
+    /// epilogue; 2C values), on a backend with conv_bn_prologue.
+    void backward_sums_given(const Tensor<T>& dy, RunContext<B, T>& rc, const double* sums) {
+      if constexpr (kChunked && backend_traits<B>::conv_bn_prologue) {
+        if (!x_)
+          throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums_given after a bf16 forward");
+        auto [dg, db] = grad_targets(rc);
+        op_.backward_sums_given(*rc.device, geom_, eps_, x_->data(), dy.data(),
+                                std::as_const(*rc.params).value(gamma_), mean_.data(), var_.data(), dg, db,
+                                Relu, sums);
+      } else {
+        (void)dy, (void)rc, (void)sums;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums_given is not available here");
+      }
+    }
+    /// What a later layer needs to take this layer's backward sums
+    /// (BnSumsOffer) after a float training forward: its x, the fused
+    /// ReLU's a, b (null without) and the batch mean; all null where
+    /// backward_sums_given cannot follow (not chunkable, a bf16 forward, a
+    /// backend without conv_bn_prologue).
+    struct SumsInputs {
+      const T* x = nullptr;
+      const T* relu_ab = nullptr;
+      const T* mean = nullptr;
+    };
+    SumsInputs sums_inputs(const RunContext<B, T>& rc) const {
+      if constexpr (kChunked && backend_traits<B>::conv_bn_prologue) {
+        if (!chunkable(rc) || !x_) return {};
+        const T* ab = Relu ? op_.relu_coefficients(geom_) : nullptr;
+        if (Relu && !ab) return {};
+        return {x_->data(), ab, mean_.data()};
+      } else {
+        return (void)rc, SumsInputs{};
+      }
+    }
     void backward_images(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t i0, std::size_t i1,
                          T* dx_images) {
       if constexpr (kChunked) {

@@ -204,18 +204,31 @@ struct Conv2d : LayerBase {
     /// backward_images with dy_images the input gradient of the batch norm
     /// after this layer, given as that batch norm's map `m` over the whole
     /// batch (ops::BatchNorm::grad_map): the op computes each image of it in
-    /// its kernels' prologue (ConvBatchNorm). Needs direct_bn().
-    template <class Map>
-    void backward_images_bn(const Map& m, RunContext<B, T>& rc, std::size_t i0, std::size_t i1) {
+    /// its kernels' prologue (ConvBatchNorm). Needs direct_bn(). With `e`
+    /// (not null; pointers at the batch's first image, as m's), the op's
+    /// epilogue on each image of dx (ops::Conv2d::BnEpilogue: a residual
+    /// sum, an earlier batch norm's backward sums, added into e->sums).
+    template <class Map, class Epilogue>
+    void backward_images_bn(const Map& m, RunContext<B, T>& rc, std::size_t i0, std::size_t i1,
+                            const Epilogue* e) {
       if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
         Map mi = m;
         mi.x += i0 * out_image();
         mi.dy += i0 * out_image();
+        Epilogue ei{};
+        if (e) {  // at image i0
+          const std::size_t o = i0 * in_image();
+          ei = *e;
+          if (ei.other) ei.other += o;
+          if (ei.mask_bits) ei.mask_bits += o / 16;
+          if (ei.mask_relu) ei.mask_relu += o;
+          if (ei.x) ei.x += o;
+        }
         backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T*) {
-          op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw);
+          op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw, e ? &ei : nullptr);
         });
       } else {
-        (void)m, (void)rc, (void)i0, (void)i1;
+        (void)m, (void)rc, (void)i0, (void)i1, (void)e;
         throw ConfigError("layer '" + name_ + "' (Conv2d): backward_images_bn is not available here");
       }
     }

@@ -98,6 +98,7 @@ struct ConvBatchNorm : LayerBase {
       if (std::exchange(expect_copy_, false) && rc.input_bf16_of != x.data())
         throw ConfigError("layer '" + conv_name_ +
                           "': its input's float values were skipped for a bf16 copy that is not there");
+      take_input_offer(rc, x);
       const std::uint16_t* lp = nullptr;
       const Tensor<T>& a =
           detail::profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
@@ -111,11 +112,20 @@ struct ConvBatchNorm : LayerBase {
           return bn_.forward_bf16(lp, conv_.geometry().out_shape(), rc);
         });
       }
-      return detail::profiled(rc.profiler, bn_name_, "bn", false,
-                              [&]() -> const Tensor<T>& { return bn_.forward(a, rc); });
+      T* const sum_out = rc.sum_out;
+      const bool sum_relu = rc.sum_relu;
+      const Tensor<T>& y = detail::profiled(rc.profiler, bn_name_, "bn", false,
+                                            [&]() -> const Tensor<T>& { return bn_.forward(a, rc); });
+      offer_sums(rc, y, rc.sum_done ? sum_out : nullptr, sum_relu);
+      return y;
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      // Batch norm's sums given by the layer after this one (BnSumsOffer):
+      // for this dy only, once.
+      const bool given = sums_offer_.given_for != nullptr && sums_offer_.given_for == dy.data() &&
+                         sums_offer_.sums.size() == 2 * std::size_t(Out);
+      sums_offer_.given_for = nullptr;
       if constexpr (backend_traits<B>::bf16_gradients) {
         // bf16 convolutions: the batch norm writes its dx as bf16 straight
         // into the buffer the convolution's backward reads (no float dx, no
@@ -123,8 +133,8 @@ struct ConvBatchNorm : LayerBase {
         if (bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc)) return backward_io(&dy, rc, nullptr);
       }
       const std::size_t n = conv_.geometry().n;
-      if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per);
-      if (direct_bn(rc)) return backward_ranges(dy, rc, n);  // one range: the own kernels all the same
+      if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per, given);
+      if (direct_bn(rc)) return backward_ranges(dy, rc, n, given);  // one range: the own kernels all the same
       const Tensor<T>& da = detail::profiled(rc.profiler, bn_name_, "bn", true,
                                              [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
       return detail::profiled(rc.profiler, conv_name_, "conv", true,
@@ -238,6 +248,15 @@ struct ConvBatchNorm : LayerBase {
     /// Of those, the ones that ran in the backend's own kernels with batch
     /// norm's input gradient in their prologue (direct_conv_bn; tests).
     std::size_t direct_backwards() const { return direct_backwards_; }
+    /// Of those, the ones whose kernels also did the residual block's sum
+    /// (grad_sum) image by image in their epilogue (tests).
+    std::size_t epilogue_residual_sums() const { return epilogue_residual_sums_; }
+    /// Of those, the ones whose kernels took the earlier layer's batch norm
+    /// sums in their epilogue (BnSumsOffer; tests).
+    std::size_t epilogue_bn_sums() const { return epilogue_bn_sums_; }
+    /// Backward passes whose batch norm sums the layer after this one took
+    /// (BatchNorm2d::backward_sums_given; tests).
+    std::size_t sums_given() const { return sums_given_; }
 
    private:
     // The float backward a range of images at a time, on a backend with
@@ -275,60 +294,152 @@ struct ConvBatchNorm : LayerBase {
       else
         return (void)rc, false;
     }
-    const Tensor<T>& backward_ranges(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t range) {
+    // `given`: the layer after this one took batch norm's sums over dy
+    // (sums_offer_), which then replace the pass of the sums.
+    const Tensor<T>& backward_ranges(const Tensor<T>& dy, RunContext<B, T>& rc, std::size_t range,
+                                     bool given) {
       detail::PartTimer conv_t(rc.profiler), bn_t(rc.profiler);
+      auto sums = [&] {
+        if (given) {
+          bn_.backward_sums_given(dy, rc, sums_offer_.sums.data());
+          ++sums_given_;
+        } else {
+          bn_.backward_sums(dy, rc);
+        }
+      };
       if constexpr (backend_traits<B>::conv_bn_prologue) {
-        // In the own kernels: batch norm's pass of the sums, then each range
-        // of images in one call, the batch norm's dx of each image computed
-        // in the kernels' prologue (booked with the convolution it is part
-        // of; ++direct_backwards_).
+        // In the own kernels: batch norm's pass of the sums (unless given),
+        // then each range of images in one call, the batch norm's dx of each
+        // image computed in the kernels' prologue (booked with the
+        // convolution it is part of; ++direct_backwards_), and in their
+        // epilogue, on each image of dx while it is in cache, the residual
+        // block's sum (grad_sum) and the sums of the batch norm whose
+        // output this layer read (BnSumsOffer), where there are such.
         if (direct_bn(rc)) {
           const auto map = bn_t.run([&] {
-            bn_.backward_sums(dy, rc);
+            sums();
             return bn_.grad_map(dy, rc);
           });
           ++direct_backwards_;
-          return each_range(rc, range, conv_t, bn_t, [&](std::size_t i0, std::size_t i1) {
-            conv_t.run([&] { conv_.backward_images_bn(map, rc, i0, i1); });
+          conv_t.run([&] { conv_.backward_begin(rc); });  // dx sized: range_sum and input_offer look at it
+          const bool sum = range_sum(rc);
+          const auto& gs = rc.grad_sum;
+          typename ops::Conv2d<B, T>::BnEpilogue e{};
+          if (sum) {
+            e.other = gs.other;
+            e.mask_bits = gs.mask_bits;
+            e.mask_relu = gs.mask_relu;
+          }
+          BnSumsOffer<T>* o = input_offer(rc, sum);
+          if (o) {
+            o->sums.assign(2 * o->c, 0.0);
+            e.x = o->x;
+            e.relu_ab = o->relu_ab;
+            e.mean = o->mean;
+            e.sums = o->sums.data();
+          }
+          const Tensor<T>& dx = each_range(rc, range, conv_t, bn_t, sum, [&](std::size_t i0, std::size_t i1) {
+            conv_t.run([&] { conv_.backward_images_bn(map, rc, i0, i1, sum || o ? &e : nullptr); });
           });
+          epilogue_residual_sums_ += sum;
+          if (o) {
+            o->given_for = dx.data();
+            ++epilogue_bn_sums_;
+          }
+          return dx;
         }
       }
       const ConvGeom& g = conv_.geometry();
-      bn_t.run([&] { bn_.backward_sums(dy, rc); });
+      bn_t.run(sums);
       ensure_shape(range_dy_, Shape{range, g.oc, g.oh, g.ow}, g.fmt);
-      return each_range(rc, range, conv_t, bn_t, [&](std::size_t i0, std::size_t i1) {
+      return each_range(rc, range, conv_t, bn_t, false, [&](std::size_t i0, std::size_t i1) {
         bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
         conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
       });
     }
+    // Whether this backward does the residual block's sum for the gradient
+    // of its input (RunContext::grad_sum): an offer for this input, and dx.
+    bool range_sum(RunContext<B, T>& rc) {
+      const auto& gs = rc.grad_sum;
+      return gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
+             conv_.input_gradient_from(rc, 0) && (!gs.mask_bits || conv_.in_image() % 16 == 0);
+    }
     // The ranges of backward_ranges: backward(i0, i1) on each in order, with
     // a residual block's sum for the gradient of this layer's input
-    // (RunContext::grad_sum) done on each range of dx in place right after
-    // the convolution wrote it, while it is in cache; the parts booked.
+    // (RunContext::grad_sum, where range_sum) done on each range of dx in
+    // place right after the convolution wrote it, while it is in cache,
+    // unless `in_kernels` did it image by image already; the parts booked.
     template <class Backward>
     const Tensor<T>& each_range(RunContext<B, T>& rc, std::size_t range, detail::PartTimer& conv_t,
-                                detail::PartTimer& bn_t, Backward&& backward) {
+                                detail::PartTimer& bn_t, bool in_kernels, Backward&& backward) {
       const ConvGeom& g = conv_.geometry();
       conv_t.run([&] { conv_.backward_begin(rc); });
       auto& gs = rc.grad_sum;
       const std::size_t image = conv_.in_image();
-      const bool sum = gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
-                       conv_.input_gradient_from(rc, 0) && (!gs.mask_bits || image % 16 == 0);
+      const bool sum = range_sum(rc), after = sum && !in_kernels;
       detail::PartTimer add_t(rc.profiler);
       for (std::size_t i0 = 0; i0 < g.n; i0 += range) {
         const std::size_t i1 = std::min(g.n, i0 + range);
         backward(i0, i1);
-        if (sum) add_t.run([&] { sum_range(rc, i0, i1, image); });
+        if (after) add_t.run([&] { sum_range(rc, i0, i1, image); });
       }
       bn_t.book(bn_name_, "bn", true);
       conv_t.book(conv_name_, "conv", true);
+      if (after) add_t.book(*gs.name, "add", true);
       if (sum) {
-        add_t.book(*gs.name, "add", true);
         gs.done = true;
         ++range_sums_;
       }
       ++ranged_backwards_;
       return conv_.backward_end();
+    }
+    // A training forward: the batch norm sums offered with the input
+    // (RunContext::input_bn), kept for this layer's backward.
+    void take_input_offer(RunContext<B, T>& rc, const Tensor<T>& x) {
+      in_bn_ = nullptr;
+      in_bn_shared_ = false;
+      if constexpr (backend_traits<B>::conv_bn_prologue) {
+        if (rc.input_bn && rc.input_bn->of == x.data() && rc.input_bn->c == conv_.geometry().ic) {
+          in_bn_ = rc.input_bn;
+          in_bn_shared_ = rc.input_bn_shared;
+        }
+      }
+    }
+    // In a backward in the own kernels (`sum`: it does the residual
+    // block's sum): the offer of the last forward's input, if this backward
+    // forms that input's whole gradient: with dx; an input read by this
+    // layer alone and no sum, or one the shortcut reads too and the block's
+    // sum here; through a ReLU's mask exactly where the offer went through
+    // one (the block's sum through the mask of the block that wrote it).
+    BnSumsOffer<T>* input_offer(RunContext<B, T>& rc, bool sum) {
+      BnSumsOffer<T>* o = std::exchange(in_bn_, nullptr);
+      if (!o || !conv_.input_gradient_from(rc, 0) || o->of != conv_.input_data() || in_bn_shared_ != sum)
+        return nullptr;
+      const bool masked = sum && (rc.grad_sum.mask_bits || rc.grad_sum.mask_relu);
+      return o->masked == masked ? o : nullptr;
+    }
+    // After a float training forward: offer the batch norm's sums to the
+    // layer that reads the output (`y`, or the residual sum written into
+    // `sum_out`, through a ReLU with `sum_relu`), where this layer's
+    // backward can take them given (backward_ranges).
+    void offer_sums(RunContext<B, T>& rc, const Tensor<T>& y, const T* sum_out, bool sum_relu) {
+      sums_offer_.given_for = nullptr;
+      if constexpr (backend_traits<B>::conv_bn_prologue) {
+        const std::size_t n = conv_.geometry().n;
+        if (!float_convs_ || !(direct_bn(rc) || range_images(rc, n))) return;
+        const auto in = bn_.sums_inputs(rc);
+        if (!in.x) return;
+        sums_offer_.of = sum_out ? static_cast<const void*>(sum_out) : static_cast<const void*>(y.data());
+        sums_offer_.x = in.x;
+        sums_offer_.relu_ab = in.relu_ab;
+        sums_offer_.mean = in.mean;
+        sums_offer_.c = std::size_t(Out);
+        sums_offer_.through_sum = sum_out != nullptr;
+        sums_offer_.masked = sum_out != nullptr && sum_relu;
+        rc.bn_out = &sums_offer_;
+      } else {
+        (void)rc, (void)y, (void)sum_out, (void)sum_relu;
+      }
     }
     // dx = dx + other (through the offer's ReLU mask) on images [i0, i1).
     void sum_range(RunContext<B, T>& rc, std::size_t i0, std::size_t i1, std::size_t image) {
@@ -422,8 +533,12 @@ struct ConvBatchNorm : LayerBase {
     std::size_t chunk_bytes_ = 0;         // NetOptions::conv_bn_chunk_bytes
     bool float_convs_ = true;             // NetOptions::conv_precision is F32
     std::size_t ranged_backwards_ = 0, range_sums_ = 0, direct_backwards_ = 0;
-    ops::Eltwise<B, T> add_;  // a residual block's sum in the ranges (sum_range)
-    Tensor<T> range_dy_;      // backward_ranges: one range of the batch norm's dx
+    std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0;
+    BnSumsOffer<T> sums_offer_;        // this layer's batch norm sums, offered forward
+    BnSumsOffer<T>* in_bn_ = nullptr;  // the offer of the last training forward's input
+    bool in_bn_shared_ = false;        // and whether the shortcut of a block read that input too
+    ops::Eltwise<B, T> add_;           // a residual block's sum in the ranges (sum_range)
+    Tensor<T> range_dy_;               // backward_ranges: one range of the batch norm's dx
     Tensor<T> y_;
     std::string conv_name_, bn_name_;
   };

@@ -186,6 +186,31 @@ class GradientSync {
   virtual void finish() = 0;
 };
 
+/// A batch norm's backward sums, offered by the layer whose training
+/// forward wrote the tensor `of` (its batch norm's output, or a residual
+/// block's sum of that output: `through_sum`) to the layer that reads it,
+/// which forms the gradient of `of` in its backward and may take the sums
+/// over it there, while it is in cache (RunContext::bn_out; ConvBatchNorm on
+/// a backend with conv_bn_prologue). What the sums need: the batch norm's
+/// input `x`, its fused ReLU's a then b (`relu_ab`, or null) and its batch
+/// `mean`, `c` channels; through a sum followed by a ReLU (`masked`), the
+/// gradient of `of` goes through that ReLU's mask first. The reader writes
+/// `sums` (2c: Σ dy, Σ dy (x − mean)) and sets `given_for` to the gradient
+/// they are of; the offering layer uses them only for a dy at that address,
+/// once, and forgets them at its next forward.
+template <class T>
+struct BnSumsOffer {
+  const void* of = nullptr;
+  const T* x = nullptr;
+  const T* relu_ab = nullptr;
+  const T* mean = nullptr;
+  std::size_t c = 0;
+  bool through_sum = false;
+  bool masked = false;
+  std::vector<double> sums;
+  const void* given_for = nullptr;
+};
+
 template <class B, class T>
 struct RunContext {
   Mode mode = Mode::Train;
@@ -236,6 +261,16 @@ struct RunContext {
     bool done = false;
   };
   GradSumOffer grad_sum;
+  /// A batch norm's backward sums offered forward (BnSumsOffer): the layer
+  /// that just wrote `bn_out->of` names its offer, and the containers turn
+  /// it into `input_bn` for the child whose input that tensor is (checked by
+  /// pointer, dropped at any other boundary, as relu_out). A Residual hands
+  /// its input's offer to its body alone, with `input_bn_shared` set: its
+  /// shortcut reads that input too, so only a layer that also does the
+  /// block's gradient sum (grad_sum) may take the sums.
+  BnSumsOffer<T>* bn_out = nullptr;
+  BnSumsOffer<T>* input_bn = nullptr;
+  bool input_bn_shared = false;
   /// A residual block's sum offered to the last layer of its body
   /// (nn/sequential.hpp, Residual): a layer that can add `sum_shortcut` to
   /// its own output in the pass that writes it (and ReLU with `sum_relu`)

@@ -171,7 +171,8 @@ struct First {
 /// (RunContext::relu_out; see Residual). The first child keeps what the
 /// container was told about its own input; any other child that ran in
 /// between (even one that returns its input) ends the chain.
-/// The same for a bf16 copy of the input (RunContext::bf16_of).
+/// The same for a bf16 copy of the input (RunContext::bf16_of) and for a
+/// batch norm's backward sums offered with it (RunContext::bn_out).
 template <class B, class T>
 void enter_child(RunContext<B, T>& rc, const Tensor<T>& in, bool& first) {
   if (!first) {
@@ -179,11 +180,14 @@ void enter_child(RunContext<B, T>& rc, const Tensor<T>& in, bool& first) {
     const bool copy = rc.bf16_of != nullptr && rc.bf16_of == in.data();
     rc.input_bf16_of = copy ? rc.bf16_of : nullptr;
     rc.input_bf16 = copy ? rc.bf16_bits : nullptr;
+    rc.input_bn = rc.bn_out != nullptr && rc.bn_out->of == in.data() ? rc.bn_out : nullptr;
+    rc.input_bn_shared = false;
   }
   first = false;
   rc.relu_out = nullptr;
   rc.bf16_of = nullptr;
   rc.bf16_bits = nullptr;
+  rc.bn_out = nullptr;
 }
 /// A residual sum offered to a container (RunContext::sum_out), taken out
 /// of the context so that only its last child sees it (offer_sum).
@@ -572,6 +576,13 @@ struct Residual : LayerBase {
       rc.grad_bits_of = nullptr;
       rc.grad_bits = nullptr;
       detail::take_sum(rc);  // an offer for this block's output is not for its insides
+      // A batch norm's sums offered with x: for the body alone (the shortcut
+      // reads x too: only a layer that also does this block's gradient sum
+      // may take them).
+      auto* const input_bn = rc.input_bn;
+      rc.input_bn = nullptr;
+      rc.input_bn_shared = false;
+      rc.bn_out = nullptr;
       rc.relu_out = nullptr;
       rc.bf16_of = nullptr;
       // The shortcut first: the body's last layer may then add it (and the
@@ -584,6 +595,9 @@ struct Residual : LayerBase {
       rc.input_is_relu = input_is_relu;  // the body reads the same x
       rc.input_bf16_of = input_bf16_of;
       rc.input_bf16 = input_bf16;
+      rc.input_bn = input_bn;
+      rc.input_bn_shared = input_bn != nullptr;
+      rc.bn_out = nullptr;
       rc.relu_out = nullptr;
       rc.bf16_of = nullptr;
       std::uint16_t* mask = nullptr;  // the ReLU's mask as bits, for the next block's backward
@@ -606,7 +620,12 @@ struct Residual : LayerBase {
         if (bf16_in) body_.require_first_bf16_input();
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
       const Tensor<T>& a = body_.forward(x, rc);
+      rc.input_bn = nullptr;
+      rc.input_bn_shared = false;
       summed_ = rc.sum_done;
+      // The body's last layer may offer its batch norm's sums for the sum it
+      // wrote, this block's output (through this block's ReLU).
+      if (!summed_ || !rc.bn_out || rc.bn_out->of != y_.data()) rc.bn_out = nullptr;
       const bool bits = summed_ && rc.sum_mask_done;
       float_skipped_ = summed_ && rc.sum_float_skipped;
       floats_skipped_ += float_skipped_;

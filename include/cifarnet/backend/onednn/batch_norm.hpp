@@ -223,6 +223,28 @@ struct BatchNorm<backend::OneDnn, float> {
                           scratch_);
     sums_of_ = {x, dy, g, relu};
   }
+  /// backward_sums with the sums taken by the convolution that read this
+  /// batch norm's output, in its own kernels' epilogue (bn::GradEpilogue,
+  /// over this x, dy and mean: 2 g.c values): the same state after it.
+  void backward_sums_given(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                           const float* gamma, const float* mean, const float* var, float* dgamma,
+                           float* dbeta, bool relu, const double* sums) {
+    namespace on = backend::onednn;
+    (void)dev;
+    check_backward("BatchNorm backward_sums_given", g, x, dy, gamma, mean, var, dgamma, dbeta,
+                   relu ? BnActivation::Relu : BnActivation::None);
+    on::require("BatchNorm backward_sums_given", {{sums, "sums"}});
+    on::bn::backward_sums_given(g, eps, sums, gamma, var, dgamma, dbeta, scratch_);
+    sums_of_ = {x, dy, g, relu};
+  }
+  /// The fused ReLU's a then b (2 g.c) of the last training forward of
+  /// geometry `g` with the ReLU, or null: what a GradEpilogue recomputes the
+  /// ReLU's mask from.
+  const float* relu_coefficients(const ChannelGeom& g) const {
+    return act_ == BnActivation::Relu && act_geom_ && *act_geom_ == g && relu_ab_.size() == 2 * g.c
+               ? relu_ab_.data()
+               : nullptr;
+  }
   /// dx of images [i0, i1) into `dx_images` (their size), after
   /// backward_sums of the same x, dy, geometry and activation.
   void backward_images(Dev& dev, const ChannelGeom& g, const float* x, const float* dy, const float* mean,

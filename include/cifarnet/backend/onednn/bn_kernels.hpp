@@ -683,6 +683,34 @@ struct GradMap {
   const float* D = nullptr;
 };
 
+/// What a convolution's own backward kernels do to each image of the input
+/// gradient they have just computed, while it is in cache (direct_conv.hpp,
+/// ConvBatchNorm); every pointer at the range's first image:
+/// - a residual block's sum of that gradient (RunContext::grad_sum), in
+///   place: dx = dx + other, through the ReLU's mask given as bits
+///   (`mask_bits`, the word of the range's first element) or as the ReLU's
+///   output (`mask_relu` > 0), or no mask — the float operations of
+///   Eltwise::add / add_masked / add_masked_bits, so the same bits;
+/// - then the backward sums of the batch norm whose output (or a residual
+///   sum of it) the convolution read, with the final dx as that batch
+///   norm's dy: `x` its input, `relu_ab` its fused ReLU's a then b (or
+///   null), `mean` its batch mean (the shift of backward_sums): sums[c] =
+///   Σ dyr and sums[C + c] = Σ dyr (x − mean), dyr = dy through the ReLU's
+///   mask, added into `sums` (2C; a call's images as backward_sums' float
+///   blocks of 16 rows added into double, image by image on each thread,
+///   the threads' totals in thread order, then added: the result depends on
+///   the thread count and the ranges only; the double additions come in
+///   another order than channel_sums', so the last bits may differ).
+struct GradEpilogue {
+  const float* other = nullptr;
+  const std::uint16_t* mask_bits = nullptr;
+  const float* mask_relu = nullptr;
+  const float* x = nullptr;
+  const float* relu_ab = nullptr;
+  const float* mean = nullptr;
+  double* sums = nullptr;
+};
+
 /// dbeta, dgamma and backward()'s coefficients A, B, D (into sc.coef) from
 /// the sums of its first pass (sc.sums).
 inline void gradient_coefficients(const ChannelGeom& g, double eps, const float* gamma, const float* var,
@@ -715,6 +743,14 @@ void backward_sums(const ChannelGeom& g, double eps, const X* x, const DY* dy, c
   with_channels(g, [&](auto cc) {
     channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc, nullptr);
   });
+  gradient_coefficients(g, eps, gamma, var, dgamma, dbeta, sc);
+}
+/// backward_sums with its sums already taken elsewhere (2C: a
+/// GradEpilogue's, over the same x, dy and mean): dgamma, dbeta and the
+/// coefficients.
+inline void backward_sums_given(const ChannelGeom& g, double eps, const double* sums, const float* gamma,
+                                const float* var, float* dgamma, float* dbeta, Scratch& sc) {
+  sc.sums.assign(sums, sums + 2 * g.c);
   gradient_coefficients(g, eps, gamma, var, dgamma, dbeta, sc);
 }
 /// dx of images [i0, i1) (backward()'s second pass over them) into

@@ -232,9 +232,12 @@ struct Conv2d<backend::OneDnn, float> {
   /// images): dx (if not null) and dw (HWIO, overwritten, if not null) from
   /// x (their input) and w (HWIO), in the own kernels, each image's output
   /// gradient computed in their prologue and used from cache. Needs
-  /// direct_bn(g).
+  /// direct_bn(g). With `e` (and dx), each image of dx then goes through
+  /// that epilogue while it is in cache: a residual sum, an earlier batch
+  /// norm's backward sums (bn::GradEpilogue; pointers at those images).
+  using BnEpilogue = backend::onednn::bn::GradEpilogue;
   void backward_images_bn(Dev& dev, const ConvGeom& g, const float* x, const backend::onednn::bn::GradMap& m,
-                          const float* w, float* dx, float* dw) {
+                          const float* w, float* dx, float* dw, const BnEpilogue* e = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d backward_images_bn";
     on::check_geometry(g, op, false);
@@ -244,7 +247,7 @@ struct Conv2d<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
     if (dx) direct_flip_.update(g, w, w_version_);  // once per weights version
-    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_);
+    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_, e);
     ++direct_backwards_;
   }
   /// How many backward_images_bn calls ran (tests).

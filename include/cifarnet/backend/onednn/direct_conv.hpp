@@ -46,9 +46,11 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
+#include "cifarnet/backend/host/mask_bits.hpp"
 #include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/geometry.hpp"
@@ -61,6 +63,9 @@ namespace direct {
 /// What the kernels' prologue computes: a batch norm's input gradient from
 /// its inputs (bn::GradMap, pointers at the first image of the range).
 using BnGradMap = bn::GradMap;
+/// What the kernels do to each image of dx after computing it: a residual
+/// sum, an earlier batch norm's backward sums (bn::GradEpilogue).
+using BnEpilogue = bn::GradEpilogue;
 
 /// Whether the CPU runs the kernels (x86-64 with AVX-512 as oneDNN's
 /// avx512_core).
@@ -235,11 +240,34 @@ CIFARNET_AVX512 void wgrad16_image(int H, int W, const float* __restrict x, cons
 
 #undef CIFARNET_AVX512
 
+// The epilogue on one image of dx just computed (dx: that image; off: its
+// offset from the range's first element): the residual sum in place, then
+// the earlier batch norm's sums added into s (2C: this thread's).
+template <int C>
+void epilogue(std::size_t rows, const BnEpilogue& e, std::size_t off, float* dx, double* s) {
+  const std::size_t n = rows * C;
+  if (e.other) {
+    const float* o = e.other + off;
+    if (e.mask_relu) {
+      const float* m = e.mask_relu + off;
+      for (std::size_t i = 0; i < n; ++i) dx[i] = m[i] > 0.f ? dx[i] + o[i] : 0.f;
+    } else {
+      for (std::size_t i = 0; i < n; i += 16)
+        host::add_masked_word(dx + i, o + i,
+                              e.mask_bits ? e.mask_bits[(off + i) / 16] : std::uint16_t(0xFFFF), dx + i);
+    }
+  }
+  if (e.sums)
+    bn::nhwc_sums<bn::SumKind::Grad, std::size_t(C), float, float>(0, rows, e.x + off, dx, e.relu_ab, e.mean,
+                                                                   s, s + C, nullptr);
+}
+
 // One image's backward for C channels: dy from the map into `dyc`, then dx
-// (if any) and this thread's weight gradient (if any).
+// (if any; then the epilogue `e` on it, if any) and this thread's weight
+// gradient (if any).
 template <int C>
 void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
-           float* dw, float* dyc) {
+           float* dw, float* dyc, const BnEpilogue* e, double* esums) {
   const std::size_t rows = std::size_t(H) * W;
   float ac[C], bc[C], dc[C], mc[C], ra[C], rb[C];
   for (int c = 0; c < C; ++c) {
@@ -258,6 +286,7 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
                               dyc + r * C);
   }
   if (dx) forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, dyc, wf, dx);
+  if (dx && e) epilogue<C>(rows, *e, off, dx, esums);
   if (dw) {
     if constexpr (C == 16)
       wgrad16_image<8>(H, W, x, dyc, dw);
@@ -276,6 +305,7 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
 struct Scratch {
   std::vector<float> dyc;      ///< per thread: one image of dy
   std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
+  std::vector<double> sums;    ///< per thread: the epilogue's batch norm sums (2 C)
 };
 
 /// The backward of a range of g.n images (supports(g)): dy of each image
@@ -283,31 +313,46 @@ struct Scratch {
 /// then dx (if not null; from the weights flipped and transposed, `wf`:
 /// FlippedWeights in conv2d.hpp) and the weight gradient dw (HWIO, if not
 /// null; overwritten) from x (the convolution's input of those images).
+/// With `e` (and dx), each image of dx then goes through the epilogue while
+/// it is in cache (bn::GradEpilogue: pointers at the range's first image).
 inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* wf, float* dx,
-                            float* dw, Scratch& sc) {
+                            float* dw, Scratch& sc, const BnEpilogue* e = nullptr) {
   if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
+  if (e && (!dx || (e->sums && (!e->x || !e->mean)) || ((e->mask_relu || e->mask_bits) && !e->other) ||
+            (e->mask_relu && e->mask_bits)))
+    throw std::logic_error("direct::backward_images: an epilogue without dx, or with its inputs missing");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
   const int nt = omp_get_max_threads();
   sc.dyc.resize(std::size_t(nt) * image);
   if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
+  const bool sums = e && e->sums;
+  if (sums) sc.sums.assign(std::size_t(nt) * 2 * C, 0.0);
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
     float* dyc = sc.dyc.data() + std::size_t(t) * image;
     float* part = dw ? sc.partial.data() + std::size_t(t) * wsize : nullptr;
+    double* es = sums ? sc.sums.data() + std::size_t(t) * 2 * C : nullptr;
 #pragma omp for schedule(static)
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const std::size_t off = std::size_t(i) * image;
       float* di = dx ? dx + off : nullptr;
       if (C == 16)
-        kernels::image<16>(H, W, m, off, x + off, wf, di, part, dyc);
+        kernels::image<16>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
       else if (C == 32)
-        kernels::image<32>(H, W, m, off, x + off, wf, di, part, dyc);
+        kernels::image<32>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
       else
-        kernels::image<64>(H, W, m, off, x + off, wf, di, part, dyc);
+        kernels::image<64>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
+    }
+  }
+  if (sums) {
+    for (int j = 0; j < 2 * C; ++j) {
+      double s = 0.0;
+      for (int t = 0; t < nt; ++t) s += sc.sums[std::size_t(t) * 2 * C + std::size_t(j)];
+      e->sums[j] += s;
     }
   }
   if (dw) {
@@ -318,7 +363,7 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
     }
   }
 #else
-  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc;  // supports() is false off x86-64
+  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc, (void)e;  // supports() is false off x86-64
 #endif
 }
 
