@@ -257,7 +257,102 @@ void run_epilogue(const Case& k, Mask mask) {
   }
 }
 
+// The forward kernel with the batch norm statistics in its epilogue
+// (direct::forward_images via ops::Conv2d::forward_stats): y within the
+// first-order bound 9 C 2^-24 sum|terms| of the double sums, and equal to
+// oneDNN's forward to 1e-6 of its largest value; the statistics against the
+// mean and biased variance of the returned y in double, within the
+// rounding of float sums of 16 rows (17 2^-24 times the largest term each:
+// 2a and 4a^2, a = max |y|); then a batch
+// norm given them normalises as one that takes its own (1e-5), once.
+void run_forward(const Case& k) {
+  INFO("forward, n" << k.n << " " << k.h << "x" << k.w << "x" << k.c);
+  Device<B> dev;
+  Rng rng = Rng::stream(29, unsigned(k.c * 131 + k.h * 7 + k.w + k.n));
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{k.n, k.c, k.h, k.w}, k.c, 3, 1, Padding::Same);
+  const ChannelGeom cg{DataFormat::NHWC, k.n, k.c, k.h, k.w};
+  const std::size_t size = cg.size();
+  ops::Conv2d<B, float> conv;
+  REQUIRE(conv.direct_bn(g));
+  const auto x = random_vec(rng, size, -1.0, 1.5), wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.3);
+  auto y = poisoned(size), yd = poisoned(size);
+  std::vector<double> stats(2 * k.c, -1.0);
+  conv.forward_stats(dev, g, x.data(), wt.data(), y.data(), stats.data());
+  CHECK(conv.direct_forwards() == 1);
+  conv.forward(dev, g, x.data(), wt.data(), nullptr, yd.data());
+  // y in double, with the sums of |terms|.
+  Exact ey{std::vector<double>(size), std::vector<double>(size)};
+  for (std::size_t i = 0; i < k.n; ++i)
+    for (std::size_t r = 0; r < k.h; ++r)
+      for (std::size_t q = 0; q < k.w; ++q)
+        for (std::size_t kh = 0; kh < 3; ++kh)
+          for (std::size_t kw = 0; kw < 3; ++kw) {
+            const long yi = long(r + kh) - 1, xi = long(q + kw) - 1;
+            if (yi < 0 || yi >= long(k.h) || xi < 0 || xi >= long(k.w)) continue;
+            const float* xs = &x[((i * k.h + std::size_t(yi)) * k.w + std::size_t(xi)) * k.c];
+            const std::size_t o = ((i * k.h + r) * k.w + q) * k.c;
+            for (std::size_t ci = 0; ci < k.c; ++ci)
+              for (std::size_t co = 0; co < k.c; ++co) {
+                const double t = double(xs[ci]) * double(wt[((kh * 3 + kw) * k.c + ci) * k.c + co]);
+                ey.sum[o + co] += t;
+                ey.abs[o + co] += std::fabs(t);
+              }
+          }
+  check("y", y, ey, 9.0 * double(k.c));
+  double top = 0, diff = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    top = std::max(top, std::fabs(double(yd[i])));
+    diff = std::max(diff, std::fabs(double(y[i]) - double(yd[i])));
+  }
+  CHECK(diff <= 1e-6 * top);
+  for (std::size_t c = 0; c < k.c; ++c) {
+    double s = 0, s2 = 0, a = 0;
+    const double m = double(size / k.c);
+    for (std::size_t i = c; i < size; i += k.c) s += double(y[i]);
+    const double mean = s / m;
+    for (std::size_t i = c; i < size; i += k.c) {
+      s2 += (double(y[i]) - mean) * (double(y[i]) - mean);
+      a = std::max(a, std::fabs(double(y[i])));
+    }
+    INFO("channel " << c << ": mean " << stats[c] << " exact " << mean << ", variance " << stats[k.c + c]
+                    << " exact " << s2 / m);
+    // Float sums of 16 rows of |y - k| <= 2a and (y - k)^2 <= 4a^2 each.
+    const double u = 17 * std::ldexp(1.0, -24);
+    CHECK(std::fabs(stats[c] - mean) <= u * 2 * a);
+    CHECK(std::fabs(stats[k.c + c] - s2 / m) <= u * 4 * a * a);
+  }
+  ops::BatchNorm<B, float> given, own;
+  const auto gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c);
+  auto y1 = poisoned(size), y2 = poisoned(size), y3 = poisoned(size), m1 = poisoned(k.c), v1 = poisoned(k.c),
+       m2 = poisoned(k.c), v2 = poisoned(k.c);
+  given.give_statistics(y.data(), k.c, stats.data());
+  given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y1.data(), m1.data(), v1.data(),
+                      true);
+  own.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y2.data(), m2.data(), v2.data(),
+                    true);
+  CHECK(given.statistics_given() == 1);
+  CHECK(own.statistics_given() == 0);
+  double e = 0, r = 0;
+  for (std::size_t i = 0; i < size; ++i) {
+    e = std::max(e, std::fabs(double(y1[i]) - double(y2[i])));
+    r = std::max(r, std::fabs(double(y2[i])));
+  }
+  CHECK(e <= 1e-5 * r);
+  given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y3.data(), m1.data(), v1.data(),
+                      true);
+  CHECK(given.statistics_given() == 1);  // once
+  CHECK(std::memcmp(y3.data(), y2.data(), size * sizeof(float)) == 0);
+}
+
 }  // namespace
+
+TEST_CASE("The own forward kernel takes batch norm's statistics in its epilogue",
+          "[backend][onednn][direct]") {
+  if (skip_without_avx512()) return;
+  for (const Case& k : {Case{3, 3, 16, 16, true}, Case{2, 4, 8, 32, true}, Case{3, 2, 8, 64, true},
+                        Case{128, 32, 32, 16, true}, Case{128, 16, 16, 32, true}, Case{128, 8, 8, 64, true}})
+    run_forward(k);
+}
 
 TEST_CASE("The own convolution kernels' epilogue: a residual sum and an earlier batch norm's sums",
           "[backend][onednn][direct]") {

@@ -199,11 +199,14 @@ TEST_CASE("A residual block's backward sum done in its first layer's ranges give
 // The same chain on 16x16 maps, whose stride-1 convolutions' backward runs
 // in the oneDNN backend's own kernels with batch norm's input gradient in
 // their prologue (NetOptions::direct_conv_bn, on a CPU with AVX-512): whole
-// batches and ranges give the same bits (the same kernels on the same
-// images, the weight gradients a sum of the ranges'), and the gradients are
-// oneDNN's kernels' (direct_conv_bn off) to float rounding. The forward is
-// not touched: the same outputs. The kernels' own accuracy against double
-// sums: tests/backend/test_direct_conv.cpp.
+// batches and ranges give the same dx bits (the same kernels on the same
+// images), the weight gradients a sum of the ranges' and batch norm's a
+// sum of the ranges' sums in double (to rounding), and the gradients are
+// oneDNN's kernels' (direct_conv_bn off) to float rounding. The forward
+// runs in the own forward kernel with batch norm's statistics taken in its
+// epilogue: the outputs are oneDNN's path's to float rounding, and whole
+// and ranged (which differ in the backward only) the same bits. The
+// kernels' own accuracy against double sums: tests/backend/test_direct_conv.cpp.
 TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients, whole or in ranges",
           "[nn][fusion][conv_bn][direct]") {
   using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
@@ -219,7 +222,7 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
     INFO("step " << step);
     const auto [yw, yr, dxw, dxr, g] = m.step();
     const Tensor<float> yp = plain.forward(m.x, Mode::Train);
-    REQUIRE(std::memcmp(yp.data(), yw.data(), yw.size() * sizeof(float)) == 0);
+    check_close(yw.data(), yp.data(), yp.size(), 1e-5);
     REQUIRE(std::memcmp(yr.data(), yw.data(), yw.size() * sizeof(float)) == 0);
     const Tensor<float> dxp = plain.backward(g);
     check_close(dxr.data(), dxp.data(), dxp.size(), 1e-5);
@@ -243,6 +246,8 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
     const std::size_t expect = model != &plain && avx512 ? 2 : 0;
     CHECK(std::get<0>(body).direct_backwards() == expect);
     CHECK(std::get<1>(body).direct_backwards() == expect);
+    CHECK(std::get<0>(body).bn().statistics_given() == expect);  // two training forwards
+    CHECK(std::get<1>(body).bn().statistics_given() == expect);
   }
 }
 
@@ -251,8 +256,8 @@ namespace {
 // (direct_conv_bn(false): oneDNN's kernels, every sum in a pass of its own),
 // ConvBatchNorm's backward in ranges of 4 images of the largest map (`in`,
 // 16 channels on), a batch of 6 inputs of shape `in`; two training steps,
-// the outputs equal and the input and parameter gradients equal to float
-// rounding. Returns the model with the kernels for its counters.
+// the outputs, the input and parameter gradients and the moving statistics
+// equal to float rounding. Returns the model with the kernels for its counters.
 template <class Net>
 std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputShape in, std::uint64_t seed) {
   const NetOptions o = NetOptions().with_conv_bn_chunk_bytes(4 * 4 * 16 * in.h * in.w);
@@ -267,7 +272,7 @@ std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputSh
     INFO("step " << step);
     const Tensor<float> yd = direct->forward(x, Mode::Train);
     const Tensor<float> yp = plain.forward(x, Mode::Train);
-    REQUIRE(std::memcmp(yd.data(), yp.data(), yp.size() * sizeof(float)) == 0);
+    check_close(yd.data(), yp.data(), yp.size(), 1e-5);
     Tensor<float> g(yd.shape());
     for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
     const Tensor<float> dxd = direct->backward(g), dxp = plain.backward(g);
@@ -276,9 +281,11 @@ std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputSh
     auto& P = plain.parameters();
     for (std::size_t id = 0; id < D.count(); ++id) {
       const ParamInfo& info = D.info(id);
-      if (!info.trainable) continue;
       INFO("parameter " << info.name);
-      check_close(D.grad(id), P.grad(id), info.size, 1e-5);
+      if (info.trainable)
+        check_close(D.grad(id), P.grad(id), info.size, 1e-5);
+      else  // moving mean and variance: the statistics the convolution took
+        check_close(D.value(id), P.value(id), info.size, 1e-6);
     }
   }
   return direct;
@@ -320,7 +327,9 @@ TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue g
     CHECK(std::get<1>(b0).sums_given() == on);  // by block 1's first layer, through block 0's mask
     CHECK(std::get<0>(b1).epilogue_residual_sums() == on);
     CHECK(std::get<0>(b1).epilogue_bn_sums() == on);
-    CHECK(std::get<1>(b1).sums_given() == 0);  // the model's output
+    CHECK(std::get<1>(b1).sums_given() == 0);            // the model's output
+    CHECK(std::get<0>(c).bn().statistics_given() == 0);  // 3 channels in: not the own kernels
+    CHECK(std::get<0>(b1).bn().statistics_given() == on);
   }
   {
     INFO("a block, then a ConvBatchNorm");

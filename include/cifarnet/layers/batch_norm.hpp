@@ -231,6 +231,25 @@ struct BatchNorm2d : LayerBase {
         throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_sums_given is not available here");
       }
     }
+    /// The batch statistics of x (2C: the means, then the biased
+    /// variances, in double) taken by the convolution that wrote x
+    /// (ConvBatchNorm, ops::Conv2d::forward_stats): the next training
+    /// forward of this x uses them instead of its own pass over x (a
+    /// backend with conv_bn_prologue; elsewhere nothing happens). `stats`
+    /// must hold them until then.
+    void give_statistics(const Tensor<T>& x, const double* stats) {
+      if constexpr (backend_traits<B>::conv_bn_prologue)
+        op_.give_statistics(x.data(), in_.c, stats);
+      else
+        (void)x, (void)stats;
+    }
+    /// Training forwards that used statistics given (tests).
+    std::size_t statistics_given() const {
+      if constexpr (backend_traits<B>::conv_bn_prologue)
+        return op_.statistics_given();
+      else
+        return 0;
+    }
     /// What a later layer needs to take this layer's backward sums
     /// (BnSumsOffer) after a float training forward: its x, the fused
     /// ReLU's a, b (null without) and the batch mean; all null where

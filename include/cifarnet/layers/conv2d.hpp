@@ -65,6 +65,26 @@ struct Conv2d : LayerBase {
       return y_;
     }
 
+    /// A training forward in the backend's own kernels (conv_bn_prologue,
+    /// direct_bn()) that also takes the batch norm statistics of its output
+    /// (2 Out: the means, then the biased variances, in double) image by
+    /// image while each is in cache (ops::Conv2d::forward_stats), for the
+    /// batch norm after it (ConvBatchNorm). Returns y, or nullptr where this
+    /// cannot run (nothing done: call forward()).
+    const Tensor<T>* forward_stats(const Tensor<T>& x, RunContext<B, T>& rc, double* stats) {
+      if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
+        if (!rc.training() || !direct_bn()) return nullptr;
+        prepare(x, rc);
+        if (!op_.direct_bn(geom_)) return nullptr;
+        ensure_shape(y_, geom_.out_shape(), fmt_);
+        op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats);
+        return &y_;
+      } else {
+        (void)x, (void)rc, (void)stats;
+        return nullptr;
+      }
+    }
+
     /// A training forward writing y as bfloat16 bits into a buffer of this
     /// layer (ops::Conv2d::forward_bf16_dst: bf16 convolutions with a kernel
     /// for it, no bias), for a batch norm that reads bf16 (ConvBatchNorm);

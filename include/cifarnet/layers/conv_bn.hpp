@@ -100,12 +100,21 @@ struct ConvBatchNorm : LayerBase {
                           "': its input's float values were skipped for a bf16 copy that is not there");
       take_input_offer(rc, x);
       const std::uint16_t* lp = nullptr;
+      const Tensor<T>* with_stats = nullptr;  // the convolution took the batch norm's statistics
       const Tensor<T>& a =
           detail::profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
             if constexpr (backend_traits<B>::bf16_gradients)
               if (bn_.backward_bf16_ready(rc)) lp = conv_.forward_bf16(x, rc);
-            return lp ? x : conv_.forward(x, rc);
+            if (lp) return x;
+            if constexpr (backend_traits<B>::conv_bn_prologue) {
+              if (float_convs_ && bn_.chunkable(rc)) {
+                stats_buf_.resize(2 * std::size_t(Out));
+                with_stats = conv_.forward_stats(x, rc, stats_buf_.data());
+              }
+            }
+            return with_stats ? *with_stats : conv_.forward(x, rc);
           });
+      if (with_stats) bn_.give_statistics(a, stats_buf_.data());
       if (lp) {
         ++bf16_outputs_;
         return detail::profiled(rc.profiler, bn_name_, "bn", false, [&]() -> const Tensor<T>& {
@@ -534,6 +543,7 @@ struct ConvBatchNorm : LayerBase {
     bool float_convs_ = true;             // NetOptions::conv_precision is F32
     std::size_t ranged_backwards_ = 0, range_sums_ = 0, direct_backwards_ = 0;
     std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0;
+    std::vector<double> stats_buf_;    // the batch norm's statistics the convolution took (forward)
     BnSumsOffer<T> sums_offer_;        // this layer's batch norm sums, offered forward
     BnSumsOffer<T>* in_bn_ = nullptr;  // the offer of the last training forward's input
     bool in_bn_shared_ = false;        // and whether the shortcut of a block read that input too

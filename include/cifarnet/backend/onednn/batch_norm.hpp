@@ -30,6 +30,7 @@
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
@@ -237,6 +238,13 @@ struct BatchNorm<backend::OneDnn, float> {
     on::bn::backward_sums_given(g, eps, sums, gamma, var, dgamma, dbeta, scratch_);
     sums_of_ = {x, dy, g, relu};
   }
+  /// The batch statistics of x (2 n: the means, then the biased variances,
+  /// in double; n channels), taken by the convolution that wrote x in its
+  /// own kernels' epilogue (ops::Conv2d::forward_stats): the next training
+  /// forward of this x, if it has n channels, uses them instead of its own
+  /// pass over x for them; any training forward forgets them. The buffer
+  /// must hold them until then.
+  void give_statistics(const float* x, std::size_t n, const double* stats) { given_ = {x, n, stats}; }
   /// The fused ReLU's a then b (2 g.c) of the last training forward of
   /// geometry `g` with the ReLU, or null: what a GradEpilogue recomputes the
   /// ReLU's mask from.
@@ -280,6 +288,8 @@ struct BatchNorm<backend::OneDnn, float> {
     return {x, dy, relu ? relu_ab_.data() : nullptr, mean, A, A + g.c, A + 2 * g.c};
   }
 
+  /// Training forwards that used statistics given (give_statistics; tests).
+  std::size_t statistics_given() const { return statistics_given_; }
   /// Geometries whose primitives are cached now.
   std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
@@ -318,8 +328,13 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
     sums_of_.g.reset();  // the coefficients in scratch_ are overwritten
+    const Given given = std::exchange(given_, Given{});
+    const double* stats = given.x != nullptr && given.x == static_cast<const void*>(x) && given.c == g.c
+                              ? given.stats
+                              : nullptr;
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
-                                       y_bf16, sum_mask);
+                                       y_bf16, sum_mask, stats);
+    statistics_given_ += stats != nullptr;
   }
 
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the
@@ -412,7 +427,13 @@ struct BatchNorm<backend::OneDnn, float> {
   std::optional<ChannelGeom> act_geom_;    // the last training forward's geometry
   BnActivation act_ = BnActivation::None;  // and its activation
   backend::onednn::bn::Scratch scratch_;   // the kernels' buffers, kept between calls
-  struct SumsOf {                          // what the last backward_sums summed
+  struct Given {                           // give_statistics, for the next training forward
+    const void* x = nullptr;
+    std::size_t c = 0;
+    const double* stats = nullptr;
+  } given_;
+  std::size_t statistics_given_ = 0;
+  struct SumsOf {  // what the last backward_sums summed
     const float* x = nullptr;
     const float* dy = nullptr;
     std::optional<ChannelGeom> g;

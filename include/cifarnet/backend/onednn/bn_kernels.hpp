@@ -627,25 +627,38 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// (sum_mask(g) must hold). With
 /// `y_bf16` (not with the GELU), y is also written there as bfloat16 bits
 /// (host::store_bf16), in the same pass: the input of a bf16 convolution.
+/// With `given` (2C: the means, then the biased variances, in double), the
+/// statistics are those and there is no pass over x for them: the
+/// convolution that wrote x took them in its own kernels' epilogue
+/// (direct_conv.hpp, forward_images).
 template <class X, class R = float>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, float* relu_ab, Scratch& sc, float* gelu_ab = nullptr,
                    const R* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
-                   std::uint16_t* sum_mask_bits = nullptr) {
+                   std::uint16_t* sum_mask_bits = nullptr, const double* given = nullptr) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
   float *shift = sc.coef.data(), *a = shift + C, *b = a + C;
-  for (std::size_t c = 0; c < C; ++c) shift[c] = widen(x[first_of_channel(g, c)]);
-  with_channels(g, [&](auto cc) {
-    channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift, sc);
-  });
-  const std::vector<double>& sums = sc.sums;
-  for (std::size_t c = 0; c < C; ++c) {
-    const double d = sums[c] / m, mu = double(shift[c]) + d, v = std::max(0.0, sums[C + c] / m - d * d);
-    mean[c] = float(mu);
-    var[c] = float(v);
-    scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
+  if (given) {  // the statistics taken by the convolution that wrote x (direct_conv.hpp)
+    for (std::size_t c = 0; c < C; ++c) {
+      const double mu = given[c], v = std::max(0.0, given[C + c]);
+      mean[c] = float(mu);
+      var[c] = float(v);
+      scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
+    }
+  } else {
+    for (std::size_t c = 0; c < C; ++c) shift[c] = widen(x[first_of_channel(g, c)]);
+    with_channels(g, [&](auto cc) {
+      channel_sums<SumKind::Stats, decltype(cc)::value>(g, x, nullptr, nullptr, shift, sc);
+    });
+    const std::vector<double>& sums = sc.sums;
+    for (std::size_t c = 0; c < C; ++c) {
+      const double d = sums[c] / m, mu = double(shift[c]) + d, v = std::max(0.0, sums[C + c] / m - d * d);
+      mean[c] = float(mu);
+      var[c] = float(v);
+      scale_shift(double(gamma[c]), double(beta[c]), mu, v, eps, a[c], b[c]);
+    }
   }
   if (relu_ab) {
     std::copy(a, a + C, relu_ab);

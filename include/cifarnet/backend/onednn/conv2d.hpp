@@ -252,6 +252,26 @@ struct Conv2d<backend::OneDnn, float> {
   }
   /// How many backward_images_bn calls ran (tests).
   std::size_t direct_backwards() const { return direct_backwards_; }
+  /// The training forward of a convolution whose output a batch norm
+  /// normalises next (ConvBatchNorm), in the own kernels: y = conv(x, w) (w
+  /// HWIO, no bias) and that batch norm's statistics of y (`stats`, 2 g.oc:
+  /// means, then biased variances, in double) taken image by image while
+  /// each is in cache (direct::forward_images), for
+  /// BatchNorm::give_statistics. Needs direct_bn(g).
+  void forward_stats(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* y, double* stats) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward_stats";
+    on::check_geometry(g, op, false);
+    on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
+    (void)dev;
+    if (!direct_bn(g))
+      throw ConfigError(
+          detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
+    on::direct::forward_images(g, x, w, y, direct_scratch_, stats);
+    ++direct_forwards_;
+  }
+  /// How many forward_stats calls ran (tests).
+  std::size_t direct_forwards() const { return direct_forwards_; }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
   /// counts multiples of 16) runs in the project's own AMX kernel
@@ -1189,7 +1209,7 @@ struct Conv2d<backend::OneDnn, float> {
   bool direct_ = true;                               // set_direct_kernels
   backend::onednn::direct::Scratch direct_scratch_;  // backward_images_bn's buffers
   backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
-  std::size_t direct_backwards_ = 0;
+  std::size_t direct_backwards_ = 0, direct_forwards_ = 0;
   bool keep_input_ = false;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;

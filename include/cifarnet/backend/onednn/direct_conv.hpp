@@ -306,7 +306,72 @@ struct Scratch {
   std::vector<float> dyc;      ///< per thread: one image of dy
   std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
   std::vector<double> sums;    ///< per thread: the epilogue's batch norm sums (2 C)
+  std::vector<double> stats;   ///< per image: forward_images' sums (2 C)
 };
+
+/// The forward of g.n images (supports(g)): y = conv(x, w), w HWIO, in the
+/// forward kernel (the one backward data runs on flipped weights), each
+/// thread a fixed share of the images. With `stats` (2C), each image's
+/// batch norm statistics are taken while it is in cache: the sums of y − k
+/// and (y − k)² per channel, k the image's first pixel, as the batch norm's
+/// own pass sums (float blocks of 16 rows added into double), turned into
+/// the image's mean and sum of squared deviations and merged in image order
+/// (Chan, Golub and LeVeque's pairwise update), written as the batch's
+/// means then biased variances: the result depends on the data alone (not
+/// on the thread count), and the batch norm after the convolution skips its
+/// pass of the statistics (bn::forward_train's `given`).
+inline void forward_images(const ConvGeom& g, const float* x, const float* w, float* y, Scratch& sc,
+                           double* stats) {
+  if (!supports(g)) throw std::logic_error("direct::forward_images: a geometry the kernels do not run");
+#if CIFARNET_DIRECT_X86
+  const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
+  const std::size_t image = std::size_t(H) * W * C, rows = std::size_t(H) * W;
+  const std::ptrdiff_t n = std::ptrdiff_t(g.n);
+  if (stats) sc.stats.assign(g.n * 2 * std::size_t(C), 0.0);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    const std::size_t off = std::size_t(i) * image;
+    double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
+    const float* none = nullptr;
+    if (C == 16) {
+      kernels::forward_image<16, 16, 1>(H, W, x + off, w, y + off);
+      if (s)
+        bn::nhwc_sums<bn::SumKind::Stats, 16>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+    } else if (C == 32) {
+      kernels::forward_image<32, 8, 2>(H, W, x + off, w, y + off);
+      if (s)
+        bn::nhwc_sums<bn::SumKind::Stats, 32>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+    } else {
+      kernels::forward_image<64, 8, 2>(H, W, x + off, w, y + off);
+      if (s)
+        bn::nhwc_sums<bn::SumKind::Stats, 64>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+    }
+  }
+  if (!stats) return;
+  const double m = double(rows);
+  for (int c = 0; c < C; ++c) {
+    double count = 0, mean = 0, m2 = 0;
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const double* s = sc.stats.data() + std::size_t(i) * 2 * C;
+      const double k = double(y[std::size_t(i) * image + std::size_t(c)]), d = s[c] / m;
+      const double mi = k + d, m2i = std::max(0.0, s[C + c] - s[c] * d);
+      if (count == 0) {
+        mean = mi;
+        m2 = m2i;
+      } else {
+        const double delta = mi - mean, total = count + m;
+        mean += delta * (m / total);
+        m2 += m2i + delta * delta * (count * m / total);
+      }
+      count += m;
+    }
+    stats[c] = mean;
+    stats[C + c] = m2 / count;
+  }
+#else
+  (void)x, (void)w, (void)y, (void)sc, (void)stats;                   // supports() is false off x86-64
+#endif
+}
 
 /// The backward of a range of g.n images (supports(g)): dy of each image
 /// from the batch norm's map `m` (pointers at the range's first image),
