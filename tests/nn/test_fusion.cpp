@@ -248,6 +248,11 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
     CHECK(std::get<1>(body).direct_backwards() == expect);
     CHECK(std::get<0>(body).bn().statistics_given() == expect);  // two training forwards
     CHECK(std::get<1>(body).bn().statistics_given() == expect);
+    // The first layer's output left unwritten, the second layer's kernels
+    // computing it from the map (forward and weight gradient).
+    CHECK(std::get<0>(body).deferred_outputs() == expect);
+    CHECK(std::get<1>(body).normalised_inputs() == expect);
+    CHECK(std::get<1>(body).deferred_outputs() == 0);  // the block's sum
   }
 }
 
@@ -306,7 +311,11 @@ std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputSh
 // (3) a block's output read by a plain ConvBatchNorm, which does no block
 // sum: the sums must go through the block's ReLU mask, which that layer
 // does not apply, so it must not take them (it does not: else the
-// gradients would differ).
+// gradients would differ); (4) a block's output read by a downsampling
+// block, whose first convolution (stride 2) runs in oneDNN's kernels in
+// ranges: that layer takes the sums over each range after the block's sum
+// (range_bn_sums). On a CPU without AVX-512 every layer runs in oneDNN's
+// kernels and takes the sums range by range (the epilogue counters 0).
 TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue give oneDNN's gradients",
           "[nn][fusion][conv_bn][direct]") {
   using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
@@ -319,17 +328,22 @@ TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue g
     auto& c = m->root().children();
     auto& b0 = std::get<1>(c).body().children();
     auto& b1 = std::get<2>(c).body().children();
-    CHECK(std::get<0>(c).sums_given() == on);  // by block 0's first layer, after its sum
+    CHECK(std::get<0>(c).sums_given() == 2);  // by block 0's first layer, after its sum
     CHECK(std::get<0>(b0).epilogue_residual_sums() == on);
     CHECK(std::get<0>(b0).epilogue_bn_sums() == on);
-    CHECK(std::get<0>(b0).sums_given() == on);  // by its second layer
+    CHECK(std::get<0>(b0).range_bn_sums() == 2 - on);
+    CHECK(std::get<0>(b0).sums_given() == 2);  // by its second layer
     CHECK(std::get<1>(b0).epilogue_bn_sums() == on);
-    CHECK(std::get<1>(b0).sums_given() == on);  // by block 1's first layer, through block 0's mask
+    CHECK(std::get<1>(b0).sums_given() == 2);  // by block 1's first layer, through block 0's mask
     CHECK(std::get<0>(b1).epilogue_residual_sums() == on);
     CHECK(std::get<0>(b1).epilogue_bn_sums() == on);
+    CHECK(std::get<0>(b1).range_bn_sums() == 2 - on);
     CHECK(std::get<1>(b1).sums_given() == 0);            // the model's output
     CHECK(std::get<0>(c).bn().statistics_given() == 0);  // 3 channels in: not the own kernels
     CHECK(std::get<0>(b1).bn().statistics_given() == on);
+    CHECK(std::get<0>(c).deferred_outputs() == 0);  // the next layer is a block
+    CHECK(std::get<0>(b0).deferred_outputs() == on);
+    CHECK(std::get<1>(b0).normalised_inputs() == on);
   }
   {
     INFO("a block, then a ConvBatchNorm");
@@ -338,8 +352,22 @@ TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue g
     auto& c = m->root().children();
     CHECK(std::get<1>(c).direct_backwards() == on);
     CHECK(std::get<1>(c).epilogue_bn_sums() == 0);
+    CHECK(std::get<1>(c).range_bn_sums() == 0);
     CHECK(std::get<1>(std::get<0>(c).body().children()).sums_given() == 0);
-    CHECK(std::get<0>(std::get<0>(c).body().children()).sums_given() == on);
+    CHECK(std::get<0>(std::get<0>(c).body().children()).sums_given() == 2);
+  }
+  {
+    INFO("a block, then a downsampling block");
+    using Down = Residual<
+        Sequential<ConvBatchNorm<16, 32, 3, 2, Padding::Explicit, FusedRelu>, ConvBatchNorm<32, 32, 3>>,
+        PoolPadShortcut<16, 32, 2>, FusedRelu>;
+    auto m = direct_against_plain<Sequential<Block, Down>>({16, 16, 16}, 23);
+    auto& c = m->root().children();
+    auto& first = std::get<0>(std::get<1>(c).body().children());
+    CHECK(first.direct_backwards() == 0);  // stride 2
+    CHECK(first.range_sums() == 2);        // the block's sum in its ranges
+    CHECK(first.range_bn_sums() == 2);     // then the previous block's last batch norm's sums
+    CHECK(std::get<1>(std::get<0>(c).body().children()).sums_given() == 2);
   }
 }
 

@@ -243,6 +243,45 @@ struct BatchNorm2d : LayerBase {
       else
         (void)x, (void)stats;
     }
+    /// A training forward with the fused ReLU whose output is not written
+    /// (ConvBatchNorm's deferred output; a backend with conv_bn_prologue,
+    /// chunkable(rc)): the statistics (those given, or a pass over x), the
+    /// moving averages and the coefficients, which norm_map() hands to the
+    /// convolution that computes each image of the output itself. Returns
+    /// the output tensor, sized, its values not written. The backward is
+    /// forward()'s.
+    const Tensor<T>& forward_deferred(const Tensor<T>& x, RunContext<B, T>& rc) {
+      if constexpr (kChunked && Relu && backend_traits<B>::conv_bn_prologue) {
+        if (!chunkable(rc))
+          throw ConfigError("layer '" + name_ + "' (BatchNorm2d): forward_deferred outside a training step");
+        const Shape s = detail::check_input(name_, in_, x, fmt_);
+        start(s);
+        x_ = &x;
+        x_bf16_ = nullptr;
+        const Parameters<T>& cp = *rc.params;
+        op_.forward_train_deferred(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_),
+                                   mean_.data(), var_.data());
+        update_moving(rc, double(s.n * s.h * s.w));
+        skip_float_once_ = false;
+        ++deferred_forwards_;
+        return y_;
+      } else {
+        (void)x, (void)rc;
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): forward_deferred is not available here");
+      }
+    }
+    /// After forward_deferred: its output as a map (ops::BnNormMap over the
+    /// whole batch), valid until the next forward.
+    ops::BnNormMap<T> norm_map() const {
+      if constexpr (kChunked && Relu && backend_traits<B>::conv_bn_prologue) {
+        if (!x_) throw ConfigError("layer '" + name_ + "' (BatchNorm2d): norm_map before forward_deferred");
+        return op_.norm_map(geom_, x_->data());
+      } else {
+        throw ConfigError("layer '" + name_ + "' (BatchNorm2d): norm_map is not available here");
+      }
+    }
+    /// Training forwards that left their output unwritten (tests).
+    std::size_t deferred_forwards() const { return deferred_forwards_; }
     /// Training forwards that used statistics given (tests).
     std::size_t statistics_given() const {
       if constexpr (backend_traits<B>::conv_bn_prologue)
@@ -494,7 +533,7 @@ struct BatchNorm2d : LayerBase {
     std::vector<std::uint16_t> y_bits_;      // copy_target's buffer (host backends only)
     bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
     bool skip_float_once_ = false;           // skip_float_output_once, for the next forward
-    std::size_t float_outputs_skipped_ = 0;
+    std::size_t float_outputs_skipped_ = 0, deferred_forwards_ = 0;
   };
 };
 

@@ -70,17 +70,21 @@ struct Conv2d : LayerBase {
     /// (2 Out: the means, then the biased variances, in double) image by
     /// image while each is in cache (ops::Conv2d::forward_stats), for the
     /// batch norm after it (ConvBatchNorm). Returns y, or nullptr where this
-    /// cannot run (nothing done: call forward()).
-    const Tensor<T>* forward_stats(const Tensor<T>& x, RunContext<B, T>& rc, double* stats) {
+    /// cannot run (nothing done: call forward()). With `in` (not null), x's
+    /// values are not read: it is an earlier batch norm's output left
+    /// unwritten, given as its map (ops::BnNormMap), whose images the op
+    /// computes itself.
+    const Tensor<T>* forward_stats(const Tensor<T>& x, RunContext<B, T>& rc, double* stats,
+                                   const ops::BnNormMap<T>* in) {
       if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
         if (!rc.training() || !direct_bn()) return nullptr;
         prepare(x, rc);
         if (!op_.direct_bn(geom_)) return nullptr;
         ensure_shape(y_, geom_.out_shape(), fmt_);
-        op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats);
+        op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats, in);
         return &y_;
       } else {
-        (void)x, (void)rc, (void)stats;
+        (void)x, (void)rc, (void)stats, (void)in;
         return nullptr;
       }
     }
@@ -228,9 +232,11 @@ struct Conv2d : LayerBase {
     /// (not null; pointers at the batch's first image, as m's), the op's
     /// epilogue on each image of dx (ops::Conv2d::BnEpilogue: a residual
     /// sum, an earlier batch norm's backward sums, added into e->sums).
+    /// With `in` (not null; at the batch's first image), x's values are not
+    /// read: the input given as an earlier batch norm's map (forward_stats).
     template <class Map, class Epilogue>
     void backward_images_bn(const Map& m, RunContext<B, T>& rc, std::size_t i0, std::size_t i1,
-                            const Epilogue* e) {
+                            const Epilogue* e, const ops::BnNormMap<T>* in) {
       if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
         Map mi = m;
         mi.x += i0 * out_image();
@@ -244,11 +250,16 @@ struct Conv2d : LayerBase {
           if (ei.mask_relu) ei.mask_relu += o;
           if (ei.x) ei.x += o;
         }
+        ops::BnNormMap<T> ni{};
+        if (in) {
+          ni = *in;
+          ni.x += i0 * in_image();
+        }
         backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T*) {
-          op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw, e ? &ei : nullptr);
+          op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw, e ? &ei : nullptr, in ? &ni : nullptr);
         });
       } else {
-        (void)m, (void)rc, (void)i0, (void)i1, (void)e;
+        (void)m, (void)rc, (void)i0, (void)i1, (void)e, (void)in;
         throw ConfigError("layer '" + name_ + "' (Conv2d): backward_images_bn is not available here");
       }
     }

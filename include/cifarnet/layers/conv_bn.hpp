@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +42,17 @@
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
+
+namespace detail {
+/// A ConvBatchNorm's training output left unwritten for the ConvBatchNorm
+/// after it in a Sequential, as its batch norm's map (`of`: the output
+/// tensor's data, whose values are not written).
+template <class T>
+struct DeferredOutput {
+  const void* of = nullptr;
+  ops::BnNormMap<T> map;
+};
+}  // namespace detail
 
 /// Conv2d (no bias) then BatchNorm2d (then ReLU with FusedRelu), folded for inference.
 template <int In, int Out, int K, int S = 1, Padding P = Padding::Same, auto ReluOpt = NoRelu>
@@ -83,6 +95,7 @@ struct ConvBatchNorm : LayerBase {
       bf16_dx_ = !ctx.options || ctx.options->bf16_gradients;
       chunk_bytes_ = ctx.options ? ctx.options->conv_bn_chunk_bytes : NetOptions{}.conv_bn_chunk_bytes;
       float_convs_ = !ctx.options || ctx.options->conv_precision == ConvPrecision::F32;
+      hand_overs_ = !ctx.options || ctx.options->direct_conv_bn;
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       return b;
@@ -99,6 +112,17 @@ struct ConvBatchNorm : LayerBase {
         throw ConfigError("layer '" + conv_name_ +
                           "': its input's float values were skipped for a bf16 copy that is not there");
       take_input_offer(rc, x);
+      // An input the layer before left unwritten (take_normalised_input):
+      // its map, for this forward and the backward after it.
+      in_norm_ = nullptr;
+      if (std::exchange(expect_norm_, false)) {
+        if (!norm_src_ || norm_src_->of != x.data())
+          throw ConfigError("layer '" + conv_name_ +
+                            "': its input was to be normalised in its kernels, but the layer before it did "
+                            "not leave it so");
+        in_norm_ = &norm_src_->map;
+        ++normalised_inputs_;
+      }
       const std::uint16_t* lp = nullptr;
       const Tensor<T>* with_stats = nullptr;  // the convolution took the batch norm's statistics
       const Tensor<T>& a =
@@ -109,9 +133,12 @@ struct ConvBatchNorm : LayerBase {
             if constexpr (backend_traits<B>::conv_bn_prologue) {
               if (float_convs_ && bn_.chunkable(rc)) {
                 stats_buf_.resize(2 * std::size_t(Out));
-                with_stats = conv_.forward_stats(x, rc, stats_buf_.data());
+                with_stats = conv_.forward_stats(x, rc, stats_buf_.data(), in_norm_);
               }
             }
+            if (in_norm_ && !with_stats)
+              throw std::logic_error("layer '" + conv_name_ +
+                                     "': a normalised input its kernels do not take");
             return with_stats ? *with_stats : conv_.forward(x, rc);
           });
       if (with_stats) bn_.give_statistics(a, stats_buf_.data());
@@ -121,6 +148,18 @@ struct ConvBatchNorm : LayerBase {
           return bn_.forward_bf16(lp, conv_.geometry().out_shape(), rc);
         });
       }
+      if (std::exchange(defer_once_, false)) {  // the next layer normalises it (deferred_output)
+        if constexpr (backend_traits<B>::conv_bn_prologue && Relu) {
+          const Tensor<T>& y =
+              detail::profiled(rc.profiler, bn_name_, "bn", false,
+                               [&]() -> const Tensor<T>& { return bn_.forward_deferred(a, rc); });
+          norm_out_.of = y.data();
+          norm_out_.map = bn_.norm_map();
+          offer_sums(rc, y, nullptr, false);
+          return y;
+        }
+      }
+      norm_out_.of = nullptr;
       T* const sum_out = rc.sum_out;
       const bool sum_relu = rc.sum_relu;
       const Tensor<T>& y = detail::profiled(rc.profiler, bn_name_, "bn", false,
@@ -130,6 +169,10 @@ struct ConvBatchNorm : LayerBase {
     }
 
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      if (in_norm_ && !direct_bn(rc))
+        throw std::logic_error(
+            "layer '" + conv_name_ +
+            "': a backward outside the own kernels after a forward whose input was not stored");
       // Batch norm's sums given by the layer after this one (BnSumsOffer):
       // for this dy only, once.
       const bool given = sums_offer_.given_for != nullptr && sums_offer_.given_for == dy.data() &&
@@ -175,6 +218,44 @@ struct ConvBatchNorm : LayerBase {
       else
         return (void)rc, (void)n, false;
     }
+    // The float output deferred between two ConvBatchNorm in a Sequential
+    // (nn/sequential.hpp), on a backend with conv_bn_prologue, training: the
+    // earlier layer's batch norm (with its ReLU) takes its statistics (from
+    // its convolution's epilogue) and leaves its output unwritten
+    // (defer_output_once); the later layer's own kernels compute each
+    // image of it from its map (ops::BnNormMap) in their prologue, in the
+    // forward and again for the weight gradient in the backward
+    // (take_normalised_input). The output is neither written to memory nor
+    // read back twice; the same float operations as the normalising pass.
+    static constexpr bool deferred_output_handover = true;
+    /// Whether this layer's next training forward can leave its output
+    /// unwritten for the next layer: a fused ReLU, float convolutions, a
+    /// batch norm that can.
+    bool can_defer_output(RunContext<B, T>& rc) const {
+      if constexpr (backend_traits<B>::conv_bn_prologue && Relu)
+        return float_convs_ && bn_.chunkable(rc);
+      else
+        return (void)rc, false;
+    }
+    /// Let the next training forward leave its output unwritten.
+    void defer_output_once() { defer_once_ = true; }
+    /// Where the next layer finds this layer's output as a map after its
+    /// forward (filled by that forward).
+    const detail::DeferredOutput<T>* deferred_output() const { return &norm_out_; }
+    /// Whether this layer's next training forward can take its input as
+    /// the previous layer's map: its own kernels run this convolution.
+    bool takes_normalised_input(RunContext<B, T>& rc) const { return direct_bn(rc); }
+    /// The next training forward's input is `src`'s (defer_output_once was
+    /// asked of that layer); the forward throws if it is not that input.
+    void take_normalised_input(const detail::DeferredOutput<T>* src) {
+      norm_src_ = src;
+      expect_norm_ = true;
+    }
+    /// Training forwards that left their output unwritten, and that took
+    /// their input as a map (tests).
+    std::size_t deferred_outputs() const { return bn_.deferred_forwards(); }
+    std::size_t normalised_inputs() const { return normalised_inputs_; }
+
     /// Whether skip_float_output_once may be asked (always).
     static constexpr bool can_skip_float_output() { return true; }
     /// Let the next training forward write its output only as its bf16 copy.
@@ -263,6 +344,9 @@ struct ConvBatchNorm : LayerBase {
     /// Of those, the ones whose kernels took the earlier layer's batch norm
     /// sums in their epilogue (BnSumsOffer; tests).
     std::size_t epilogue_bn_sums() const { return epilogue_bn_sums_; }
+    /// Of the ranged backwards in oneDNN's kernels, the ones that took the
+    /// earlier layer's batch norm sums range by range (BnSumsOffer; tests).
+    std::size_t range_bn_sums() const { return range_bn_sums_; }
     /// Backward passes whose batch norm sums the layer after this one took
     /// (BatchNorm2d::backward_sums_given; tests).
     std::size_t sums_given() const { return sums_given_; }
@@ -348,7 +432,7 @@ struct ConvBatchNorm : LayerBase {
             e.sums = o->sums.data();
           }
           const Tensor<T>& dx = each_range(rc, range, conv_t, bn_t, sum, [&](std::size_t i0, std::size_t i1) {
-            conv_t.run([&] { conv_.backward_images_bn(map, rc, i0, i1, sum || o ? &e : nullptr); });
+            conv_t.run([&] { conv_.backward_images_bn(map, rc, i0, i1, sum || o ? &e : nullptr, in_norm_); });
           });
           epilogue_residual_sums_ += sum;
           if (o) {
@@ -361,10 +445,43 @@ struct ConvBatchNorm : LayerBase {
       const ConvGeom& g = conv_.geometry();
       bn_t.run(sums);
       ensure_shape(range_dy_, Shape{range, g.oc, g.oh, g.ow}, g.fmt);
-      return each_range(rc, range, conv_t, bn_t, false, [&](std::size_t i0, std::size_t i1) {
-        bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
-        conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
-      });
+      // The earlier batch norm's sums (BnSumsOffer) over each range of the
+      // final dx, right after it (and the block's sum) is done, while it is
+      // in cache: booked as that batch norm's backward.
+      BnSumsOffer<T>* o = nullptr;
+      detail::PartTimer sums_t(rc.profiler);
+      if constexpr (backend_traits<B>::conv_bn_prologue) {
+        conv_t.run([&] { conv_.backward_begin(rc); });  // dx sized: range_sum and input_offer look at it
+        o = input_offer(rc, range_sum(rc));
+        if (o) o->sums.assign(2 * o->c, 0.0);
+      }
+      const Tensor<T>& dx = each_range(
+          rc, range, conv_t, bn_t, false,
+          [&](std::size_t i0, std::size_t i1) {
+            bn_t.run([&] { bn_.backward_images(dy, rc, i0, i1, range_dy_.data()); });
+            conv_t.run([&] { conv_.backward_images(range_dy_.data(), rc, i0, i1); });
+          },
+          [&](std::size_t i0, std::size_t i1) {
+            if constexpr (backend_traits<B>::conv_bn_prologue) {
+              if (o) {
+                const ConvGeom& cg = conv_.geometry();
+                const ChannelGeom part = ChannelGeom::make(cg.fmt, Shape{i1 - i0, cg.ic, cg.ih, cg.iw});
+                const std::size_t at = i0 * conv_.in_image();
+                sums_t.run([&] {
+                  sums_op_.add_backward_sums(*rc.device, part, o->x + at, conv_.input_gradient_from(rc, i0),
+                                             o->relu_ab, o->mean, o->sums.data());
+                });
+              }
+            } else {
+              (void)i0, (void)i1;
+            }
+          });
+      if (o) {
+        if (o->name) sums_t.book(*o->name, "bn", true);
+        o->given_for = dx.data();
+        ++range_bn_sums_;
+      }
+      return dx;
     }
     // Whether this backward does the residual block's sum for the gradient
     // of its input (RunContext::grad_sum): an offer for this input, and dx.
@@ -378,9 +495,11 @@ struct ConvBatchNorm : LayerBase {
     // (RunContext::grad_sum, where range_sum) done on each range of dx in
     // place right after the convolution wrote it, while it is in cache,
     // unless `in_kernels` did it image by image already; the parts booked.
-    template <class Backward>
+    // Then `after(i0, i1)` on each range, if given.
+    template <class Backward, class After = std::nullptr_t>
     const Tensor<T>& each_range(RunContext<B, T>& rc, std::size_t range, detail::PartTimer& conv_t,
-                                detail::PartTimer& bn_t, bool in_kernels, Backward&& backward) {
+                                detail::PartTimer& bn_t, bool in_kernels, Backward&& backward,
+                                After&& after_range = nullptr) {
       const ConvGeom& g = conv_.geometry();
       conv_t.run([&] { conv_.backward_begin(rc); });
       auto& gs = rc.grad_sum;
@@ -391,6 +510,7 @@ struct ConvBatchNorm : LayerBase {
         const std::size_t i1 = std::min(g.n, i0 + range);
         backward(i0, i1);
         if (after) add_t.run([&] { sum_range(rc, i0, i1, image); });
+        if constexpr (!std::is_same_v<std::decay_t<After>, std::nullptr_t>) after_range(i0, i1);
       }
       bn_t.book(bn_name_, "bn", true);
       conv_t.book(conv_name_, "conv", true);
@@ -435,7 +555,7 @@ struct ConvBatchNorm : LayerBase {
       sums_offer_.given_for = nullptr;
       if constexpr (backend_traits<B>::conv_bn_prologue) {
         const std::size_t n = conv_.geometry().n;
-        if (!float_convs_ || !(direct_bn(rc) || range_images(rc, n))) return;
+        if (!hand_overs_ || !float_convs_ || !(direct_bn(rc) || range_images(rc, n))) return;
         const auto in = bn_.sums_inputs(rc);
         if (!in.x) return;
         sums_offer_.of = sum_out ? static_cast<const void*>(sum_out) : static_cast<const void*>(y.data());
@@ -445,6 +565,7 @@ struct ConvBatchNorm : LayerBase {
         sums_offer_.c = std::size_t(Out);
         sums_offer_.through_sum = sum_out != nullptr;
         sums_offer_.masked = sum_out != nullptr && sum_relu;
+        sums_offer_.name = &bn_name_;
         rc.bn_out = &sums_offer_;
       } else {
         (void)rc, (void)y, (void)sum_out, (void)sum_relu;
@@ -541,9 +662,19 @@ struct ConvBatchNorm : LayerBase {
     bool expect_copy_ = false;            // require_bf16_input, for the next forward
     std::size_t chunk_bytes_ = 0;         // NetOptions::conv_bn_chunk_bytes
     bool float_convs_ = true;             // NetOptions::conv_precision is F32
+    bool hand_overs_ = true;              // NetOptions::direct_conv_bn: the batch norm hand-overs
     std::size_t ranged_backwards_ = 0, range_sums_ = 0, direct_backwards_ = 0;
-    std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0;
-    std::vector<double> stats_buf_;    // the batch norm's statistics the convolution took (forward)
+    std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0, range_bn_sums_ = 0;
+    // An earlier batch norm's sums over ranges of dx (backward_ranges).
+    std::conditional_t<backend_traits<B>::conv_bn_prologue, ops::BatchNorm<B, T>, char> sums_op_{};
+    std::vector<double> stats_buf_;  // the batch norm's statistics the convolution took (forward)
+    // The deferred output (defer_output_once, take_normalised_input).
+    bool defer_once_ = false;                              // as the earlier layer: for the next forward
+    detail::DeferredOutput<T> norm_out_;                   // and its output's map after it
+    bool expect_norm_ = false;                             // as the later layer: for the next forward
+    const detail::DeferredOutput<T>* norm_src_ = nullptr;  // where the map comes from
+    const ops::BnNormMap<T>* in_norm_ = nullptr;           // the last forward's input map (null: stored)
+    std::size_t normalised_inputs_ = 0;
     BnSumsOffer<T> sums_offer_;        // this layer's batch norm sums, offered forward
     BnSumsOffer<T>* in_bn_ = nullptr;  // the offer of the last training forward's input
     bool in_bn_shared_ = false;        // and whether the shortcut of a block read that input too

@@ -71,7 +71,11 @@ struct NetOptions {
   /// runs in them, in the ranges above (or the whole batch as one), batch
   /// norm's input gradient computed image by image in their prologue
   /// (layers/conv_bn.hpp). False: oneDNN's kernels after batch norm's pass
-  /// over each range.
+  /// over each range. The same switch turns on the hand-overs that go with
+  /// them (a batch norm's statistics taken in the forward kernel's
+  /// epilogue, its backward sums taken by the next layer, its output left
+  /// to the next layer's kernels: layers/conv_bn.hpp); false runs every
+  /// batch norm pass on its own.
   bool direct_conv_bn = true;
 
   NetOptions& with_repeat(int n) {
@@ -209,6 +213,7 @@ struct BnSumsOffer {
   bool masked = false;
   std::vector<double> sums;
   const void* given_for = nullptr;
+  const std::string* name = nullptr;  ///< the batch norm's name (where sums taken outside kernels are booked)
 };
 
 template <class B, class T>

@@ -136,6 +136,14 @@ struct HasBf16OutputHandover : std::false_type {};
 template <class N>
 struct HasBf16OutputHandover<N, std::void_t<decltype(N::bf16_output_handover)>>
     : std::bool_constant<N::bf16_output_handover> {};
+/// Whether a node takes part in the deferred float output hand-over
+/// between neighbours in a Sequential (a static deferred_output_handover,
+/// ConvBatchNorm's).
+template <class N, class = void>
+struct HasDeferredOutput : std::false_type {};
+template <class N>
+struct HasDeferredOutput<N, std::void_t<decltype(N::deferred_output_handover)>>
+    : std::bool_constant<N::deferred_output_handover> {};
 /// Whether a node takes part in the bf16 residual stream between
 /// neighbouring blocks (a static bf16_block_handover: Residual, Repeat).
 template <class N, class = void>
@@ -402,7 +410,10 @@ struct Sequential : LayerBase {
     // Two neighbours that both declare bf16_output_handover (ConvBatchNorm):
     // when the later one will read its input only through the earlier one's
     // bf16 copy, the earlier one writes that copy alone (layers/conv_bn.hpp);
-    // the later one then insists on the copy.
+    // the later one then insists on the copy. Two that both declare
+    // deferred_output_handover (ConvBatchNorm): when the later one's own
+    // kernels can compute its input from the earlier one's map, the earlier
+    // one leaves its output unwritten (layers/conv_bn.hpp).
     template <std::size_t... I>
     const Tensor<T>& forward_each(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
       const Tensor<T>* cur = &x;
@@ -418,6 +429,16 @@ struct Sequential : LayerBase {
       if constexpr (I + 1 < sizeof...(Ls)) {
         using L = std::tuple_element_t<I, std::tuple<Ls...>>;
         using N = std::tuple_element_t<I + 1, std::tuple<Ls...>>;
+        if constexpr (detail::HasDeferredOutput<node_t<L, B, T>>::value &&
+                      detail::HasDeferredOutput<node_t<N, B, T>>::value) {
+          auto& earlier = std::get<I>(nodes_);
+          auto& later = std::get<I + 1>(nodes_);
+          if (rc.training() && earlier.can_defer_output(rc) && later.takes_normalised_input(rc)) {
+            earlier.defer_output_once();
+            later.take_normalised_input(earlier.deferred_output());
+            return;
+          }
+        }
         if constexpr ((detail::HasBf16OutputHandover<node_t<L, B, T>>::value &&
                        detail::HasBf16OutputHandover<node_t<N, B, T>>::value) ||
                       (detail::HasBlockHandover<node_t<L, B, T>>::value &&

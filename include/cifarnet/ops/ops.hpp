@@ -88,6 +88,20 @@ namespace ops {
 /// and the backward takes the gradient of that output.
 enum class BnActivation { None, Relu, Gelu };
 
+/// A batch norm's training output given as its map instead of stored: y =
+/// x a + b per channel (then max(., 0) with `relu`), x the batch norm's
+/// input (at the first image of the images meant), a and b its
+/// coefficients. A convolution that reads y computes each image of it in
+/// its own kernels' prologue (backend_traits<B>::conv_bn_prologue;
+/// ConvBatchNorm's deferred output, layers/conv_bn.hpp).
+template <class T>
+struct BnNormMap {
+  const T* x = nullptr;
+  const T* a = nullptr;
+  const T* b = nullptr;
+  bool relu = false;
+};
+
 #define CIFARNET_OP_PRIMARY(Op)                                                                   \
   template <class B, class T>                                                                     \
   struct Op {                                                                                     \

@@ -245,6 +245,59 @@ struct BatchNorm<backend::OneDnn, float> {
   /// pass over x for them; any training forward forgets them. The buffer
   /// must hold them until then.
   void give_statistics(const float* x, std::size_t n, const double* stats) { given_ = {x, n, stats}; }
+  /// A training forward with the fused ReLU whose output is not written
+  /// (ConvBatchNorm's deferred output): the statistics (those given, or a
+  /// pass over x), then the coefficients alone, which norm_map() hands to
+  /// the convolution that computes each image of y in its own kernels'
+  /// prologue. The backward is forward_train's.
+  void forward_train_deferred(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
+                              const float* beta, float* mean, float* var) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm forward_train_deferred";
+    on::check_geometry(g, op);
+    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
+    (void)dev;
+    relu_ab_.resize(2 * g.c);
+    act_geom_ = g;
+    act_ = BnActivation::Relu;
+    sums_of_.g.reset();
+    const Given given = std::exchange(given_, Given{});
+    const double* stats = given.x != nullptr && given.x == static_cast<const void*>(x) && given.c == g.c
+                              ? given.stats
+                              : nullptr;
+    on::bn::forward_train<float, float>(g, eps, x, gamma, beta, nullptr, mean, var, relu_ab_.data(), scratch_,
+                                        nullptr, nullptr, false, nullptr, nullptr, stats, true);
+    statistics_given_ += stats != nullptr;
+  }
+  /// The map of forward_train_deferred's output y of x (ops::BnNormMap),
+  /// valid until this op's next training forward.
+  ops::BnNormMap<float> norm_map(const ChannelGeom& g, const float* x) const {
+    const float* ab = relu_coefficients(g);
+    if (!ab)
+      throw ConfigError(detail::concat("BatchNorm norm_map: no training forward with the fused ReLU of ",
+                                       backend::onednn::describe(g)));
+    return {x, ab, ab + g.c, true};
+  }
+  /// backward_sums' two sums over g's images of dy (at those images, as x),
+  /// with relu_ab (a then b, or null) for the ReLU's mask and `mean` as the
+  /// shift, added into `sums` (2 g.c): a range of an earlier batch norm's
+  /// dy at a time, while it is in cache (ConvBatchNorm's ranges, BnSumsOffer),
+  /// its sums then given (backward_sums_given). Blocked float sums into
+  /// double as backward_sums; the ranges' totals added in range order.
+  void add_backward_sums(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
+                         const float* relu_ab, const float* mean, double* sums) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm add_backward_sums";
+    on::check_geometry(g, op);
+    on::require(op, {{x, "x"}, {dy, "dy"}, {mean, "mean"}, {sums, "sums"}});
+    (void)dev;
+    sums_of_.g.reset();  // scratch_.sums is overwritten
+    on::bn::with_channels(g, [&](auto cc) {
+      on::bn::channel_sums<on::bn::SumKind::Grad, decltype(cc)::value, float, float>(g, x, dy, relu_ab, mean,
+                                                                                     range_scratch_);
+    });
+    for (std::size_t j = 0; j < 2 * g.c; ++j) sums[j] += range_scratch_.sums[j];
+  }
   /// The fused ReLU's a then b (2 g.c) of the last training forward of
   /// geometry `g` with the ReLU, or null: what a GradEpilogue recomputes the
   /// ReLU's mask from.
@@ -421,13 +474,14 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   Cache cache_;
-  std::vector<float> relu_ab_;             // the fused ReLU's a, b (2C) of the last training forward
-  std::vector<float> gelu_ab_;             // the fused GELU's a, b (2C) of the last training forward
-  std::vector<float> infer_ab_;            // the same for inference, from the moving statistics
-  std::optional<ChannelGeom> act_geom_;    // the last training forward's geometry
-  BnActivation act_ = BnActivation::None;  // and its activation
-  backend::onednn::bn::Scratch scratch_;   // the kernels' buffers, kept between calls
-  struct Given {                           // give_statistics, for the next training forward
+  std::vector<float> relu_ab_;                  // the fused ReLU's a, b (2C) of the last training forward
+  std::vector<float> gelu_ab_;                  // the fused GELU's a, b (2C) of the last training forward
+  std::vector<float> infer_ab_;                 // the same for inference, from the moving statistics
+  std::optional<ChannelGeom> act_geom_;         // the last training forward's geometry
+  BnActivation act_ = BnActivation::None;       // and its activation
+  backend::onednn::bn::Scratch scratch_;        // the kernels' buffers, kept between calls
+  backend::onednn::bn::Scratch range_scratch_;  // add_backward_sums' (scratch_ keeps a backward's state)
+  struct Given {                                // give_statistics, for the next training forward
     const void* x = nullptr;
     std::size_t c = 0;
     const double* stats = nullptr;

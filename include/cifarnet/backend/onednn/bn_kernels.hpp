@@ -630,12 +630,16 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// With `given` (2C: the means, then the biased variances, in double), the
 /// statistics are those and there is no pass over x for them: the
 /// convolution that wrote x took them in its own kernels' epilogue
-/// (direct_conv.hpp, forward_images).
+/// (direct_conv.hpp, forward_images). With `coefficients_only`, y is not
+/// written: the statistics and the coefficients (into relu_ab with the
+/// ReLU) alone, for a convolution that normalises each image itself
+/// (ops::BnNormMap).
 template <class X, class R = float>
 void forward_train(const ChannelGeom& g, double eps, const X* x, const float* gamma, const float* beta,
                    float* y, float* mean, float* var, float* relu_ab, Scratch& sc, float* gelu_ab = nullptr,
                    const R* sum = nullptr, bool sum_relu = false, std::uint16_t* y_bf16 = nullptr,
-                   std::uint16_t* sum_mask_bits = nullptr, const double* given = nullptr) {
+                   std::uint16_t* sum_mask_bits = nullptr, const double* given = nullptr,
+                   bool coefficients_only = false) {
   const std::size_t C = g.c;
   const double m = double(g.n * g.h * g.w);
   sc.coef.resize(3 * C);
@@ -664,6 +668,7 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     std::copy(a, a + C, relu_ab);
     std::copy(b, b + C, relu_ab + C);
   }
+  if (coefficients_only) return;  // y not written (a deferred output: ops::BnNormMap)
   if (gelu_ab) {
     if constexpr (std::is_same_v<X, float>) {
       std::copy(a, a + C, gelu_ab);

@@ -235,9 +235,13 @@ struct Conv2d<backend::OneDnn, float> {
   /// direct_bn(g). With `e` (and dx), each image of dx then goes through
   /// that epilogue while it is in cache: a residual sum, an earlier batch
   /// norm's backward sums (bn::GradEpilogue; pointers at those images).
+  /// With `in`, x is not read: the input is an earlier batch norm's output
+  /// given as its map, each image computed in the kernels for the weight
+  /// gradient (ops::BnNormMap, at those images).
   using BnEpilogue = backend::onednn::bn::GradEpilogue;
   void backward_images_bn(Dev& dev, const ConvGeom& g, const float* x, const backend::onednn::bn::GradMap& m,
-                          const float* w, float* dx, float* dw, const BnEpilogue* e = nullptr) {
+                          const float* w, float* dx, float* dw, const BnEpilogue* e = nullptr,
+                          const ops::BnNormMap<float>* in = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d backward_images_bn";
     on::check_geometry(g, op, false);
@@ -247,7 +251,8 @@ struct Conv2d<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
     if (dx) direct_flip_.update(g, w, w_version_);  // once per weights version
-    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_, e);
+    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_, e,
+                                in);
     ++direct_backwards_;
   }
   /// How many backward_images_bn calls ran (tests).
@@ -257,8 +262,11 @@ struct Conv2d<backend::OneDnn, float> {
   /// HWIO, no bias) and that batch norm's statistics of y (`stats`, 2 g.oc:
   /// means, then biased variances, in double) taken image by image while
   /// each is in cache (direct::forward_images), for
-  /// BatchNorm::give_statistics. Needs direct_bn(g).
-  void forward_stats(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* y, double* stats) {
+  /// BatchNorm::give_statistics. Needs direct_bn(g). With `in`, x is not
+  /// read: the input is an earlier batch norm's output given as its map,
+  /// each image computed in the kernels (ops::BnNormMap).
+  void forward_stats(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* y, double* stats,
+                     const ops::BnNormMap<float>* in = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d forward_stats";
     on::check_geometry(g, op, false);
@@ -267,7 +275,7 @@ struct Conv2d<backend::OneDnn, float> {
     if (!direct_bn(g))
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
-    on::direct::forward_images(g, x, w, y, direct_scratch_, stats);
+    on::direct::forward_images(g, x, w, y, direct_scratch_, stats, in);
     ++direct_forwards_;
   }
   /// How many forward_stats calls ran (tests).

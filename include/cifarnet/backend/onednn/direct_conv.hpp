@@ -54,6 +54,7 @@
 #include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/geometry.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 namespace backend {
@@ -66,6 +67,11 @@ using BnGradMap = bn::GradMap;
 /// What the kernels do to each image of dx after computing it: a residual
 /// sum, an earlier batch norm's backward sums (bn::GradEpilogue).
 using BnEpilogue = bn::GradEpilogue;
+/// An input given as an earlier batch norm's map (ops::BnNormMap, at the
+/// first image of the call's images): each image of it computed into a
+/// buffer first, the forward kernel and the weight gradient reading it from
+/// there.
+using NormMap = ops::BnNormMap<float>;
 
 /// Whether the CPU runs the kernels (x86-64 with AVX-512 as oneDNN's
 /// avx512_core).
@@ -262,12 +268,27 @@ void epilogue(std::size_t rows, const BnEpilogue& e, std::size_t off, float* dx,
                                                                    s, s + C, nullptr);
 }
 
+// One image of a normalised input (NormMap; off: its offset) into xn.
+template <int C>
+void normalise(std::size_t rows, const NormMap& in, std::size_t off, float* xn) {
+  float ac[C], bc[C];
+  for (int c = 0; c < C; ++c) {
+    ac[c] = in.a[c];
+    bc[c] = in.b[c];
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    bn::ahead(in.x + off + r * C);
+    bn::affine_row<std::size_t(C)>(C, in.x + off + r * C, ac, bc, xn + r * C, in.relu);
+  }
+}
+
 // One image's backward for C channels: dy from the map into `dyc`, then dx
 // (if any; then the epilogue `e` on it, if any) and this thread's weight
-// gradient (if any).
+// gradient (if any; its input x, or with `in` that image normalised into
+// xn first).
 template <int C>
 void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
-           float* dw, float* dyc, const BnEpilogue* e, double* esums) {
+           float* dw, float* dyc, const BnEpilogue* e, double* esums, const NormMap* in, float* xn) {
   const std::size_t rows = std::size_t(H) * W;
   float ac[C], bc[C], dc[C], mc[C], ra[C], rb[C];
   for (int c = 0; c < C; ++c) {
@@ -287,6 +308,10 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
   }
   if (dx) forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, dyc, wf, dx);
   if (dx && e) epilogue<C>(rows, *e, off, dx, esums);
+  if (dw && in) {
+    normalise<C>(rows, *in, off, xn);
+    x = xn;
+  }
   if (dw) {
     if constexpr (C == 16)
       wgrad16_image<8>(H, W, x, dyc, dw);
@@ -307,6 +332,7 @@ struct Scratch {
   std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
   std::vector<double> sums;    ///< per thread: the epilogue's batch norm sums (2 C)
   std::vector<double> stats;   ///< per image: forward_images' sums (2 C)
+  std::vector<float> xn;       ///< per thread: one image of a normalised input (NormMap)
 };
 
 /// The forward of g.n images (supports(g)): y = conv(x, w), w HWIO, in the
@@ -319,32 +345,47 @@ struct Scratch {
 /// (Chan, Golub and LeVeque's pairwise update), written as the batch's
 /// means then biased variances: the result depends on the data alone (not
 /// on the thread count), and the batch norm after the convolution skips its
-/// pass of the statistics (bn::forward_train's `given`).
+/// pass of the statistics (bn::forward_train's `given`). With `in`, x is
+/// not read: each image of the input is computed from that map into a
+/// buffer of the thread first (an earlier batch norm's output never
+/// stored).
 inline void forward_images(const ConvGeom& g, const float* x, const float* w, float* y, Scratch& sc,
-                           double* stats) {
+                           double* stats, const NormMap* in = nullptr) {
   if (!supports(g)) throw std::logic_error("direct::forward_images: a geometry the kernels do not run");
+  if (in && (!in->x || !in->a || !in->b))
+    throw std::logic_error("direct::forward_images: a normalised input without its map");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, rows = std::size_t(H) * W;
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
+  const int nt = omp_get_max_threads();
   if (stats) sc.stats.assign(g.n * 2 * std::size_t(C), 0.0);
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    const std::size_t off = std::size_t(i) * image;
-    double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
-    const float* none = nullptr;
-    if (C == 16) {
-      kernels::forward_image<16, 16, 1>(H, W, x + off, w, y + off);
-      if (s)
-        bn::nhwc_sums<bn::SumKind::Stats, 16>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
-    } else if (C == 32) {
-      kernels::forward_image<32, 8, 2>(H, W, x + off, w, y + off);
-      if (s)
-        bn::nhwc_sums<bn::SumKind::Stats, 32>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
-    } else {
-      kernels::forward_image<64, 8, 2>(H, W, x + off, w, y + off);
-      if (s)
-        bn::nhwc_sums<bn::SumKind::Stats, 64>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+  if (in) sc.xn.resize(std::size_t(nt) * image);
+#pragma omp parallel num_threads(nt)
+  {
+    float* xn = in ? sc.xn.data() + std::size_t(omp_get_thread_num()) * image : nullptr;
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const std::size_t off = std::size_t(i) * image;
+      double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
+      const float* none = nullptr;
+      const float* xi = x + off;
+      if (C == 16) {
+        if (in) xi = (kernels::normalise<16>(rows, *in, off, xn), xn);
+        kernels::forward_image<16, 16, 1>(H, W, xi, w, y + off);
+        if (s)
+          bn::nhwc_sums<bn::SumKind::Stats, 16>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+      } else if (C == 32) {
+        if (in) xi = (kernels::normalise<32>(rows, *in, off, xn), xn);
+        kernels::forward_image<32, 8, 2>(H, W, xi, w, y + off);
+        if (s)
+          bn::nhwc_sums<bn::SumKind::Stats, 32>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+      } else {
+        if (in) xi = (kernels::normalise<64>(rows, *in, off, xn), xn);
+        kernels::forward_image<64, 8, 2>(H, W, xi, w, y + off);
+        if (s)
+          bn::nhwc_sums<bn::SumKind::Stats, 64>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
+      }
     }
   }
   if (!stats) return;
@@ -369,7 +410,7 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
     stats[C + c] = m2 / count;
   }
 #else
-  (void)x, (void)w, (void)y, (void)sc, (void)stats;                   // supports() is false off x86-64
+  (void)x, (void)w, (void)y, (void)sc, (void)stats, (void)in;  // supports() is false off x86-64
 #endif
 }
 
@@ -380,12 +421,17 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
 /// null; overwritten) from x (the convolution's input of those images).
 /// With `e` (and dx), each image of dx then goes through the epilogue while
 /// it is in cache (bn::GradEpilogue: pointers at the range's first image).
+/// With `in`, x is not read: the weight gradient's input is each image
+/// computed from that map into a buffer of the thread first.
 inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* wf, float* dx,
-                            float* dw, Scratch& sc, const BnEpilogue* e = nullptr) {
+                            float* dw, Scratch& sc, const BnEpilogue* e = nullptr,
+                            const NormMap* in = nullptr) {
   if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
   if (e && (!dx || (e->sums && (!e->x || !e->mean)) || ((e->mask_relu || e->mask_bits) && !e->other) ||
             (e->mask_relu && e->mask_bits)))
     throw std::logic_error("direct::backward_images: an epilogue without dx, or with its inputs missing");
+  if (in && (!in->x || !in->a || !in->b))
+    throw std::logic_error("direct::backward_images: a normalised input without its map");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
@@ -394,23 +440,27 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
   if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
   const bool sums = e && e->sums;
   if (sums) sc.sums.assign(std::size_t(nt) * 2 * C, 0.0);
+  const NormMap* xin = dw ? in : nullptr;
+  if (xin) sc.xn.resize(std::size_t(nt) * image);
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
     float* dyc = sc.dyc.data() + std::size_t(t) * image;
+    float* xn = xin ? sc.xn.data() + std::size_t(t) * image : nullptr;
     float* part = dw ? sc.partial.data() + std::size_t(t) * wsize : nullptr;
     double* es = sums ? sc.sums.data() + std::size_t(t) * 2 * C : nullptr;
 #pragma omp for schedule(static)
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const std::size_t off = std::size_t(i) * image;
       float* di = dx ? dx + off : nullptr;
+      const float* xi = xin ? nullptr : x + off;
       if (C == 16)
-        kernels::image<16>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
+        kernels::image<16>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
       else if (C == 32)
-        kernels::image<32>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
+        kernels::image<32>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
       else
-        kernels::image<64>(H, W, m, off, x + off, wf, di, part, dyc, e, es);
+        kernels::image<64>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
     }
   }
   if (sums) {
@@ -428,7 +478,7 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
     }
   }
 #else
-  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc, (void)e;  // supports() is false off x86-64
+  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc, (void)e, (void)in;  // not off x86-64
 #endif
 }
 
