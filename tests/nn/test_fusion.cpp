@@ -565,3 +565,37 @@ TEST_CASE("Batch norm with a fused GELU under synchronized BN equals it without,
   check_sync_gelu<backend::Reference>();
   check_sync_gelu<backend::OneDnn>();
 }
+
+// ResNet's downsampling shortcut, an average pool then a ChannelPad in a
+// Sequential: on oneDNN the pool writes its output into the pad's output
+// in place (backend_traits<B>::pool_pad_in_place) and reads its gradient
+// from the padded one; outputs and input gradients equal the reference
+// backend's in float bit for bit (the same float operations: a window
+// summed in row-major order, divided by its size; zeros and copies), over
+// two steps and after a batch of another size (a new buffer, its padding
+// zeroed again). The reference backend runs the two layers as they are.
+TEST_CASE("An average pool writes into the channel pad after it in place, as the two layers",
+          "[nn][fusion][pool]") {
+  using Net = Sequential<AvgPool2d<2, 2>, ChannelPad<4, 4>>;
+  const InputShape in{8, 6, 8};
+  Model<Net, backend::OneDnn, float> fused(in, DataFormat::NHWC, NetOptions{}, 1, true);
+  Model<Net, backend::Reference, float> plain(in, DataFormat::NHWC, NetOptions{}, 1, true);
+  Rng rng(31);
+  for (std::size_t n : {std::size_t(3), std::size_t(3), std::size_t(5)}) {
+    INFO("batch " << n);
+    Tensor<float> x = make_tensor<float>(fused.input_shape(n), DataFormat::NHWC);
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1.5, 1.5));
+    const Tensor<float> yf = fused.forward(x, Mode::Train), yp = plain.forward(x, Mode::Train);
+    REQUIRE(yf.size() == yp.size());
+    CHECK(std::memcmp(yf.data(), yp.data(), yp.size() * sizeof(float)) == 0);
+    Tensor<float> g(yf.shape());
+    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-0.5, 1.0));
+    const Tensor<float> dxf = fused.backward(g), dxp = plain.backward(g);
+    REQUIRE(dxf.size() == dxp.size());
+    CHECK(std::memcmp(dxf.data(), dxp.data(), dxp.size() * sizeof(float)) == 0);
+    auto& c = fused.root().children();
+    CHECK(std::get<1>(c).last_in_place());
+    CHECK_FALSE(std::get<1>(plain.root().children()).last_in_place());
+  }
+  CHECK(std::get<0>(fused.root().children()).padded_outputs() == 3);
+}

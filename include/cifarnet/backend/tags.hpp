@@ -66,6 +66,11 @@ struct Cuda {
 ///                       whose output gradient is that map, computed image by
 ///                       image in the convolution's own kernels (ConvBatchNorm's
 ///                       ranges, layers/conv_bn.hpp; backend/onednn/direct_conv.hpp)
+///   pool_pad_in_place   ops::Pool2d has pads_in_place(g, kind), forward_padded
+///                       and backward_padded: average pooling that writes its
+///                       output into (and reads its gradient from) the
+///                       channel-padded tensor of a ChannelPad after it, in
+///                       place (nn/sequential.hpp pairs the two)
 ///   fused_relu          ops::Conv2d::forward and ops::BatchNorm's passes take a
 ///                       trailing `bool relu` (the ReLU as a post-op)
 ///   fused_gelu          ops::BatchNorm's passes take a trailing
@@ -94,6 +99,7 @@ struct backend_traits {
   static constexpr bool sum_mask_bits = false;
   static constexpr bool chunked_conv_bn = false;
   static constexpr bool conv_bn_prologue = false;
+  static constexpr bool pool_pad_in_place = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = false;
@@ -111,6 +117,7 @@ struct backend_traits<backend::OneDnn> {
   static constexpr bool sum_mask_bits = true;
   static constexpr bool chunked_conv_bn = true;
   static constexpr bool conv_bn_prologue = true;
+  static constexpr bool pool_pad_in_place = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
   static constexpr bool concurrent_replicas = false;
@@ -128,6 +135,7 @@ struct backend_traits<backend::Cuda> {
   static constexpr bool sum_mask_bits = false;
   static constexpr bool chunked_conv_bn = false;
   static constexpr bool conv_bn_prologue = false;
+  static constexpr bool pool_pad_in_place = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
   static constexpr bool concurrent_replicas = true;

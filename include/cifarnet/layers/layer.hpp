@@ -48,6 +48,13 @@ template <class L, class B, class T>
 using node_t = typename L::template Node<B, T>;
 
 namespace detail {
+/// An output written in place into the next layer's buffer (an average
+/// pool into the ChannelPad after it, nn/sequential.hpp): `of`, the
+/// writer's output tensor (sized, not written), and `at`, where it wrote.
+struct PaddedInput {
+  const void* of = nullptr;
+  const void* at = nullptr;
+};
 /// Checks x against the built per-example shape (c, h, w); returns its shape.
 template <class T>
 Shape check_input(const std::string& layer, const Shape& built, const Tensor<T>& x, DataFormat fmt) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -37,10 +38,16 @@ struct Pool2d : LayerBase {
       geom_.n = s.n;
       ensure_shape(y_, {s.n, s.c, geom_.oh, geom_.ow}, fmt_);
       x_ = &x;
+      // In place into the channel pad after it (pad_into_once): y_ sized, not written.
+      const Padded pad = std::exchange(pad_next_, Padded{});
+      padded_ = pad.dst != nullptr;
       if (std::exchange(expect_copy_, false)) {  // the producer skipped its float output
         if constexpr (kBf16In) {
           if (rc.input_bf16_of == x.data() && rc.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
-            op_.forward_bf16_input(*rc.device, geom_, rc.input_bf16, y_.data());
+            if (padded_)
+              pad_forward(rc, rc.input_bf16, pad);
+            else
+              op_.forward_bf16_input(*rc.device, geom_, rc.input_bf16, y_.data());
             ++bf16_inputs_;
             return y_;
           }
@@ -48,9 +55,36 @@ struct Pool2d : LayerBase {
         throw ConfigError("layer '" + name_ +
                           "': its input's float values were skipped for a bf16 copy that is not there");
       }
+      if (padded_) {
+        pad_forward(rc, x.data(), pad);
+        return y_;
+      }
       op_.forward(*rc.device, geom_, Kind, rc.training(), x.data(), y_.data());
       return y_;
     }
+
+    // Average pooling written in place into the ChannelPad after it in a
+    // Sequential (nn/sequential.hpp; backend_traits<B>::pool_pad_in_place):
+    // that layer's output, at its channel `before`, pixels `channels`
+    // apart; y_ is then sized but not written, and the backward reads the
+    // gradient from the padded one, which the ChannelPad hands on as it is.
+    static constexpr bool pool_pad_source = Kind == PoolKind::Avg;
+    /// Whether the next forward of a batch of `n` can write in place so.
+    bool can_pad_in_place(std::size_t n) const {
+      if constexpr (backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg) {
+        ConvGeom g = geom_;
+        g.n = n;
+        return decltype(op_)::pads_in_place(g, Kind);
+      } else {
+        return (void)n, false;
+      }
+    }
+    /// The next forward writes there (`written` then records what it wrote).
+    void pad_into_once(T* dst, std::size_t channels, std::size_t before, detail::PaddedInput* written) {
+      pad_next_ = {dst, channels, before, written};
+    }
+    /// Forwards written in place into a channel pad (tests).
+    std::size_t padded_outputs() const { return padded_outputs_; }
     /// The bf16 residual stream (nn/sequential.hpp): whether a training
     /// forward of a batch of `n` can read x only through its producer's
     /// bf16 copy (average pooling on backends with bf16 hand-overs, where
@@ -71,11 +105,40 @@ struct Pool2d : LayerBase {
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!this->need_dx(rc)) return dx_;
       ensure_shape(dx_, geom_.in_shape(), fmt_);
+      if constexpr (backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg) {
+        if (padded_) {  // dy: the padded output's gradient (ChannelPad handed it on)
+          if (dy.size() != y_.size() / geom_.oc * pad_channels_)
+            throw std::logic_error("layer '" + name_ + "': a padded gradient of the wrong size");
+          op_.backward_padded(*rc.device, geom_, dy.data() + pad_before_, pad_channels_, dx_.data());
+          return dx_;
+        }
+      }
       op_.backward(*rc.device, geom_, Kind, x_->data(), y_.data(), dy.data(), dx_.data());
       return dx_;
     }
 
    private:
+    struct Padded {
+      T* dst = nullptr;
+      std::size_t channels = 0, before = 0;
+      detail::PaddedInput* written = nullptr;
+    };
+    template <class X>
+    void pad_forward(RunContext<B, T>& rc, const X* x, const Padded& pad) {
+      if constexpr (backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg) {
+        op_.forward_padded(*rc.device, geom_, x, pad.dst, pad.channels);
+        pad_channels_ = pad.channels;
+        pad_before_ = pad.before;
+        *pad.written = {y_.data(), pad.dst};
+        ++padded_outputs_;
+      } else {
+        (void)rc, (void)x, (void)pad;
+        throw std::logic_error("layer '" + name_ + "': written in place into a pad on a backend without it");
+      }
+    }
+    Padded pad_next_;      // pad_into_once, for the next forward
+    bool padded_ = false;  // the last forward wrote in place
+    std::size_t pad_channels_ = 0, pad_before_ = 0, padded_outputs_ = 0;
     static constexpr bool kBf16In = backend_traits<B>::bf16_gradients && Kind == PoolKind::Avg;
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;

@@ -5,8 +5,11 @@
 // channels by (Out − In)/2 on both sides; identity when In == Out, S == 1).
 #pragma once
 
+#include <cstddef>
 #include <ratio>
+#include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/layers/pool.hpp"
@@ -34,20 +37,67 @@ struct ChannelPad : LayerBase {
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       geom_ = ChannelGeom::make(fmt_, s);
+      in_place_ = std::exchange(expect_in_place_, false);
+      if (in_place_) {  // the pool before it wrote x's channels into y_ (padded_target)
+        const detail::PaddedInput w = std::exchange(written_, detail::PaddedInput{});
+        if (w.of != x.data() || w.at != static_cast<const void*>(y_.data() + Before) ||
+            y_.size() != s.n * (s.c + Before + After) * s.h * s.w)
+          throw std::logic_error("layer '" + name_ +
+                                 "': its input was to be written into its output in place");
+        return y_;
+      }
       ensure_shape(y_, {s.n, s.c + Before + After, s.h, s.w}, fmt_);
       op_.forward(*rc.device, geom_, Before, After, x.data(), y_.data());
       return y_;
     }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       if (!this->need_dx(rc)) return dx_;
+      if (in_place_) return dy;  // the pool before it reads its channels of dy in place
       ensure_shape(dx_, geom_.shape(), fmt_);
       op_.backward(*rc.device, geom_, Before, After, dy.data(), dx_.data());
       return dx_;
     }
 
+    // The average pool before it in a Sequential writes its output into
+    // this layer's output in place (nn/sequential.hpp;
+    // backend_traits<B>::pool_pad_in_place): the padding channels zeroed
+    // once per buffer, the pool's channels written by the pool, no pass
+    // here; backward hands dy on as it is, and the pool reads its channels.
+    static constexpr bool pool_pad_target = true;
+    /// For a batch of `n`: the output sized, its padding zeroed (where this
+    /// buffer was not zeroed before), and where the pool writes (channel
+    /// Before of the first pixel; pixels channels() apart). The next forward
+    /// then checks that the pool wrote there (`written()`).
+    T* padded_target(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (backend_traits<B>::pool_pad_in_place) {
+        const Shape out{n, in_.c + Before + After, in_.h, in_.w};
+        ensure_shape(y_, out, fmt_);
+        if (zeroed_ != y_.data() || zeroed_n_ != n) {
+          op_.zero_pads(*rc.device, ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w}), Before, After,
+                        y_.data());
+          zeroed_ = y_.data();
+          zeroed_n_ = n;
+        }
+        expect_in_place_ = true;
+        return y_.data() + Before;
+      } else {
+        (void)rc, (void)n;
+        throw std::logic_error("layer '" + name_ + "': an in-place pad on a backend without it");
+      }
+    }
+    std::size_t padded_channels() const { return in_.c + Before + After; }
+    static constexpr std::size_t pad_before() { return std::size_t(Before); }
+    detail::PaddedInput* written() { return &written_; }
+    /// Forwards whose input was written in place (tests).
+    bool last_in_place() const { return in_place_; }
+
    private:
     ops::ChannelPad<B, T> op_;
     ChannelGeom geom_;
+    bool expect_in_place_ = false, in_place_ = false;
+    detail::PaddedInput written_;
+    const T* zeroed_ = nullptr;  // the buffer whose padding is zero (padded_target)
+    std::size_t zeroed_n_ = 0;
   };
 };
 

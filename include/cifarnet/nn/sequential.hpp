@@ -144,6 +144,13 @@ struct HasDeferredOutput : std::false_type {};
 template <class N>
 struct HasDeferredOutput<N, std::void_t<decltype(N::deferred_output_handover)>>
     : std::bool_constant<N::deferred_output_handover> {};
+/// Whether two nodes are an average pool and a ChannelPad that it writes
+/// into in place (pool_pad_source, pool_pad_target).
+template <class P, class N, class = void>
+struct IsPoolPad : std::false_type {};
+template <class P, class N>
+struct IsPoolPad<P, N, std::void_t<decltype(P::pool_pad_source), decltype(N::pool_pad_target)>>
+    : std::bool_constant<P::pool_pad_source && N::pool_pad_target> {};
 /// Whether a node takes part in the bf16 residual stream between
 /// neighbouring blocks (a static bf16_block_handover: Residual, Repeat).
 template <class N, class = void>
@@ -429,6 +436,16 @@ struct Sequential : LayerBase {
       if constexpr (I + 1 < sizeof...(Ls)) {
         using L = std::tuple_element_t<I, std::tuple<Ls...>>;
         using N = std::tuple_element_t<I + 1, std::tuple<Ls...>>;
+        if constexpr (detail::IsPoolPad<node_t<L, B, T>, node_t<N, B, T>>::value) {
+          // An average pool writing into the ChannelPad after it in place.
+          auto& pool = std::get<I>(nodes_);
+          auto& pad = std::get<I + 1>(nodes_);
+          const std::size_t n = in.shape()[0];
+          if (pool.can_pad_in_place(n)) {
+            T* dst = pad.padded_target(rc, n);
+            pool.pad_into_once(dst, pad.padded_channels(), pad.pad_before(), pad.written());
+          }
+        }
         if constexpr (detail::HasDeferredOutput<node_t<L, B, T>>::value &&
                       detail::HasDeferredOutput<node_t<N, B, T>>::value) {
           auto& earlier = std::get<I>(nodes_);

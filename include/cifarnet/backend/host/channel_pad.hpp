@@ -38,6 +38,29 @@ struct ChannelPadOp {
       }
     }
   }
+  /// y's padding channels (the first `before` and last `after` of each
+  /// pixel or example) set to 0, the others untouched: the output an
+  /// average pool writes its channels into in place (ops::Pool2d's
+  /// forward_padded; g: the input's geometry).
+  template <class Dev>
+  void zero_pads(Dev&, const ChannelGeom& g, std::size_t before, std::size_t after, T* y) {
+    const std::size_t hw = g.h * g.w, C = g.c, OC = before + C + after;
+    const long n = long(g.n);
+#pragma omp parallel for schedule(static)
+    for (long e = 0; e < n; ++e) {
+      T* out = y + std::size_t(e) * OC * hw;
+      if (g.fmt == DataFormat::NCHW) {
+        std::fill(out, out + before * hw, T(0));
+        std::fill(out + (before + C) * hw, out + OC * hw, T(0));
+      } else {
+        for (std::size_t i = 0; i < hw; ++i) {
+          T* o = out + i * OC;
+          std::fill(o, o + before, T(0));
+          std::fill(o + before + C, o + OC, T(0));
+        }
+      }
+    }
+  }
   /// dx = the input's channels of dy.
   template <class Dev>
   void backward(Dev&, const ChannelGeom& g, std::size_t before, std::size_t after, const T* dy, T* dx) {

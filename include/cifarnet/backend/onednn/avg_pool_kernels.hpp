@@ -35,17 +35,20 @@ namespace avg_pool {
 inline bool handles(const ConvGeom& g) { return max_pool::handles(g); }
 
 /// y = the mean of each window. Parallel over output rows. x is float or
-/// bfloat16 bits (widened exactly: a residual stream kept in bf16).
+/// bfloat16 bits (widened exactly: a residual stream kept in bf16). With
+/// `ys` (> 0), y's pixels are `ys` floats apart and y points at the first
+/// pixel's first channel written (a channel-padded output: ChannelPad's,
+/// written in place, ys its channel count); the other channels untouched.
 template <class X>
-void forward(const ConvGeom& g, const X* x, float* y) {
-  const std::size_t C = g.ic;
+void forward(const ConvGeom& g, const X* x, float* y, std::size_t ys = 0) {
+  const std::size_t C = g.ic, YS = ys ? ys : C;
   const float count = float(g.kh * g.kw);
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const std::size_t n = std::size_t(r) / g.oh, oy = std::size_t(r) % g.oh;
     for (std::size_t ox = 0; ox < g.ow; ++ox) {
-      float* __restrict yo = y + (std::size_t(r) * g.ow + ox) * C;
+      float* __restrict yo = y + (std::size_t(r) * g.ow + ox) * YS;
       for (std::size_t c = 0; c < C; ++c) yo[c] = 0.f;
       for (std::size_t ky = 0; ky < g.kh; ++ky)
         for (std::size_t kx = 0; kx < g.kw; ++kx) {
@@ -61,16 +64,18 @@ void forward(const ConvGeom& g, const X* x, float* y) {
 
 /// dx from dy: each input element in a window gets that window's dy / count,
 /// 0 outside every window; dx is written once per element. Parallel over
-/// input rows.
-inline void backward(const ConvGeom& g, const float* dy, float* dx) {
-  const std::size_t C = g.ic;
+/// input rows. With `ds` (> 0), dy's pixels are `ds` floats apart (the
+/// gradient of a channel-padded output, forward's `ys`; dy at the first
+/// pixel's first channel read).
+inline void backward(const ConvGeom& g, const float* dy, float* dx, std::size_t ds = 0) {
+  const std::size_t C = g.ic, DS = ds ? ds : C;
   const float count = float(g.kh * g.kw);
   max_pool::each_input_pixel(g, dx, [&](float* __restrict d, std::size_t o, std::size_t) {
     if (o == max_pool::kOutside) {
       for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
       return;
     }
-    const float* __restrict dyo = dy + o;
+    const float* __restrict dyo = dy + o / C * DS;
 #pragma omp simd
     for (std::size_t c = 0; c < C; ++c) d[c] = dyo[c] / count;
   });

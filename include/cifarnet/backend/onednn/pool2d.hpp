@@ -87,6 +87,42 @@ struct Pool2d<backend::OneDnn, float> {
     on::avg_pool::forward(g, x, y);
   }
 
+  /// Whether forward_padded / backward_padded take g and kind: average
+  /// pooling on the own kernel's geometries (backend_traits'
+  /// pool_pad_in_place).
+  static bool pads_in_place(const ConvGeom& g, PoolKind kind) {
+    return kind == PoolKind::Avg && backend::onednn::avg_pool::handles(g);
+  }
+  /// forward() (average pooling; x float or bfloat16 bits as
+  /// forward_bf16_input) with y written in place into the channel-padded
+  /// output of a ChannelPad after it: `y` points at its first pixel's
+  /// channel `before`, pixels `channels` floats apart; the padding channels
+  /// are not touched. Needs pads_in_place(g, Avg).
+  template <class X>
+  void forward_padded(Dev&, const ConvGeom& g, const X* x, float* y, std::size_t channels) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d forward_padded";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {y, "y"}});
+    if (!pads_in_place(g, PoolKind::Avg) || channels < g.ic)
+      throw ConfigError(detail::concat(op, ": only average pooling without overlap or padding, into ",
+                                       channels, " channels (", on::describe(g), ")"));
+    on::avg_pool::forward(g, x, y, channels);
+  }
+  /// backward() of forward_padded: dy the padded output's gradient, read at
+  /// channel `before` of each pixel (`dy` points there), pixels `channels`
+  /// floats apart.
+  void backward_padded(Dev&, const ConvGeom& g, const float* dy, std::size_t channels, float* dx) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d backward_padded";
+    on::check_geometry(g, op, true);
+    on::require(op, {{dy, "dy"}, {dx, "dx"}});
+    if (!pads_in_place(g, PoolKind::Avg) || channels < g.ic)
+      throw ConfigError(detail::concat(op, ": only average pooling without overlap or padding, from ",
+                                       channels, " channels (", on::describe(g), ")"));
+    on::avg_pool::backward(g, dy, dx, channels);
+  }
+
   /// dx from dy (max: routed to the argmax of each window; avg: spread over
   /// the window's non-padded positions). y is not needed by oneDNN.
   void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x, const float* /*y*/,
