@@ -830,3 +830,44 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic lo
     });
   }
 }
+
+// Eltwise::add_pooled (a residual sum whose other branch is ResNet's
+// downsampling shortcut, its gradient formed on the fly from the padded
+// output gradient) against the two passes it replaces: Pool2d's backward of
+// the padded gradient (backward_padded), then add_masked_bits / add_masked
+// / add: the same bits, with every mask kind, on a map whose last row and
+// column lie outside every 2x2 window (their pooled gradient 0).
+TEST_CASE("add_pooled forms the pooled shortcut's gradient in the sum, as the pool's backward and the sum",
+          "[backend][onednn][pool]") {
+  Device<B> dev;
+  Rng rng = Rng::stream(37, 1);
+  const std::size_t n = 3, c = 16, h = 7, w = 9, before = 8, channels = 32;
+  const ConvGeom pg = ConvGeom::make(DataFormat::NHWC, Shape{n, c, h, w}, c, 2, 2, Padding::Valid);
+  const ChannelGeom g{DataFormat::NHWC, n, c, h, w};
+  const std::size_t size = g.size(), padded = n * pg.oh * pg.ow * channels;
+  REQUIRE(ops::Pool2d<B, float>::pads_in_place(pg, PoolKind::Avg));
+  const auto a = random_vec(rng, size), gy = random_vec(rng, padded), relu_y = random_vec(rng, size);
+  std::vector<std::uint16_t> bits(size / 16);
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    bits[i] = backend::host::positive_bits(relu_y.data() + 16 * i);
+  ops::Pool2d<B, float> pool;
+  ops::Eltwise<B, float> add;
+  auto other = poisoned(size);
+  pool.backward_padded(dev, pg, gy.data() + before, channels, other.data());
+  for (int mask = 0; mask < 3; ++mask) {
+    INFO("mask " << mask);
+    auto want = poisoned(size), got = poisoned(size);
+    if (mask == 0)
+      add.add(dev, size, a.data(), other.data(), want.data(), false);
+    else if (mask == 1)
+      add.add_masked_bits(dev, size, a.data(), other.data(), bits.data(), want.data());
+    else
+      add.add_masked(dev, size, a.data(), other.data(), relu_y.data(), want.data());
+    add.add_pooled(dev, g, a.data(), gy.data() + before, channels, 2, mask == 1 ? bits.data() : nullptr,
+                   mask == 2 ? relu_y.data() : nullptr, got.data());
+    CHECK(std::memcmp(got.data(), want.data(), size * sizeof(float)) == 0);
+  }
+  auto out = poisoned(size);  // fewer padded channels than the sum's: refused
+  CHECK_THROWS_AS(add.add_pooled(dev, g, a.data(), gy.data(), 8, 2, nullptr, nullptr, out.data()),
+                  ConfigError);
+}

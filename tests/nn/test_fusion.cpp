@@ -313,9 +313,10 @@ std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputSh
 // does not apply, so it must not take them (it does not: else the
 // gradients would differ); (4) a block's output read by a downsampling
 // block, whose first convolution (stride 2) runs in oneDNN's kernels in
-// ranges: that layer takes the sums over each range after the block's sum
-// (range_bn_sums). On a CPU without AVX-512 every layer runs in oneDNN's
-// kernels and takes the sums range by range (the epilogue counters 0).
+// ranges: that layer does the block's sum over each range, forming the
+// shortcut's gradient (pool and pad) from the block's output gradient on
+// the fly (Residual::pooled_sums), then takes the sums (range_bn_sums). On a CPU without AVX-512 every layer
+// runs in oneDNN's kernels and takes the sums range by range (the epilogue counters 0).
 TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue give oneDNN's gradients",
           "[nn][fusion][conv_bn][direct]") {
   using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
@@ -364,9 +365,10 @@ TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue g
     auto m = direct_against_plain<Sequential<Block, Down>>({16, 16, 16}, 23);
     auto& c = m->root().children();
     auto& first = std::get<0>(std::get<1>(c).body().children());
-    CHECK(first.direct_backwards() == 0);  // stride 2
-    CHECK(first.range_sums() == 2);        // the block's sum in its ranges
-    CHECK(first.range_bn_sums() == 2);     // then the previous block's last batch norm's sums
+    CHECK(first.direct_backwards() == 0);      // stride 2
+    CHECK(first.range_sums() == 2);            // the block's sum in its ranges
+    CHECK(first.range_bn_sums() == 2);         // then the previous block's last batch norm's sums
+    CHECK(std::get<1>(c).pooled_sums() == 2);  // the shortcut's gradient formed in that sum
     CHECK(std::get<1>(std::get<0>(c).body().children()).sums_given() == 2);
   }
 }

@@ -415,7 +415,8 @@ struct ConvBatchNorm : LayerBase {
           });
           ++direct_backwards_;
           conv_t.run([&] { conv_.backward_begin(rc); });  // dx sized: range_sum and input_offer look at it
-          const bool sum = range_sum(rc);
+          // The kernels' epilogue adds a formed `other` (a pooled one: after them, each_range).
+          const bool sum = range_sum(rc) && rc.grad_sum.other;
           const auto& gs = rc.grad_sum;
           typename ops::Conv2d<B, T>::BnEpilogue e{};
           if (sum) {
@@ -487,7 +488,7 @@ struct ConvBatchNorm : LayerBase {
     // of its input (RunContext::grad_sum): an offer for this input, and dx.
     bool range_sum(RunContext<B, T>& rc) {
       const auto& gs = rc.grad_sum;
-      return gs.of && gs.of == conv_.input_data() && gs.other && gs.name &&
+      return gs.of && gs.of == conv_.input_data() && (gs.other || gs.pooled) && gs.name &&
              conv_.input_gradient_from(rc, 0) && (!gs.mask_bits || conv_.in_image() % 16 == 0);
     }
     // The ranges of backward_ranges: backward(i0, i1) on each in order, with
@@ -576,6 +577,19 @@ struct ConvBatchNorm : LayerBase {
       const auto& gs = rc.grad_sum;
       const std::size_t o = i0 * image, n = (i1 - i0) * image;
       T* d = conv_.input_gradient_from(rc, i0);
+      if (gs.pooled) {  // a downsampling shortcut's gradient, formed here
+        if constexpr (backend_traits<B>::pool_pad_in_place) {
+          const ConvGeom& cg = conv_.geometry();
+          const std::size_t s = gs.pooled_stride, per = (cg.ih / s) * (cg.iw / s) * gs.pooled_channels;
+          add_.add_pooled(*rc.device, ChannelGeom::make(cg.fmt, Shape{i1 - i0, cg.ic, cg.ih, cg.iw}), d,
+                          gs.pooled + i0 * per, gs.pooled_channels, s,
+                          gs.mask_bits ? gs.mask_bits + o / 16 : nullptr,
+                          gs.mask_relu ? gs.mask_relu + o : nullptr, d);
+          return;
+        } else {
+          throw std::logic_error("layer '" + conv_name_ + "': a pooled sum on a backend without it");
+        }
+      }
       if (gs.mask_bits) {
         if constexpr (backend_traits<B>::sum_mask_bits)
           add_.add_masked_bits(*rc.device, n, d, gs.other + o, gs.mask_bits + o / 16, d);

@@ -83,6 +83,10 @@ struct Pool2d : LayerBase {
     void pad_into_once(T* dst, std::size_t channels, std::size_t before, detail::PaddedInput* written) {
       pad_next_ = {dst, channels, before, written};
     }
+    /// Whether the last forward wrote in place (pad_into_once), with a
+    /// window equal to the stride (the backward is Eltwise::add_pooled's).
+    bool wrote_padded_windows() const { return padded_ && K == S; }
+    static constexpr std::size_t stride() { return std::size_t(S); }
     /// Forwards written in place into a channel pad (tests).
     std::size_t padded_outputs() const { return padded_outputs_; }
     /// The bf16 residual stream (nn/sequential.hpp): whether a training

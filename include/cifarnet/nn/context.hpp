@@ -257,9 +257,16 @@ struct RunContext {
   /// memory and its own output's write, and sets `done`. `of`: the input
   /// whose gradient it is (checked by pointer); `name`: where that time is
   /// booked (kind "add"). Residual sets it around its body's backward only.
+  /// Instead of `other`, the other branch may be a downsampling shortcut
+  /// whose gradient was never formed (an average pool written in place
+  /// into a ChannelPad: Sequential::pooled_gradient): `pooled`, the padded
+  /// gradient at its channel `before`, `pooled_channels` a pixel, pooled by
+  /// `pooled_stride` (Eltwise::add_pooled forms it in the sum).
   struct GradSumOffer {
     const void* of = nullptr;
     const T* other = nullptr;
+    const T* pooled = nullptr;
+    std::size_t pooled_channels = 0, pooled_stride = 0;
     const std::uint16_t* mask_bits = nullptr;
     const T* mask_relu = nullptr;
     const std::string* name = nullptr;

@@ -144,6 +144,11 @@ struct HasDeferredOutput : std::false_type {};
 template <class N>
 struct HasDeferredOutput<N, std::void_t<decltype(N::deferred_output_handover)>>
     : std::bool_constant<N::deferred_output_handover> {};
+/// Whether node N has pooled_gradient (a Sequential: Residual's shortcut).
+template <class N, class = void>
+struct HasPooledGradient : std::false_type {};
+template <class N>
+struct HasPooledGradient<N, std::void_t<decltype(&N::pooled_gradient)>> : std::true_type {};
 /// Whether two nodes are an average pool and a ChannelPad that it writes
 /// into in place (pool_pad_source, pool_pad_target).
 template <class P, class N, class = void>
@@ -297,6 +302,27 @@ struct Sequential : LayerBase {
     const Tensor<T>& backward_first_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
                                          bool& wrote) {
       return backward_bits(dy, rc, dx_bits, wrote);
+    }
+    /// A downsampling shortcut (an average pool written in place into a
+    /// ChannelPad, the two children here) whose backward a residual block's
+    /// sum can form on the fly from its output gradient
+    /// (RunContext::grad_sum's `pooled`): true after such a forward, with
+    /// the padded gradient's channel to start at, its channels a pixel and
+    /// the pool's stride.
+    bool pooled_gradient(std::size_t& before, std::size_t& channels, std::size_t& stride) const {
+      if constexpr (sizeof...(Ls) == 2) {
+        if constexpr (detail::IsPoolPad<node_t<FirstL, B, T>, node_t<Last, B, T>>::value) {
+          const auto& pool = std::get<0>(nodes_);
+          const auto& pad = std::get<1>(nodes_);
+          if (!pool.wrote_padded_windows() || !pad.last_in_place()) return false;
+          before = pad.pad_before();
+          channels = pad.padded_channels();
+          stride = pool.stride();
+          return true;
+        }
+      }
+      (void)before, (void)channels, (void)stride;
+      return false;
     }
     /// Whether the last child can take its dy as bf16 bits in the next
     /// backward (a ConvBatchNorm whose takes_bf16_dy holds): a residual
@@ -586,6 +612,7 @@ struct Residual : LayerBase {
       params_before_ = ctx.params ? ctx.params->count() : 0;
       bf16_grads_ = !ctx.options || ctx.options->bf16_gradients;
       bf16_residuals_ = !ctx.options || ctx.options->bf16_residuals;
+      hand_overs_ = !ctx.options || ctx.options->direct_conv_bn;
       const Shape a = detail::build_child<Body>(body_, in, scope, ctx);
       ctx.propagate_down = down;
       const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx);
@@ -727,7 +754,16 @@ struct Residual : LayerBase {
       // GradientSync::ready_from reports inside the body relies on it).
       // With the gradient as bits the shortcut is Identity: its gradient is
       // the bits.
-      const Tensor<T>* db = path_bits ? nullptr : &shortcut_.backward(*g, rc);
+      // A downsampling shortcut (pool and pad) whose gradient the body's
+      // first layer can form in its sum from g (RunContext::grad_sum's
+      // `pooled`): its own pass only if that layer does not do the sum.
+      std::size_t pooled_before = 0, pooled_channels = 0, pooled_stride = 0;
+      bool pooled = false;
+      if constexpr (backend_traits<B>::pool_pad_in_place &&
+                    detail::HasPooledGradient<node_t<Shortcut, B, T>>::value)
+        pooled = hand_overs_ && !path_bits && !dx_bits_ &&
+                 shortcut_.pooled_gradient(pooled_before, pooled_channels, pooled_stride);
+      const Tensor<T>* db = path_bits || pooled ? nullptr : &shortcut_.backward(*g, rc);
       // The body's input gradient as bf16 bits where its first layer can
       // write them and the sum below reads the mask as bits too.
       bool da_bits = false;
@@ -739,9 +775,14 @@ struct Residual : LayerBase {
       // writes no bits); any other offer is cleared, so a block inside the
       // body never sees this one.
       rc.grad_sum = {};
-      if (sum && db && !path_bits && !dx_bits_) {
+      if (sum && (db || pooled) && !path_bits && !dx_bits_) {
         rc.grad_sum.of = x_->data();
-        rc.grad_sum.other = db->data();
+        rc.grad_sum.other = db ? db->data() : nullptr;
+        if (pooled) {
+          rc.grad_sum.pooled = g->data() + pooled_before;
+          rc.grad_sum.pooled_channels = pooled_channels;
+          rc.grad_sum.pooled_stride = pooled_stride;
+        }
         rc.grad_sum.mask_bits = mask_input_ ? x_bits_ : nullptr;
         rc.grad_sum.mask_relu = mask_input_ && !x_bits_ ? x_->data() : nullptr;
         rc.grad_sum.name = &add_name_;
@@ -765,6 +806,8 @@ struct Residual : LayerBase {
       if (!dap) dap = &body_.backward(*g, rc);
       const bool range_summed = rc.grad_sum.done;
       rc.grad_sum = {};
+      if (pooled && range_summed) ++pooled_sums_;
+      if (pooled && !range_summed && sum) db = &shortcut_.backward(*g, rc);  // the sum is this block's
       if (range_summed && da_bits)  // ranges write float dx, never bits
         throw std::logic_error("block '" + name_ + "': its sum was done in ranges of a dx written as bits");
       rc.premasked_grad = rc.premasked_by = nullptr;
@@ -872,6 +915,9 @@ struct Residual : LayerBase {
     /// Backward passes whose sum the body's first layer did a range of
     /// images at a time (RunContext::grad_sum; tests).
     std::size_t range_sums() const { return range_sums_; }
+    /// Backward sums that formed the downsampling shortcut's gradient from
+    /// the output gradient (RunContext::grad_sum's `pooled`; tests).
+    std::size_t pooled_sums() const { return pooled_sums_; }
     /// The branches (for inspection).
     node_t<Body, B, T>& body() { return body_; }
     node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
@@ -926,6 +972,8 @@ struct Residual : LayerBase {
     std::uint16_t* dx_bits_ = nullptr;  // the previous block's buffer for dx as bits (or null)
     bool bf16_grads_ = true;            // NetOptions::bf16_gradients
     bool bf16_residuals_ = true;        // NetOptions::bf16_residuals
+    bool hand_overs_ = true;            // NetOptions::direct_conv_bn: a pooled shortcut's gradient in the sum
+    std::size_t pooled_sums_ = 0;       // backward sums that formed the shortcut's gradient (tests)
     bool expect_bf16_in_ = false;       // require_bf16_input, for the next forward
     bool skip_once_ = false;            // skip_float_output_once, for the next forward
     bool float_skipped_ = false;        // the last forward wrote y_ only as bf16 and bits

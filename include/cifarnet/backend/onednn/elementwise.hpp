@@ -116,6 +116,59 @@ struct Eltwise<backend::OneDnn, float> {
         a, b);
   }
 
+  /// add_masked_bits (bits null: no mask) or add_masked (mask_relu: the
+  /// ReLU's output, > 0) with b the backward of a K = S average pool of a
+  /// channel-padded gradient, formed on the fly: b[n, y, x, c] =
+  /// pooled[((n OH + y / s) OW + x / s) channels + c] / (s s), OH = h / s,
+  /// OW = w / s, 0 outside every window (ResNet's downsampling shortcut, its
+  /// gradient never written: RunContext::grad_sum's `pooled`). g: a's and
+  /// y's NHWC geometry; pooled at the first image's first pixel's channel
+  /// `before`; y may alias a. The float operations of avg_pool::backward
+  /// and the sum, so the same bits. An own OpenMP loop over rows.
+  void add_pooled(Dev&, const ChannelGeom& g, const float* a, const float* pooled, std::size_t channels,
+                  std::size_t s, const std::uint16_t* bits, const float* mask_relu, float* y) {
+    static constexpr const char* op = "Eltwise add_pooled";
+    backend::onednn::require(op, {{a, "a"}, {pooled, "pooled"}, {y, "y"}});
+    if (g.fmt != DataFormat::NHWC || s == 0 || channels < g.c || (bits && mask_relu) ||
+        (bits && g.c % 16 != 0))
+      throw ConfigError(detail::concat(op, ": NHWC, a stride, ", channels, " >= ", g.c,
+                                       " channels, one mask (bits need channels a multiple of 16)"));
+    const std::size_t C = g.c, OH = g.h / s, OW = g.w / s;
+    const float count = float(s * s);
+    const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.h);
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      const std::size_t n = std::size_t(r) / g.h, iy = std::size_t(r) % g.h, oy = iy / s;
+      for (std::size_t ix = 0; ix < g.w; ++ix) {
+        const std::size_t i = (std::size_t(r) * g.w + ix) * C, ox = ix / s;
+        const bool in = oy < OH && ox < OW;
+        const float* __restrict p = pooled + ((n * OH + oy) * OW + ox) * channels;
+        const float* __restrict ai = a + i;
+        float* __restrict yi = y + i;
+        if (bits) {
+          for (std::size_t c0 = 0; c0 < C; c0 += 16) {
+            const std::uint16_t w = bits[(i + c0) / 16];
+#pragma omp simd
+            for (std::size_t l = 0; l < 16; ++l) {
+              const float b = in ? p[c0 + l] / count : 0.f;
+              yi[c0 + l] = (w >> l & 1u) ? ai[c0 + l] + b : 0.f;
+            }
+          }
+        } else if (mask_relu) {
+          const float* __restrict m = mask_relu + i;
+#pragma omp simd
+          for (std::size_t c = 0; c < C; ++c) {
+            const float b = in ? p[c] / count : 0.f;
+            yi[c] = m[c] > 0.f ? ai[c] + b : 0.f;
+          }
+        } else {
+#pragma omp simd
+          for (std::size_t c = 0; c < C; ++c) yi[c] = ai[c] + (in ? p[c] / count : 0.f);
+        }
+      }
+    }
+  }
+
   /// y = x·a + b; x == y allowed.
   void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
     namespace on = backend::onednn;
