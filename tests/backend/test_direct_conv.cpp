@@ -325,9 +325,9 @@ void run_forward(const Case& k) {
     worst_var_rel = std::max(worst_var_rel, std::fabs(stats[k.c + c] - s2 / m) / (s2 / m));
   }
   const double u = 17 * std::ldexp(1.0, -24);
-  INFO("statistics: worst |mean err| / max|y| " << worst_mean << ", |var err| / max|y|^2 " << worst_var
-                                                << ", |var err| / var " << worst_var_rel << "; bound " << u
-                                                << " times 2 and 4");
+  INFO("worst |mean err| / max|y| " << worst_mean << " (bound " << 2 * u << ")");
+  INFO("worst |var err| / max|y|^2 " << worst_var << " (bound " << 4 * u << ")");
+  INFO("worst |var err| / var " << worst_var_rel);
   CHECK(worst_mean <= u * 2);
   CHECK(worst_var <= u * 4);
   ops::BatchNorm<B, float> given, own;

@@ -77,9 +77,9 @@ struct Conv2d : LayerBase {
     const Tensor<T>* forward_stats(const Tensor<T>& x, RunContext<B, T>& rc, double* stats,
                                    const ops::BnNormMap<T>* in) {
       if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
-        if (!rc.training() || !direct_bn()) return nullptr;
+        if (!direct_forward_next(rc)) return nullptr;
         prepare(x, rc);
-        if (!op_.direct_bn(geom_)) return nullptr;
+        if (!op_.direct_forward(geom_, algorithm_for(rc))) return nullptr;
         ensure_shape(y_, geom_.out_shape(), fmt_);
         op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats, in);
         return &y_;
@@ -225,6 +225,15 @@ struct Conv2d : LayerBase {
       else
         return false;
     }
+    /// Whether the next training forward under `rc` can run forward_stats
+    /// (with the algorithm that forward will set: frozen weights keep Auto,
+    /// which may take Winograd).
+    bool direct_forward_next(const RunContext<B, T>& rc) const {
+      if constexpr (backend_traits<B>::conv_bn_prologue && !Bias)
+        return rc.training() && op_.direct_forward(geom_, algorithm_for(rc));
+      else
+        return (void)rc, false;
+    }
     /// backward_images with dy_images the input gradient of the batch norm
     /// after this layer, given as that batch norm's map `m` over the whole
     /// batch (ops::BatchNorm::grad_map): the op computes each image of it in
@@ -300,15 +309,20 @@ struct Conv2d : LayerBase {
       x_ = &x;
       // Auto never trains weights with Winograd: a replica's result must not
       // depend on how many images it holds (ops/conv_algorithm.hpp).
-      if constexpr (backend_traits<B>::conv_algorithms)
-        op_.set_algorithm(policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads
-                              ? ConvAlgorithm::Direct
-                              : policy_);
+      if constexpr (backend_traits<B>::conv_algorithms) op_.set_algorithm(algorithm_for(rc));
       if constexpr (backend_traits<B>::bf16_convolutions) {
         op_.set_keep_input(rc.training() && rc.param_grads);
         // The bf16 copy of x its producer wrote in the same pass (RunContext::bf16_of).
         op_.set_bf16_input(rc.input_bf16_of == x.data() ? rc.input_bf16 : nullptr);
       }
+    }
+    // The algorithm a forward under rc runs with (prepare).
+    ConvAlgorithm algorithm_for(const RunContext<B, T>& rc) const {
+      if constexpr (backend_traits<B>::conv_algorithms)
+        return policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads ? ConvAlgorithm::Direct
+                                                                                 : policy_;
+      else
+        return (void)rc, ConvAlgorithm::Direct;
     }
     // The backward of images [i0, i1) through run(g, x, w, dx, dw, db): their
     // input gradient into dx_, their weight gradient written (i0 == 0) or

@@ -244,7 +244,12 @@ struct ConvBatchNorm : LayerBase {
     const detail::DeferredOutput<T>* deferred_output() const { return &norm_out_; }
     /// Whether this layer's next training forward can take its input as
     /// the previous layer's map: its own kernels run this convolution.
-    bool takes_normalised_input(RunContext<B, T>& rc) const { return direct_bn(rc); }
+    bool takes_normalised_input(RunContext<B, T>& rc) const {
+      if constexpr (backend_traits<B>::conv_bn_prologue)
+        return float_convs_ && bn_.chunkable(rc) && conv_.direct_forward_next(rc) && conv_.direct_bn();
+      else
+        return (void)rc, false;
+    }
     /// The next training forward's input is `src`'s (defer_output_once was
     /// asked of that layer); the forward throws if it is not that input.
     void take_normalised_input(const detail::DeferredOutput<T>* src) {
@@ -535,9 +540,9 @@ struct ConvBatchNorm : LayerBase {
         }
       }
     }
-    // In a backward in the own kernels (`sum`: it does the residual
-    // block's sum): the offer of the last forward's input, if this backward
-    // forms that input's whole gradient: with dx; an input read by this
+    // In a ranged backward (`sum`: it does the residual block's sum): the
+    // offer of the last forward's input, if this backward forms that
+    // input's whole gradient: with dx; an input read by this
     // layer alone and no sum, or one the shortcut reads too and the block's
     // sum here; through a ReLU's mask exactly where the offer went through
     // one (the block's sum through the mask of the block that wrote it).

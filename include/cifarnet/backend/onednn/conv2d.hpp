@@ -227,6 +227,14 @@ struct Conv2d<backend::OneDnn, float> {
     return direct_ && prec_ == ConvPrecision::F32 && alg_ != ConvAlgorithm::Winograd &&
            backend::onednn::direct::supports(g);
   }
+  /// Whether forward_stats runs `g` under algorithm `a` (the one set, or
+  /// about to be): direct_bn's geometry with the direct algorithm asked for
+  /// (Auto may pick Winograd, whose outputs differ; the forward then stays
+  /// oneDNN's).
+  bool direct_forward(const ConvGeom& g, ConvAlgorithm a) const {
+    return direct_ && prec_ == ConvPrecision::F32 && a == ConvAlgorithm::Direct &&
+           backend::onednn::direct::supports(g);
+  }
   /// The backward of g.n images whose output gradient is the batch norm's
   /// input gradient given by its map `m` (BatchNorm::grad_map, at those
   /// images): dx (if not null) and dw (HWIO, overwritten, if not null) from
@@ -272,7 +280,7 @@ struct Conv2d<backend::OneDnn, float> {
     on::check_geometry(g, op, false);
     on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
     (void)dev;
-    if (!direct_bn(g))
+    if (!direct_forward(g, alg_))
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
     on::direct::forward_images(g, x, w, y, direct_scratch_, stats, in);
