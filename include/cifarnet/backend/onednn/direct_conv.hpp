@@ -2,7 +2,14 @@
 // for the backward of a 3x3, stride-1, SAME-padded NHWC convolution with
 // 16, 32 or 64 channels in and out (ResNet's stage convolutions), whose
 // output gradient is a batch norm's input gradient computed image by image
-// in the kernels' prologue (ops::Conv2d::backward_images_bn, ConvBatchNorm).
+// in the kernels' prologue (ops::Conv2d::backward_images_bn, ConvBatchNorm),
+// and for its training forward (ops::Conv2d::forward_stats). Around the
+// kernels, image by image while each is in cache: in the backward's
+// epilogue a residual block's gradient sum and an earlier batch norm's
+// backward sums (bn::GradEpilogue); in the forward's epilogue the batch
+// norm statistics of the output (forward_images); in either's prologue an
+// input given as an earlier batch norm's map instead of stored
+// (ops::BnNormMap). docs/ARCHITECTURE.md's hand-over list says who asks.
 //
 // Why own kernels: batch norm's input gradient was a pass of its own over
 // every range of images (read dy and x, write a buffer) before oneDNN's
