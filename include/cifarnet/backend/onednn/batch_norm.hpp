@@ -290,8 +290,7 @@ struct BatchNorm<backend::OneDnn, float> {
     static constexpr const char* op = "BatchNorm add_backward_sums";
     on::check_geometry(g, op);
     on::require(op, {{x, "x"}, {dy, "dy"}, {mean, "mean"}, {sums, "sums"}});
-    (void)dev;
-    sums_of_.g.reset();  // scratch_.sums is overwritten
+    (void)dev;  // range_scratch_ only: a backward's state in scratch_ stays as it is
     on::bn::with_channels(g, [&](auto cc) {
       on::bn::channel_sums<on::bn::SumKind::Grad, decltype(cc)::value, float, float>(g, x, dy, relu_ab, mean,
                                                                                      range_scratch_);
