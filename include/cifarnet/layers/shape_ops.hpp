@@ -66,7 +66,7 @@ struct ChannelPad : LayerBase {
     static constexpr bool pool_pad_target = true;
     /// For a batch of `n`: the output sized, its padding zeroed (where this
     /// buffer was not zeroed before), and where the pool writes (channel
-    /// Before of the first pixel; pixels channels() apart). The next forward
+    /// Before of the first pixel; pixels padded_channels() apart). The next forward
     /// then checks that the pool wrote there (`written()`).
     T* padded_target(RunContext<B, T>& rc, std::size_t n) {
       if constexpr (backend_traits<B>::pool_pad_in_place) {
