@@ -569,7 +569,6 @@ struct ConvBatchNorm : LayerBase {
         sums_offer_.relu_ab = in.relu_ab;
         sums_offer_.mean = in.mean;
         sums_offer_.c = std::size_t(Out);
-        sums_offer_.through_sum = sum_out != nullptr;
         sums_offer_.masked = sum_out != nullptr && sum_relu;
         sums_offer_.name = &bn_name_;
         rc.bn_out = &sums_offer_;

@@ -192,7 +192,7 @@ class GradientSync {
 
 /// A batch norm's backward sums, offered by the layer whose training
 /// forward wrote the tensor `of` (its batch norm's output, or a residual
-/// block's sum of that output: `through_sum`) to the layer that reads it,
+/// block's sum of that output) to the layer that reads it,
 /// which forms the gradient of `of` in its backward and may take the sums
 /// over it there, while it is in cache (RunContext::bn_out; ConvBatchNorm on
 /// a backend with conv_bn_prologue). What the sums need: the batch norm's
@@ -209,7 +209,6 @@ struct BnSumsOffer {
   const T* relu_ab = nullptr;
   const T* mean = nullptr;
   std::size_t c = 0;
-  bool through_sum = false;
   bool masked = false;
   std::vector<double> sums;
   const void* given_for = nullptr;

@@ -261,13 +261,9 @@ struct BatchNorm<backend::OneDnn, float> {
     act_geom_ = g;
     act_ = BnActivation::Relu;
     sums_of_.g.reset();
-    const Given given = std::exchange(given_, Given{});
-    const double* stats = given.x != nullptr && given.x == static_cast<const void*>(x) && given.c == g.c
-                              ? given.stats
-                              : nullptr;
+    const double* stats = take_given(g, x);
     on::bn::forward_train<float, float>(g, eps, x, gamma, beta, nullptr, mean, var, relu_ab_.data(), scratch_,
                                         nullptr, nullptr, false, nullptr, nullptr, stats, true);
-    statistics_given_ += stats != nullptr;
   }
   /// The map of forward_train_deferred's output y of x (ops::BnNormMap),
   /// valid until this op's next training forward.
@@ -380,13 +376,9 @@ struct BatchNorm<backend::OneDnn, float> {
       throw ConfigError(
           detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
     sums_of_.g.reset();  // the coefficients in scratch_ are overwritten
-    const Given given = std::exchange(given_, Given{});
-    const double* stats = given.x != nullptr && given.x == static_cast<const void*>(x) && given.c == g.c
-                              ? given.stats
-                              : nullptr;
+    const double* stats = take_given(g, x);
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
                                        y_bf16, sum_mask, stats);
-    statistics_given_ += stats != nullptr;
   }
 
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the
@@ -480,7 +472,14 @@ struct BatchNorm<backend::OneDnn, float> {
   BnActivation act_ = BnActivation::None;       // and its activation
   backend::onednn::bn::Scratch scratch_;        // the kernels' buffers, kept between calls
   backend::onednn::bn::Scratch range_scratch_;  // add_backward_sums' (scratch_ keeps a backward's state)
-  struct Given {                                // give_statistics, for the next training forward
+  // The statistics given for x (give_statistics), or null; forgotten either way.
+  const double* take_given(const ChannelGeom& g, const void* x) {
+    const Given given = std::exchange(given_, Given{});
+    const double* stats = given.x != nullptr && given.x == x && given.c == g.c ? given.stats : nullptr;
+    statistics_given_ += stats != nullptr;
+    return stats;
+  }
+  struct Given {  // give_statistics, for the next training forward
     const void* x = nullptr;
     std::size_t c = 0;
     const double* stats = nullptr;

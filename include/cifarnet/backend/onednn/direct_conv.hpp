@@ -289,6 +289,25 @@ void normalise(std::size_t rows, const NormMap& in, std::size_t off, float* xn) 
   }
 }
 
+// One image's forward for C channels (image at `off`): its input normalised
+// into xn first where given as a map (`in`), then y; with `s`, its batch
+// norm sums (shifted by its first pixel) into s (2C).
+template <int C>
+void forward_one(int H, int W, const float* x, const NormMap* in, std::size_t off, const float* w, float* y,
+                 float* xn, double* s) {
+  const std::size_t rows = std::size_t(H) * W;
+  const float* xi = x + off;
+  if (in) {
+    normalise<C>(rows, *in, off, xn);
+    xi = xn;
+  }
+  forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, xi, w, y + off);
+  const float* none = nullptr;
+  if (s)
+    bn::nhwc_sums<bn::SumKind::Stats, std::size_t(C)>(0, rows, y + off, none, nullptr, y + off, s, s + C,
+                                                      nullptr);
+}
+
 // One image's backward for C channels: dy from the map into `dyc`, then dx
 // (if any; then the epilogue `e` on it, if any) and this thread's weight
 // gradient (if any; its input x, or with `in` that image normalised into
@@ -375,24 +394,12 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const std::size_t off = std::size_t(i) * image;
       double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
-      const float* none = nullptr;
-      const float* xi = x + off;
-      if (C == 16) {
-        if (in) xi = (kernels::normalise<16>(rows, *in, off, xn), xn);
-        kernels::forward_image<16, 16, 1>(H, W, xi, w, y + off);
-        if (s)
-          bn::nhwc_sums<bn::SumKind::Stats, 16>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
-      } else if (C == 32) {
-        if (in) xi = (kernels::normalise<32>(rows, *in, off, xn), xn);
-        kernels::forward_image<32, 8, 2>(H, W, xi, w, y + off);
-        if (s)
-          bn::nhwc_sums<bn::SumKind::Stats, 32>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
-      } else {
-        if (in) xi = (kernels::normalise<64>(rows, *in, off, xn), xn);
-        kernels::forward_image<64, 8, 2>(H, W, xi, w, y + off);
-        if (s)
-          bn::nhwc_sums<bn::SumKind::Stats, 64>(0, rows, y + off, none, nullptr, y + off, s, s + C, nullptr);
-      }
+      if (C == 16)
+        kernels::forward_one<16>(H, W, x, in, off, w, y, xn, s);
+      else if (C == 32)
+        kernels::forward_one<32>(H, W, x, in, off, w, y, xn, s);
+      else
+        kernels::forward_one<64>(H, W, x, in, off, w, y, xn, s);
     }
   }
   if (!stats) return;

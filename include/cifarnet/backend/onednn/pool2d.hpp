@@ -100,27 +100,27 @@ struct Pool2d<backend::OneDnn, float> {
   /// are not touched. Needs pads_in_place(g, Avg).
   template <class X>
   void forward_padded(Dev&, const ConvGeom& g, const X* x, float* y, std::size_t channels) {
-    namespace on = backend::onednn;
-    static constexpr const char* op = "Pool2d forward_padded";
-    on::check_geometry(g, op, true);
-    on::require(op, {{x, "x"}, {y, "y"}});
-    if (!pads_in_place(g, PoolKind::Avg) || channels < g.ic)
-      throw ConfigError(detail::concat(op, ": only average pooling without overlap or padding, into ",
-                                       channels, " channels (", on::describe(g), ")"));
-    on::avg_pool::forward(g, x, y, channels);
+    check_padded("Pool2d forward_padded", g, x, y, channels);
+    backend::onednn::avg_pool::forward(g, x, y, channels);
   }
   /// backward() of forward_padded: dy the padded output's gradient, read at
   /// channel `before` of each pixel (`dy` points there), pixels `channels`
   /// floats apart.
   void backward_padded(Dev&, const ConvGeom& g, const float* dy, std::size_t channels, float* dx) {
+    check_padded("Pool2d backward_padded", g, dy, dx, channels);
+    backend::onednn::avg_pool::backward(g, dy, dx, channels);
+  }
+  // forward_padded's and backward_padded's checks: the operands, and a
+  // geometry they take with `channels` at least the pool's.
+  template <class A>
+  static void check_padded(const char* op, const ConvGeom& g, const A* a, const float* b,
+                           std::size_t channels) {
     namespace on = backend::onednn;
-    static constexpr const char* op = "Pool2d backward_padded";
     on::check_geometry(g, op, true);
-    on::require(op, {{dy, "dy"}, {dx, "dx"}});
+    on::require(op, {{a, "input"}, {b, "output"}});
     if (!pads_in_place(g, PoolKind::Avg) || channels < g.ic)
-      throw ConfigError(detail::concat(op, ": only average pooling without overlap or padding, from ",
-                                       channels, " channels (", on::describe(g), ")"));
-    on::avg_pool::backward(g, dy, dx, channels);
+      throw ConfigError(detail::concat(op, ": only average pooling without overlap or padding, with ",
+                                       channels, " padded channels (", on::describe(g), ")"));
   }
 
   /// dx from dy (max: routed to the argmax of each window; avg: spread over
