@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the downstream consumer project against cifarnet.
+# Builds and runs the downstream consumer project against cifarnet; with
+# find_package, with every optional dependency hidden from the consumer.
 # Usage: run_consumer.sh <cifarnet-source> <work-dir> find_package|add_subdirectory
 set -euo pipefail
 src=$1 work=$2 mode=$3
@@ -10,8 +11,14 @@ if [ "$mode" = find_package ]; then
   cmake --install "$work/cifarnet-build" > "$work/install.log"
   test -f "$work/prefix/include/cifarnet/cifarnet.hpp"
   test -f "$work/prefix/lib/cmake/cifarnet/cifarnetConfig.cmake" || test -f "$work/prefix/lib/x86_64-linux-gnu/cmake/cifarnet/cifarnetConfig.cmake"
+  # The consumer asks for no optional component, so it needs none of their
+  # dependencies: every one is hidden from it (installed with them or not).
+  hide=()
+  for d in Matio CURL LibArchive OpenSSL MPI CUDAToolkit CUDNN NCCL; do
+    hide+=("-DCMAKE_DISABLE_FIND_PACKAGE_$d=TRUE")
+  done
   cmake -S "$src/tests/install/consumer" -B "$work/app" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
-    -DCIFARNET_MODE=find_package -DCMAKE_BUILD_TYPE=Release
+    -DCIFARNET_MODE=find_package -DCMAKE_BUILD_TYPE=Release "${hide[@]}"
 else
   cmake -S "$src/tests/install/consumer" -B "$work/app" -G Ninja -DCIFARNET_SOURCE="$src" \
     -DCIFARNET_MODE=add_subdirectory -DCMAKE_BUILD_TYPE=Release
