@@ -2,7 +2,10 @@
 // tests build (libarchive), never the network: a good tarball (its own size
 // and MD5 passed in), the skip when the set is already there, a truncated
 // tarball, a wrong checksum, an archive of the wrong shape; each failure with
-// a clear error and nothing left behind in the destination.
+// a clear error and nothing left behind in the destination; and the bounded
+// unpacking: a member larger than expected (a gzip bomb), more bytes in all,
+// more entries, refused before the excess is written (checked under a
+// file-size limit) and with what was written within the bounds.
 #include <catch2/catch.hpp>
 
 #include <cifarnet/data/cifar.hpp>
@@ -10,8 +13,13 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -72,6 +80,41 @@ std::vector<std::string> listing(const std::string& dir) {
   std::sort(names.begin(), names.end());
   return names;
 }
+
+/// The bytes of the regular files under `dir` (0 when it is gone).
+std::uint64_t disk_use(const std::string& dir) {
+  std::uint64_t n = 0;
+  if (!fs::exists(dir)) return 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
+}
+
+/// While alive, no file of this process may grow past `bytes`
+/// (RLIMIT_FSIZE; SIGXFSZ ignored, so such a write fails with EFBIG instead
+/// of killing the test): an unpacker that wrote an oversized member before
+/// checking it fails with libarchive's "File too large", not the bound's
+/// message, and never fills the disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old_) == 0);
+    rlimit l = old_;
+    l.rlim_cur = std::min(old_.rlim_cur, bytes);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &l) == 0);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = SIG_DFL;
+};
 
 /// Options for a file:// tarball with its own size and MD5.
 DownloadOptions options_for(const std::string& tarball) {
@@ -218,4 +261,115 @@ TEST_CASE("download_cifar10 fails clearly and leaves nothing behind", "[data][do
   CHECK(listing(dest).empty());
   // And the good tarball still goes through afterwards.
   CHECK(download_cifar10(dest, ok).extracted);
+}
+
+TEST_CASE("download_cifar10 refuses a batch file larger than 10,000 records before writing it",
+          "[data][download]") {
+  TempDir src, dest_root;
+  Entries e = cifar_entries();
+  REQUIRE(e[0].first == "cifar-10-batches-bin/data_batch_1.bin");
+  const std::uint64_t bomb_bytes = kCifar10BatchFileBytes + (1 << 20);  // 1 MiB too many, of zeros
+  e[0].second.assign(bomb_bytes, 0);
+  const std::string bomb = src.file("bomb.tar.gz");
+  write_tar_gz(bomb, e);
+  CHECK(fs::file_size(bomb) < bomb_bytes / 100);  // what makes it a bomb: it inflates 100-fold and more
+  const std::string dest = dest_root.file("data");
+  {
+    FileSizeLimit limit(1 << 20);  // the tarball itself fits, the member does not
+    require_throws_with<DataError>(
+        [&] { download_cifar10(dest, options_for(bomb)); },
+        {"cannot unpack '" + dest + "/bomb.tar.gz'",
+         "entry 'cifar-10-batches-bin/data_batch_1.bin' declares " + std::to_string(bomb_bytes) + " bytes",
+         "more than the 30730000 expected of it"});
+  }
+  // Nothing written is left: no tarball, no temporary directory, no member.
+  CHECK(listing(dest).empty());
+  CHECK(disk_use(dest_root.str()) == 0);
+}
+
+TEST_CASE("unpacking stops at each member's expected size, the total and the entry count",
+          "[data][download]") {
+  TempDir src, out;
+  data::detail::UnpackLimits lim;
+  lim.member_bytes = {{"set/a.bin", 10000}, {"set/b.bin", 10000}};
+  lim.other_file_bytes = 100;
+  lim.total_bytes = 15000;
+  lim.max_entries = 4;
+  const std::string tgz = src.file("t.tar.gz");
+  auto bytes = [](std::size_t n) { return std::vector<std::uint8_t>(n, 7); };
+  auto unpack = [&] {
+    FileSizeLimit limit(64 << 10);  // far below the 1 MiB members below
+    data::detail::unpack(tgz, out.str(), lim);
+  };
+
+  SECTION("within the bounds, exactly at them, names spelled with ./") {
+    write_tar_gz(tgz,
+                 {{"./set/a.bin", bytes(10000)}, {"set/b.bin", bytes(4900)}, {"set/readme", bytes(100)}});
+    unpack();
+    CHECK(fs::file_size(out.file("set/a.bin")) == 10000);
+    CHECK(disk_use(out.str()) == 15000);
+  }
+  SECTION("a named member larger than its size") {
+    write_tar_gz(tgz, {{"set/b.bin", bytes(500)}, {"set/a.bin", bytes(10000 + (1 << 20))}});
+    require_throws_with<DataError>(unpack, {"cannot unpack '" + tgz + "'",
+                                            "entry 'set/a.bin' declares 1058576 bytes, more than the 10000"});
+    CHECK_FALSE(fs::exists(out.file("set/a.bin")));
+    CHECK(disk_use(out.str()) == 500);
+  }
+  SECTION("any other file larger than other_file_bytes") {
+    write_tar_gz(tgz, {{"set/c.bin", bytes(1 << 20)}});
+    require_throws_with<DataError>(unpack, {"entry 'set/c.bin' declares 1048576 bytes, more than the 100"});
+    CHECK(disk_use(out.str()) == 0);
+  }
+  SECTION("more bytes in all than the total") {
+    write_tar_gz(tgz, {{"set/a.bin", bytes(9000)}, {"set/b.bin", bytes(9000)}});
+    require_throws_with<DataError>(
+        unpack,
+        {"entry 'set/b.bin' brings the files to 18000 bytes, more than the 15000 expected of the whole"});
+    CHECK(fs::file_size(out.file("set/a.bin")) == 9000);
+    CHECK_FALSE(fs::exists(out.file("set/b.bin")));
+    CHECK(disk_use(out.str()) <= lim.total_bytes);
+  }
+  SECTION("more entries than expected") {
+    write_tar_gz(tgz, {{"set/1", bytes(1)},
+                       {"set/2", bytes(1)},
+                       {"set/3", bytes(1)},
+                       {"set/4", bytes(1)},
+                       {"set/5", bytes(1)}});
+    require_throws_with<DataError>(unpack, {"entry 'set/5' is one more than the 4 entries expected"});
+    CHECK(disk_use(out.str()) == 4);
+  }
+}
+
+TEST_CASE("the unpack budget checks every data block, so a size the header understates is caught",
+          "[data][download]") {
+  data::detail::UnpackLimits lim;
+  lim.member_bytes = {{"set/a.bin", 10000}, {"set/b.bin", 10000}};
+  lim.other_file_bytes = 100;
+  lim.total_bytes = 15000;
+  lim.max_entries = 8;
+  data::detail::UnpackBudget b(lim, "x.tar.gz");
+
+  b.begin_entry("set/a.bin", true, 5000);  // declares 5000, then brings more
+  b.admit(0, 5000);
+  b.admit(5000, 5000);
+  require_throws_with<DataError>([&] { b.admit(10000, 1); },
+                                 {"cannot unpack 'x.tar.gz': entry 'set/a.bin' holds at least 10001 bytes, "
+                                  "more than the 10000 expected of it"});
+  CHECK(b.total() == 10000);
+
+  b.begin_entry("set/", false, -1);      // a directory: no bytes, one entry
+  b.begin_entry("set/b.bin", true, -1);  // no size given: the total still holds
+  b.admit(0, 5000);
+  require_throws_with<DataError>([&] { b.admit(5000, 1); },
+                                 {"brings the files to 15001 bytes, more than the 15000"});
+
+  data::detail::UnpackBudget sparse(lim, "x.tar.gz");
+  sparse.begin_entry("set/a.bin", true, -1);
+  sparse.admit(8000, 2000);  // blocks in any order count the file's extent once
+  sparse.admit(0, 100);
+  CHECK(sparse.total() == 10000);
+  require_throws_with<DataError>([&] { sparse.admit(std::numeric_limits<std::int64_t>::max(), 10); },
+                                 {"entry 'set/a.bin' holds at least"});
+  require_throws_with<DataError>([&] { sparse.admit(-1, 1); }, {"a negative offset"});
 }

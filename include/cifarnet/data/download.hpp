@@ -16,7 +16,11 @@
 //      dest/<name>;
 //   2. the tarball is unpacked into a temporary directory in dest
 //      (.extract-XXXXXX), entries checked (relative paths without '..';
-//      regular files and directories only);
+//      regular files and directories only) and bounded: a batch file larger
+//      than its 10,000 records, any other file larger than
+//      DownloadOptions::other_file_bytes, more bytes in all than the set's,
+//      or more entries than DownloadOptions::max_entries is refused before
+//      the excess is written (a gzip bomb stops there);
 //   3. the unpacked cifar-10-batches-bin/ is checked to hold the six batch
 //      files and renamed into place.
 //
@@ -42,6 +46,7 @@
 #include <ostream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
@@ -50,6 +55,10 @@
 
 namespace cifarnet {
 namespace data {
+
+/// The size of each of the CIFAR-10 tarball's six batch files
+/// (data_batch_1..5.bin, test_batch.bin): 10,000 records of 3,073 bytes.
+inline constexpr std::uint64_t kCifar10BatchFileBytes = 10000 * std::uint64_t(kCifar10RecordBytes);
 
 /// What download_cifar10 fetches and what it expects.
 struct DownloadOptions {
@@ -64,6 +73,18 @@ struct DownloadOptions {
   std::ostream* log = nullptr;
   /// Give up on a connection that moves less than 1 KiB/s for this long.
   long stall_seconds = 60;
+  /// Bounds on unpacking, so that a tarball inflating to more than the data
+  /// set (a gzip bomb: gzip inflates zeros about 1000-fold, so a 4 MiB
+  /// tarball can hold a 4 GiB member) is refused before it fills the disk:
+  /// each of the six batch files in archive_dir/ holds at most
+  /// batch_file_bytes, any other file at most other_file_bytes, all files
+  /// together at most six batch files plus other_file_bytes, and the
+  /// tarball at most max_entries entries. The real tarball holds the six
+  /// batch files, a small batches.meta.txt and readme.html, and their
+  /// directory.
+  std::uint64_t batch_file_bytes = kCifar10BatchFileBytes;
+  std::uint64_t other_file_bytes = std::uint64_t(1) << 16;
+  std::uint64_t max_entries = 64;
 };
 
 /// What download_cifar10 did.
@@ -239,8 +260,98 @@ inline bool safe_entry_path(const std::string& path) {
   return true;
 }
 
-/// Unpacks the tarball at `archive_path` under `into` (an empty directory).
-inline void unpack(const std::string& archive_path, const std::string& into) {
+/// What unpacking may write: the most bytes of each named member (its path
+/// in the archive), of any other regular file, of all files together, and
+/// the most entries of any kind.
+struct UnpackLimits {
+  std::vector<std::pair<std::string, std::uint64_t>> member_bytes;
+  std::uint64_t other_file_bytes = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t max_entries = 0;
+};
+
+/// The limits `o` sets for the CIFAR-10 tarball (DownloadOptions).
+inline UnpackLimits unpack_limits(const DownloadOptions& o) {
+  UnpackLimits l;
+  for (const char* f : {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                        "data_batch_5.bin", "test_batch.bin"})
+    l.member_bytes.emplace_back(o.archive_dir + "/" + f, o.batch_file_bytes);
+  l.other_file_bytes = o.other_file_bytes;
+  l.total_bytes = 6 * o.batch_file_bytes + o.other_file_bytes;
+  l.max_entries = o.max_entries;
+  return l;
+}
+
+/// Keeps the count of what unpacking `archive` writes within `limits`: each
+/// entry is admitted by its header (its declared size) before anything is
+/// written, and each data block by its extent before it is written, so a
+/// size that the header understates is caught too. Every refusal is a
+/// DataError naming the archive, the entry and the bound.
+class UnpackBudget {
+ public:
+  UnpackBudget(UnpackLimits limits, std::string archive)
+      : limits_(std::move(limits)), archive_(std::move(archive)) {}
+
+  /// Starts the next entry, `name` as the archive spells it: `writes` when
+  /// its data will be written (a regular file), `declared` its size when
+  /// the header gives one (-1: none).
+  void begin_entry(const std::string& name, bool writes, std::int64_t declared) {
+    name_ = name;
+    written_ = 0;
+    if (++entries_ > limits_.max_entries)
+      refuse("entry '" + name + "' is one more than the " + std::to_string(limits_.max_entries) +
+             " entries expected of the whole archive");
+    bound_ = writes ? bound_of(name) : 0;
+    if (!writes) return;
+    if (declared > 0 && std::uint64_t(declared) > bound_)
+      refuse(too_large(std::uint64_t(declared), "declares"));
+    if (declared > 0 && std::uint64_t(declared) > limits_.total_bytes - total_)
+      refuse(too_much(total_ + std::uint64_t(declared)));
+  }
+
+  /// Admits `size` bytes at `offset` of the current entry; throws before a
+  /// byte past the entry's bound or the total is written.
+  void admit(std::int64_t offset, std::uint64_t size) {
+    if (offset < 0) refuse("entry '" + name_ + "' has a data block at a negative offset");
+    const std::uint64_t begin = std::uint64_t(offset);
+    if (begin > bound_ || size > bound_ - begin) refuse(too_large(begin + size, "holds at least"));
+    const std::uint64_t end = begin + size;
+    const std::uint64_t grown = end > written_ ? end - written_ : 0;  // sparse blocks may come in any order
+    if (grown > limits_.total_bytes - total_) refuse(too_much(total_ + grown));
+    total_ += grown;
+    written_ += grown;
+  }
+
+  std::uint64_t total() const { return total_; }
+
+ private:
+  std::uint64_t bound_of(const std::string& name) const {
+    const std::string key = std::filesystem::path(name).lexically_normal().generic_string();
+    for (const auto& [member, bytes] : limits_.member_bytes)
+      if (member == key) return bytes;
+    return limits_.other_file_bytes;
+  }
+  std::string too_large(std::uint64_t bytes, const char* verb) const {
+    return "entry '" + name_ + "' " + verb + " " + std::to_string(bytes) + " bytes, more than the " +
+           std::to_string(bound_) + " expected of it";
+  }
+  std::string too_much(std::uint64_t bytes) const {
+    return "entry '" + name_ + "' brings the files to " + std::to_string(bytes) + " bytes, more than the " +
+           std::to_string(limits_.total_bytes) + " expected of the whole archive";
+  }
+  [[noreturn]] void refuse(const std::string& why) const {
+    throw DataError("cannot unpack '" + archive_ + "': " + why + " (not the expected data set)");
+  }
+
+  UnpackLimits limits_;
+  std::string archive_, name_;
+  std::uint64_t entries_ = 0, bound_ = 0, written_ = 0, total_ = 0;
+};
+
+/// Unpacks the tarball at `archive_path` under `into` (an empty directory)
+/// within `limits` (UnpackBudget): an entry past them is refused before its
+/// excess is written, and a file it had begun is removed.
+inline void unpack(const std::string& archive_path, const std::string& into, const UnpackLimits& limits) {
   using ArchivePtr = std::unique_ptr<archive, int (*)(archive*)>;
   ArchivePtr in(archive_read_new(), &archive_read_free);
   ArchivePtr out(archive_write_disk_new(), &archive_write_free);
@@ -256,6 +367,7 @@ inline void unpack(const std::string& archive_path, const std::string& into) {
   };
   if (archive_read_open_filename(in.get(), archive_path.c_str(), std::size_t(1) << 16) != ARCHIVE_OK)
     throw fail(in.get(), "");
+  UnpackBudget budget(limits, archive_path);
   for (;;) {
     archive_entry* e = nullptr;
     const int r = archive_read_next_header(in.get(), &e);
@@ -266,6 +378,8 @@ inline void unpack(const std::string& archive_path, const std::string& into) {
       throw DataError("cannot unpack '" + archive_path + "': entry '" + name +
                       "' would land outside the directory it is unpacked in");
     const auto type = archive_entry_filetype(e);
+    const bool regular = type == AE_IFREG && !archive_entry_hardlink(e);
+    budget.begin_entry(name, regular, archive_entry_size_is_set(e) ? archive_entry_size(e) : -1);
     if ((type != AE_IFREG && type != AE_IFDIR) || archive_entry_hardlink(e)) {
       archive_read_data_skip(in.get());  // links, devices: not part of the data set
       continue;
@@ -280,6 +394,14 @@ inline void unpack(const std::string& archive_path, const std::string& into) {
       const int rr = archive_read_data_block(in.get(), &buf, &size, &offset);
       if (rr == ARCHIVE_EOF) break;
       if (rr < ARCHIVE_WARN) throw fail(in.get(), " at '" + name + "'");
+      try {
+        budget.admit(offset, size);
+      } catch (const DataError&) {
+        out.reset();  // closes the file (libarchive pads it to its declared size, within the bound)
+        std::error_code ec;
+        std::filesystem::remove(target, ec);
+        throw;
+      }
       if (archive_write_data_block(out.get(), buf, size, offset) < ARCHIVE_WARN)
         throw fail(out.get(), " at '" + name + "'");
     }
@@ -353,7 +475,7 @@ inline DownloadResult download_cifar10(const std::string& dest,
   }
   detail::RemoveGuard guard(tmp);
   if (o.log) *o.log << ">> Extracting " << tarball << "\n" << std::flush;
-  detail::unpack(tarball, tmp);
+  detail::unpack(tarball, tmp, detail::unpack_limits(o));
 
   // 3. Check what came out, then move it into place.
   const std::string unpacked = (fs::path(tmp) / o.archive_dir).string();
