@@ -19,11 +19,11 @@ cmakedir=$(dirname "$(find "$prefix" -name cifarnetConfig.cmake | head -1)")
 declare -A dep=([matio]=Matio [download]=CURL [mpi]=MPI [cuda]=CUDAToolkit)
 installed=()
 for c in matio download mpi cuda; do
-  [ -f "$cmakedir/cifarnet-$c-targets.cmake" ] && installed+=("$c")
+  if [ -f "$cmakedir/cifarnet-$c-targets.cmake" ]; then installed+=("$c"); fi
 done
-[ ${#installed[@]} -gt 0 ] || fail "the install has no optional component to check (none of matio, download, mpi, cuda was found when cifarnet was built)"
-grep -q "MPI::\|CURL::\|LibArchive::\|OpenSSL::\|Matio::\|CUDA::\|CUDNN::" "$cmakedir/cifarnetTargets.cmake" &&
+if grep -q "MPI::\|CURL::\|LibArchive::\|OpenSSL::\|Matio::\|CUDA::\|CUDNN::" "$cmakedir/cifarnetTargets.cmake"; then
   fail "the core's cifarnetTargets.cmake names an optional dependency"
+fi
 hide_all=()
 for d in Matio CURL LibArchive OpenSSL MPI CUDAToolkit CUDNN NCCL; do
   hide_all+=("-DCMAKE_DISABLE_FIND_PACKAGE_$d=TRUE")
@@ -41,6 +41,11 @@ consumer none "${hide_all[@]}" || fail "core without optional dependencies: $(ta
 for c in matio download mpi cuda; do
   grep -q "component $c: found FALSE, target no" "$work/none.log" || fail "$c loaded though not asked for"
 done
+if [ ${#installed[@]} -eq 0 ]; then
+  echo "core without optional dependencies: ok"
+  echo "SKIPPED: the install has no optional component (none of matio, download, mpi, cuda was found when cifarnet was built)"
+  exit 0
+fi
 
 # 2. All asked for as OPTIONAL_COMPONENTS, their dependencies hidden: found, each left out saying why.
 consumer optional "${hide_all[@]}" "-DOPTIONAL=$list" || fail "optional components: $(tail -20 "$work/optional.log")"
