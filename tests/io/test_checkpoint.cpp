@@ -367,9 +367,19 @@ TEST_CASE("parameters save and restore bit for bit, and strict loads name what i
 
   auto b = make_params(2);
   REQUIRE(values_of(b, "conv1/weights") != values_of(a, "conv1/weights"));
-  const auto rep = load_parameters(b, m.restore_latest()->dict);
+  // The checkpoint holds global_step besides the parameters: strict refuses
+  // it unless the caller says the dict holds other state.
+  CHECK(iotest::message_of<DataError>([&] { load_parameters(b, m.restore_latest()->dict); }) ==
+        "cifarnet: '" + *m.latest() +
+            "' has 1 unexpected tensor (no parameter has that name): 'global_step' [] (strict = false loads "
+            "the "
+            "rest and reports them)");
+  LoadOptions with_step;
+  with_step.other_state = {"global_step"};
+  const auto rep = load_parameters(b, m.restore_latest()->dict, with_step);
   CHECK(rep.loaded.size() == 3);
   CHECK(rep.missing.empty());
+  CHECK(rep.unexpected.empty());
   for (const auto& name : {"conv1/weights", "conv1/biases", "bn/moving_mean"})
     CHECK(values_of(b, name) == values_of(a, name));
 
@@ -377,13 +387,14 @@ TEST_CASE("parameters save and restore bit for bit, and strict loads name what i
     StateDict partial = read_safetensors(*m.latest());
     partial.erase("conv1/biases");
     partial.erase("bn/moving_mean");
-    CHECK(iotest::message_of<DataError>([&] { load_parameters(b, partial); }) ==
+    CHECK(iotest::message_of<DataError>([&] { load_parameters(b, partial, with_step); }) ==
           "cifarnet: '" + *m.latest() +
               "' is missing 2 parameters: 'conv1/biases' [4], 'bn/moving_mean' [4]");
     LoadOptions lenient;
     lenient.strict = false;
     const auto r = load_parameters(b, partial, lenient);
     CHECK(r.missing == std::vector<std::string>{"conv1/biases", "bn/moving_mean"});
+    CHECK(r.unexpected == std::vector<std::string>{"global_step"});
     CHECK(r.loaded.size() == 1);
   }
   SECTION("a shape mismatch names the parameter and both shapes") {

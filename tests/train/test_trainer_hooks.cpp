@@ -313,7 +313,9 @@ struct FakeRemote : train::RemoteVariables {
     io::add_state(mine, opt);
     for (const auto& [name, t] : mine) d.set(name, t);
     io::set_global_step(d, step);
-    io::load_parameters(*local, d);
+    io::LoadOptions whole_state;  // `d` holds the slots and global_step too
+    whole_state.ignore_unexpected = true;
+    io::load_parameters(*local, d, whole_state);
   }
 };
 }  // namespace

@@ -288,7 +288,9 @@ class ParameterServer {
     if (!opt && selection())
       throw ConfigError("ParameterServer::serve: rank " + std::to_string(ps_) +
                         " holds trainable variables but was given no optimizer");
-    io::load_parameters(*params_, initial);
+    io::LoadOptions whole_state;  // the chief's whole state: slots and global_step besides the variables
+    whole_state.ignore_unexpected = true;
+    io::load_parameters(*params_, initial, whole_state);
     if (opt) io::load_state(*opt, initial);
     const auto step = io::global_step(initial);
     if (!step)
@@ -529,6 +531,7 @@ class ParameterServerClient final : public train::RemoteVariables {
                                "' (the servers' optimizer must be the workers' kind)");
     io::LoadOptions o;
     o.strict = true;
+    o.ignore_unexpected = true;           // the servers' slots and global step are in `d` too
     io::load_parameters(*params_, d, o);  // the local model now holds what the checkpoint holds
   }
 

@@ -13,11 +13,14 @@
 // ("pipeline/<name>") in the metadata.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cifarnet/core/error.hpp"
@@ -83,75 +86,146 @@ void add_parameters(StateDict& dict, const Parameters<T>& params, const std::str
   });
 }
 
-/// Options of load_parameters.
+/// Options of load_parameters (and io::load, io/save_load.hpp).
 struct LoadOptions {
-  /// true: every parameter must be in the dict (a resume). false: missing
-  /// ones keep their values and are listed in the report.
+  /// true: every parameter must be in the dict, and every tensor of the dict
+  /// under the prefix must be a parameter (or other_state); a DataError names
+  /// the missing and the unexpected ones. false: missing parameters keep their
+  /// values, unexpected tensors are not loaded, and the report lists both.
   bool strict = true;
   std::string prefix;  ///< the tensors' names are prefix + parameter name
+  /// Full names of tensors that are not parameters but state loaded on its own
+  /// (an optimizer's slots, io::load(model, optimizer, path) fills it): neither
+  /// loaded nor unexpected.
+  std::set<std::string> other_state;
+  /// true: every tensor that is not a parameter is taken as other state, so
+  /// nothing is unexpected: the dict is a whole training state whose other
+  /// parts their owners load and check (Trainer::load_state_dict, a parameter
+  /// server's initial state).
+  bool ignore_unexpected = false;
 };
 
 /// What a load or warm start did.
 struct LoadReport {
   std::vector<std::pair<std::string, std::string>> loaded;  ///< (parameter, tensor) pairs
-  std::vector<std::string> missing;                         ///< parameters left as they were
+  std::vector<std::string> missing;                         ///< parameters (or slots) left as they were
+  /// Tensors of the dict that name no parameter (nor other state), not loaded
+  /// (load_parameters; a warm start selects a subset and leaves it empty).
+  std::vector<std::string> unexpected;
 };
 
 namespace detail {
 inline std::string shape_str(const std::vector<std::size_t>& s) { return TensorData::shape_string(s); }
 
-/// Copies tensor `t` into parameter `id`, checking shape and dtype.
+inline bool is_floating(Dtype d) {
+  return d == Dtype::F16 || d == Dtype::BF16 || d == Dtype::F32 || d == Dtype::F64;
+}
+
+/// Checks that tensor `t` fits parameter `id`: equal shape, a floating dtype.
 template <class T>
-void assign_tensor(Parameters<T>& params, std::size_t id, const TensorData& t, const std::string& tensor_name,
-                   const StateDict& dict) {
+void check_tensor(const Parameters<T>& params, std::size_t id, const TensorData& t,
+                  const std::string& tensor_name, const StateDict& dict) {
   const ParamInfo& info = params.info(id);
   if (t.shape != info.shape)
     throw ShapeError(cifarnet::detail::concat("parameter '", info.name, "' has shape ", shape_str(info.shape),
                                               " but tensor '", tensor_name, "' in ", source_of(dict),
                                               " has shape ", shape_str(t.shape)));
-  std::vector<T> v;
-  try {
-    v = t.to_floating<T>();
-  } catch (const Error&) {
+  if (!is_floating(t.dtype))
     throw DataError(cifarnet::detail::concat("parameter '", info.name, "': tensor '", tensor_name, "' in ",
                                              source_of(dict), " has dtype ", dtype_name(t.dtype),
                                              ", expected a floating type"));
-  }
+}
+
+/// Copies tensor `t` into parameter `id`, checking shape and dtype.
+template <class T>
+void assign_tensor(Parameters<T>& params, std::size_t id, const TensorData& t, const std::string& tensor_name,
+                   const StateDict& dict) {
+  check_tensor(params, id, t, tensor_name, dict);
+  const std::vector<T> v = t.to_floating<T>();
   std::copy(v.begin(), v.end(), params.value(id));
+}
+
+/// A checked load of parameters, not yet applied: what load_parameters
+/// writes once everything checked out.
+struct ParameterPlan {
+  LoadReport report;
+  std::vector<std::pair<std::size_t, const TensorData*>> assign;  ///< parameter id, its tensor
+};
+
+/// Everything load_parameters checks, without writing: the missing and the
+/// unexpected tensors (a DataError naming them under strict), then each
+/// found tensor's shape and dtype (ShapeError / DataError naming it).
+template <class T>
+ParameterPlan plan_parameters(const Parameters<T>& params, const StateDict& dict, const LoadOptions& opt) {
+  ParameterPlan plan;
+  LoadReport& r = plan.report;
+  for (std::size_t id = 0; id < params.count(); ++id) {
+    const ParamInfo& info = params.info(id);
+    if (const TensorData* t = dict.find(opt.prefix + info.name))
+      plan.assign.emplace_back(id, t);
+    else
+      r.missing.push_back(info.name);
+  }
+  if (!opt.ignore_unexpected)
+    for (const auto& [name, t] : dict) {
+      if (name.compare(0, opt.prefix.size(), opt.prefix) != 0) continue;  // outside the prefix
+      if (params.find(name.substr(opt.prefix.size())) || opt.other_state.count(name)) continue;
+      r.unexpected.push_back(name);
+    }
+  if (opt.strict && (!r.missing.empty() || !r.unexpected.empty())) {
+    std::string what = source_of(dict);
+    if (!r.missing.empty()) {
+      std::string list;
+      for (const auto& m : r.missing)
+        list += cifarnet::detail::concat(list.empty() ? "" : ", ", "'", opt.prefix + m, "' ",
+                                         shape_str(params.info(*params.find(m)).shape));
+      what += cifarnet::detail::concat(" is missing ", r.missing.size(), " parameter",
+                                       r.missing.size() == 1 ? "" : "s", ": ", list);
+    }
+    if (!r.unexpected.empty()) {
+      std::string list;
+      for (const auto& u : r.unexpected)
+        list += cifarnet::detail::concat(list.empty() ? "" : ", ", "'", u, "' ", shape_str(dict.at(u).shape));
+      what += cifarnet::detail::concat(r.missing.empty() ? " has " : "; it has ", r.unexpected.size(),
+                                       " unexpected tensor", r.unexpected.size() == 1 ? "" : "s",
+                                       " (no parameter", opt.other_state.empty() ? "" : " or other state",
+                                       " has that name): ", list,
+                                       " (strict = false loads the rest and reports them)");
+    }
+    throw DataError(what);
+  }
+  for (const auto& [id, t] : plan.assign)
+    check_tensor(params, id, *t, opt.prefix + params.info(id).name, dict);
+  return plan;
+}
+
+/// Writes a checked plan (nothing left to fail).
+template <class T>
+LoadReport apply_parameters(Parameters<T>& params, ParameterPlan plan, const LoadOptions& opt) {
+  for (const auto& a : plan.assign) {
+    const std::size_t id = a.first;
+    const TensorData& t = *a.second;
+    const std::string name = opt.prefix + params.info(id).name;
+    const std::vector<T> v = t.to_floating<T>();
+    std::copy(v.begin(), v.end(), params.value(id));
+    plan.report.loaded.emplace_back(params.info(id).name, name);
+  }
+  return std::move(plan.report);
 }
 }  // namespace detail
 
-/// Restores parameters from `dict` (a resume): each parameter from the
-/// tensor named prefix + its name, shapes equal, floating dtypes converted
-/// to T. Strict mode throws DataError naming every missing parameter.
-/// Tensors that are not parameters (optimizer slots, global_step) are ignored.
+/// Restores parameters from `dict` (a resume, a saved model): each parameter
+/// from the tensor named prefix + its name, shapes equal, floating dtypes
+/// converted to T. Strict mode (the default) throws DataError naming every
+/// missing parameter and every unexpected tensor (one under the prefix that
+/// names no parameter and is not in other_state); a dict that also holds
+/// other state loaded elsewhere (a Trainer's checkpoint: optimizer slots,
+/// global_step) says so with other_state or ignore_unexpected. Everything is
+/// checked before anything is written.
 template <class T>
 LoadReport load_parameters(Parameters<T>& params, const StateDict& dict, const LoadOptions& opt = {}) {
   if (!params.allocated()) throw Error("load_parameters: the parameter arena is not allocated yet");
-  LoadReport r;
-  for (std::size_t id = 0; id < params.count(); ++id) {
-    const ParamInfo& info = params.info(id);
-    const std::string name = opt.prefix + info.name;
-    if (!dict.find(name)) r.missing.push_back(info.name);
-  }
-  if (opt.strict && !r.missing.empty()) {
-    std::string list;
-    for (const auto& m : r.missing) {
-      const ParamInfo& info = params.info(params.id(m));
-      list += cifarnet::detail::concat(list.empty() ? "" : ", ", "'", opt.prefix + m, "' ",
-                                       detail::shape_str(info.shape));
-    }
-    throw DataError(cifarnet::detail::concat(detail::source_of(dict), " is missing ", r.missing.size(),
-                                             " parameter", r.missing.size() == 1 ? "" : "s", ": ", list));
-  }
-  for (std::size_t id = 0; id < params.count(); ++id) {
-    const std::string name = opt.prefix + params.info(id).name;
-    if (const TensorData* t = dict.find(name)) {
-      detail::assign_tensor(params, id, *t, name, dict);
-      r.loaded.emplace_back(params.info(id).name, name);
-    }
-  }
-  return r;
+  return detail::apply_parameters(params, detail::plan_parameters(std::as_const(params), dict, opt), opt);
 }
 
 /// Adds every state tensor of `obj` (an optimizer, a gradient transform, an
@@ -165,40 +239,63 @@ void add_state(StateDict& dict, S& obj, const std::string& prefix = "") {
   });
 }
 
-/// Restores what add_state saved: every state tensor of `obj` must be in
-/// `dict` with its shape (DataError / ShapeError naming it otherwise);
-/// floating dtypes convert. Everything is checked before anything is written.
+namespace detail {
+/// load_state's passes: 0 checks, 1 writes (after a 0 that passed).
 template <class S>
-void load_state(S& obj, const StateDict& dict, const std::string& prefix = "") {
-  for (int pass = 0; pass < 2; ++pass) {
+void state_passes(S& obj, const StateDict& dict, const std::string& prefix, std::vector<std::string>* missing,
+                  int first, int last) {
+  for (int pass = first; pass <= last; ++pass) {
     obj.visit_state([&](const std::string& name, auto* data, const std::vector<std::size_t>& shape) {
       using T = std::remove_const_t<std::remove_pointer_t<decltype(data)>>;
       const TensorData* t = dict.find(prefix + name);
-      if (!t)
-        throw DataError(cifarnet::detail::concat(detail::source_of(dict), " has no state tensor '",
-                                                 prefix + name, "' ", detail::shape_str(shape)));
+      if (!t) {
+        if (missing) {
+          if (pass == first) missing->push_back(prefix + name);
+          return;
+        }
+        throw DataError(cifarnet::detail::concat(source_of(dict), " has no state tensor '", prefix + name,
+                                                 "' ", shape_str(shape)));
+      }
       if (t->shape != shape)
-        throw ShapeError(cifarnet::detail::concat(
-            "state '", name, "' has shape ", detail::shape_str(shape), " but tensor '", prefix + name,
-            "' in ", detail::source_of(dict), " has shape ", detail::shape_str(t->shape)));
+        throw ShapeError(cifarnet::detail::concat("state '", name, "' has shape ", shape_str(shape),
+                                                  " but tensor '", prefix + name, "' in ", source_of(dict),
+                                                  " has shape ", shape_str(t->shape)));
       std::vector<T> v;
       if constexpr (std::is_floating_point_v<T>) {
-        if (t->dtype != Dtype::F16 && t->dtype != Dtype::BF16 && t->dtype != Dtype::F32 &&
-            t->dtype != Dtype::F64)
+        if (!is_floating(t->dtype))
           throw DataError(cifarnet::detail::concat("state '", name, "': tensor '", prefix + name, "' in ",
-                                                   detail::source_of(dict), " has dtype ",
-                                                   dtype_name(t->dtype), ", expected a floating type"));
-        v = t->to_floating<T>();
+                                                   source_of(dict), " has dtype ", dtype_name(t->dtype),
+                                                   ", expected a floating type"));
+        if (pass == 1) v = t->to_floating<T>();
       } else {
         if (t->dtype != dtype_of<T>())
-          throw DataError(cifarnet::detail::concat(
-              "state '", name, "': tensor '", prefix + name, "' in ", detail::source_of(dict), " has dtype ",
-              dtype_name(t->dtype), ", expected ", dtype_name(dtype_of<T>())));
-        v = t->values<T>();
+          throw DataError(cifarnet::detail::concat("state '", name, "': tensor '", prefix + name, "' in ",
+                                                   source_of(dict), " has dtype ", dtype_name(t->dtype),
+                                                   ", expected ", dtype_name(dtype_of<T>())));
+        if (pass == 1) v = t->values<T>();
       }
       if (pass == 1) std::copy(v.begin(), v.end(), data);
     });
   }
+}
+}  // namespace detail
+
+/// Restores what add_state saved: every state tensor of `obj` must be in
+/// `dict` with its shape (DataError / ShapeError naming it otherwise);
+/// floating dtypes convert. Everything is checked before anything is written.
+/// With `missing` non-null, a state tensor absent from `dict` keeps its value
+/// and its name is appended to *missing instead (a lenient load).
+template <class S>
+void load_state(S& obj, const StateDict& dict, const std::string& prefix = "",
+                std::vector<std::string>* missing = nullptr) {
+  detail::state_passes(obj, dict, prefix, missing, 0, 1);
+}
+
+/// What load_state checks, writing nothing: throws what it would throw.
+template <class S>
+void check_state(S& obj, const StateDict& dict, const std::string& prefix = "",
+                 std::vector<std::string>* missing = nullptr) {
+  detail::state_passes(obj, dict, prefix, missing, 0, 0);
 }
 
 }  // namespace cifarnet::io

@@ -132,6 +132,7 @@ class TrainingState {
   std::int64_t restore(const StateDict& d) {
     io::LoadOptions o;
     o.strict = true;
+    o.ignore_unexpected = true;  // slots, EMA shadows, global_step: the saveables below load theirs
     io::load_parameters(*params_, d, o);
     for (auto& s : extra_) s->load(d);
     const auto step = io::global_step(d);

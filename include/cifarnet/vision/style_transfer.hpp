@@ -306,7 +306,9 @@ class StyleTransfer {
     // Check the Adam slots before the image is overwritten.
     optim::Adam<T> probe(image_);
     io::load_state(probe, d);
-    io::load_parameters(image_, d);
+    io::LoadOptions o;
+    o.ignore_unexpected = true;  // the Adam slots and global_step, loaded apart
+    io::load_parameters(image_, d, o);
     io::load_state(*adam_, d);
     step_ = *step;
   }
