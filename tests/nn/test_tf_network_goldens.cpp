@@ -1,0 +1,223 @@
+// Whole networks against TensorFlow (tests/fixtures/tf/networks.safetensors,
+// made by scripts/tf_goldens/make_tf_network_goldens.py): the seed's CIFAR
+// ResNet v1 (ResNet-8) in both data formats and the tutorial CNN, from the
+// same initial values and the same batch: the logits, the cross-entropy, the
+// weight-decay term and the total loss, every gradient, and every variable
+// after one optimizer step (momentum 0.9 with the batch norms' moving
+// averages for the ResNet, plain gradient descent for the CNN).
+//
+// The initial values are not stored: the script draws them from splitmix64
+// streams that draw_init() below regenerates bit for bit, and the fixture
+// holds each tensor's exact sum, which is checked first.
+//
+// Tolerances (tf_golden.hpp's per-element error |out - tf| / max(|tf|,
+// rms(tf))) are derived in docs/NUMERICS.md, "Whole networks against
+// TensorFlow".
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cifarnet/cifarnet.hpp>
+#include <cifarnet/optim/optim.hpp>
+
+#include "instances/cifar10_cnn.hpp"
+#include "instances/resnet.hpp"
+#include "tf_golden.hpp"
+
+using namespace cifarnet;
+using namespace cifarnet::test;
+
+namespace {
+
+const TfGoldens& goldens() {
+  static const TfGoldens g("networks.safetensors");
+  return g;
+}
+
+/// The script's draw(): float(offset + scale * u) for u in [-1, 1) from the
+/// splitmix64 outputs of state stream * 2^32 + i * gamma, i = 1, 2, ...
+std::vector<float> draw_init(std::uint64_t stream, std::size_t n, double offset, double scale) {
+  constexpr std::uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t z = (stream << 32) + std::uint64_t(i + 1) * kGamma;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const double u = double(std::int64_t(z >> 40) - (std::int64_t(1) << 23)) / double(1 << 23);
+    out[i] = float(offset + scale * u);
+  }
+  return out;
+}
+
+/// Sets every parameter of `P` (trainable and state) to the case's drawn
+/// initial value; the names, shapes and count must be the fixture's.
+void set_initial_values(Parameters<float>& P, const nlohmann::json& init) {
+  REQUIRE(P.count() == init.size());
+  for (const auto& [name, spec] : init.items()) {
+    INFO("parameter " << name);
+    const auto id = P.find(name);
+    REQUIRE(id.has_value());
+    const auto& info = P.info(*id);
+    REQUIRE(info.shape == spec.at("shape").get<std::vector<std::size_t>>());
+    REQUIRE(info.trainable == spec.at("trainable").get<bool>());
+    const auto v = draw_init(spec.at("stream").get<std::uint64_t>(), info.size,
+                             spec.at("offset").get<double>(), spec.at("scale").get<double>());
+    double sum = 0;  // exact: multiples of 2^-24 * scale, far below 2^53 of them
+    for (float x : v) sum += double(x);
+    REQUIRE(sum == spec.at("sum").get<double>());  // the generator is the script's
+    std::copy(v.begin(), v.end(), P.value(*id));
+  }
+}
+
+/// The case's NHWC uint8 batch as a tensor in `fmt`, each pixel p as
+/// p * mul + add.
+template <class T>
+Tensor<T> input_batch(const std::string& c, DataFormat fmt, float mul, float add) {
+  const auto& s = goldens().shape(c + "/x_u8");
+  REQUIRE(s.size() == 4);
+  const Shape shape{s[0], s[3], s[1], s[2]};
+  const auto px = goldens().u8(c + "/x_u8");
+  Tensor<T> t = make_tensor<T>(shape, fmt);
+  std::size_t i = 0;
+  for (std::size_t n = 0; n < shape.n; ++n)
+    for (std::size_t h = 0; h < shape.h; ++h)
+      for (std::size_t w = 0; w < shape.w; ++w)
+        for (std::size_t ch = 0; ch < shape.c; ++ch)
+          t.data()[offset(shape, fmt, n, ch, h, w)] = T(float(px[i++]) * mul + add);
+  return t;
+}
+
+std::vector<std::int32_t> labels(const std::string& c) {
+  const auto l = goldens().u8(c + "/labels_u8");
+  return {l.begin(), l.end()};
+}
+
+template <class T>
+std::vector<double> widen(const T* p, std::size_t n) {
+  return std::vector<double>(p, p + n);
+}
+
+/// Tolerances of one network and backend (docs/NUMERICS.md).
+struct Tolerances {
+  double logits, loss, grad, step, delta;
+};
+
+/// One training step of `net` against case `c`: forward in training mode,
+/// the mean cross-entropy, backward, the optimizer chain's regularization
+/// (weight decay) and update.
+template <class Net, class Opt>
+void check_step(Net& net, Opt& opt, const std::string& c, const Tensor<float>& x, const Tolerances& tol) {
+  auto& P = net.parameters();
+  const auto& p = goldens().params(c);
+  const float lr = p.at("learning_rate").get<float>();
+
+  // The values before the step (the forward updates the moving statistics).
+  std::vector<std::vector<double>> before(P.count());
+  for (std::size_t id = 0; id < P.count(); ++id) before[id] = widen(P.value(id), P.info(id).size);
+
+  Tensor<float> dlogits;
+  const Tensor<float>& logits = net.forward(x, Mode::Train);
+  const float xent = softmax_cross_entropy(logits, labels(c), &dlogits);
+  CHECK_TF_CLOSE("logits", widen(logits.data(), logits.size()), goldens().f32(c + "/logits"), tol.logits);
+  CHECK_TF_CLOSE("cross-entropy", std::vector<double>{xent}, goldens().f32(c + "/cross_entropy"), tol.loss);
+
+  P.zero_grad();
+  net.backward(dlogits);
+  const double reg = opt.regularize(P);
+  CHECK_TF_CLOSE("regularization", std::vector<double>{reg}, goldens().f32(c + "/regularization"), tol.loss);
+  CHECK_TF_CLOSE("total loss", std::vector<double>{double(xent) + reg}, goldens().f32(c + "/loss"), tol.loss);
+
+  const auto trainable = p.at("trainable").get<std::vector<std::string>>();
+  std::size_t trainable_tensors = 0;
+  for (const auto& info : P.infos()) trainable_tensors += info.trainable ? 1 : 0;
+  REQUIRE(trainable.size() == trainable_tensors);
+  for (const std::string& name : trainable) {
+    const std::size_t id = P.id(name);
+    CHECK_TF_CLOSE("gradient of " + name, widen(P.grad(id), P.info(id).size),
+                   goldens().f32(c + "/grad/" + name), tol.grad);
+  }
+
+  opt.update(P, lr);
+  for (std::size_t id = 0; id < P.count(); ++id) {
+    const auto& info = P.info(id);
+    const auto want = goldens().f32(c + "/step/" + info.name);
+    CHECK_TF_CLOSE(info.name + " after the step", widen(P.value(id), info.size), want, tol.step);
+    // The change itself (what the step did), against TensorFlow's change.
+    std::vector<double> got_delta(info.size);
+    std::vector<float> want_delta(info.size);
+    for (std::size_t k = 0; k < info.size; ++k) {
+      got_delta[k] = double(P.value(id)[k]) - before[id][k];
+      want_delta[k] = float(double(want[k]) - before[id][k]);
+    }
+    double tf_change = 0;
+    for (float d : want_delta) tf_change += double(d) * double(d);
+    INFO(info.name);
+    CHECK(tf_change > 0);  // the step moved it in TensorFlow, so the comparison is not vacuous
+    CHECK_TF_CLOSE(info.name + " change in the step", got_delta, want_delta, tol.delta);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("The fixture of whole networks was made by TensorFlow from the seeds' model functions",
+          "[nn][tf_golden]") {
+  INFO(goldens().path());
+  CHECK(goldens().tf_version() == "2.21.0");
+  CHECK(goldens().cases("resnet_cifar") ==
+        std::vector<std::string>{"resnet8_channels_first", "resnet8_channels_last"});
+  CHECK(goldens().cases("cifar10_cnn") == std::vector<std::string>{"cnn"});
+  // The generator: splitmix64's first output of state 0 + gamma is the
+  // published 0xE220A8397B1DCDAF, so u = (0xE220A8 - 2^23) / 2^23.
+  CHECK(draw_init(0, 1, 0.0, 1.0)[0] == float(double(0xE220A8 - (1 << 23)) / double(1 << 23)));
+}
+
+TEMPLATE_TEST_CASE(
+    "ResNet-8 (the seed's model function) matches TensorFlow: logits, loss with weight decay, "
+    "every gradient, one momentum step with the moving averages",
+    "[nn][tf_golden][resnet]", backend::OneDnn, backend::Reference) {
+  using B = TestType;
+  for (const DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    const std::string c = fmt == DataFormat::NHWC ? "resnet8_channels_last" : "resnet8_channels_first";
+    const auto& p = goldens().params(c);
+    INFO((std::is_same_v<B, backend::OneDnn> ? "oneDNN" : "reference")
+         << ", " << to_string(fmt) << ", case " << c << " (TensorFlow " << goldens().tf_version() << ")");
+    REQUIRE(p.at("num_layers") == 8);
+    Model<ResNetCifar<>, B> net(
+        {3, 32, 32}, fmt,
+        resnet_options(8, p.at("batch_norm_decay").get<double>(), p.at("batch_norm_epsilon").get<double>()),
+        1);
+    set_initial_values(net.parameters(), p.at("init"));
+    optim::Chain<optim::WeightDecay, optim::Momentum> opt(
+        net.parameters(), optim::WeightDecayOptions(p.at("weight_decay").get<double>()),
+        optim::MomentumOptions().momentum(p.at("momentum").get<double>()));
+    // The model standardizes raw pixels itself (x / 128 - 1).
+    check_step(net, opt, c, input_batch<float>(c, fmt, 1.0f, 0.0f), Tolerances{1e-5, 1e-6, 2e-4, 5e-6, 2e-4});
+  }
+}
+
+TEST_CASE(
+    "The tutorial CNN matches TensorFlow: logits, loss with the local3/local4 decay, every gradient, "
+    "one gradient-descent step",
+    "[nn][tf_golden][cnn]") {
+  const std::string c = "cnn";
+  const auto& p = goldens().params(c);
+  INFO("oneDNN, NHWC, case cnn (TensorFlow " << goldens().tf_version() << ")");
+  const auto& xs = goldens().shape(c + "/x_u8");
+  REQUIRE(xs.size() == 4);
+  Model<Cifar10Cnn, backend::OneDnn> net({3, xs[1], xs[2]}, DataFormat::NHWC, cifar10_cnn_options(), 1);
+  set_initial_values(net.parameters(), p.at("init"));
+  REQUIRE(p.at("decayed").get<std::vector<std::string>>() ==
+          std::vector<std::string>{"local3/weights", "local4/weights"});
+  optim::Chain<optim::WeightDecay, optim::GradientDescent> opt(
+      net.parameters(),
+      optim::WeightDecayOptions(p.at("weight_decay").get<double>())
+          .decay(optim::Selection(cifar10_cnn_decayed())),
+      {});
+  check_step(net, opt, c, input_batch<float>(c, DataFormat::NHWC, 1.0f / 128, -1.0f),
+             Tolerances{1e-5, 1e-6, 2e-4, 5e-6, 2e-4});
+}
