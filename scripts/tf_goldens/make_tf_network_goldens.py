@@ -7,11 +7,12 @@ committed fixture and never run Python or TensorFlow. Regenerate (from the
 repository root) with
 
     python3 -m venv /tmp/venv-tf
-    /tmp/venv-tf/bin/pip install tensorflow-cpu==2.21.0 numpy==2.4.6 safetensors==0.8.0
+    /tmp/venv-tf/bin/pip install tensorflow-cpu==2.21.0 numpy==2.4.6 safetensors==0.8.0 scipy==1.17.1
     /tmp/venv-tf/bin/python scripts/tf_goldens/make_tf_network_goldens.py
 
 The committed fixture was made with TensorFlow 2.21.0 (tensorflow-cpu from
-PyPI), numpy 2.4.6 and safetensors 0.8.0 on x86-64 Linux, Python 3.11; the
+PyPI), numpy 2.4.6, safetensors 0.8.0 and scipy 1.17.1 on x86-64 Linux,
+Python 3.11; the
 fixture's metadata records the versions that made it. TF_ENABLE_ONEDNN_OPTS
 is 0: TensorFlow's own Eigen kernels are the oracle, not the oneDNN that
 cifarnet's oneDNN backend uses. One intra-op thread, so reruns write the
@@ -45,8 +46,9 @@ seeds build them:
       not 6*6*64), so that the fixture stays small.
   vgg19_div32
       the style-transfer seed's vgg_model (each VGG-19 conv: relu(conv2d
-      SAME + b); 2x2/2 SAME average pools for VGG's max pools) up to conv5_1
-      at 1/32 of VGG-19's widths with drawn weights, and _create_losses:
+      SAME + b); 2x2/2 SAME average pools for VGG's max pools) at 1/32 of
+      VGG-19's widths, its weights read from a MatConvNet .mat the script
+      writes (scipy.io.loadmat and the seed's indexing), and _create_losses:
       content loss at conv4_2 against a content image, style loss over
       conv1_1 ... conv5_1 with weights 0.5, 1.0, 1.5, 3.0, 4.0 against a
       style image, total = 0.01 * content + 1 * style, all at a third
@@ -70,8 +72,9 @@ every variable after the step ("step/<name>": weights and, for the ResNet,
 the batch norms' moving mean and variance). Variable names are cifarnet's
 parameter names (stem/conv1/weights, head/dense1/biases, local3/weights,
 ...); the seeds' own names differ but name the same tensors. The VGG
-case draws its weights the same way and stores its three images, the three
-losses and the image gradient; the filter cases store the image
+case draws its weights the same way into tests/fixtures/tf/vgg19_div32.mat
+(write_vgg_mat), which both sides read, and stores its three images, the
+three losses and the image gradient; the filter cases store the image
 ("filters/pixels_u8"), its grayscale, each kernel and each output.
 """
 import json
@@ -84,6 +87,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
+import scipy  # noqa: E402
+import scipy.io  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
@@ -144,6 +149,7 @@ class Fixture:
             "tf_version": tf.__version__,
             "numpy_version": np.__version__,
             "safetensors_version": safetensors.__version__,
+            "scipy_version": scipy.__version__,
             "cases": self.meta,
         }
         save_file(self.tensors, str(path), metadata={"tf_goldens": json.dumps(meta, sort_keys=True)})
@@ -369,9 +375,6 @@ def cnn_case(fx, images, labels):
 
 # --- the style-transfer seed: VGG-19 features, Gatys losses, image gradient ------------------
 
-VGG_LAYERS = [("conv1_1", 1), ("conv1_2", 1), "pool", ("conv2_1", 2), ("conv2_2", 2), "pool",
-              ("conv3_1", 3), ("conv3_2", 3), ("conv3_3", 3), ("conv3_4", 3), "pool",
-              ("conv4_1", 4), ("conv4_2", 4), ("conv4_3", 4), ("conv4_4", 4), "pool", ("conv5_1", 4)]
 STYLE_LAYERS = ["conv1_1", "conv2_1", "conv3_1", "conv4_1", "conv5_1"]
 STYLE_LAYERS_W = [0.5, 1.0, 1.5, 3.0, 4.0]
 CONTENT_LAYER = "conv4_2"
@@ -379,34 +382,106 @@ CONTENT_WEIGHT, STYLE_WEIGHT = 0.01, 1
 MEAN_PIXELS = np.array([123.68, 116.779, 103.939]).reshape((1, 1, 1, 3))
 
 
+MAT_LAYER_NAMES = [
+    "conv1_1", "relu1_1", "conv1_2", "relu1_2", "pool1", "conv2_1", "relu2_1", "conv2_2", "relu2_2",
+    "pool2", "conv3_1", "relu3_1", "conv3_2", "relu3_2", "conv3_3", "relu3_3", "conv3_4", "relu3_4",
+    "pool3", "conv4_1", "relu4_1", "conv4_2", "relu4_2", "conv4_3", "relu4_3", "conv4_4", "relu4_4",
+    "pool4", "conv5_1", "relu5_1", "conv5_2", "relu5_2", "conv5_3", "relu5_3", "conv5_4", "relu5_4",
+    "pool5", "fc6", "relu6", "fc7", "relu7", "fc8", "prob"]
+
+
+def write_vgg_mat(path, divisor, stream0):
+    """A MatConvNet SimpleNN file shaped like imagenet-vgg-verydeep-19.mat at
+    1/divisor of its widths: `layers`, a 1x43 cell of structs (name, type,
+    weights = {filters H x W x Cin x Cout, biases 1 x Cout}), float32, the 16
+    convolutions' values drawn (streams stream0, stream0 + 1, ...: weights,
+    then biases, conv by conv). fc6, fc7 and fc8, which neither the seed nor
+    cifarnet reads, hold 1x1x1x1 zero placeholders. Returns the draw
+    metadata of every conv tensor (cifarnet's parameter names)."""
+    width = {1: 64, 2: 128, 3: 256, 4: 512, 5: 512}
+    layers = np.empty((1, len(MAT_LAYER_NAMES)), dtype=object)
+    init = {}
+    stream = stream0
+    in_ch = 3
+    for i, name in enumerate(MAT_LAYER_NAMES):
+        kind = ("conv" if name.startswith(("conv", "fc")) else "relu" if name.startswith("relu")
+                else "pool" if name.startswith("pool") else "softmax")
+        layer = {"name": name, "type": kind}
+        if name.startswith("conv"):
+            out = width[int(name[4])] // divisor
+            w_shape, b_shape = [3, 3, in_ch, out], [1, out]
+            tensors = []
+            for suffix, shape, offset, scale in [("weights", w_shape, 0.0, pow2_scale(9 * in_ch)),
+                                                 ("biases", b_shape, 0.0, 0.0625)]:
+                value = draw(stream, int(np.prod(shape)), offset, scale)
+                init[f"{name}/{suffix}"] = {"shape": [int(d) for d in shape if suffix == "weights" or d != 1],
+                                            "stream": stream, "offset": offset, "scale": scale,
+                                            "sum": float(np.sum(value.astype(np.float64)))}
+                tensors.append(value.reshape(shape))
+                stream += 1
+            cell = np.empty((1, 2), dtype=object)
+            cell[0, 0], cell[0, 1] = tensors
+            layer["weights"] = cell
+            in_ch = out
+        elif name.startswith("fc"):
+            cell = np.empty((1, 2), dtype=object)
+            cell[0, 0], cell[0, 1] = np.zeros((1, 1, 1, 1), np.float32), np.zeros((1, 1), np.float32)
+            layer["weights"] = cell
+        layers[0, i] = layer
+    scipy.io.savemat(str(path), {"layers": layers}, do_compression=True, oned_as="row")
+    # The v5 header's 116 bytes of text carry the time of writing: a fixed
+    # text instead, so that reruns write the same bytes.
+    with open(path, "r+b") as f:
+        head = f.read(116)
+        assert head.startswith(b"MATLAB 5.0 MAT-file"), head
+        f.seek(0)
+        f.write(b"MATLAB 5.0 MAT-file, written by scripts/tf_goldens/make_tf_network_goldens.py".ljust(116))
+    return init
+
+
 def vgg_case(fx, rng, divisor=32, height=20, width=26):
-    """The seed's vgg_model (each conv: relu(conv2d(SAME) + b); avg_pool 2x2/2
-    SAME for VGG's max pools) up to conv5_1 at 1/divisor of VGG-19's widths
-    (64, 128, 256, 512), random weights; _create_losses on a content and a
-    style image, at a third image; the gradient of the total loss with
-    respect to that image (what the seed's Adam steps on)."""
-    widths = {1: 64 // divisor, 2: 128 // divisor, 3: 256 // divisor, 4: 512 // divisor}
+    """The seed's vgg_model, op for op: scipy.io.loadmat of a VGG-19-shaped
+    .mat (write_vgg_mat, committed beside the fixture), _weights' indexing
+    (vgg_layers[0][layer][0][0][2][0][0] and [0][1], the name at [0][0][0][0]
+    checked), each conv relu(conv2d(SAME) + b), avg_pool 2x2/2 SAME for VGG's
+    max pools, through conv5_4 and avgpool5 as _init builds them; then
+    _create_losses on a content and a style image, at a third image, and the
+    gradient of the total loss with respect to that image (what the seed's
+    Adam steps on)."""
+    mat_path = OUT / f"vgg19_div{divisor}.mat"
+    init = write_vgg_mat(mat_path, divisor, stream0=100)
+    print(f"{mat_path.relative_to(ROOT)}: {mat_path.stat().st_size} bytes", file=sys.stderr)
     content = f32(rng.integers(0, 256, size=(1, height, width, 3)) - MEAN_PIXELS)
     style = f32(rng.integers(0, 256, size=(1, height, width, 3)) - MEAN_PIXELS)
     image = f32(rng.uniform(-100.0, 100.0, size=(1, height, width, 3)))
+    vgg_layers = scipy.io.loadmat(str(mat_path))["layers"]
+
+    def weights(layer, expected_layer_name):
+        w = vgg_layers[0][layer][0][0][2][0][0]
+        b = vgg_layers[0][layer][0][0][2][0][1]
+        layer_name = vgg_layers[0][layer][0][0][0][0]
+        assert layer_name == expected_layer_name, (layer_name, expected_layer_name)
+        return w, b.reshape(b.size)
+
     g = tf.Graph()
     with g.as_default():
-        vs = Vars()
         input_image = tf1.get_variable("input/Variable", initializer=tf.constant(image), use_resource=True)
+
+        def conv2d_relu(prev, layer, name):
+            w, b = weights(layer, name)
+            conv = tf.nn.conv2d(prev, filters=tf.constant(w), strides=[1, 1, 1, 1], padding="SAME")
+            return tf.nn.relu(conv + tf.constant(b))
+
+        def avgpool(prev):
+            return tf.nn.avg_pool2d(prev, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME")
+
         graph = {}
         x = input_image
-        in_ch = 3
-        for layer in VGG_LAYERS:
-            if layer == "pool":
-                x = tf.nn.avg_pool2d(x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME")
-                continue
-            name, block = layer
-            out = widths[block]
-            w = vs.make(name + "/weights", [3, 3, in_ch, out], 0.0, pow2_scale(9 * in_ch))
-            b = vs.make(name + "/biases", [out], 0.0, 0.0625)
-            x = tf.nn.relu(tf.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME") + b)
-            graph[name] = x
-            in_ch = out
+        for name in MAT_LAYER_NAMES[:MAT_LAYER_NAMES.index("pool5") + 1]:
+            if name.startswith("conv"):
+                x = graph[name] = conv2d_relu(x, MAT_LAYER_NAMES.index(name), name)
+            elif name.startswith("pool"):
+                x = graph["avg" + name] = avgpool(x)
         with session() as s:
             s.run(tf1.global_variables_initializer())
             s.run(input_image.assign(content))
@@ -431,12 +506,12 @@ def vgg_case(fx, rng, divisor=32, height=20, width=26):
             grad = tf.gradients(total_loss, input_image)[0]
             cv, sv, tv, gv = s.run([content_loss, style_loss, total_loss, grad])
     fx.case(f"vgg19_div{divisor}", {"op": "gatys_style_transfer", "width_divisor": divisor,
-                                     "content_layer": CONTENT_LAYER, "style_layers": STYLE_LAYERS,
-                                     "style_layer_weights": STYLE_LAYERS_W, "content_weight": CONTENT_WEIGHT,
-                                     "style_weight": STYLE_WEIGHT, "init": vs.init_meta()},
+                                     "mat_file": mat_path.name, "content_layer": CONTENT_LAYER,
+                                     "style_layers": STYLE_LAYERS, "style_layer_weights": STYLE_LAYERS_W,
+                                     "content_weight": CONTENT_WEIGHT, "style_weight": STYLE_WEIGHT,
+                                     "init": init},
             content=content, style=style, image=image, content_loss=np.float32([cv]),
-            style_loss=np.float32([sv]), total_loss=np.float32([tv]),
-            image_grad=gv)
+            style_loss=np.float32([sv]), total_loss=np.float32([tv]), image_grad=gv)
     print(f"vgg19_div{divisor}: content {cv:.6g}, style {sv:.6g}, total {tv:.6g}", file=sys.stderr)
 
 

@@ -9,7 +9,10 @@
 //    conv5_1 with weights 0.5, 1, 1.5, 3, 4; 0.01 · content + 1 · style) and
 //    its gradient with respect to the image, through the seed's VGG-19
 //    feature network at 1/32 of its widths with drawn random weights, on
-//    the reference backend (double) and oneDNN (float), in both layouts.
+//    the reference backend (double) and oneDNN (float), in both layouts;
+//    the weights come from a VGG-19-shaped MatConvNet .mat
+//    (tests/fixtures/tf/vgg19_div32.mat) through io::load_vgg19_mat, as the
+//    seed reads imagenet-vgg-verydeep-19.mat with scipy.io.loadmat.
 // Tolerances: docs/NUMERICS.md, "Whole networks against TensorFlow".
 #include <catch2/catch.hpp>
 
@@ -20,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <cifarnet/io/matconvnet.hpp>
 #include <cifarnet/vision/filters.hpp>
 #include <cifarnet/vision/style_transfer.hpp>
 
@@ -100,15 +104,28 @@ void check_gatys(DataFormat fmt, double tol_loss, double tol_grad) {
   const std::size_t H = s[1], W = s[2];
   REQUIRE(p.at("width_divisor") == 32);
   M net({3, H, W}, fmt, NetOptions(), 1, /*input_gradient=*/true);
+  // The seed's weights file: a VGG-19-shaped MatConvNet .mat, read by the
+  // style transfer's reader; its values are the script's draws, exactly.
+  const std::string mat =
+      std::string(CIFARNET_SOURCE_DIR) + "/tests/fixtures/tf/" + p.at("mat_file").get<std::string>();
+  io::load_vgg19_mat(net, mat);
   auto& P = net.parameters();
-  const auto init = drawn_init(p.at("init"));
-  REQUIRE(P.count() == init.size());
-  for (const DrawnTensor& d : init) {
-    INFO("parameter " << d.name);
-    const std::size_t id = P.id(d.name);
-    REQUIRE(P.info(id).shape == d.shape);
-    std::copy(d.values.begin(), d.values.end(), P.value(id));
+  // The file holds all 16 convolutions (the seed builds them all); the
+  // network ends at conv5_1, the last layer a loss uses.
+  std::size_t matched = 0;
+  for (const DrawnTensor& d : drawn_init(p.at("init"))) {
+    INFO("parameter " << d.name << " read from " << mat);
+    const auto id = P.find(d.name);
+    if (!id) {
+      CHECK((d.name.rfind("conv5_", 0) == 0 && d.name.rfind("conv5_1/", 0) != 0));
+      continue;
+    }
+    ++matched;
+    REQUIRE(P.info(*id).shape == d.shape);
+    CHECK_TF_CLOSE("the .mat file's values",
+                   widen(std::vector<T>(P.value(*id), P.value(*id) + P.info(*id).size)), d.values, 0.0);
   }
+  REQUIRE(matched == P.count());
   StyleTransferOptions o;
   o.height = H;
   o.width = W;
