@@ -31,6 +31,7 @@
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/core/tensor_memory.hpp"
 #include "cifarnet/layers/layer.hpp"
+#include "cifarnet/nn/channel_check.hpp"
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -43,6 +44,10 @@ struct InputShape {
 
 template <class Net, class B = backend::Reference, class T = float>
 class Model {
+  // Net's compile-time channel counts agree (nn/channel_check.hpp: a
+  // mismatch fails inside it, naming both layers and their positions).
+  static_assert(sizeof(detail::ChannelCheck<Net>) > 0);
+
  public:
   using Backend = B;
   using Scalar = T;

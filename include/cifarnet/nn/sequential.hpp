@@ -10,9 +10,10 @@
 //   Identity                 passes x through
 //
 // Sequential and Repeat are transparent: their children are named in the
-// enclosing scope. Channel counts known at compile time are checked with
-// static_assert; everything else is checked once when the model is built
-// (ShapeError naming the layer and both shapes).
+// enclosing scope. Channel counts known at compile time are checked where a
+// Model is declared (nn/channel_check.hpp: the error names both layer types,
+// their positions and both counts); everything else is checked once when the
+// model is built (ShapeError naming the layer and both shapes).
 #pragma once
 
 #include <array>
@@ -26,6 +27,7 @@
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/layers/options.hpp"
+#include "cifarnet/nn/channel_check.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -39,95 +41,12 @@ namespace cifarnet {
 namespace detail {
 template <class... Ls>
 struct ChannelChain {
-  /// True when every layer's required input channels match the previous
-  /// layer's output (unknown counts, -1, always match).
-  static constexpr bool ok(int in) {
-    int c = in;
-    bool good = true;
-    ((good = good && (Ls::in_channels < 0 || c < 0 || Ls::in_channels == c),
-      c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c)))),
-     ...);
-    return good;
-  }
   static constexpr int out(int in) {
     int c = in;
     ((c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c)))),
      ...);
     return c;
   }
-  /// The first layer whose input channels differ from what the layer before
-  /// it gives: {position (0-based; -1: none), expected, given}.
-  static constexpr std::array<int, 3> first_mismatch(int in) {
-    std::array<int, 3> m{-1, 0, 0};
-    int c = in, i = 0;
-    ((note(m, i, Ls::in_channels, c),
-      c = (Ls::in_channels >= 0 ? Ls::out_channels(Ls::in_channels) : (c < 0 ? -1 : Ls::out_channels(c))),
-      ++i),
-     ...);
-    return m;
-  }
-  static constexpr void note(std::array<int, 3>& m, int i, int wants, int gets) {
-    if (m[0] < 0 && wants >= 0 && gets >= 0 && wants != gets) m = {i, wants, gets};
-  }
-};
-
-// The names the compiler prints with a failed channel check: the values
-// that disagree are these templates' arguments.
-template <int I>
-struct layer_at_position {};
-template <int C>
-struct expects_input_channels {};
-template <int C>
-struct previous_layer_outputs {};
-template <int C>
-struct block_input_channels {};
-template <int C>
-struct body_outputs_channels {};
-template <int C>
-struct shortcut_outputs_channels {};
-
-template <class Position, class Expects, class Gets>
-struct SequentialChannelMismatch {
-  static_assert(sizeof(Position) == 0,
-                "cifarnet: Sequential: a layer's input channel count differs from the previous layer's "
-                "output channel count: see layer_at_position<I> (0-based, within this Sequential), "
-                "expects_input_channels<C> and previous_layer_outputs<C> in the template arguments above.");
-  static constexpr bool ok = false;
-};
-template <>
-struct SequentialChannelMismatch<layer_at_position<-1>, expects_input_channels<0>,
-                                 previous_layer_outputs<0>> {
-  static constexpr bool ok = true;
-};
-
-template <class In, class BodyOut, class ShortcutOut>
-struct ResidualChannelMismatch {
-  static_assert(sizeof(In) == 0,
-                "cifarnet: Residual<Body, Shortcut>: body and shortcut produce different channel counts, "
-                "so they cannot be added (use a shortcut that maps In to Out channels): see "
-                "block_input_channels<C>, body_outputs_channels<C> and shortcut_outputs_channels<C> in the "
-                "template arguments above.");
-  static constexpr bool ok = false;
-};
-template <int In, int Out>
-struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<Out>,
-                               shortcut_outputs_channels<Out>> {
-  static constexpr bool ok = true;
-};
-template <int In, int Out>
-struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<Out>,
-                               shortcut_outputs_channels<-1>> {
-  static constexpr bool ok = true;
-};
-template <int In, int Out>
-struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-1>,
-                               shortcut_outputs_channels<Out>> {
-  static constexpr bool ok = true;
-};
-template <int In>
-struct ResidualChannelMismatch<block_input_channels<In>, body_outputs_channels<-1>,
-                               shortcut_outputs_channels<-1>> {
-  static constexpr bool ok = true;
 };
 /// Whether a node takes part in the bf16 output hand-over between neighbours
 /// in a Sequential (a static bf16_output_handover, ConvBatchNorm's).
@@ -262,17 +181,20 @@ struct Identity : LayerBase {
 template <class... Ls>
 struct Sequential : LayerBase {
   static_assert(sizeof...(Ls) > 0, "cifarnet: Sequential<> needs at least one layer.");
-  static constexpr std::array<int, 3> kMismatch = detail::ChannelChain<Ls...>::first_mismatch(-1);
-  // Fails naming the position and both channel counts (detail::SequentialChannelMismatch).
-  static_assert(detail::SequentialChannelMismatch<detail::layer_at_position<kMismatch[0]>,
-                                                  detail::expects_input_channels<kMismatch[1]>,
-                                                  detail::previous_layer_outputs<kMismatch[2]>>::ok,
-                "cifarnet: Sequential: channel counts of consecutive layers differ (see above).");
   static constexpr const char* kind = "sequential";
   static constexpr bool transparent = true;
   static constexpr bool container = true;
   static constexpr int in_channels = detail::First<Ls...>::type::in_channels;
   static constexpr int out_channels(int in) { return detail::ChannelChain<Ls...>::out(in); }
+  // The channel check (nn/channel_check.hpp): the children in order, the
+  // I-th (from 1) at position I.
+  static constexpr int walk_channels(detail::ChannelWalk& w, int c) {
+    int i = 0;
+    ((w.enter(++i), c = detail::walk_channels<Ls>(w, c), w.leave()), ...);
+    return c;
+  }
+  template <int I>
+  using child = std::tuple_element_t<std::size_t(I - 1), std::tuple<Ls...>>;
 
   template <class B, class T>
   class Node {
@@ -588,18 +510,29 @@ struct Residual : LayerBase {
   static_assert(detail::ReluOption<ReluOpt>::valid,
                 "cifarnet: Residual<Body, Shortcut, Relu>: Relu must be FusedRelu or NoRelu (not a bool).");
   static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
-  // Fails naming the three channel counts (detail::ResidualChannelMismatch).
-  static_assert(Body::in_channels < 0 ||
-                    detail::ResidualChannelMismatch<
-                        detail::block_input_channels<Body::in_channels>,
-                        detail::body_outputs_channels<Body::out_channels(Body::in_channels)>,
-                        detail::shortcut_outputs_channels<Shortcut::out_channels(Body::in_channels)>>::ok,
-                "cifarnet: Residual<Body, Shortcut>: body and shortcut channel counts differ (see above).");
   static constexpr const char* kind = "block";
   static constexpr bool container = true;
   static constexpr int first_index = 0;
   static constexpr int in_channels = Body::in_channels;
   static constexpr int out_channels(int in) { return Body::out_channels(in); }
+  // The channel check (nn/channel_check.hpp): the body at position 1, the
+  // shortcut at 2, both given the block's input (where that is unknown,
+  // what the body or else the shortcut declares); their outputs must agree.
+  static constexpr int walk_channels(detail::ChannelWalk& w, int c) {
+    const int x = c >= 0 ? c : Body::in_channels >= 0 ? Body::in_channels : Shortcut::in_channels;
+    w.enter(1);
+    const int a = detail::walk_channels<Body>(w, x);
+    w.leave();
+    const auto body_setter = w.setter;
+    w.enter(2);
+    const int b = detail::walk_channels<Shortcut>(w, x);
+    w.leave();
+    if (a >= 0 && b >= 0 && a != b) w.residual_mismatch(x, a, b);
+    if (a >= 0) w.setter = body_setter;  // the sum's channels are the body's
+    return a >= 0 ? a : b;
+  }
+  template <int I>
+  using child = std::conditional_t<I == 1, Body, Shortcut>;
 
   template <class B, class T>
   class Node {
@@ -1020,6 +953,12 @@ struct RepeatOf : LayerBase {
   static constexpr bool container = true;
   static constexpr int in_channels = Block::in_channels;
   static constexpr int out_channels(int in) { return in; }
+  // The channel check (nn/channel_check.hpp): the block, at no position of
+  // its own.
+  using channel_inner = Block;
+  static constexpr int walk_channels(detail::ChannelWalk& w, int c) {
+    return detail::walk_channels<Block>(w, c);
+  }
 
   template <class B, class T>
   class Node {
@@ -1126,6 +1065,9 @@ struct Named : LayerBase {
   static constexpr bool container = L::container;
   static constexpr int in_channels = L::in_channels;
   static constexpr int out_channels(int in) { return L::out_channels(in); }
+  // The channel check (nn/channel_check.hpp): L, at no position of its own.
+  using channel_inner = L;
+  static constexpr int walk_channels(detail::ChannelWalk& w, int c) { return detail::walk_channels<L>(w, c); }
   template <class B, class T>
   class Node : public node_t<L, B, T> {};
 };
