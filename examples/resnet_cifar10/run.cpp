@@ -23,6 +23,13 @@ int run(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, 
 
   const DataSet data = load_data(f);
   const std::size_t n_train = data.train->size();
+  // --epochs counts whole batches of the set (n_train // batch per epoch).
+  if (f.epochs > 0)
+    data::require_one_batch(
+        n_train, std::size_t(f.train_batch_size),
+        data.synthetic ? "the built-in synthetic training set" : data.train->description(),
+        cifarnet::detail::concat("--epochs ", f.epochs,
+                                 " counts whole batches of them: it would make no training step"));
   const double steps_per_epoch = double(n_train) / double(f.train_batch_size);
   const std::int64_t train_steps =
       f.epochs > 0 ? std::int64_t(f.epochs * double(n_train / std::size_t(f.train_batch_size)))

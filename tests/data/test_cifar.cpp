@@ -87,7 +87,8 @@ TEST_CASE("a CIFAR file whose size is not a whole number of records names the fi
   require_throws_with<DataError>([&] { read_cifar10_file(path); },
                                  {"t.bin", "byte offset 3073", "not a multiple of the record size 3073"});
   cifarnet_test::write_bytes(path, {});
-  require_throws_with<DataError>([&] { read_cifar10_file(path); }, {"t.bin", "byte offset 0", "empty"});
+  require_throws_with<DataError>([&] { read_cifar10_file(path); },
+                                 {"no examples in '" + path + "'", "the file is empty (0 bytes"});
 }
 
 TEST_CASE("a CIFAR label out of range names the file and the label byte's offset", "[data][cifar][errors]") {

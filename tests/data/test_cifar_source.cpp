@@ -143,3 +143,28 @@ TEST_CASE("Cifar10Source names the file when the TFRecord form is asked for and 
   require_throws_with<IoError>([&] { Cifar10Source(bin.str(), Split::train, Cifar10Format::tfrecords); },
                                {bin.str() + "/train.tfrecords"});
 }
+
+TEST_CASE("a CIFAR file without examples is a DataError naming it, in either form",
+          "[data][source][errors]") {
+  TempDir bin;
+  cifarnet_test::write_cifar10_dir(bin, 2);
+  TempDir tf;
+  convert(bin.str(), tf.str());
+  const std::string train = tf.str() + "/train.tfrecords";
+  // The set as written reads (so the errors below come from the empty file).
+  CHECK(Cifar10Source(tf.str(), Split::train).size() == 8);
+  CHECK(read_cifar_tfrecords({train}).size() == 8);
+  cifarnet_test::write_bytes(train, {});
+  const std::vector<std::string> says{"no examples in '" + train + "'", "the file is empty (0 bytes)"};
+  require_throws_with<DataError>([&] { Cifar10Source(tf.str(), Split::train); }, says);
+  require_throws_with<DataError>([&] { TfRecordSource({tf.str() + "/validation.tfrecords", train}); }, says);
+  require_throws_with<DataError>([&] { read_cifar_tfrecords({train}); }, says);
+  // train_all reads train.tfrecords too; eval does not.
+  require_throws_with<DataError>([&] { Cifar10Source(tf.str(), Split::train_all); }, says);
+  CHECK(Cifar10Source(tf.str(), Split::eval).size() == 2);
+  // The binary form: an empty batch file.
+  const std::string batch3 = bin.str() + "/data_batch_3.bin";
+  cifarnet_test::write_bytes(batch3, {});
+  require_throws_with<DataError>([&] { Cifar10Source(bin.str(), Split::train); },
+                                 {"no examples in '" + batch3 + "'", "the file is empty (0 bytes"});
+}

@@ -10,9 +10,9 @@
 //
 // Splits (TF_SEMANTICS.md §1): train = batches 1-4, validation = batch 5, eval = test
 // batch, train_all = batches 1-5. Sizes are counted from the files, never
-// hard-coded. A missing file is an IoError; a size that is not a whole
-// number of records or a label out of range is a DataError naming the file
-// and the byte offset.
+// hard-coded. A missing file is an IoError; an empty file is a DataError
+// ("no examples in '<file>'"); a size that is not a whole number of records
+// or a label out of range is a DataError naming the file and the byte offset.
 #pragma once
 
 #include <algorithm>
@@ -113,7 +113,9 @@ inline void parse_label_image_records(const std::vector<std::uint8_t>& bytes, co
                                       std::size_t label_bytes, const ImageGeometry& g,
                                       std::size_t num_classes, std::size_t num_coarse, ImageSet& out) {
   const std::size_t rec = label_bytes + g.size();
-  if (bytes.empty()) throw DataError(cifarnet::detail::at_file(path, 0, "file is empty (expected records)"));
+  if (bytes.empty())
+    throw DataError(cifarnet::detail::concat(
+        "no examples in '", path, "': the file is empty (0 bytes; expected ", "records of ", rec, " bytes)"));
   if (bytes.size() % rec != 0)
     throw DataError(cifarnet::detail::at_file(
         path, bytes.size() - bytes.size() % rec,

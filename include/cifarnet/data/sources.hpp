@@ -83,8 +83,8 @@ class Cifar100Binary : public ImageSetSource {
 };
 
 /// CIFAR examples in TFRecord files (the seed's format). The files are read
-/// and their framing and CRCs checked at construction; each Example is
-/// parsed when decoded.
+/// and their framing and CRCs checked at construction (a file without
+/// examples is a DataError naming it); each Example is parsed when decoded.
 class TfRecordSource {
  public:
   explicit TfRecordSource(const std::vector<std::string>& paths, std::size_t num_classes = 10,
@@ -92,8 +92,9 @@ class TfRecordSource {
       : geometry_(geometry), num_classes_(num_classes) {
     for (const auto& p : paths) {
       files_.push_back({p, io::read_file(p)});
-      for (const auto& s : index_tfrecords(files_.back().bytes, p))
-        records_.push_back({files_.size() - 1, s});
+      const auto spans = index_tfrecords(files_.back().bytes, p);
+      require_cifar_records(spans, p);
+      for (const auto& s : spans) records_.push_back({files_.size() - 1, s});
     }
   }
   /// `<dir>/<split>.tfrecords` as the seed's generator names them;
@@ -133,6 +134,18 @@ class TfRecordSource {
   std::vector<File> files_;
   std::vector<Record> records_;
 };
+
+/// A DataError unless `examples` fill one batch of `batch_size`, for a use
+/// that counts whole batches of a set (a run sized in epochs, the last
+/// partial batch dropped, makes no step from a smaller one): "too few
+/// examples in <what>: N, fewer than the batch size B (<why>)". `what`
+/// names the files (Cifar10Source::description()).
+inline void require_one_batch(std::size_t examples, std::size_t batch_size, const std::string& what,
+                              const std::string& why) {
+  if (examples < batch_size)
+    throw DataError(cifarnet::detail::concat("too few examples in ", what, ": ", examples,
+                                             ", fewer than the batch size ", batch_size, " (", why, ")"));
+}
 
 /// The two forms of CIFAR-10 a data directory may hold.
 enum class Cifar10Format {

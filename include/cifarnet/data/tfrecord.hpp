@@ -62,7 +62,14 @@ inline void check_cifar_example(const CifarExampleView& v, const ImageGeometry& 
         path, where, cifarnet::detail::concat("label ", v.label, " out of range [0, ", num_classes, ")")));
 }
 
-/// Reads CIFAR examples from TFRecord files (in order) into an ImageSet.
+/// The DataError for a CIFAR TFRecord file that holds no records (a file
+/// of 0 bytes: any other byte starts a record or is a framing error).
+inline void require_cifar_records(const std::vector<RecordSpan>& spans, const std::string& path) {
+  if (spans.empty()) throw DataError("no examples in '" + path + "': the file is empty (0 bytes)");
+}
+
+/// Reads CIFAR examples from TFRecord files (in order) into an ImageSet; a
+/// file without examples is a DataError naming it.
 inline ImageSet read_cifar_tfrecords(const std::vector<std::string>& paths, std::size_t num_classes = 10,
                                      const ImageGeometry& g = ImageGeometry{32, 32, 3}) {
   ImageSet set;
@@ -71,6 +78,7 @@ inline ImageSet read_cifar_tfrecords(const std::vector<std::string>& paths, std:
   for (const auto& path : paths) {
     const auto bytes = io::read_file(path);
     const auto spans = index_tfrecords(bytes, path);
+    require_cifar_records(spans, path);
     set.pixels.reserve(set.pixels.size() + spans.size() * g.size());
     for (const auto& s : spans) {
       const auto v =
