@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 BUILD=${2:-build-fuzz}
 JOBS=${FUZZ_JOBS:-1}
-ALL="cifar tfrecord example safetensors checkpoint_index tfevents image matconvnet"
+ALL="cifar cifar_pickle tfrecord example safetensors checkpoint_index tfevents image matconvnet"
 TARGETS=${FUZZ_TARGETS:-$ALL}
 
 if ! command -v clang++ >/dev/null; then
