@@ -80,6 +80,18 @@ class StrategyOptions {
     timeout_ = s;
     return *this;
   }
+  /// Seconds a rank waits for the others while the job starts (until every
+  /// rank holds the chief's training state: Strategy::share_state, serve),
+  /// when longer than collective_timeout(). Ranks do unequal work then — a
+  /// parameter server builds no input pipeline and waits for the workers to
+  /// load their data, the workers wait for the chief's restore — so that
+  /// wait grows with the data and the machine's load, not with a rank's
+  /// failure; TF's workers wait up to 2 hours for the chief's session
+  /// (SessionManager.wait_for_session).
+  StrategyOptions& startup_timeout(double s) {
+    startup_timeout_ = s;
+    return *this;
+  }
   /// Synchronous: the bytes of each gradient all-reduce bucket.
   StrategyOptions& allreduce_bucket_bytes(std::size_t b) {
     bucket_bytes_ = b;
@@ -98,6 +110,7 @@ class StrategyOptions {
   bool sync() const { return sync_; }
   int num_ps() const { return num_ps_; }
   double collective_timeout() const { return timeout_; }
+  double startup_timeout() const { return startup_timeout_; }
   std::size_t allreduce_bucket_bytes() const { return bucket_bytes_; }
   bool overlap_allreduce() const { return overlap_; }
   bool sync_batch_norm() const { return sync_bn_; }
@@ -105,7 +118,7 @@ class StrategyOptions {
  private:
   bool sync_ = false, overlap_ = true, sync_bn_ = false;
   int num_ps_ = 1;
-  double timeout_ = 600;
+  double timeout_ = 600, startup_timeout_ = 600;
   std::size_t bucket_bytes_ = std::size_t(1) << 20;
 };
 
@@ -129,7 +142,10 @@ class Strategy {
     opts_ = o;
 #ifdef CIFARNET_WITH_MPI
     if (!mpi_) return;
-    comm_ = std::make_unique<distributed::Communicator>(MPI_COMM_WORLD, o.collective_timeout());
+    // The start's deadline until share_state() / serve() have shared the
+    // chief's state; collective_timeout() from then on.
+    comm_ = std::make_unique<distributed::Communicator>(
+        MPI_COMM_WORLD, std::max(o.collective_timeout(), o.startup_timeout()));
     rank_ = comm_->rank();
     size_ = comm_->size();
     if (size_ > 1 && !o.sync()) {                      // asynchronous: parameter servers, then workers
@@ -226,6 +242,7 @@ class Strategy {
     if (auto sel = ps.selection()) opt.emplace(params, momentum, *sel);
     io::StateDict initial;  // the chief's training state
     distributed::broadcast_state_dict(*comm_, initial, roles.chief_rank());
+    comm_->set_timeout(opts_.collective_timeout());  // started: a silent worker now ends the job
     const distributed::ServeStats st = ps.serve(opt ? &*opt : nullptr, initial);
     std::string per_worker;
     for (auto n : st.updates_per_worker) per_worker += (per_worker.empty() ? "" : ", ") + std::to_string(n);
@@ -325,6 +342,7 @@ class Strategy {
     } else if (comm_) {
       distributed::broadcast_training_state(*comm_, trainer);
     }
+    if (comm_) comm_->set_timeout(opts_.collective_timeout());  // started
 #endif
   }
 
