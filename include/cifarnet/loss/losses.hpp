@@ -5,6 +5,9 @@
 //  - softmax_cross_entropy: mean sparse softmax cross-entropy, computed with
 //    the log-sum-exp shift (stable for large logits); optionally writes
 //    d(loss)/d(logits) = (softmax − onehot) / n.
+//  - mean_squared_error: tf.losses.mean_squared_error's mean of (p − y)²
+//    over every element (regression); optionally writes d(loss)/d(p) =
+//    2 (p − y) / size.
 //  - argmax, softmax, in_top_k(1) and accuracy for predictions.
 // (Weight decay is an optimizer stage: optim::WeightDecay, optim/weight_decay.hpp.)
 #pragma once
@@ -44,6 +47,33 @@ T softmax_cross_entropy(const Tensor<T>& logits, const std::vector<std::int32_t>
   if (dlogits && dlogits->shape() != logits.shape()) dlogits->resize(logits.shape());
   return T(backend::host::softmax_cross_entropy(n, k, logits.data(), labels.data(),
                                                 dlogits ? dlogits->data() : nullptr));
+}
+
+/// tf.losses.mean_squared_error(labels = targets, predictions) with unit
+/// weights: the mean of (p − y)² over every element, summed in double. If
+/// `dpredictions` is given it receives the gradient of that mean, 2 (p − y) /
+/// size (resized to the predictions' shape). ShapeError unless both hold the
+/// same number of elements (at least one). Host memory.
+template <class T>
+T mean_squared_error(const Tensor<T>& predictions, const Tensor<T>& targets,
+                     Tensor<T>* dpredictions = nullptr) {
+  const std::size_t n = predictions.size();
+  if (n == 0 || targets.size() != n)
+    throw ShapeError("mean_squared_error: " + std::to_string(n) + " predictions against " +
+                     std::to_string(targets.size()) + " targets (need the same number, at least one)");
+  if (dpredictions && dpredictions->shape() != predictions.shape()) dpredictions->resize(predictions.shape());
+  const T* p = predictions.data();
+  const T* y = targets.data();
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = double(p[i]) - double(y[i]);
+    sum += d * d;
+  }
+  if (dpredictions) {
+    T* g = dpredictions->data();
+    for (std::size_t i = 0; i < n; ++i) g[i] = T(2.0 * (double(p[i]) - double(y[i])) / double(n));
+  }
+  return T(sum / double(n));
 }
 
 /// Index of the largest logit per example.
