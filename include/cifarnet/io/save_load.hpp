@@ -16,14 +16,14 @@
 //
 // Writes are atomic (write_safetensors: a temporary file, fsync, rename): a
 // failed save throws IoError naming the file and leaves any file already at
-// `path` as it was. Loads check everything (the file, then every name, shape
-// and dtype) before they change anything; errors name the file. Strict loads
-// (LoadOptions::strict, the default) refuse a file that lacks a parameter or
-// slot and a file that holds a tensor nothing takes (a checkpoint of another
-// network), naming them; strict = false loads what fits and reports the
-// missing and the unexpected names in the LoadReport. Numbered checkpoints
-// with rotation and crash recovery are CheckpointManager's
-// (io/checkpoint_manager.hpp).
+// `path` as it was. Loads check the file, then every name and shape (and,
+// for a model and an optimizer, every dtype) before they change anything;
+// errors name the file. Strict loads (LoadOptions::strict, the default)
+// refuse a file that lacks a parameter or slot and a file that holds a
+// tensor nothing takes (a checkpoint of another network), naming them;
+// strict = false loads what fits and reports the missing and the unexpected
+// names in the LoadReport. Numbered checkpoints with rotation and crash
+// recovery are CheckpointManager's (io/checkpoint_manager.hpp).
 #pragma once
 
 #include <cstdint>
