@@ -85,13 +85,25 @@ struct StepResult {
 
 class TrainerBase;
 
+/// What a step function returns (TF-Slim's train_step_fn: total loss and
+/// should_stop): the step's result, which the hooks see, and whether
+/// training stops after this step.
+struct TrainStepOutput {
+  StepResult result;
+  bool should_stop = false;
+};
+
+/// TF-Slim's train_step_fn (TrainerOptions::train_step_fn).
+using TrainStepFn = std::function<TrainStepOutput(TrainerBase&, const Batch&)>;
+
 /// Options of a Trainer, by name: `TrainerOptions().max_steps(1000).max_seconds(3600)`.
 /// (Weight decay is a stage of the optimizer chain: optim::WeightDecay.)
 /// A negative count or time is a ConfigError naming the option.
 ///
 /// TF-Slim's learning.train options (docs/API.md, "Trainer"):
 /// save_summaries_secs, startup_delay_steps (with worker_index and
-/// global_step_source), trace_every_n_steps (with trace_dir) and init_fn.
+/// global_step_source), trace_every_n_steps (with trace_dir), init_fn and
+/// train_step_fn.
 class TrainerOptions {
  public:
   /// Stop when the global step reaches this (default 1000).
@@ -167,6 +179,18 @@ class TrainerOptions {
     init_fn_ = std::move(f);
     return *this;
   }
+  /// Slim's train_step_fn: run() calls f(trainer, batch) for each step
+  /// instead of the default step, TrainerBase::train_step (Slim's
+  /// train_step). f may wrap it (work before or after a step, its own
+  /// stopping rule: call t.train_step(b) and change its should_stop) or
+  /// replace it; it returns the step's result, which the hooks then see, and
+  /// should_stop, which ends run() after the hooks (as a hook's
+  /// request_stop). With remote variables run() has pulled them before f
+  /// runs. Trainer::step() is not affected. Empty (the default): train_step.
+  TrainerOptions& train_step_fn(TrainStepFn f) {
+    train_step_fn_ = std::move(f);
+    return *this;
+  }
   std::int64_t max_steps() const { return max_steps_; }
   bool check_numerics() const { return check_numerics_; }
   double max_seconds() const { return max_seconds_; }
@@ -178,6 +202,7 @@ class TrainerOptions {
   std::int64_t trace_every_n_steps() const { return trace_every_n_steps_; }
   const std::string& trace_dir() const { return trace_dir_; }
   const std::function<void(TrainerBase&)>& init_fn() const { return init_fn_; }
+  const TrainStepFn& train_step_fn() const { return train_step_fn_; }
 
  private:
   template <class V>
@@ -200,6 +225,7 @@ class TrainerOptions {
   std::int64_t trace_every_n_steps_ = 0;
   std::string trace_dir_;
   std::function<void(TrainerBase&)> init_fn_;
+  TrainStepFn train_step_fn_;
 };
 
 namespace detail {
@@ -450,6 +476,18 @@ class TrainerBase {
   /// The Chrome trace written last (trace_every_n_steps; empty: none yet).
   const std::string& last_trace_path() const { return last_trace_path_; }
 
+  /// Slim's train_step, the step run() takes by default: one step on `b`
+  /// with the variables in place (run() has pulled remote ones), and
+  /// should_stop once the global step has reached max_steps. A
+  /// TrainerOptions::train_step_fn may call it. ConfigError before
+  /// set_optimizer().
+  TrainStepOutput train_step(const Batch& b) {
+    TrainStepOutput out;
+    out.result = pulled_step(b);
+    out.should_stop = step_ >= opts_.max_steps();
+    return out;
+  }
+
   /// One training step on `b`; returns what it did.
   StepResult step(const Batch& b) {
     if (!apply_) throw ConfigError("Trainer: set_optimizer() was not called");
@@ -490,7 +528,9 @@ class TrainerBase {
         if (step_ >= opts_.max_steps()) break;
       }
       const Batch& b = next();
-      const StepResult r = pulled_step(b);
+      const TrainStepOutput out = opts_.train_step_fn() ? opts_.train_step_fn()(*this, b) : train_step(b);
+      const StepResult& r = out.result;
+      if (out.should_stop) stop_ = true;
       for (auto& h : hooks_) {
         try {
           h->after_step(*this, r);
