@@ -7,6 +7,13 @@
 // scalars (simple_value), histograms (HistogramProto, TF's default buckets)
 // and images (Summary.Image with PNG bytes).
 //
+// Beside the single values, two summaries of the TF CIFAR-10 tutorial:
+// add_activation_summary (its _activation_summary: a histogram
+// "<name>/activations" and the scalar "<name>/sparsity", tf.nn.zero_fraction)
+// and add_images (tf.summary.image on a float batch: up to max_outputs
+// images, "<tag>/image/<i>", each rescaled to bytes as TF's image summary
+// op does).
+//
 // Why the protobuf wire format is encoded by hand (io/protobuf.hpp): the four
 // small messages (Event, Summary, HistogramProto, Summary.Image) need a
 // dozen fields; libprotobuf would add a compiled dependency, generated code
@@ -563,6 +570,97 @@ class EventWriter {
     v.tag = tag;
     v.value = ImageSummary{height, width, colorspace, std::move(encoded)};
     add_summary({std::move(v)}, step);
+  }
+
+  /// The CIFAR-10 tutorial's _activation_summary(x): a histogram
+  /// "<name>/activations" of the `n` values and the scalar "<name>/sparsity",
+  /// their zero_fraction, in one event. NaN or Inf is a NumericsError naming
+  /// the histogram's tag.
+  template <class T>
+  void add_activation_summary(const std::string& name, const T* values, std::size_t n, std::int64_t step) {
+    const std::string tag = name + "/activations";
+    Histogram h;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(values[i]);
+      if (!std::isfinite(d))
+        throw NumericsError(cifarnet::detail::concat("NaN or Inf in summary histogram for: ", tag, " (value ",
+                                                     d, " at index ", i, ")"));
+      h.add(d);
+    }
+    SummaryValue hist, sparsity;
+    hist.tag = tag;
+    hist.value = h.encode();
+    sparsity.tag = name + "/sparsity";
+    sparsity.value = float(zero_fraction(values, n));
+    add_summary({std::move(hist), std::move(sparsity)}, step);
+  }
+
+  /// tf.summary.image(tag, images, max_outputs) on a float batch of `n`
+  /// images, `h` x `w` x `c` each (c = 1, 3 or 4), interleaved (NHWC): the
+  /// first min(n, max_outputs) images, tagged "<tag>/image/<i>" ("<tag>/image"
+  /// when max_outputs is 1), in one event. Each image is rescaled to bytes
+  /// on its own (image_to_bytes, TF's rule). ConfigError on a bad shape or a
+  /// max_outputs below 1.
+  void add_images(const std::string& tag, const float* nhwc, std::size_t n, std::size_t h, std::size_t w,
+                  std::size_t c, std::int64_t step, std::size_t max_outputs = 3) {
+    if (max_outputs < 1) throw ConfigError("add_images '" + tag + "': max_outputs must be at least 1");
+    if (!(c == 1 || c == 3 || c == 4) || h == 0 || w == 0)
+      throw ConfigError(cifarnet::detail::concat("add_images '", tag, "': cannot show ", h, "x", w, "x", c,
+                                                 " images (need positive sizes and 1, 3 or 4 channels)"));
+    std::vector<SummaryValue> values;
+    std::vector<std::uint8_t> bytes(h * w * c);
+    for (std::size_t i = 0; i < std::min(n, max_outputs); ++i) {
+      image_to_bytes(nhwc + i * h * w * c, h * w, c, bytes.data());
+      SummaryValue v;
+      v.tag = max_outputs == 1 ? tag + "/image" : tag + "/image/" + std::to_string(i);
+      v.value = ImageSummary{int(h), int(w), int(c), encode_png(bytes.data(), int(h), int(w), int(c))};
+      values.push_back(std::move(v));
+    }
+    add_summary(std::move(values), step);
+  }
+
+  /// tf.nn.zero_fraction: the fraction of the `n` values that are exactly
+  /// zero (0 for none).
+  template <class T>
+  static double zero_fraction(const T* values, std::size_t n) {
+    std::size_t zeros = 0;
+    for (std::size_t i = 0; i < n; ++i) zeros += values[i] == T(0);
+    return n ? double(zeros) / double(n) : 0.0;
+  }
+
+  /// TF's image summary op on one float image of `pixels` pixels of `c`
+  /// channels: with no negative value, scaled so that the largest becomes
+  /// 255; otherwise scaled by 127 / (largest magnitude) and offset by 128
+  /// (a largest value or magnitude below 1e-6: scale 0); then truncated to
+  /// bytes. The minimum and maximum are over the finite values; a pixel
+  /// with a NaN or Inf channel is drawn in TF's bad colour, red (255, 0, 0,
+  /// 255; its first c channels).
+  static void image_to_bytes(const float* image, std::size_t pixels, std::size_t c, std::uint8_t* out) {
+    float lo = 0, hi = 0;
+    bool any = false;
+    for (std::size_t i = 0; i < pixels * c; ++i)
+      if (std::isfinite(image[i])) {
+        lo = any ? std::min(lo, image[i]) : image[i];
+        hi = any ? std::max(hi, image[i]) : image[i];
+        any = true;
+      }
+    const float kZero = 1e-6f;
+    float scale = 0, offset = 0;
+    if (lo < 0) {
+      const float m = std::max(std::abs(lo), std::abs(hi));
+      scale = m < kZero ? 0.0f : 127.0f / m;
+      offset = 128.0f;
+    } else {
+      scale = hi < kZero ? 0.0f : 255.0f / hi;
+    }
+    static constexpr std::uint8_t kBad[4] = {255, 0, 0, 255};
+    for (std::size_t p = 0; p < pixels; ++p) {
+      const float* px = image + p * c;
+      bool finite = true;
+      for (std::size_t k = 0; k < c; ++k) finite = finite && std::isfinite(px[k]);
+      for (std::size_t k = 0; k < c; ++k)
+        out[p * c + k] = finite ? std::uint8_t(std::clamp(px[k] * scale + offset, 0.0f, 255.0f)) : kBad[k];
+    }
   }
 
   /// Writes pending events to the file.
