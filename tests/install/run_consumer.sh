@@ -7,7 +7,7 @@ src=$1 work=$2 mode=$3
 rm -rf "$work" && mkdir -p "$work"
 if [ "$mode" = find_package ]; then
   cmake -S "$src" -B "$work/cifarnet-build" -G Ninja -DCIFARNET_BUILD_TESTS=OFF -DCIFARNET_BUILD_EXAMPLES=OFF \
-    -DCIFARNET_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" > "$work/configure.log"
+    -DCIFARNET_BUILD_BENCH=OFF -DCIFARNET_COMPILED=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" > "$work/configure.log"
   cmake --install "$work/cifarnet-build" > "$work/install.log"
   test -f "$work/prefix/include/cifarnet/cifarnet.hpp"
   test -f "$work/prefix/lib/cmake/cifarnet/cifarnetConfig.cmake" || test -f "$work/prefix/lib/x86_64-linux-gnu/cmake/cifarnet/cifarnetConfig.cmake"

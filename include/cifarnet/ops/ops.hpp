@@ -78,6 +78,7 @@
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/arena.hpp"
+#include "cifarnet/core/compiled.hpp"
 #include "cifarnet/core/cross_replica.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/ops/geometry.hpp"

@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cifarnet/core/compiled.hpp"
 #include "cifarnet/core/arena.hpp"
 #include "cifarnet/core/fp_contract.hpp"
 
@@ -190,13 +191,14 @@ struct ArenaOp {
   }
 
  private:
-  CIFARNET_NO_FP_CONTRACT static void sgd_kernel(T* var, const T* g, Eigen::Index n, T a) {
+  CIFARNET_NO_FP_CONTRACT CIFARNET_OUTLINE static void sgd_kernel(T* var, const T* g, Eigen::Index n, T a) {
     CIFARNET_NO_FP_CONTRACT_BODY
     Arr(var, n) -= CArr(g, n) * a;
   }
   // TF ApplyMomentum, expression for expression.
-  CIFARNET_NO_FP_CONTRACT static void momentum_kernel(T* var, T* acc, const T* g, Eigen::Index n, T a, T m,
-                                                      bool nesterov) {
+  CIFARNET_NO_FP_CONTRACT CIFARNET_OUTLINE static void momentum_kernel(T* var, T* acc, const T* g,
+                                                                       Eigen::Index n, T a, T m,
+                                                                       bool nesterov) {
     CIFARNET_NO_FP_CONTRACT_BODY
     Arr v(var, n), ac(acc, n);
     CArr gr(g, n);
@@ -207,8 +209,9 @@ struct ArenaOp {
       v -= ac * a;
   }
   // TF ApplyAdam, expression for expression; sqrt exact (see exact_sqrt).
-  CIFARNET_NO_FP_CONTRACT static void adam_kernel(T* var, T* mp, T* vp, const T* g, Eigen::Index n, T alpha,
-                                                  T omb1, T omb2, T eps) {
+  CIFARNET_NO_FP_CONTRACT CIFARNET_OUTLINE static void adam_kernel(T* var, T* mp, T* vp, const T* g,
+                                                                   Eigen::Index n, T alpha, T omb1, T omb2,
+                                                                   T eps) {
     CIFARNET_NO_FP_CONTRACT_BODY
     Arr w(var, n), m(mp, n), v(vp, n);
     CArr gr(g, n);
@@ -223,7 +226,8 @@ struct ArenaOp {
     }
   }
   // TF assign_moving_average: shadow -= (shadow - value) * (1 - decay).
-  CIFARNET_NO_FP_CONTRACT static void ema_kernel(T* shadow, const T* value, Eigen::Index n, T omd) {
+  CIFARNET_NO_FP_CONTRACT CIFARNET_OUTLINE static void ema_kernel(T* shadow, const T* value, Eigen::Index n,
+                                                                  T omd) {
     CIFARNET_NO_FP_CONTRACT_BODY
     Arr s(shadow, n);
     s -= (s - CArr(value, n)) * omd;

@@ -42,8 +42,9 @@ namespace ops {
 /// Batch normalization on the oneDNN backend (float): own training kernels
 /// with blocked float/double sums, oneDNN inference primitives cached per
 /// geometry.
-template <>
-struct BatchNorm<backend::OneDnn, float> {
+template <class T>
+struct BatchNorm<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(BatchNorm, T);
   using Dev = Device<backend::OneDnn>;
   /// forward_train / forward_infer / backward take `relu` (fused ReLU) or a
   /// BnActivation (ReLU or GELU).
@@ -54,24 +55,25 @@ struct BatchNorm<backend::OneDnn, float> {
   /// With `relu`, y = max(bn(x), 0) (fused).
   /// With `y_bf16`, y is also written there as bfloat16 bits in the same
   /// pass (the input of a bf16 convolution: Conv2d::set_bf16_input).
-  void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, bool relu = false,
-                     std::uint16_t* y_bf16 = nullptr) {
+  CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                      const float* gamma, const float* beta, float* y, float* mean,
+                                      float* var, bool relu = false, std::uint16_t* y_bf16 = nullptr) {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
                   static_cast<const float*>(nullptr), false, y_bf16);
   }
   /// The same with the activation `act` applied in the same pass.
-  void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, BnActivation act) {
+  CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                      const float* gamma, const float* beta, float* y, float* mean,
+                                      float* var, BnActivation act) {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, act);
   }
   /// The training forward (no activation, or the fused ReLU) of x given as
   /// bfloat16 bits: the bf16 output of the convolution in front of it
   /// (ConvBatchNorm), widened exactly; the statistics and y as for float x
   /// holding the same values.
-  void forward_train(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x, const float* gamma,
-                     const float* beta, float* y, float* mean, float* var, bool relu,
-                     std::uint16_t* y_bf16 = nullptr) {
+  CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x,
+                                      const float* gamma, const float* beta, float* y, float* mean,
+                                      float* var, bool relu, std::uint16_t* y_bf16 = nullptr) {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
                   static_cast<const float*>(nullptr), false, y_bf16);
   }
@@ -79,11 +81,13 @@ struct BatchNorm<backend::OneDnn, float> {
   /// Whether forward_train with a y_bf16 can leave y out (y == nullptr: the
   /// bf16 copy alone, for a next layer that reads nothing else; no residual
   /// sum): NHWC at ResNet's and airbench's channel counts.
-  static bool writes_bf16_only(const ChannelGeom& g) { return backend::onednn::bn::bf16_only(g); }
+  CIFARNET_OUTLINE static bool writes_bf16_only(const ChannelGeom& g) {
+    return backend::onednn::bn::bf16_only(g);
+  }
 
   /// Whether a bf16 copy of y (y_bf16 above) can feed a bf16 convolution on
   /// this CPU (oneDNN has bf16 convolution kernels here).
-  static bool bf16_copies_useful() { return backend::onednn::cpu_has_bf16_convolutions(); }
+  CIFARNET_OUTLINE static bool bf16_copies_useful() { return backend::onednn::cpu_has_bf16_convolutions(); }
 
   /// The training forward (no activation of its own; x float or bfloat16
   /// bits) with a residual branch added in the same pass: y = bn(x) + r,
@@ -99,9 +103,10 @@ struct BatchNorm<backend::OneDnn, float> {
   /// writes_bf16_only(g): the sum then goes out as its bf16 copy alone
   /// (and the mask).
   template <class X, class R>
-  void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
-                         const float* beta, const R* r, bool relu, float* y, float* mean, float* var,
-                         std::uint16_t* y_bf16 = nullptr, std::uint16_t* relu_mask = nullptr) {
+  CIFARNET_OUTLINE void forward_train_sum(Dev& dev, const ChannelGeom& g, double eps, const X* x,
+                                          const float* gamma, const float* beta, const R* r, bool relu,
+                                          float* y, float* mean, float* var, std::uint16_t* y_bf16 = nullptr,
+                                          std::uint16_t* relu_mask = nullptr) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::forward_train_sum: x is float or bfloat16 bits (std::uint16_t)");
     static_assert(std::is_same_v<R, float> || std::is_same_v<R, std::uint16_t>,
@@ -115,17 +120,21 @@ struct BatchNorm<backend::OneDnn, float> {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, BnActivation::None, r, relu, y_bf16, relu_mask);
   }
   /// Whether forward_train_sum can write the sum's ReLU mask as bits.
-  static bool writes_sum_mask(const ChannelGeom& g) { return backend::onednn::bn::sum_mask(g); }
+  CIFARNET_OUTLINE static bool writes_sum_mask(const ChannelGeom& g) {
+    return backend::onednn::bn::sum_mask(g);
+  }
 
   /// y = gamma (x - mean) / sqrt(var + eps) + beta with the given statistics.
   /// With `relu`, y = max(bn(x), 0) (fused).
-  void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, const float* mean, const float* var, float* y, bool relu = false) {
+  CIFARNET_OUTLINE void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                      const float* gamma, const float* beta, const float* mean,
+                                      const float* var, float* y, bool relu = false) {
     forward_infer(dev, g, eps, x, gamma, beta, mean, var, y, relu ? BnActivation::Relu : BnActivation::None);
   }
   /// The same with the activation `act` applied in the same pass.
-  void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                     const float* beta, const float* mean, const float* var, float* y, BnActivation act) {
+  CIFARNET_OUTLINE void forward_infer(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                      const float* gamma, const float* beta, const float* mean,
+                                      const float* var, float* y, BnActivation act) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_infer";
     on::check_geometry(g, op);
@@ -157,26 +166,26 @@ struct BatchNorm<backend::OneDnn, float> {
   /// returned (all three overwritten). With `relu`, dy is the gradient of
   /// the fused ReLU's output and the last forward_train(relu = true) of this
   /// geometry supplies the a, b its mask is recomputed from.
-  void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
-                const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
-                float* dbeta, bool relu = false) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                                 const float* gamma, const float* mean, const float* var, float* dx,
+                                 float* dgamma, float* dbeta, bool relu = false) {
     backward(dev, g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
              relu ? BnActivation::Relu : BnActivation::None);
   }
   /// The same for a forward with the activation `act`: dy is the gradient of
   /// act's output, and the last forward_train of this geometry must have
   /// used the same act (its a, b are used here).
-  void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
-                const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
-                float* dbeta, BnActivation act) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
+                                 const float* gamma, const float* mean, const float* var, float* dx,
+                                 float* dgamma, float* dbeta, BnActivation act) {
     backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
     run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta, act);
   }
   /// backward() (no activation, or the fused ReLU) of a forward_train whose
   /// x was bfloat16 bits (the same bits here).
-  void backward(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x, const float* dy,
-                const float* gamma, const float* mean, const float* var, float* dx, float* dgamma,
-                float* dbeta, bool relu) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x,
+                                 const float* dy, const float* gamma, const float* mean, const float* var,
+                                 float* dx, float* dgamma, float* dbeta, bool relu) {
     backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
     run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta,
                  relu ? BnActivation::Relu : BnActivation::None);
@@ -190,9 +199,9 @@ struct BatchNorm<backend::OneDnn, float> {
   /// the bf16 convolution after this batch norm, as that convolution wrote
   /// it (ops::Conv2d::backward_bf16_dy with a bf16 dx).
   template <class X, class DY>
-  void backward_bf16(Dev& dev, const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
-                     const float* mean, const float* var, std::uint16_t* dx_bf16, float* dgamma, float* dbeta,
-                     bool relu) {
+  CIFARNET_OUTLINE void backward_bf16(Dev& dev, const ChannelGeom& g, double eps, const X* x, const DY* dy,
+                                      const float* gamma, const float* mean, const float* var,
+                                      std::uint16_t* dx_bf16, float* dgamma, float* dbeta, bool relu) {
     static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
                   "BatchNorm::backward_bf16: x is float or bfloat16 bits (std::uint16_t)");
     static_assert(std::is_same_v<DY, float> || std::is_same_v<DY, std::uint16_t>,
@@ -213,9 +222,9 @@ struct BatchNorm<backend::OneDnn, float> {
   /// writing those images' dx into a caller's buffer: a range of dx handed
   /// to the convolution's backward while it is in cache (ConvBatchNorm).
   /// The same operations as backward(), so the same bits.
-  void backward_sums(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
-                     const float* gamma, const float* mean, const float* var, float* dgamma, float* dbeta,
-                     bool relu) {
+  CIFARNET_OUTLINE void backward_sums(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                      const float* dy, const float* gamma, const float* mean,
+                                      const float* var, float* dgamma, float* dbeta, bool relu) {
     namespace on = backend::onednn;
     (void)dev;
     check_backward("BatchNorm backward_sums", g, x, dy, gamma, mean, var, dgamma, dbeta,
@@ -227,9 +236,10 @@ struct BatchNorm<backend::OneDnn, float> {
   /// backward_sums with the sums taken by the convolution that read this
   /// batch norm's output, in its own kernels' epilogue (bn::GradEpilogue,
   /// over this x, dy and mean: 2 g.c values): the same state after it.
-  void backward_sums_given(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* dy,
-                           const float* gamma, const float* mean, const float* var, float* dgamma,
-                           float* dbeta, bool relu, const double* sums) {
+  CIFARNET_OUTLINE void backward_sums_given(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                            const float* dy, const float* gamma, const float* mean,
+                                            const float* var, float* dgamma, float* dbeta, bool relu,
+                                            const double* sums) {
     namespace on = backend::onednn;
     (void)dev;
     check_backward("BatchNorm backward_sums_given", g, x, dy, gamma, mean, var, dgamma, dbeta,
@@ -244,14 +254,17 @@ struct BatchNorm<backend::OneDnn, float> {
   /// forward of this x, if it has n channels, uses them instead of its own
   /// pass over x for them; any training forward forgets them. The buffer
   /// must hold them until then.
-  void give_statistics(const float* x, std::size_t n, const double* stats) { given_ = {x, n, stats}; }
+  CIFARNET_OUTLINE void give_statistics(const float* x, std::size_t n, const double* stats) {
+    given_ = {x, n, stats};
+  }
   /// A training forward with the fused ReLU whose output is not written
   /// (ConvBatchNorm's deferred output): the statistics (those given, or a
   /// pass over x), then the coefficients alone, which norm_map() hands to
   /// the convolution that computes each image of y in its own kernels'
   /// prologue. The backward is forward_train's.
-  void forward_train_deferred(Dev& dev, const ChannelGeom& g, double eps, const float* x, const float* gamma,
-                              const float* beta, float* mean, float* var) {
+  CIFARNET_OUTLINE void forward_train_deferred(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                               const float* gamma, const float* beta, float* mean,
+                                               float* var) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train_deferred";
     on::check_geometry(g, op);
@@ -267,7 +280,7 @@ struct BatchNorm<backend::OneDnn, float> {
   }
   /// The map of forward_train_deferred's output y of x (ops::BnNormMap),
   /// valid until this op's next training forward.
-  ops::BnNormMap<float> norm_map(const ChannelGeom& g, const float* x) const {
+  CIFARNET_OUTLINE ops::BnNormMap<float> norm_map(const ChannelGeom& g, const float* x) const {
     const float* ab = relu_coefficients(g);
     if (!ab)
       throw ConfigError(detail::concat("BatchNorm norm_map: no training forward with the fused ReLU of ",
@@ -280,8 +293,8 @@ struct BatchNorm<backend::OneDnn, float> {
   /// dy at a time, while it is in cache (ConvBatchNorm's ranges, BnSumsOffer),
   /// its sums then given (backward_sums_given). Blocked float sums into
   /// double as backward_sums; the ranges' totals added in range order.
-  void add_backward_sums(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
-                         const float* relu_ab, const float* mean, double* sums) {
+  CIFARNET_OUTLINE void add_backward_sums(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
+                                          const float* relu_ab, const float* mean, double* sums) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm add_backward_sums";
     on::check_geometry(g, op);
@@ -296,15 +309,16 @@ struct BatchNorm<backend::OneDnn, float> {
   /// The fused ReLU's a then b (2 g.c) of the last training forward of
   /// geometry `g` with the ReLU, or null: what a GradEpilogue recomputes the
   /// ReLU's mask from.
-  const float* relu_coefficients(const ChannelGeom& g) const {
+  CIFARNET_OUTLINE const float* relu_coefficients(const ChannelGeom& g) const {
     return act_ == BnActivation::Relu && act_geom_ && *act_geom_ == g && relu_ab_.size() == 2 * g.c
                ? relu_ab_.data()
                : nullptr;
   }
   /// dx of images [i0, i1) into `dx_images` (their size), after
   /// backward_sums of the same x, dy, geometry and activation.
-  void backward_images(Dev& dev, const ChannelGeom& g, const float* x, const float* dy, const float* mean,
-                       std::size_t i0, std::size_t i1, float* dx_images, bool relu) {
+  CIFARNET_OUTLINE void backward_images(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
+                                        const float* mean, std::size_t i0, std::size_t i1, float* dx_images,
+                                        bool relu) {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm backward_images";
     on::require(op, {{dx_images, "dx_images"}, {mean, "mean"}});
@@ -323,8 +337,9 @@ struct BatchNorm<backend::OneDnn, float> {
   /// convolution that applies it to an image at a time in its own kernels'
   /// prologue (ops::Conv2d::backward_images_bn). Valid until the next
   /// backward or training forward of this op.
-  backend::onednn::bn::GradMap grad_map(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
-                                        const float* mean, bool relu) const {
+  CIFARNET_OUTLINE backend::onednn::bn::GradMap grad_map(Dev& dev, const ChannelGeom& g, const float* x,
+                                                         const float* dy, const float* mean,
+                                                         bool relu) const {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm grad_map";
     on::require(op, {{mean, "mean"}});
@@ -337,11 +352,11 @@ struct BatchNorm<backend::OneDnn, float> {
   }
 
   /// Training forwards that used statistics given (give_statistics; tests).
-  std::size_t statistics_given() const { return statistics_given_; }
+  CIFARNET_OUTLINE std::size_t statistics_given() const { return statistics_given_; }
   /// Geometries whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
+  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   template <class X, class R = float>
@@ -420,7 +435,7 @@ struct BatchNorm<backend::OneDnn, float> {
 
   // A fused activation's backward needs the training forward that used it
   // on this geometry (its a and b).
-  void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
+  CIFARNET_OUTLINE void check_activation(const ChannelGeom& g, BnActivation act, const char* op) const {
     if (act != BnActivation::None && (!act_geom_ || *act_geom_ != g || act_ != act))
       throw ConfigError(detail::concat(op, ": fused ", act == BnActivation::Relu ? "ReLU" : "GELU",
                                        " backward without a training forward with it (",
@@ -437,7 +452,7 @@ struct BatchNorm<backend::OneDnn, float> {
     dnnl::memory x, y, gamma, beta, mean, var;
     std::optional<dnnl::primitive> infer_p;
 
-    State(const ChannelGeom& g, double epsilon, bool fuse_relu, const dnnl::engine& eng)
+    CIFARNET_OUTLINE State(const ChannelGeom& g, double epsilon, bool fuse_relu, const dnnl::engine& eng)
         : eps(float(epsilon)), relu(fuse_relu) {
       namespace on = backend::onednn;
       data = on::act_desc(g.fmt, g.n, g.c, g.h, g.w);
@@ -447,20 +462,20 @@ struct BatchNorm<backend::OneDnn, float> {
       for (dnnl::memory* m : {&gamma, &beta, &mean, &var}) *m = on::user_memory(stat, eng);
     }
 
-    dnnl::primitive& infer(Cache& c, const dnnl::engine& eng) {
+    CIFARNET_OUTLINE dnnl::primitive& infer(Cache& c, const dnnl::engine& eng) {
       if (!infer_p) {
         using bf = dnnl::batch_normalization_forward;
         auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift |
                      dnnl::normalization_flags::use_global_stats;
         if (relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
         bf::primitive_desc pd(bf::desc(dnnl::prop_kind::forward_inference, data, eps, flags), eng);
-        infer_p = c.build<bf>(pd);
+        infer_p = c.template build<bf>(pd);
       }
       return *infer_p;
     }
   };
 
-  State& state(Dev& dev, const ChannelGeom& g, double eps, bool relu) {
+  CIFARNET_OUTLINE State& state(Dev& dev, const ChannelGeom& g, double eps, bool relu) {
     return cache_.get(dev.engine, Key{g.key(), eps, relu}, [&] { return State(g, eps, relu, dev.engine); });
   }
 
@@ -473,7 +488,7 @@ struct BatchNorm<backend::OneDnn, float> {
   backend::onednn::bn::Scratch scratch_;        // the kernels' buffers, kept between calls
   backend::onednn::bn::Scratch range_scratch_;  // add_backward_sums' (scratch_ keeps a backward's state)
   // The statistics given for x (give_statistics), or null; forgotten either way.
-  const double* take_given(const ChannelGeom& g, const void* x) {
+  CIFARNET_OUTLINE const double* take_given(const ChannelGeom& g, const void* x) {
     const Given given = std::exchange(given_, Given{});
     const double* stats = given.x != nullptr && given.x == x && given.c == g.c ? given.stats : nullptr;
     statistics_given_ += stats != nullptr;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -32,6 +33,16 @@
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/ops/geometry.hpp"
+
+/// The oneDNN ops are partial specializations ops::X<backend::OneDnn, T> (so
+/// that the compiled mode can declare them `extern template`: core/compiled.hpp)
+/// for float only; any other scalar stops here with the primary template's
+/// message.
+#define CIFARNET_ONEDNN_FLOAT_ONLY(Op, T)                                                  \
+  static_assert(std::is_same<T, float>::value, "cifarnet: no " #Op                         \
+                                               " kernel for this backend and scalar. The " \
+                                               "oneDNN backend is float only: use "        \
+                                               "<cifarnet/backend/reference.hpp> for others.")
 
 namespace cifarnet {
 

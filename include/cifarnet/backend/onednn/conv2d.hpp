@@ -139,41 +139,42 @@ struct FlippedWeights {
 namespace ops {
 
 /// Convolution with oneDNN primitives cached per ConvGeom (float only).
-template <>
-struct Conv2d<backend::OneDnn, float> {
+template <class T>
+struct Conv2d<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Conv2d, T);
   using Dev = Device<backend::OneDnn>;
 
   /// The algorithm policy for the calls that follow (default Direct).
-  void set_algorithm(ConvAlgorithm a) { alg_ = a; }
-  ConvAlgorithm algorithm() const { return alg_; }
+  CIFARNET_OUTLINE void set_algorithm(ConvAlgorithm a) { alg_ = a; }
+  CIFARNET_OUTLINE ConvAlgorithm algorithm() const { return alg_; }
   /// Whether the last geometry run uses Winograd (forward / backward_data).
-  bool uses_winograd(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool uses_winograd(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->wino;
   }
 
   /// The arithmetic of the calls that follow (default F32).
-  void set_precision(ConvPrecision p) { prec_ = p; }
-  ConvPrecision precision() const { return prec_; }
+  CIFARNET_OUTLINE void set_precision(ConvPrecision p) { prec_ = p; }
+  CIFARNET_OUTLINE ConvPrecision precision() const { return prec_; }
   /// Whether forward keeps its bf16 copy of x for backward_weights (set
   /// while training; without it the copy lives in device scratch only).
-  void set_keep_input(bool keep) { keep_input_ = keep; }
+  CIFARNET_OUTLINE void set_keep_input(bool keep) { keep_input_ = keep; }
   /// The bf16 copy of the x the next forward call gets (NHWC or NCHW as x,
   /// host::store_bf16's rounding), written by the layer that wrote x in the
   /// same pass: a bf16 pass reads it instead of rounding x itself, and keeps
   /// it by pointer for backward_weights (it must not change before then).
   /// nullptr (the default): none. Used by that one call only.
-  void set_bf16_input(const std::uint16_t* bits) { bf16_in_ = bits; }
+  CIFARNET_OUTLINE void set_bf16_input(const std::uint16_t* bits) { bf16_in_ = bits; }
   /// How many forward passes read a caller's bf16 copy of x (tests).
-  std::size_t bf16_inputs() const { return bf16_inputs_; }
+  CIFARNET_OUTLINE std::size_t bf16_inputs() const { return bf16_inputs_; }
   /// The Parameters::version of the weights the calls that follow get (0,
   /// the default: unknown, so every call reorders them). The reordered copy
   /// of the weights is reused while buffer and version stay the same.
-  void set_weights_version(std::uint64_t v) { w_version_ = v; }
+  CIFARNET_OUTLINE void set_weights_version(std::uint64_t v) { w_version_ = v; }
   /// How many times the weights were reordered into a primitive's layout.
-  std::size_t weight_reorders() const { return weight_reorders_; }
+  CIFARNET_OUTLINE std::size_t weight_reorders() const { return weight_reorders_; }
   /// Whether any pass built so far for geometry `g` runs in bf16.
-  bool uses_bf16(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool uses_bf16(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     if (!s) return false;
     bool any = (s->bwd_data && s->bwd_data->lp) || s->fwd_lp_dst.has_value();
@@ -184,7 +185,7 @@ struct Conv2d<backend::OneDnn, float> {
 
   /// Whether backward_weights for geometry `g` (without bias) runs as the
   /// im2col + bf16 matmul (see the file comment); false before it ran.
-  bool uses_gemm_weights(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool uses_gemm_weights(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->dw_gemm.has_value();
   }
@@ -192,13 +193,15 @@ struct Conv2d<backend::OneDnn, float> {
   /// Bytes of im2col per chunk of the matmul weight gradient (default 16
   /// MiB; smaller makes more chunks: tests). Takes effect for geometries
   /// not seen yet.
-  void set_im2col_chunk_bytes(std::size_t bytes) { chunk_bytes_ = std::max<std::size_t>(bytes, 1); }
+  CIFARNET_OUTLINE void set_im2col_chunk_bytes(std::size_t bytes) {
+    chunk_bytes_ = std::max<std::size_t>(bytes, 1);
+  }
 
   /// Which geometries take the im2col + matmul weight gradient: at most
   /// `max_pixels` output pixels per image and at least `min_oc` output
   /// channels (the other conditions of the file comment stay). Takes effect
   /// for geometries not seen yet (benchmarks compare the two paths).
-  void set_gemm_weights_limits(std::size_t max_pixels, std::size_t min_oc) {
+  CIFARNET_OUTLINE void set_gemm_weights_limits(std::size_t max_pixels, std::size_t min_oc) {
     gemm_max_pixels_ = max_pixels;
     gemm_min_oc_ = min_oc;
   }
@@ -208,9 +211,9 @@ struct Conv2d<backend::OneDnn, float> {
   /// and of a stride-2 3x3 one as two, by row phase of dx (default true; see
   /// the file comment). Takes effect for geometries not
   /// seen yet (benchmarks and tests compare the two paths).
-  void set_backward_data_via_forward(bool on) { bwd_via_fwd_ = on; }
+  CIFARNET_OUTLINE void set_backward_data_via_forward(bool on) { bwd_via_fwd_ = on; }
   /// Whether geometry `g`'s backward_data runs as those forward convolutions.
-  bool uses_backward_data_via_forward(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool uses_backward_data_via_forward(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->bwd_data && (s->bwd_data->as_fwd.has_value() || s->bwd_data->as_phases.has_value());
   }
@@ -220,10 +223,10 @@ struct Conv2d<backend::OneDnn, float> {
   /// fp32 kernels with that gradient computed in their prologue
   /// (direct_conv.hpp; default true). False: never (benchmarks and tests
   /// compare the two paths).
-  void set_direct_kernels(bool on) { direct_ = on; }
+  CIFARNET_OUTLINE void set_direct_kernels(bool on) { direct_ = on; }
   /// Whether backward_images_bn runs `g`: float convolutions, not Winograd,
   /// and a geometry of the own kernels (direct::supports) on a CPU with them.
-  bool direct_bn(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool direct_bn(const ConvGeom& g) const {
     return direct_ && prec_ == ConvPrecision::F32 && alg_ != ConvAlgorithm::Winograd &&
            backend::onednn::direct::supports(g);
   }
@@ -231,7 +234,7 @@ struct Conv2d<backend::OneDnn, float> {
   /// about to be): direct_bn's geometry with the direct algorithm asked for
   /// (Auto may pick Winograd, whose outputs differ; the forward then stays
   /// oneDNN's).
-  bool direct_forward(const ConvGeom& g, ConvAlgorithm a) const {
+  CIFARNET_OUTLINE bool direct_forward(const ConvGeom& g, ConvAlgorithm a) const {
     return direct_ && prec_ == ConvPrecision::F32 && a == ConvAlgorithm::Direct &&
            backend::onednn::direct::supports(g);
   }
@@ -247,9 +250,10 @@ struct Conv2d<backend::OneDnn, float> {
   /// given as its map, each image computed in the kernels for the weight
   /// gradient (ops::BnNormMap, at those images).
   using BnEpilogue = backend::onednn::bn::GradEpilogue;
-  void backward_images_bn(Dev& dev, const ConvGeom& g, const float* x, const backend::onednn::bn::GradMap& m,
-                          const float* w, float* dx, float* dw, const BnEpilogue* e = nullptr,
-                          const ops::BnNormMap<float>* in = nullptr) {
+  CIFARNET_OUTLINE void backward_images_bn(Dev& dev, const ConvGeom& g, const float* x,
+                                           const backend::onednn::bn::GradMap& m, const float* w, float* dx,
+                                           float* dw, const BnEpilogue* e = nullptr,
+                                           const ops::BnNormMap<float>* in = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d backward_images_bn";
     on::check_geometry(g, op, false);
@@ -264,7 +268,7 @@ struct Conv2d<backend::OneDnn, float> {
     ++direct_backwards_;
   }
   /// How many backward_images_bn calls ran (tests).
-  std::size_t direct_backwards() const { return direct_backwards_; }
+  CIFARNET_OUTLINE std::size_t direct_backwards() const { return direct_backwards_; }
   /// The training forward of a convolution whose output a batch norm
   /// normalises next (ConvBatchNorm), in the own kernels: y = conv(x, w) (w
   /// HWIO, no bias) and that batch norm's statistics of y (`stats`, 2 g.oc:
@@ -273,8 +277,8 @@ struct Conv2d<backend::OneDnn, float> {
   /// BatchNorm::give_statistics. Needs direct_bn(g). With `in`, x is not
   /// read: the input is an earlier batch norm's output given as its map,
   /// each image computed in the kernels (ops::BnNormMap).
-  void forward_stats(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* y, double* stats,
-                     const ops::BnNormMap<float>* in = nullptr) {
+  CIFARNET_OUTLINE void forward_stats(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* y,
+                                      double* stats, const ops::BnNormMap<float>* in = nullptr) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d forward_stats";
     on::check_geometry(g, op, false);
@@ -287,15 +291,15 @@ struct Conv2d<backend::OneDnn, float> {
     ++direct_forwards_;
   }
   /// How many forward_stats calls ran (tests).
-  std::size_t direct_forwards() const { return direct_forwards_; }
+  CIFARNET_OUTLINE std::size_t direct_forwards() const { return direct_forwards_; }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
   /// counts multiples of 16) runs in the project's own AMX kernel
   /// (amx_wgrad.hpp) where the CPU has AMX (default true; see the file
   /// comment). Takes effect for geometries not seen yet.
-  void set_amx_weights(bool on) { amx_weights_ = on; }
+  CIFARNET_OUTLINE void set_amx_weights(bool on) { amx_weights_ = on; }
   /// Whether geometry `g`'s weight gradient runs in that kernel.
-  bool uses_amx_weights(const ConvGeom& g) const {
+  CIFARNET_OUTLINE bool uses_amx_weights(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->amx_dw != nullptr;
   }
@@ -305,8 +309,8 @@ struct Conv2d<backend::OneDnn, float> {
 
   /// y = conv(x, w) + b (b may be nullptr); with `relu`, y = max(that, 0)
   /// computed in the same pass (a oneDNN post-op).
-  void forward(Dev& dev, const ConvGeom& g, const float* x, const float* w, const float* b, float* y,
-               bool relu = false) {
+  CIFARNET_OUTLINE void forward(Dev& dev, const ConvGeom& g, const float* x, const float* w, const float* b,
+                                float* y, bool relu = false) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d forward";
     on::check_geometry(g, op, false);
@@ -331,7 +335,7 @@ struct Conv2d<backend::OneDnn, float> {
 
   /// Whether forward_bf16_dst() can run for `g`: bf16 convolutions and a
   /// oneDNN jit kernel with bf16 input, weights and output (built once).
-  bool has_bf16_dst(Dev& dev, const ConvGeom& g) {
+  CIFARNET_OUTLINE bool has_bf16_dst(Dev& dev, const ConvGeom& g) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d forward (bf16 y)";
     on::check_geometry(g, op, false);
@@ -342,7 +346,7 @@ struct Conv2d<backend::OneDnn, float> {
   /// Whether a weight gradient of `g` reads x in bf16 (the copy a training
   /// forward keeps), so that forward_bf16_dst given a caller's bf16 copy of
   /// x and the backward after it never read the float x.
-  bool bf16_weights_gradient(Dev& dev, const ConvGeom& g) {
+  CIFARNET_OUTLINE bool bf16_weights_gradient(Dev& dev, const ConvGeom& g) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d bf16_weights_gradient";
     on::check_geometry(g, op, false);
@@ -354,7 +358,8 @@ struct Conv2d<backend::OneDnn, float> {
   /// rounds its float sums once, as a float y rounded to bf16 would be (the
   /// input of a batch norm that reads bf16, ConvBatchNorm). Needs
   /// has_bf16_dst(g); x is kept for backward_weights as in forward().
-  void forward_bf16_dst(Dev& dev, const ConvGeom& g, const float* x, const float* w, std::uint16_t* y) {
+  CIFARNET_OUTLINE void forward_bf16_dst(Dev& dev, const ConvGeom& g, const float* x, const float* w,
+                                         std::uint16_t* y) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d forward (bf16 y)";
     on::check_geometry(g, op, false);
@@ -375,13 +380,15 @@ struct Conv2d<backend::OneDnn, float> {
   }
 
   /// dx = conv_transpose(dy, w), overwritten.
-  void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w, float* dx) {
+  CIFARNET_OUTLINE void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w,
+                                      float* dx) {
     backend::onednn::require("Conv2d backward_data", {{dy, "dy"}, {w, "w"}, {dx, "dx"}});
     backward(dev, g, nullptr, dy, w, dx, nullptr, nullptr);
   }
 
   /// dw (HWIO) and db (if not nullptr) from x and dy, overwritten.
-  void backward_weights(Dev& dev, const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
+  CIFARNET_OUTLINE void backward_weights(Dev& dev, const ConvGeom& g, const float* x, const float* dy,
+                                         float* dw, float* db) {
     backend::onednn::require("Conv2d backward_weights", {{x, "x"}, {dy, "dy"}, {dw, "dw"}});
     backward(dev, g, x, dy, nullptr, nullptr, dw, db);
   }
@@ -389,8 +396,8 @@ struct Conv2d<backend::OneDnn, float> {
   /// Both backward passes from one dy: dw (HWIO) and db (if not nullptr)
   /// from x and dy when dw is given, then dx = conv_transpose(dy, w) when dx
   /// is given; all overwritten. In bf16, dy is rounded once for both.
-  void backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
-                float* dw, float* db) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w,
+                                 float* dx, float* dw, float* db) {
     backend::onednn::require(dw ? "Conv2d backward_weights" : "Conv2d backward_data", {{dy, "dy"}});
     run_backward(dev, g, x, dy, w, dx, dw, db);
   }
@@ -401,7 +408,7 @@ struct Conv2d<backend::OneDnn, float> {
   /// dy there as bfloat16 bits (host::store_bf16: the rounding of the
   /// reorder this replaces) and then calls backward_bf16_dy: the buffer is
   /// device scratch, so no other op of this device may run in between.
-  std::uint16_t* bf16_dy(Dev& dev, const ConvGeom& g, bool weights, bool data) {
+  CIFARNET_OUTLINE std::uint16_t* bf16_dy(Dev& dev, const ConvGeom& g, bool weights, bool data) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d bf16_dy";
     on::check_geometry(g, op, false);
@@ -417,7 +424,8 @@ struct Conv2d<backend::OneDnn, float> {
   }
   /// backward() (no bias) with dy the bf16 values written into bf16_dy()'s
   /// buffer, for the same passes bf16_dy was asked about.
-  void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w, float* dx, float* dw) {
+  CIFARNET_OUTLINE void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w,
+                                         float* dx, float* dw) {
     run_backward(dev, g, x, nullptr, w, dx, dw, nullptr);
   }
   /// Whether backward_bf16_dy can write dx as bfloat16 bits for `g`: the
@@ -425,7 +433,7 @@ struct Conv2d<backend::OneDnn, float> {
   /// kernel of that convolution with a bf16 output exists and takes the same
   /// weights' layout. The bits are the float dx rounded once, in the kernel
   /// (the input gradient of a batch norm that reads dy as bf16).
-  bool writes_bf16_dx(Dev& dev, const ConvGeom& g) {
+  CIFARNET_OUTLINE bool writes_bf16_dx(Dev& dev, const ConvGeom& g) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d writes_bf16_dx";
     on::check_geometry(g, op, false);
@@ -439,23 +447,24 @@ struct Conv2d<backend::OneDnn, float> {
   }
   /// backward_bf16_dy with dx written as bfloat16 bits (writes_bf16_dx(g)
   /// must hold).
-  void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w, std::uint16_t* dx,
-                        float* dw) {
+  CIFARNET_OUTLINE void backward_bf16_dy(Dev& dev, const ConvGeom& g, const float* x, const float* w,
+                                         std::uint16_t* dx, float* dw) {
     backend::onednn::require("Conv2d backward_data (bf16 dx)", {{dx, "dx"}});
     run_backward(dev, g, x, nullptr, w, nullptr, dw, nullptr, dx);
   }
 
   /// Geometries whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
+  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives (including reorders) built so far; constant once every
   /// geometry and pass has been seen.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   // backward(); dy == nullptr: dy is in the bf16 scratch buffer already (bf16_dy).
   // dx_bits: dx as bfloat16 instead (dx null; writes_bf16_dx).
-  void run_backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy, const float* w, float* dx,
-                    float* dw, float* db, std::uint16_t* dx_bits = nullptr) {
+  CIFARNET_OUTLINE void run_backward(Dev& dev, const ConvGeom& g, const float* x, const float* dy,
+                                     const float* w, float* dx, float* dw, float* db,
+                                     std::uint16_t* dx_bits = nullptr) {
     namespace on = backend::onednn;
     const char* op = dw ? "Conv2d backward_weights" : "Conv2d backward_data";
     on::check_geometry(g, op, false);
@@ -552,7 +561,8 @@ struct Conv2d<backend::OneDnn, float> {
   struct State;
   // The bf16 x of a forward pass: the caller's copy `bits` (set_bf16_input;
   // kept by pointer when `keep`) or x rounded by a reorder (lower_x).
-  dnnl::memory lp_src(State& s, Dev& dev, const float* x, const std::uint16_t* bits, bool keep) {
+  CIFARNET_OUTLINE dnnl::memory lp_src(State& s, Dev& dev, const float* x, const std::uint16_t* bits,
+                                       bool keep) {
     if (!bits) return s.lower_x(cache_, dev, x, keep);
     s.x_ext.set_data_handle(const_cast<std::uint16_t*>(bits));
     s.kept_x = keep ? x : nullptr;
@@ -563,10 +573,12 @@ struct Conv2d<backend::OneDnn, float> {
   using Key = decltype(std::tuple_cat(ConvGeom{}.key(), std::make_tuple(0, 0)));
   using Cache = backend::onednn::PrimitiveCache<Key, State>;
 
-  Key key(const ConvGeom& g) const { return std::tuple_cat(g.key(), std::make_tuple(int(alg_), int(prec_))); }
+  CIFARNET_OUTLINE Key key(const ConvGeom& g) const {
+    return std::tuple_cat(g.key(), std::make_tuple(int(alg_), int(prec_)));
+  }
 
   // Winograd for this geometry under the policy `a` (oneDNN may still refuse).
-  static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
+  CIFARNET_OUTLINE static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
     const bool shape_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1;
     return shape_ok && (a == ConvAlgorithm::Winograd || (a == ConvAlgorithm::Auto && g.n <= 4));
   }
@@ -667,7 +679,7 @@ struct Conv2d<backend::OneDnn, float> {
     const float* ph_of = nullptr;
     std::uint64_t ph_version = 0;
 
-    State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
+    CIFARNET_OUTLINE State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
         : wino(winograd && !lowp),
           bf16(lowp),
           bf16_dw(lowp && g.ic >= 8 &&
@@ -703,9 +715,10 @@ struct Conv2d<backend::OneDnn, float> {
     // Direct on the plain layouts, or Winograd on the layouts it chooses.
     // With `relu`, a ReLU post-op (inference only: no backward uses it).
     // With `lp`, direct with bf16 input and weights (float output).
-    dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& eng, bool with_bias,
-                                                         bool winograd, bool relu = false,
-                                                         bool lp = false) const {
+    CIFARNET_OUTLINE dnnl::convolution_forward::primitive_desc forward_pd(const dnnl::engine& eng,
+                                                                          bool with_bias, bool winograd,
+                                                                          bool relu = false,
+                                                                          bool lp = false) const {
       using cf = dnnl::convolution_forward;
       const auto alg = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
       const auto& s = lp ? src_lp : winograd ? src_any : src;
@@ -725,8 +738,8 @@ struct Conv2d<backend::OneDnn, float> {
 
     // The bf16 forward descriptor when bf16 is asked for and oneDNN has a jit
     // kernel for it (the pass then runs in bf16), else nothing.
-    std::optional<dnnl::convolution_forward::primitive_desc> lp_forward_pd(const dnnl::engine& eng,
-                                                                           bool with_bias, bool relu) const {
+    CIFARNET_OUTLINE std::optional<dnnl::convolution_forward::primitive_desc> lp_forward_pd(
+        const dnnl::engine& eng, bool with_bias, bool relu) const {
       if (!bf16) return std::nullopt;
       try {
         auto pd = forward_pd(eng, with_bias, false, relu, true);
@@ -738,7 +751,7 @@ struct Conv2d<backend::OneDnn, float> {
 
     // The direct training forward with bf16 input, weights and output, or
     // nothing when bf16 is not asked for or oneDNN has no jit kernel for it.
-    Fwd* forward_lp_dst(Cache& c, const dnnl::engine& eng) {
+    CIFARNET_OUTLINE Fwd* forward_lp_dst(Cache& c, const dnnl::engine& eng) {
       if (!fwd_lp_dst_tried) {
         fwd_lp_dst_tried = true;
         if (bf16) {
@@ -749,8 +762,8 @@ struct Conv2d<backend::OneDnn, float> {
                          w_any_lp, dst_lp, strides, pad_l, pad_r),
                 eng);
             if (jit_kernel(pd))
-              fwd_lp_dst =
-                  Fwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
+              fwd_lp_dst = Fwd{
+                  pd, c.template build<cf>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
           } catch (const dnnl::error&) {  // no such kernel here: the float output
           }
         }
@@ -760,11 +773,12 @@ struct Conv2d<backend::OneDnn, float> {
 
     // The bf16 copy of the caller's x: into x_keep (kept for backward_weights
     // of the same x) or into device scratch slot 2.
-    dnnl::memory lower_x(Cache& c, Device<backend::OneDnn>& dev, const float* px, bool keep) {
+    CIFARNET_OUTLINE dnnl::memory lower_x(Cache& c, Device<backend::OneDnn>& dev, const float* px,
+                                          bool keep) {
       namespace on = backend::onednn;
       if (!lower_src)
-        lower_src =
-            c.build<dnnl::reorder>(dnnl::reorder::primitive_desc(dev.engine, src, dev.engine, src_lp));
+        lower_src = c.template build<dnnl::reorder>(
+            dnnl::reorder::primitive_desc(dev.engine, src, dev.engine, src_lp));
       dnnl::memory out = x_lp;
       if (keep) {
         if (!x_keep) x_keep = dnnl::memory(src_lp, dev.engine);
@@ -781,11 +795,11 @@ struct Conv2d<backend::OneDnn, float> {
     }
 
     // The bf16 copy of the caller's dy, in device scratch slot 3.
-    dnnl::memory lower_dy(Cache& c, Device<backend::OneDnn>& dev, const float* pdy) {
+    CIFARNET_OUTLINE dnnl::memory lower_dy(Cache& c, Device<backend::OneDnn>& dev, const float* pdy) {
       namespace on = backend::onednn;
       if (!lower_dst)
-        lower_dst =
-            c.build<dnnl::reorder>(dnnl::reorder::primitive_desc(dev.engine, dst, dev.engine, dst_lp));
+        lower_dst = c.template build<dnnl::reorder>(
+            dnnl::reorder::primitive_desc(dev.engine, dst, dev.engine, dst_lp));
       on::scratch(dev, dy_lp, 3);
       lower_dst->execute(dev.stream, on::bind(y, pdy), dy_lp);
       return dy_lp;
@@ -793,8 +807,9 @@ struct Conv2d<backend::OneDnn, float> {
 
     // Winograd when chosen and offered; a refusal switches this geometry to
     // direct for good (before anything was built with Winograd).
-    dnnl::convolution_forward::primitive_desc chosen_forward_pd(const dnnl::engine& eng, bool with_bias,
-                                                                bool relu = false) {
+    CIFARNET_OUTLINE dnnl::convolution_forward::primitive_desc chosen_forward_pd(const dnnl::engine& eng,
+                                                                                 bool with_bias,
+                                                                                 bool relu = false) {
       if (wino) {
         try {
           return forward_pd(eng, with_bias, true, relu);
@@ -808,8 +823,9 @@ struct Conv2d<backend::OneDnn, float> {
 
     // Another forward of a geometry whose algorithm is settled; a Winograd
     // kernel without the ReLU post-op falls back to direct for that variant.
-    dnnl::convolution_forward::primitive_desc settled_forward_pd(const dnnl::engine& eng, bool with_bias,
-                                                                 bool relu) const {
+    CIFARNET_OUTLINE dnnl::convolution_forward::primitive_desc settled_forward_pd(const dnnl::engine& eng,
+                                                                                  bool with_bias,
+                                                                                  bool relu) const {
       if (wino) {
         try {
           return forward_pd(eng, with_bias, true, relu);
@@ -820,7 +836,7 @@ struct Conv2d<backend::OneDnn, float> {
     }
 
     // The forward descriptor backward_data takes as its hint (same algorithm).
-    const dnnl::convolution_forward::primitive_desc& hint(const dnnl::engine& eng) {
+    CIFARNET_OUTLINE const dnnl::convolution_forward::primitive_desc& hint(const dnnl::engine& eng) {
       for (int i : {0, 1})  // the training forwards (no post-op)
         if (fwd[i] && !fwd[i]->lp) return fwd[i]->pd;
       if (!hint_pd) hint_pd = chosen_forward_pd(eng, false);
@@ -828,7 +844,7 @@ struct Conv2d<backend::OneDnn, float> {
     }
 
     // The direct forward descriptor backward_weights takes as its hint.
-    const dnnl::convolution_forward::primitive_desc& direct_hint(const dnnl::engine& eng) {
+    CIFARNET_OUTLINE const dnnl::convolution_forward::primitive_desc& direct_hint(const dnnl::engine& eng) {
       if (!wino) return hint(eng);
       if (!direct_hint_pd) direct_hint_pd = forward_pd(eng, false, false);
       return *direct_hint_pd;
@@ -836,7 +852,7 @@ struct Conv2d<backend::OneDnn, float> {
 
     // The bf16 forward descriptor the bf16 backward passes take as their
     // hint, or nothing when oneDNN has no bf16 forward kernel here.
-    const dnnl::convolution_forward::primitive_desc* lp_hint(const dnnl::engine& eng) {
+    CIFARNET_OUTLINE const dnnl::convolution_forward::primitive_desc* lp_hint(const dnnl::engine& eng) {
       if (!bf16) return nullptr;
       for (int i : {0, 1})
         if (fwd[i] && fwd[i]->lp) return &fwd[i]->pd;
@@ -844,12 +860,12 @@ struct Conv2d<backend::OneDnn, float> {
       return hint_pd_lp ? &*hint_pd_lp : nullptr;
     }
 
-    Fwd& forward(Cache& c, const dnnl::engine& eng, bool with_bias, bool relu) {
+    CIFARNET_OUTLINE Fwd& forward(Cache& c, const dnnl::engine& eng, bool with_bias, bool relu) {
       auto& f = fwd[int(with_bias) + 2 * int(relu)];
       if (!f) {
         if (auto lp = lp_forward_pd(eng, with_bias, relu)) {
           f = Fwd{*lp,
-                  c.build<dnnl::convolution_forward>(*lp),
+                  c.template build<dnnl::convolution_forward>(*lp),
                   c.stage(eng, lp->weights_desc(), w_user, true),
                   {},
                   {},
@@ -861,7 +877,7 @@ struct Conv2d<backend::OneDnn, float> {
         auto pd =
             settled ? settled_forward_pd(eng, with_bias, relu) : chosen_forward_pd(eng, with_bias, relu);
         f = Fwd{pd,
-                c.build<dnnl::convolution_forward>(pd),
+                c.template build<dnnl::convolution_forward>(pd),
                 c.stage(eng, pd.weights_desc(), w_user, true),
                 c.stage_scratch(eng, pd.src_desc(), src, true),
                 c.stage_scratch(eng, pd.dst_desc(), dst, false),
@@ -870,7 +886,8 @@ struct Conv2d<backend::OneDnn, float> {
       return *f;
     }
 
-    BwdData& backward_data(Cache& c, const dnnl::engine& eng, const ConvGeom& g, bool via_fwd) {
+    CIFARNET_OUTLINE BwdData& backward_data(Cache& c, const dnnl::engine& eng, const ConvGeom& g,
+                                            bool via_fwd) {
       if (!bwd_data) {
         using cb = dnnl::convolution_backward_data;
         if (const auto* lh = lp_hint(eng)) {
@@ -879,8 +896,14 @@ struct Conv2d<backend::OneDnn, float> {
                 cb::desc(dnnl::algorithm::convolution_direct, src, w_any_lp, dst_lp, strides, pad_l, pad_r),
                 eng, *lh);
             if (jit_kernel(pd)) {
-              bwd_data = BwdData{
-                  pd, c.build<cb>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true, {}, {}};
+              bwd_data = BwdData{pd,
+                                 c.template build<cb>(pd),
+                                 c.stage(eng, pd.weights_desc(), w_user, true),
+                                 {},
+                                 {},
+                                 true,
+                                 {},
+                                 {}};
               if (via_fwd) bwd_data->as_fwd = forward_as_backward(c, eng, g);
               if (via_fwd && !bwd_data->as_fwd) bwd_data->as_phases = phases_backward(c, eng, g);
               return *bwd_data;
@@ -903,7 +926,7 @@ struct Conv2d<backend::OneDnn, float> {
               cb::desc(dnnl::algorithm::convolution_direct, src, w_any, dst, strides, pad_l, pad_r), eng,
               direct_hint(eng));
         bwd_data = BwdData{*pd,
-                           c.build<cb>(*pd),
+                           c.template build<cb>(*pd),
                            c.stage(eng, pd->weights_desc(), w_user, true),
                            c.stage_scratch(eng, pd->diff_dst_desc(), dst, true),
                            c.stage_scratch(eng, pd->diff_src_desc(), src, false),
@@ -923,13 +946,13 @@ struct Conv2d<backend::OneDnn, float> {
     // 3x3): oneDNN 2.6's brgconv read a wild address on a 2x2 kernel whose
     // padding moved to the other side (p' = 1, 0; a SIGSEGV in the ASan
     // build of the tests). Nothing else, nor when oneDNN has no jit kernel.
-    static bool forward_as_backward_geometry(const ConvGeom& g) {
+    CIFARNET_OUTLINE static bool forward_as_backward_geometry(const ConvGeom& g) {
       return g.sh == 1 && g.sw == 1 && g.kh % 2 == 1 && g.kw % 2 == 1 && 2 * g.pt + 1 == g.kh &&
              2 * g.pb + 1 == g.kh && 2 * g.pl + 1 == g.kw && 2 * g.pr + 1 == g.kw;
     }
     // That convolution's descriptor (bf16 dy in, the flipped weights in any
     // bf16 layout) writing dx in `dx_desc` (float src, or bf16 src_lp).
-    dnnl::convolution_forward::primitive_desc forward_as_backward_pd(
+    CIFARNET_OUTLINE dnnl::convolution_forward::primitive_desc forward_as_backward_pd(
         const dnnl::engine& eng, const ConvGeom& g, const dnnl::memory::desc& dx_desc) const {
       namespace on = backend::onednn;
       using cf = dnnl::convolution_forward;
@@ -941,7 +964,8 @@ struct Conv2d<backend::OneDnn, float> {
                    on::dims{on::dim(g.kh - 1 - g.pb), on::dim(g.kw - 1 - g.pr)}),
           eng);
     }
-    std::optional<FwdAsBwd> forward_as_backward(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+    CIFARNET_OUTLINE std::optional<FwdAsBwd> forward_as_backward(Cache& c, const dnnl::engine& eng,
+                                                                 const ConvGeom& g) {
       namespace on = backend::onednn;
       if (!forward_as_backward_geometry(g)) return std::nullopt;
       using cf = dnnl::convolution_forward;
@@ -952,7 +976,8 @@ struct Conv2d<backend::OneDnn, float> {
         if (!jit_kernel(pd) || pd.dst_desc() != src) return std::nullopt;
         w_flip.w.assign(g.kh * g.kw * g.ic * g.oc, 0.f);
         w_flip_user = dnnl::memory(flip_user, eng, w_flip.w.data());
-        return FwdAsBwd{pd, c.build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true), {}, false};
+        return FwdAsBwd{
+            pd, c.template build<cf>(pd), c.stage(eng, pd.weights_desc(), flip_user, true), {}, false};
       } catch (const dnnl::error&) {  // no such kernel here: the backward_data primitive
         return std::nullopt;
       }
@@ -961,7 +986,8 @@ struct Conv2d<backend::OneDnn, float> {
     // The forward-as-backward convolution with a bf16 dx, or nullptr (no
     // such pass for this geometry, or no kernel with the float-dx one's
     // weights' layout).
-    dnnl::convolution_forward* as_fwd_lp_dst(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+    CIFARNET_OUTLINE dnnl::convolution_forward* as_fwd_lp_dst(Cache& c, const dnnl::engine& eng,
+                                                              const ConvGeom& g) {
       if (!bwd_data || !bwd_data->as_fwd) return nullptr;
       FwdAsBwd& a = *bwd_data->as_fwd;
       if (!a.lp_dst_tried) {
@@ -969,7 +995,7 @@ struct Conv2d<backend::OneDnn, float> {
         try {
           const auto pd = forward_as_backward_pd(eng, g, src_lp);
           if (jit_kernel(pd) && pd.dst_desc() == src_lp && pd.weights_desc() == a.pd.weights_desc())
-            a.prim_lp_dst = c.build<dnnl::convolution_forward>(pd);
+            a.prim_lp_dst = c.template build<dnnl::convolution_forward>(pd);
         } catch (const dnnl::error&) {  // no such kernel: float dx only
         }
       }
@@ -996,12 +1022,13 @@ struct Conv2d<backend::OneDnn, float> {
     // in the probe, so only 32 or more input channels. Only on AMX (brgconv
     // kernels), for batches with a divisor from 8 to 32 (or below 8) for the
     // chunk.
-    static bool phases_geometry(const ConvGeom& g) {
+    CIFARNET_OUTLINE static bool phases_geometry(const ConvGeom& g) {
       return g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.pt == 1 &&
              g.pl == 1 && g.ih % 2 == 0 && g.iw % 2 == 0 && 2 * g.oh == g.ih && 2 * g.ow == g.iw &&
              g.ic >= 32 && backend::onednn::cpu_has_amx_convolutions();
     }
-    std::optional<PhaseBwd> phases_backward(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+    CIFARNET_OUTLINE std::optional<PhaseBwd> phases_backward(Cache& c, const dnnl::engine& eng,
+                                                             const ConvGeom& g) {
       namespace on = backend::onednn;
       using cf = dnnl::convolution_forward;
       if (!phases_geometry(g)) return std::nullopt;
@@ -1021,7 +1048,7 @@ struct Conv2d<backend::OneDnn, float> {
               eng);
           if (!jit_kernel(pd) || pd.dst_desc() != out) return std::nullopt;
           const dnnl::memory::desc user(wd, on::dt::f32, on::tag::hwio);
-          ph.prim[p] = c.build<cf>(pd);
+          ph.prim[p] = c.template build<cf>(pd);
           ph.w[p] = c.stage(eng, pd.weights_desc(), user, true);
           ph.dst[p] = dnnl::memory(out, eng, DNNL_MEMORY_NONE);
           w_ph[p].assign(std::size_t(p + 1) * 2 * g.oc * 2 * g.ic, 0.f);
@@ -1036,7 +1063,7 @@ struct Conv2d<backend::OneDnn, float> {
     }
     // w_ph from the caller's HWIO w, unless it holds w at this version. True
     // when it was rewritten (the primitive-layout copies are then stale).
-    bool phase_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
+    CIFARNET_OUTLINE bool phase_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
       if (version != 0 && ph_of == w && ph_version == version) return false;
       const std::size_t I = g.ic, O = g.oc;
       for (std::size_t p = 0; p < 2; ++p)
@@ -1064,7 +1091,7 @@ struct Conv2d<backend::OneDnn, float> {
     // AMX kernel: asked for, NHWC, stride 1 or 2 (the strides measured), a
     // CPU with AMX, and a geometry the kernel takes (channel counts multiples
     // of 16). Decided once.
-    bool amx_weights(const ConvGeom& g, bool wanted) {
+    CIFARNET_OUTLINE bool amx_weights(const ConvGeom& g, bool wanted) {
       namespace amx = backend::onednn::amx;
       if (!amx_dw_tried) {
         amx_dw_tried = true;
@@ -1081,8 +1108,8 @@ struct Conv2d<backend::OneDnn, float> {
     // matmul: NHWC, stride 1, at most 7x7 output pixels, 128 or more output
     // channels, a chunk size that divides the batch near 16 MiB of im2col,
     // and an AMX matmul kernel (measured only there). Decided and built once.
-    bool gemm_weights(Cache& c, const dnnl::engine& eng, const ConvGeom& g, std::size_t chunk_bytes,
-                      std::size_t max_pixels, std::size_t min_oc) {
+    CIFARNET_OUTLINE bool gemm_weights(Cache& c, const dnnl::engine& eng, const ConvGeom& g,
+                                       std::size_t chunk_bytes, std::size_t max_pixels, std::size_t min_oc) {
       namespace on = backend::onednn;
       if (dw_gemm_tried) return dw_gemm.has_value();
       dw_gemm_tried = true;
@@ -1106,8 +1133,8 @@ struct Conv2d<backend::OneDnn, float> {
         dnnl::primitive_attr attr;
         attr.set_post_ops(po);
         dnnl::matmul::primitive_desc rest(d, attr, eng);
-        dw_gemm = c.build<dnnl::matmul>(first);
-        dw_gemm_sum = c.build<dnnl::matmul>(rest);
+        dw_gemm = c.template build<dnnl::matmul>(first);
+        dw_gemm_sum = c.template build<dnnl::matmul>(rest);
       } catch (const dnnl::error&) {  // no such matmul here: the conv kernel
         dw_gemm.reset();
         return false;
@@ -1122,8 +1149,8 @@ struct Conv2d<backend::OneDnn, float> {
     // dw (HWIO, overwritten) from the bf16 NHWC copies of x and dy, chunk by
     // chunk: each chunk's im2col rows (output pixel, then (kh, kw, ic)) in
     // device scratch slot 0, then dw (+)= colᵀ · dy of the chunk.
-    void gemm_backward_weights(Device<backend::OneDnn>& dev, const ConvGeom& g, const dnnl::memory& xs,
-                               const dnnl::memory& dys, float* dw) {
+    CIFARNET_OUTLINE void gemm_backward_weights(Device<backend::OneDnn>& dev, const ConvGeom& g,
+                                                const dnnl::memory& xs, const dnnl::memory& dys, float* dw) {
       const std::size_t P = g.oh * g.ow, L = g.kh * g.kw * g.ic, ic = g.ic;
       const auto* x = static_cast<const std::uint16_t*>(xs.get_data_handle());
       auto* dy = static_cast<std::uint16_t*>(dys.get_data_handle());
@@ -1157,7 +1184,7 @@ struct Conv2d<backend::OneDnn, float> {
       }
     }
 
-    BwdWeights& backward_weights(Cache& c, const dnnl::engine& eng, bool with_bias) {
+    CIFARNET_OUTLINE BwdWeights& backward_weights(Cache& c, const dnnl::engine& eng, bool with_bias) {
       auto& f = bwd_weights[with_bias];
       if (!f) {
         using cw = dnnl::convolution_backward_weights;
@@ -1168,7 +1195,8 @@ struct Conv2d<backend::OneDnn, float> {
                                          : cw::desc(alg, src_lp, w_any, dst_lp, strides, pad_l, pad_r);
             cw::primitive_desc pd(d, eng, *lh);
             if (jit_kernel(pd)) {
-              f = BwdWeights{pd, c.build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false), true};
+              f = BwdWeights{pd, c.template build<cw>(pd),
+                             c.stage(eng, pd.diff_weights_desc(), w_user, false), true};
               return *f;
             }
           } catch (const dnnl::error&) {  // no bf16 kernel for this pass: float
@@ -1182,13 +1210,14 @@ struct Conv2d<backend::OneDnn, float> {
         if (avoid_rtus_1x1)
           while (std::string(pd.impl_info_str()).rfind("jit_1x1", 0) == 0 && pd.next_impl()) {
           }
-        f = BwdWeights{pd, c.build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false), false};
+        f = BwdWeights{pd, c.template build<cw>(pd), c.stage(eng, pd.diff_weights_desc(), w_user, false),
+                       false};
       }
       return *f;
     }
   };
 
-  State& state(Dev& dev, const ConvGeom& g) {
+  CIFARNET_OUTLINE State& state(Dev& dev, const ConvGeom& g) {
     return cache_.get(dev.engine, key(g), [&] {
       return State(g, want_winograd(alg_, g), prec_ == ConvPrecision::BF16, dev.engine);
     });
@@ -1196,7 +1225,8 @@ struct Conv2d<backend::OneDnn, float> {
 
   // The plain buffer `user`, or its copy in the primitive's layout (in device
   // scratch slot `slot`).
-  static dnnl::memory stage_in(Dev& dev, backend::onednn::Staged& st, dnnl::memory user, int slot) {
+  CIFARNET_OUTLINE static dnnl::memory stage_in(Dev& dev, backend::onednn::Staged& st, dnnl::memory user,
+                                                int slot) {
     if (st.direct()) return user;
     dnnl::memory m = backend::onednn::scratch(dev, st.mem, slot);
     st.reorder.execute(dev.stream, user, m);
@@ -1208,7 +1238,8 @@ struct Conv2d<backend::OneDnn, float> {
   // while the caller's buffer and its Parameters::version stay the same
   // (between the passes of a step, frozen weights, repeated inference):
   // reorders into Winograd's transformed layout are expensive.
-  dnnl::memory weights_in(Dev& dev, dnnl::memory& user, const float* w, backend::onednn::Staged& st) {
+  CIFARNET_OUTLINE dnnl::memory weights_in(Dev& dev, dnnl::memory& user, const float* w,
+                                           backend::onednn::Staged& st) {
     backend::onednn::bind(user, w);
     if (st.direct()) return user;
     if (w_version_ != 0 && st.shown == w && st.shown_version == w_version_) return st.mem;

@@ -16,13 +16,14 @@ namespace cifarnet {
 namespace ops {
 
 /// Dense layer on dnnl_sgemm (float).
-template <>
-struct Dense<backend::OneDnn, float> {
+template <class T>
+struct Dense<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Dense, T);
   using Dev = Device<backend::OneDnn>;
 
   /// y = x·W + b (b may be nullptr).
-  void forward(Dev& dev, std::size_t n, std::size_t in, std::size_t out, const float* x, const float* w,
-               const float* b, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, std::size_t n, std::size_t in, std::size_t out, const float* x,
+                                const float* w, const float* b, float* y) {
     static constexpr const char* op = "Dense forward";
     check(op, n, in, out);
     backend::onednn::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
@@ -32,8 +33,8 @@ struct Dense<backend::OneDnn, float> {
   }
 
   /// dx = dy·Wᵀ.
-  void backward_data(Dev& dev, std::size_t n, std::size_t in, std::size_t out, const float* dy,
-                     const float* w, float* dx) {
+  CIFARNET_OUTLINE void backward_data(Dev& dev, std::size_t n, std::size_t in, std::size_t out,
+                                      const float* dy, const float* w, float* dx) {
     static constexpr const char* op = "Dense backward_data";
     check(op, n, in, out);
     backend::onednn::require(op, {{dy, "dy"}, {w, "w"}, {dx, "dx"}});
@@ -41,8 +42,8 @@ struct Dense<backend::OneDnn, float> {
   }
 
   /// dW = xᵀ·dy, db = sum over the batch of dy (db may be nullptr).
-  void backward_weights(Dev& dev, std::size_t n, std::size_t in, std::size_t out, const float* x,
-                        const float* dy, float* dw, float* db) {
+  CIFARNET_OUTLINE void backward_weights(Dev& dev, std::size_t n, std::size_t in, std::size_t out,
+                                         const float* x, const float* dy, float* dw, float* db) {
     static constexpr const char* op = "Dense backward_weights";
     check(op, n, in, out);
     backend::onednn::require(op, {{x, "x"}, {dy, "dy"}, {dw, "dw"}});
@@ -56,7 +57,7 @@ struct Dense<backend::OneDnn, float> {
   }
 
  private:
-  static void check(const char* op, std::size_t n, std::size_t in, std::size_t out) {
+  CIFARNET_OUTLINE static void check(const char* op, std::size_t n, std::size_t in, std::size_t out) {
     if (n == 0 || in == 0 || out == 0)
       throw ShapeError(detail::concat(op, ": empty matrix (n=", n, ", in=", in, ", out=", out, ")"));
   }

@@ -35,20 +35,21 @@
 namespace cifarnet {
 namespace ops {
 
-template <>
-struct Eltwise<backend::OneDnn, float> {
+template <class T>
+struct Eltwise<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Eltwise, T);
   using Dev = Device<backend::OneDnn>;
 
   /// Byte images (h, w, c interleaved) to the float batch tensor: an own
   /// OpenMP loop (a oneDNN u8 -> f32 reorder would not interleave-transpose
   /// to NCHW in one pass).
-  void from_bytes(Dev&, std::size_t count, std::size_t c, std::size_t h, std::size_t w, DataFormat fmt,
-                  const std::uint8_t* src, float* dst) {
+  CIFARNET_OUTLINE void from_bytes(Dev&, std::size_t count, std::size_t c, std::size_t h, std::size_t w,
+                                   DataFormat fmt, const std::uint8_t* src, float* dst) {
     backend::host::bytes_to_float(count, c, h, w, fmt, src, dst);
   }
 
   /// y = a + b (then ReLU); y may alias a or b.
-  void add(Dev& dev, std::size_t n, const float* a, const float* b, float* y, bool relu) {
+  CIFARNET_OUTLINE void add(Dev& dev, std::size_t n, const float* a, const float* b, float* y, bool relu) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Eltwise add";
     check(n, op);
@@ -65,7 +66,7 @@ struct Eltwise<backend::OneDnn, float> {
           po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
           attr.set_post_ops(po);
         }
-        s.p = cache_.build<dnnl::binary>(dnnl::binary::primitive_desc(
+        s.p = cache_.template build<dnnl::binary>(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, s.data, s.data, s.data), attr, dev.engine));
       }
       s.p->execute(dev.stream, {{DNNL_ARG_SRC_0, on::bind(s.a, a)},
@@ -77,7 +78,8 @@ struct Eltwise<backend::OneDnn, float> {
 
   /// y = a + b where m > 0, else 0 (y may alias a or b). An own OpenMP loop:
   /// oneDNN's binary takes two sources, so it would be two passes.
-  void add_masked(Dev&, std::size_t n, const float* a, const float* b, const float* m, float* y) {
+  CIFARNET_OUTLINE void add_masked(Dev&, std::size_t n, const float* a, const float* b, const float* m,
+                                   float* y) {
     static constexpr const char* op = "Eltwise add_masked";
     check(n, op);
     backend::onednn::require(op, {{a, "a"}, {b, "b"}, {m, "m"}, {y, "y"}});
@@ -100,7 +102,8 @@ struct Eltwise<backend::OneDnn, float> {
   /// mask (y = a + b; a residual block whose input is not a block's
   /// output). n must be a multiple of 16. An own OpenMP loop, as add_masked.
   template <class A, class Bv, class Y>
-  void add_masked_bits(Dev&, std::size_t n, const A* a, const Bv* b, const std::uint16_t* bits, Y* y) {
+  CIFARNET_OUTLINE void add_masked_bits(Dev&, std::size_t n, const A* a, const Bv* b,
+                                        const std::uint16_t* bits, Y* y) {
     static constexpr const char* op = "Eltwise add_masked_bits";
     check(n, op);
     if (n % 16 != 0)
@@ -125,8 +128,9 @@ struct Eltwise<backend::OneDnn, float> {
   /// y's NHWC geometry; pooled at the first image's first pixel's channel
   /// `before`; y may alias a. The float operations of avg_pool::backward
   /// and the sum, so the same bits. An own OpenMP loop over rows.
-  void add_pooled(Dev&, const ChannelGeom& g, const float* a, const float* pooled, std::size_t channels,
-                  std::size_t s, const std::uint16_t* bits, const float* mask_relu, float* y) {
+  CIFARNET_OUTLINE void add_pooled(Dev&, const ChannelGeom& g, const float* a, const float* pooled,
+                                   std::size_t channels, std::size_t s, const std::uint16_t* bits,
+                                   const float* mask_relu, float* y) {
     static constexpr const char* op = "Eltwise add_pooled";
     backend::onednn::require(op, {{a, "a"}, {pooled, "pooled"}, {y, "y"}});
     if (g.fmt != DataFormat::NHWC || s == 0 || channels < g.c || (bits && mask_relu) ||
@@ -170,7 +174,7 @@ struct Eltwise<backend::OneDnn, float> {
   }
 
   /// y = x·a + b; x == y allowed.
-  void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
+  CIFARNET_OUTLINE void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Eltwise affine";
     check(n, op);
@@ -179,7 +183,7 @@ struct Eltwise<backend::OneDnn, float> {
       Flat& s = flat(dev, {n, 2, a, b});
       if (!s.p) {
         using ef = dnnl::eltwise_forward;
-        s.p = cache_.build<ef>(ef::primitive_desc(
+        s.p = cache_.template build<ef>(ef::primitive_desc(
             ef::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::eltwise_linear, s.data, a, b),
             dev.engine));
       }
@@ -189,7 +193,7 @@ struct Eltwise<backend::OneDnn, float> {
   }
 
   /// Primitives built so far.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   // f(i0, i1) for every run [i0, i1) of 16 elements (a cache line of floats;
@@ -217,35 +221,36 @@ struct Eltwise<backend::OneDnn, float> {
     dnnl::memory::desc data;
     dnnl::memory a, b, c;  // caller buffers, re-pointed per call
     std::optional<dnnl::primitive> p;
-    Flat(std::size_t n, const dnnl::engine& eng) : data(backend::onednn::vec_desc(n)) {
+    CIFARNET_OUTLINE Flat(std::size_t n, const dnnl::engine& eng) : data(backend::onednn::vec_desc(n)) {
       for (dnnl::memory* m : {&a, &b, &c}) *m = backend::onednn::user_memory(data, eng);
     }
   };
-  static void check(std::size_t n, const char* op) {
+  CIFARNET_OUTLINE static void check(std::size_t n, const char* op) {
     if (n == 0) throw ShapeError(detail::concat(op, ": empty tensor (n = 0)"));
   }
-  Flat& flat(Dev& dev, const Key& k) {
+  CIFARNET_OUTLINE Flat& flat(Dev& dev, const Key& k) {
     return cache_.get(dev.engine, k, [&] { return Flat(std::get<0>(k), dev.engine); });
   }
   backend::onednn::PrimitiveCache<Key, Flat> cache_{16};
 };
 
 /// The mean over h·w as oneDNN average pooling with an h×w window.
-template <>
-struct GlobalAvgPool<backend::OneDnn, float> {
+template <class T>
+struct GlobalAvgPool<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(GlobalAvgPool, T);
   using Dev = Device<backend::OneDnn>;
-  void forward(Dev& dev, const ChannelGeom& g, const float* x, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, const ChannelGeom& g, const float* x, float* y) {
     pool_.forward(dev, window(g), PoolKind::Avg, false, x, y);
   }
-  void backward(Dev& dev, const ChannelGeom& g, const float* dy, float* dx) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, const float* dy, float* dx) {
     // Average pooling's backward reads no input values: dx (the input's
     // size) stands in for x.
     pool_.backward(dev, window(g), PoolKind::Avg, dx, nullptr, dy, dx);
   }
-  std::size_t primitive_builds() const { return pool_.primitive_builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return pool_.primitive_builds(); }
 
  private:
-  static ConvGeom window(const ChannelGeom& g) {
+  CIFARNET_OUTLINE static ConvGeom window(const ChannelGeom& g) {
     ConvGeom p;
     p.fmt = g.fmt;
     p.n = g.n;
@@ -258,18 +263,28 @@ struct GlobalAvgPool<backend::OneDnn, float> {
   Pool2d<backend::OneDnn, float> pool_;
 };
 
-template <>
-struct ChannelPad<backend::OneDnn, float> : backend::host::ChannelPadOp<float> {};
-template <>
-struct SoftmaxCrossEntropy<backend::OneDnn, float> : backend::host::SoftmaxCrossEntropyOp<float> {};
-template <>
-struct BnStats<backend::OneDnn, float> : backend::host::BnStatsOp<float> {};
-template <>
-struct SyncBatchNorm<backend::OneDnn, float> : backend::host::SyncBatchNormOp<float> {};
+template <class T>
+struct ChannelPad<backend::OneDnn, T> : backend::host::ChannelPadOp<float> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(ChannelPad, T);
+};
+template <class T>
+struct SoftmaxCrossEntropy<backend::OneDnn, T> : backend::host::SoftmaxCrossEntropyOp<float> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(SoftmaxCrossEntropy, T);
+};
+template <class T>
+struct BnStats<backend::OneDnn, T> : backend::host::BnStatsOp<float> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(BnStats, T);
+};
+template <class T>
+struct SyncBatchNorm<backend::OneDnn, T> : backend::host::SyncBatchNormOp<float> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(SyncBatchNorm, T);
+};
 /// The optimizers' flat passes: host loops (backend/host/arena.hpp; oneDNN
 /// has no optimizer primitives).
-template <>
-struct Arena<backend::OneDnn, float> : backend::host::ArenaOp<float> {};
+template <class T>
+struct Arena<backend::OneDnn, T> : backend::host::ArenaOp<float> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Arena, T);
+};
 
 }  // namespace ops
 }  // namespace cifarnet

@@ -20,7 +20,7 @@ class EltwiseUnary {
   using Dev = Device<backend::OneDnn>;
 
   /// y = f(x); `op` names the operation in errors.
-  void run_forward(Dev& dev, std::size_t n, const float* x, float* y, const char* op) {
+  CIFARNET_OUTLINE void run_forward(Dev& dev, std::size_t n, const float* x, float* y, const char* op) {
     check(n, op);
     require(op, {{x, "x"}, {y, "y"}});
     guarded(op, [&] {
@@ -32,8 +32,8 @@ class EltwiseUnary {
   }
 
   /// dx = dy · f'(.) from `t`, the forward's output or input (BwdArg).
-  void run_backward(Dev& dev, std::size_t n, const float* t, const float* dy, float* dx, const char* op,
-                    const char* t_name) {
+  CIFARNET_OUTLINE void run_backward(Dev& dev, std::size_t n, const float* t, const float* dy, float* dx,
+                                     const char* op, const char* t_name) {
     check(n, op);
     require(op, {{t, t_name}, {dy, "dy"}, {dx, "dx"}});
     guarded(op, [&] {
@@ -47,9 +47,9 @@ class EltwiseUnary {
   }
 
   /// Element counts whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
+  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   struct State;
@@ -61,21 +61,21 @@ class EltwiseUnary {
     std::optional<dnnl::eltwise_forward::primitive_desc> fwd_pd;
     std::optional<dnnl::primitive> fwd_p, bwd_p;
 
-    State(std::size_t n, const dnnl::engine& eng) : data(vec_desc(n)) {
+    CIFARNET_OUTLINE State(std::size_t n, const dnnl::engine& eng) : data(vec_desc(n)) {
       for (dnnl::memory* m : {&a, &b, &c}) *m = user_memory(data, eng);
     }
 
-    const dnnl::eltwise_forward::primitive_desc& hint(const dnnl::engine& eng) {
+    CIFARNET_OUTLINE const dnnl::eltwise_forward::primitive_desc& hint(const dnnl::engine& eng) {
       using ef = dnnl::eltwise_forward;
       if (!fwd_pd)
         fwd_pd = ef::primitive_desc(ef::desc(dnnl::prop_kind::forward_training, Alg, data, 0.f, 0.f), eng);
       return *fwd_pd;
     }
-    dnnl::primitive& forward(Cache& cache, const dnnl::engine& eng) {
+    CIFARNET_OUTLINE dnnl::primitive& forward(Cache& cache, const dnnl::engine& eng) {
       if (!fwd_p) fwd_p = cache.template build<dnnl::eltwise_forward>(hint(eng));
       return *fwd_p;
     }
-    dnnl::primitive& backward(Cache& cache, const dnnl::engine& eng) {
+    CIFARNET_OUTLINE dnnl::primitive& backward(Cache& cache, const dnnl::engine& eng) {
       using eb = dnnl::eltwise_backward;
       if (!bwd_p)
         bwd_p =
@@ -84,11 +84,11 @@ class EltwiseUnary {
     }
   };
 
-  static void check(std::size_t n, const char* op) {
+  CIFARNET_OUTLINE static void check(std::size_t n, const char* op) {
     if (n == 0) throw ShapeError(cifarnet::detail::concat(op, ": empty tensor (n = 0)"));
   }
 
-  State& state(Dev& dev, std::size_t n) {
+  CIFARNET_OUTLINE State& state(Dev& dev, std::size_t n) {
     return cache_.get(dev.engine, n, [&] { return State(n, dev.engine); });
   }
 

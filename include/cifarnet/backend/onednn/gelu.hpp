@@ -13,15 +13,16 @@ namespace cifarnet {
 namespace ops {
 
 /// GELU (erf form) with oneDNN primitives cached per element count (float).
-template <>
-struct Gelu<backend::OneDnn, float>
+template <class T>
+struct Gelu<backend::OneDnn, T>
     : backend::onednn::EltwiseUnary<dnnl::algorithm::eltwise_gelu_erf, DNNL_ARG_SRC> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Gelu, T);
   /// y = x·Φ(x); x == y allowed (inference only: backward needs x).
-  void forward(Dev& dev, std::size_t n, const float* x, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, std::size_t n, const float* x, float* y) {
     run_forward(dev, n, x, y, "Gelu forward");
   }
   /// dx = dy·(Φ(x) + x·φ(x)); dy == dx allowed.
-  void backward(Dev& dev, std::size_t n, const float* x, const float* dy, float* dx) {
+  CIFARNET_OUTLINE void backward(Dev& dev, std::size_t n, const float* x, const float* dy, float* dx) {
     run_backward(dev, n, x, dy, dx, "Gelu backward", "x");
   }
 };

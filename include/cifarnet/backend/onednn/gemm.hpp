@@ -13,11 +13,12 @@
 namespace cifarnet {
 namespace ops {
 
-template <>
-struct Gemm<backend::OneDnn, float> {
+template <class T>
+struct Gemm<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Gemm, T);
   using Dev = Device<backend::OneDnn>;
-  void run(Dev&, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
-           const float* b, float beta, float* c, const char* who = "Gemm") {
+  CIFARNET_OUTLINE void run(Dev&, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                            const float* a, const float* b, float beta, float* c, const char* who = "Gemm") {
     using backend::onednn::dim;
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', dim(m), dim(n), dim(k), alpha, a,
                                         dim(ta ? m : k), b, dim(tb ? k : n), beta, c, dim(n));

@@ -24,12 +24,14 @@ namespace cifarnet {
 namespace ops {
 
 /// LRN with oneDNN primitives cached per (ChannelGeom, LrnParams) (float).
-template <>
-struct Lrn<backend::OneDnn, float> {
+template <class T>
+struct Lrn<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Lrn, T);
   using Dev = Device<backend::OneDnn>;
 
   /// y = lrn(x).
-  void forward(Dev& dev, const ChannelGeom& g, const LrnParams& p, bool training, const float* x, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, const ChannelGeom& g, const LrnParams& p, bool training,
+                                const float* x, float* y) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Lrn forward";
     check(g, p, op);
@@ -41,8 +43,8 @@ struct Lrn<backend::OneDnn, float> {
   }
 
   /// dx from x and dy.
-  void backward(Dev& dev, const ChannelGeom& g, const LrnParams& p, const float* x, const float* /*y*/,
-                const float* dy, float* dx) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, const LrnParams& p, const float* x,
+                                 const float* /*y*/, const float* dy, float* dx) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Lrn backward";
     check(g, p, op);
@@ -54,15 +56,16 @@ struct Lrn<backend::OneDnn, float> {
   }
 
   /// Geometries (with their LRN parameters) whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
+  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   using State = backend::onednn::WorkspaceOp<dnnl::lrn_forward, dnnl::lrn_backward>;
   using Key = std::tuple<decltype(ChannelGeom{}.key()), std::size_t, double, double, double>;
 
-  static State make_state(const ChannelGeom& g, const LrnParams& p, const dnnl::engine& eng) {
+  CIFARNET_OUTLINE static State make_state(const ChannelGeom& g, const LrnParams& p,
+                                           const dnnl::engine& eng) {
     namespace on = backend::onednn;
     const auto data = on::act_desc(p.depth_radius == 0 ? DataFormat::NCHW : g.fmt, g.n, g.c, g.h, g.w);
     const on::dim size = on::dim(2 * p.depth_radius + 1);
@@ -74,14 +77,14 @@ struct Lrn<backend::OneDnn, float> {
                  dnnl::lrn_backward::desc(alg, data, data, size, alpha, beta, k), data, data, eng);
   }
 
-  static void check(const ChannelGeom& g, const LrnParams& p, const char* op) {
+  CIFARNET_OUTLINE static void check(const ChannelGeom& g, const LrnParams& p, const char* op) {
     backend::onednn::check_geometry(g, op);
     if (!(p.bias > 0.0) || !(p.alpha >= 0.0) || !(p.beta >= 0.0))
       throw ConfigError(detail::concat(op, ": LRN needs bias > 0, alpha >= 0 and beta >= 0 (got bias=",
                                        p.bias, ", alpha=", p.alpha, ", beta=", p.beta, ")"));
   }
 
-  State& state(Dev& dev, const ChannelGeom& g, const LrnParams& p) {
+  CIFARNET_OUTLINE State& state(Dev& dev, const ChannelGeom& g, const LrnParams& p) {
     return cache_.get(dev.engine, Key{g.key(), p.depth_radius, p.bias, p.alpha, p.beta},
                       [&] { return make_state(g, p, dev.engine); });
   }

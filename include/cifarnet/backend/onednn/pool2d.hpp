@@ -35,12 +35,14 @@ namespace cifarnet {
 namespace ops {
 
 /// Pooling with oneDNN primitives cached per (ConvGeom, PoolKind) (float).
-template <>
-struct Pool2d<backend::OneDnn, float> {
+template <class T>
+struct Pool2d<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Pool2d, T);
   using Dev = Device<backend::OneDnn>;
 
   /// y = pool(x). In training, max pooling also records its workspace.
-  void forward(Dev& dev, const ConvGeom& g, PoolKind kind, bool training, const float* x, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, const ConvGeom& g, PoolKind kind, bool training, const float* x,
+                                float* y) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Pool2d forward";
     on::check_geometry(g, op, true);
@@ -68,7 +70,7 @@ struct Pool2d<backend::OneDnn, float> {
 
   /// Whether forward_bf16_input takes g and kind: average pooling on the
   /// own kernel's geometries (windows without overlap or padding).
-  static bool reads_bf16_input(const ConvGeom& g, PoolKind kind) {
+  CIFARNET_OUTLINE static bool reads_bf16_input(const ConvGeom& g, PoolKind kind) {
     return kind == PoolKind::Avg && backend::onednn::avg_pool::handles(g);
   }
   /// The training or inference forward of average pooling with x given as
@@ -76,7 +78,7 @@ struct Pool2d<backend::OneDnn, float> {
   /// reads the previous block's bf16 output), widened exactly; y float, the
   /// values of forward() on float x holding the same values. Needs
   /// reads_bf16_input(g, Avg); the backward is backward()'s.
-  void forward_bf16_input(Dev&, const ConvGeom& g, const std::uint16_t* x, float* y) {
+  CIFARNET_OUTLINE void forward_bf16_input(Dev&, const ConvGeom& g, const std::uint16_t* x, float* y) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Pool2d forward (bf16 x)";
     on::check_geometry(g, op, true);
@@ -90,7 +92,7 @@ struct Pool2d<backend::OneDnn, float> {
   /// Whether forward_padded / backward_padded take g and kind: average
   /// pooling on the own kernel's geometries (backend_traits'
   /// pool_pad_in_place).
-  static bool pads_in_place(const ConvGeom& g, PoolKind kind) {
+  CIFARNET_OUTLINE static bool pads_in_place(const ConvGeom& g, PoolKind kind) {
     return kind == PoolKind::Avg && backend::onednn::avg_pool::handles(g);
   }
   /// forward() (average pooling; x float or bfloat16 bits as
@@ -99,14 +101,15 @@ struct Pool2d<backend::OneDnn, float> {
   /// channel `before`, pixels `channels` floats apart; the padding channels
   /// are not touched. Needs pads_in_place(g, Avg).
   template <class X>
-  void forward_padded(Dev&, const ConvGeom& g, const X* x, float* y, std::size_t channels) {
+  CIFARNET_OUTLINE void forward_padded(Dev&, const ConvGeom& g, const X* x, float* y, std::size_t channels) {
     check_padded("Pool2d forward_padded", g, x, y, channels);
     backend::onednn::avg_pool::forward(g, x, y, channels);
   }
   /// backward() of forward_padded: dy the padded output's gradient, read at
   /// channel `before` of each pixel (`dy` points there), pixels `channels`
   /// floats apart.
-  void backward_padded(Dev&, const ConvGeom& g, const float* dy, std::size_t channels, float* dx) {
+  CIFARNET_OUTLINE void backward_padded(Dev&, const ConvGeom& g, const float* dy, std::size_t channels,
+                                        float* dx) {
     check_padded("Pool2d backward_padded", g, dy, dx, channels);
     backend::onednn::avg_pool::backward(g, dy, dx, channels);
   }
@@ -125,8 +128,8 @@ struct Pool2d<backend::OneDnn, float> {
 
   /// dx from dy (max: routed to the argmax of each window; avg: spread over
   /// the window's non-padded positions). y is not needed by oneDNN.
-  void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x, const float* /*y*/,
-                const float* dy, float* dx) {
+  CIFARNET_OUTLINE void backward(Dev& dev, const ConvGeom& g, PoolKind kind, const float* x,
+                                 const float* /*y*/, const float* dy, float* dx) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Pool2d backward";
     on::check_geometry(g, op, true);
@@ -153,15 +156,15 @@ struct Pool2d<backend::OneDnn, float> {
   }
 
   /// Geometries whose primitives are cached now.
-  std::size_t cached_geometries() const { return cache_.size(); }
+  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
-  std::size_t primitive_builds() const { return cache_.builds(); }
+  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
   using State = backend::onednn::WorkspaceOp<dnnl::pooling_forward, dnnl::pooling_backward>;
   using Key = std::tuple<decltype(ConvGeom{}.key()), int>;
 
-  static State make_state(const ConvGeom& g, PoolKind kind, const dnnl::engine& eng) {
+  CIFARNET_OUTLINE static State make_state(const ConvGeom& g, PoolKind kind, const dnnl::engine& eng) {
     namespace on = backend::onednn;
     const auto alg =
         kind == PoolKind::Max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
@@ -175,7 +178,7 @@ struct Pool2d<backend::OneDnn, float> {
                  dnnl::pooling_backward::desc(alg, src, dst, strides, kernel, pad_l, pad_r), src, dst, eng);
   }
 
-  State& state(Dev& dev, const ConvGeom& g, PoolKind kind) {
+  CIFARNET_OUTLINE State& state(Dev& dev, const ConvGeom& g, PoolKind kind) {
     return cache_.get(dev.engine, Key{g.key(), int(kind)}, [&] { return make_state(g, kind, dev.engine); });
   }
 

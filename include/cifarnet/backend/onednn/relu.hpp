@@ -13,15 +13,16 @@ namespace cifarnet {
 namespace ops {
 
 /// ReLU with oneDNN primitives cached per element count (float).
-template <>
-struct Relu<backend::OneDnn, float>
+template <class T>
+struct Relu<backend::OneDnn, T>
     : backend::onednn::EltwiseUnary<dnnl::algorithm::eltwise_relu_use_dst_for_bwd, DNNL_ARG_DST> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(Relu, T);
   /// y = max(x, 0); x == y allowed.
-  void forward(Dev& dev, std::size_t n, const float* x, float* y) {
+  CIFARNET_OUTLINE void forward(Dev& dev, std::size_t n, const float* x, float* y) {
     run_forward(dev, n, x, y, "Relu forward");
   }
   /// dx = dy where y > 0, else 0; dy == dx allowed.
-  void backward(Dev& dev, std::size_t n, const float* y, const float* dy, float* dx) {
+  CIFARNET_OUTLINE void backward(Dev& dev, std::size_t n, const float* y, const float* dy, float* dx) {
     run_backward(dev, n, y, dy, dx, "Relu backward", "y");
   }
 };

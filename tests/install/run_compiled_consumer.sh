@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The compiled mode from an install: cifarnet built with its compiled-mode
+# library (cifarnet::compiled) and installed, then the downstream project of
+# tests/install/consumer_edit found with find_package(cifarnet COMPONENTS
+# compiled), built (its network in network.cpp, declaring the oneDNN ops
+# extern) and run: it must link against the installed library and train.
+# Usage: run_compiled_consumer.sh <cifarnet-source> <work-dir>
+set -euo pipefail
+src=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+cmake -S "$src" -B "$work/cifarnet-build" -G Ninja -DCIFARNET_BUILD_TESTS=OFF -DCIFARNET_BUILD_EXAMPLES=OFF \
+  -DCIFARNET_BUILD_BENCH=OFF -DCIFARNET_CUDA=OFF -DCIFARNET_COMPILED=ON -DCMAKE_INSTALL_PREFIX="$work/prefix" \
+  > "$work/configure.log"
+cmake --build "$work/cifarnet-build" --target cifarnet_compiled > "$work/build.log"
+cmake --install "$work/cifarnet-build" > "$work/install.log"
+lib=$(find "$work/prefix" -name 'libcifarnet_compiled.a' | head -1)
+[ -n "$lib" ] || { echo "FAIL: libcifarnet_compiled.a not installed"; exit 1; }
+grep -q "cifarnet-compiled-targets.cmake" "$work/install.log" || { echo "FAIL: no compiled component file installed"; exit 1; }
+# -O1 and no precompiled header: this checks that it links and runs, not its
+# build time (bench/edit_rebuild.sh measures that).
+cmake -S "$src/tests/install/consumer_edit" -B "$work/app" -G Ninja -DCIFARNET_MODE=find_package \
+  -DCONSUMER_COMPILED=ON -DCONSUMER_PCH=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/app-configure.log"
+cmake --build "$work/app" > "$work/app-build.log"
+# The extern declarations held: the program's own objects define none of the
+# library's ops (they come from libcifarnet_compiled.a).
+if nm -C "$work/app/CMakeFiles/app.dir/network.cpp.o" | grep -E ' [TW] cifarnet::ops::Conv2d<cifarnet::backend::OneDnn, float>::' ; then
+  echo "FAIL: network.cpp.o defines Conv2d<OneDnn>'s members: the compiled mode's extern templates did not apply"
+  exit 1
+fi
+OMP_NUM_THREADS=1 "$work/app"
