@@ -155,6 +155,8 @@ inline int train(const TrainFlags& f, recipes::Session& net, std::size_t batch, 
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   auto last_summary = std::chrono::steady_clock::now();
+  train::Batch step_batch;       // the batch of the step the summaries describe
+  Tensor<float> summary_images;  // its images as floats, when the pipeline hands out bytes
   std::int64_t last_summary_step = trainer.global_step();
   trainer.add_hook(
       std::make_shared<train::LambdaHook>([&](train::TrainerBase& t, const train::StepResult& r) {
@@ -170,6 +172,20 @@ inline int train(const TrainFlags& f, recipes::Session& net, std::size_t batch, 
         events.add_scalar("total_loss", tl, r.step);
         const double dt = seconds_since(last_summary);
         if (dt > 0) events.add_scalar("global_step/sec", double(r.step - last_summary_step) / dt, r.step);
+        // The tutorial's input summary (tf.summary.image('images', images)
+        // in distorted_inputs: the first 3 of the batch, as the model sees
+        // them) and its _activation_summary of each layer's output (one
+        // model; towers show none).
+        if (step_batch.has_pixels()) data::pixels_to_images(step_batch, kFormat, summary_images);
+        const Tensor<float>& shown = step_batch.has_pixels() ? summary_images : step_batch.images;
+        static_assert(kFormat == DataFormat::NHWC, "add_images takes interleaved (NHWC) images");
+        if (shown.size() > 0) {
+          const Shape s = shape_of(shown, kFormat);
+          events.add_images("images", shown.data(), s.n, s.h, s.w, s.c, r.step);
+        }
+        for (const std::string& tap : cifar10_cnn_taps())
+          if (const Tensor<float>* a = net.activation(tap))
+            events.add_activation_summary(tap, a->data(), a->size(), r.step);
         t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
           events.add_histogram(p.name, v, p.size, r.step);
           if (g) events.add_histogram(p.name + "/gradients", g, p.size, r.step);
@@ -184,7 +200,10 @@ inline int train(const TrainFlags& f, recipes::Session& net, std::size_t batch, 
 
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t start_step = trainer.global_step();
-  trainer.run(pipe);
+  trainer.run([&]() -> const train::Batch& {  // the step's batch stays in step_batch for the summaries
+    if (!pipe.next(step_batch)) step_batch.labels.clear();
+    return step_batch;
+  });
   events.flush();
   const double secs = seconds_since(t0);
   std::printf("Trained steps %lld..%lld in %.1f s (%.1f examples/sec)\n", static_cast<long long>(start_step),

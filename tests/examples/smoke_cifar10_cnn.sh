@@ -40,7 +40,10 @@ last=$(mean_at "$work/train2.log" '^.*: step (28[5-9]|29[0-9]|300), loss = ([0-9
 less "$last" "$first" 0.3 || fail "the loss did not fall: mean $first over steps 5..20, $last over steps 285..300"
 echo "mean loss: $first over steps 5..20, $last over steps 285..300"
 [ -s "$ckpt/model.ckpt-300.safetensors" ] || fail "model.ckpt-300.safetensors is missing"
-for tag in 'cross_entropy (raw)' 'total_loss' 'learning_rate' 'local3/weights/gradients'; do
+# The tutorial's activation summaries (through the network's taps) and its
+# input images are there too.
+for tag in 'cross_entropy (raw)' 'total_loss' 'learning_rate' 'local3/weights/gradients' 'conv1/activations' \
+  'conv1/sparsity' 'local4/sparsity' 'softmax_linear/activations' 'images/image/0' 'images/image/2'; do
   cat "$ckpt"/events.out.tfevents.* | grep -aqF "$tag" || fail "no summary '$tag' in the event files"
 done
 

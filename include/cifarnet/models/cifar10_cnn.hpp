@@ -5,7 +5,11 @@
 // max-pool 3×3/2 SAME, LRN(4, 1.0, 0.001/9, 0.75); conv2 5×5/64 + bias +
 // ReLU, LRN, max-pool; flatten; local3 dense 384 + ReLU; local4 dense 192 +
 // ReLU; softmax_linear dense 10. Parameter names follow the tutorial
-// (conv1/weights, local3/biases, softmax_linear/weights, …).
+// (conv1/weights, local3/biases, softmax_linear/weights, …). A Tap after each
+// layer's output (after its ReLU; softmax_linear's logits) named as the layer
+// gives the activations the tutorial summarizes (_activation_summary):
+// Model::activation("conv1") … ("softmax_linear"). Taps pass their input on
+// unchanged and hold no parameters.
 //
 // cifar10_cnn_options() sets the tutorial's initializers (truncated normal
 // 5e-2 for the convs, 0.04 for local3/local4, 1/192 for softmax_linear;
@@ -15,6 +19,7 @@
 //   optim::WeightDecayOptions(0.004).decay(optim::Selection(cifar10_cnn_decayed())).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "cifarnet/core/name_pattern.hpp"
@@ -33,10 +38,17 @@ CIFARNET_NAME(softmax_linear);
 
 /// The tutorial CNN (logits for 10 classes).
 using Cifar10Cnn =
-    Sequential<Named<cnn::conv1, Conv2d<3, 64, 5, 1, Padding::Same, WithBias>>, ReLU, MaxPool2d<3, 2>,
-               TutorialLrn, Named<cnn::conv2, Conv2d<64, 64, 5, 1, Padding::Same, WithBias>>, ReLU,
-               TutorialLrn, MaxPool2d<3, 2>, Flatten, Named<cnn::local3, Dense<0, 384>>, ReLU,
-               Named<cnn::local4, Dense<384, 192>>, ReLU, Named<cnn::softmax_linear, Dense<192, 10>>>;
+    Sequential<Named<cnn::conv1, Conv2d<3, 64, 5, 1, Padding::Same, WithBias>>, ReLU, Tap<cnn::conv1>,
+               MaxPool2d<3, 2>, TutorialLrn, Named<cnn::conv2, Conv2d<64, 64, 5, 1, Padding::Same, WithBias>>,
+               ReLU, Tap<cnn::conv2>, TutorialLrn, MaxPool2d<3, 2>, Flatten,
+               Named<cnn::local3, Dense<0, 384>>, ReLU, Tap<cnn::local3>, Named<cnn::local4, Dense<384, 192>>,
+               ReLU, Tap<cnn::local4>, Named<cnn::softmax_linear, Dense<192, 10>>, Tap<cnn::softmax_linear>>;
+
+/// The names of its taps, in the network's order (the tutorial's
+/// _activation_summary calls).
+inline std::vector<std::string> cifar10_cnn_taps() {
+  return {"conv1", "conv2", "local3", "local4", "softmax_linear"};
+}
 
 /// The tutorial's initializers.
 inline NetOptions cifar10_cnn_options() {

@@ -58,7 +58,22 @@ class Session {
   /// summaries). For a single process: a gradient all-reduce between
   /// processes reads the host arena. A no-op for towers and the CPU backends.
   virtual void set_device_resident(bool on) = 0;
+  /// The activation the network's Tap named `tap` saw in its last forward
+  /// (Model::activation: host memory, valid until the next forward), e.g.
+  /// for the CIFAR-10 tutorial's activation summaries. Null for a network
+  /// that cannot show one (towers); an Error when the model has no such tap
+  /// or has not run forward yet.
+  virtual const Tensor<float>* activation(const std::string& tap) = 0;
 };
+
+namespace detail {
+template <class Net, class = void>
+struct has_activation : std::false_type {};
+template <class Net>
+struct has_activation<
+    Net, std::void_t<decltype(std::declval<Net&>().activation(std::declval<const std::string&>()))>>
+    : std::true_type {};
+}  // namespace detail
 
 /// The Session of `net` (a Model or distributed::Towers), with a trainer of options `opts`.
 template <class Net>
@@ -90,6 +105,12 @@ class SessionOf final : public Session {
   }
   void set_device_resident([[maybe_unused]] bool on) override {
     if constexpr (train::detail::has_device_arena<Net>::value) net_->set_device_resident(on);
+  }
+  const Tensor<float>* activation([[maybe_unused]] const std::string& tap) override {
+    if constexpr (detail::has_activation<Net>::value)
+      return &net_->activation(tap);
+    else
+      return nullptr;
   }
 
  private:
