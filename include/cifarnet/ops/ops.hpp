@@ -166,58 +166,70 @@ struct has_deferred_sums<
 template <class B, class T>
 class BackendArenaKernels final : public ArenaKernels<T> {
  public:
-  explicit BackendArenaKernels(Device<B>& dev) : dev_(&dev) {}
-  void sgd(const ArenaRuns& r, T* var, const T* g, T lr) override { op_.sgd(*dev_, r, var, g, lr); }
-  void momentum(const ArenaRuns& r, T* var, T* acc, const T* g, T lr, T m, bool nesterov) override {
+  CIFARNET_OUTLINE explicit BackendArenaKernels(Device<B>& dev) : dev_(&dev) {}
+  CIFARNET_OUTLINE void sgd(const ArenaRuns& r, T* var, const T* g, T lr) override {
+    op_.sgd(*dev_, r, var, g, lr);
+  }
+  CIFARNET_OUTLINE void momentum(const ArenaRuns& r, T* var, T* acc, const T* g, T lr, T m,
+                                 bool nesterov) override {
     op_.momentum(*dev_, r, var, acc, g, lr, m, nesterov);
   }
-  void adam(const ArenaRuns& r, T* var, T* m, T* v, const T* g, T alpha, T omb1, T omb2, T eps) override {
+  CIFARNET_OUTLINE void adam(const ArenaRuns& r, T* var, T* m, T* v, const T* g, T alpha, T omb1, T omb2,
+                             T eps) override {
     op_.adam(*dev_, r, var, m, v, g, alpha, omb1, omb2, eps);
   }
-  void ema(const ArenaRuns& r, T* shadow, const T* value, T omd) override {
+  CIFARNET_OUTLINE void ema(const ArenaRuns& r, T* shadow, const T* value, T omd) override {
     op_.ema(*dev_, r, shadow, value, omd);
   }
-  void scale(const ArenaRuns& r, T* x, T s) override { op_.scale(*dev_, r, x, s); }
-  void scale_div(const ArenaRuns& r, T* x, T a, T b) override { op_.scale_div(*dev_, r, x, a, b); }
-  void fill(const ArenaRuns& r, T* x, T value) override { op_.fill(*dev_, r, x, value); }
-  void copy(const ArenaRuns& r, const T* src, T* dst) override { op_.copy(*dev_, r, src, dst); }
-  void swap(const ArenaRuns& r, T* a, T* b) override { op_.swap(*dev_, r, a, b); }
-  double sum_squares(const ArenaRuns& r, const T* x) override { return op_.sum_squares(*dev_, r, x); }
-  bool all_finite(const ArenaRuns& r, const T* x) override { return op_.all_finite(*dev_, r, x); }
-  NonFinite find_non_finite(const ArenaRuns& r, const T* x) override {
+  CIFARNET_OUTLINE void scale(const ArenaRuns& r, T* x, T s) override { op_.scale(*dev_, r, x, s); }
+  CIFARNET_OUTLINE void scale_div(const ArenaRuns& r, T* x, T a, T b) override {
+    op_.scale_div(*dev_, r, x, a, b);
+  }
+  CIFARNET_OUTLINE void fill(const ArenaRuns& r, T* x, T value) override { op_.fill(*dev_, r, x, value); }
+  CIFARNET_OUTLINE void copy(const ArenaRuns& r, const T* src, T* dst) override {
+    op_.copy(*dev_, r, src, dst);
+  }
+  CIFARNET_OUTLINE void swap(const ArenaRuns& r, T* a, T* b) override { op_.swap(*dev_, r, a, b); }
+  CIFARNET_OUTLINE double sum_squares(const ArenaRuns& r, const T* x) override {
+    return op_.sum_squares(*dev_, r, x);
+  }
+  CIFARNET_OUTLINE bool all_finite(const ArenaRuns& r, const T* x) override {
+    return op_.all_finite(*dev_, r, x);
+  }
+  CIFARNET_OUTLINE NonFinite find_non_finite(const ArenaRuns& r, const T* x) override {
     return op_.find_non_finite(*dev_, r, x);
   }
-  double weight_decay(std::size_t begin, std::size_t end, T* g, const T* v, T wd) override {
+  CIFARNET_OUTLINE double weight_decay(std::size_t begin, std::size_t end, T* g, const T* v, T wd) override {
     return op_.weight_decay(*dev_, begin, end, g, v, wd);
   }
-  double weight_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g, const T* v,
-                             T wd) override {
+  CIFARNET_OUTLINE double weight_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                              T* g, const T* v, T wd) override {
     if constexpr (has_weight_decay_ranges<Arena<B, T>, Device<B>, T>::value)
       return op_.weight_decay_ranges(*dev_, ranges, g, v, wd);
     else
       return ArenaKernels<T>::weight_decay_ranges(ranges, g, v, wd);
   }
-  Pending sum_squares_deferred(const ArenaRuns& r, const T* x) override {
+  CIFARNET_OUTLINE Pending sum_squares_deferred(const ArenaRuns& r, const T* x) override {
     if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
       return op_.sum_squares_deferred(*dev_, r, x);
     else
       return ArenaKernels<T>::sum_squares_deferred(r, x);
   }
-  Pending finite_deferred(const ArenaRuns& r, const T* x) override {
+  CIFARNET_OUTLINE Pending finite_deferred(const ArenaRuns& r, const T* x) override {
     if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
       return op_.finite_deferred(*dev_, r, x);
     else
       return ArenaKernels<T>::finite_deferred(r, x);
   }
-  Pending weight_decay_ranges_deferred(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
-                                       const T* v, T wd, PendingFinish finish,
-                                       const PendingArgs& args) override {
+  CIFARNET_OUTLINE Pending
+  weight_decay_ranges_deferred(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
+                               const T* v, T wd, PendingFinish finish, const PendingArgs& args) override {
     if constexpr (has_deferred_sums<Arena<B, T>, Device<B>, T>::value)
       return op_.weight_decay_ranges_deferred(*dev_, ranges, g, v, wd, finish, args);
     else
       return ArenaKernels<T>::weight_decay_ranges_deferred(ranges, g, v, wd, finish, args);
   }
-  std::shared_ptr<void> adopt_state(T* p, std::size_t n) override {
+  CIFARNET_OUTLINE std::shared_ptr<void> adopt_state(T* p, std::size_t n) override {
     if constexpr (has_adopt_state<Arena<B, T>, Device<B>, T>::value)
       return op_.adopt_state(*dev_, p, n);
     else

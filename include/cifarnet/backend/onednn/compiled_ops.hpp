@@ -24,7 +24,8 @@
   X(struct, ops::GlobalAvgPool<backend::OneDnn, float>)                                                \
   X(class, backend::onednn::EltwiseUnary<dnnl::algorithm::eltwise_relu_use_dst_for_bwd, DNNL_ARG_DST>) \
   X(class, backend::onednn::EltwiseUnary<dnnl::algorithm::eltwise_gelu_erf, DNNL_ARG_SRC>)             \
-  X(struct, backend::host::ArenaOp<float>)
+  X(struct, backend::host::ArenaOp<float>)                                                             \
+  X(class, ops::BackendArenaKernels<backend::OneDnn, float>)
 
 // The public member templates of those ops, at the scalars the layers call
 // them with (float, or bfloat16 bits as std::uint16_t).
