@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cifarnet/backend/host/classify.hpp"
+#include "cifarnet/backend/host/regression.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/tensor.hpp"
@@ -62,18 +63,8 @@ T mean_squared_error(const Tensor<T>& predictions, const Tensor<T>& targets,
     throw ShapeError("mean_squared_error: " + std::to_string(n) + " predictions against " +
                      std::to_string(targets.size()) + " targets (need the same number, at least one)");
   if (dpredictions && dpredictions->shape() != predictions.shape()) dpredictions->resize(predictions.shape());
-  const T* p = predictions.data();
-  const T* y = targets.data();
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = double(p[i]) - double(y[i]);
-    sum += d * d;
-  }
-  if (dpredictions) {
-    T* g = dpredictions->data();
-    for (std::size_t i = 0; i < n; ++i) g[i] = T(2.0 * (double(p[i]) - double(y[i])) / double(n));
-  }
-  return T(sum / double(n));
+  return T(backend::host::mean_squared_error(n, predictions.data(), targets.data(),
+                                             dpredictions ? dpredictions->data() : nullptr));
 }
 
 /// Index of the largest logit per example.
