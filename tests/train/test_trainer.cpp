@@ -5,6 +5,8 @@
 #include "trainer_support.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -170,6 +172,69 @@ TEST_CASE("evaluate computes precision@1 in inference mode, with EMA weights swa
   CHECK(r.correct <= r.total);
   CHECK(std::isfinite(r.loss));
   CHECK(std::equal(before.begin(), before.end(), run.net.parameters().values().data()));
+}
+
+TEST_CASE("evaluate's precision@1 and loss on batches whose answers are known", "[train][eval]") {
+  // Logits = each channel's mean (global average pool, then an identity
+  // dense layer without bias): the prediction of an image is its brightest
+  // channel, and the loss is the softmax cross-entropy of those means.
+  using Id = Sequential<GlobalAvgPool, Dense<3, 3>>;
+  Model<Id, backend::Reference> net({3, 2, 2}, DataFormat::NHWC, {}, 1);
+  auto& P = net.parameters();
+  REQUIRE(P.count() == 2);  // the dense layer's weights (3, 3) and biases (3)
+  for (std::size_t id = 0; id < P.count(); ++id) {
+    float* v = P.value(id);
+    for (std::size_t i = 0; i < P.info(id).size; ++i)
+      v[i] = P.info(id).shape.size() == 2 && i % 4 == 0 ? 1.0f : 0.0f;  // (In, Out) identity, zero biases
+  }
+  // Channel means and labels: 4 of the 7 images are predicted right.
+  const std::vector<std::array<float, 3>> means = {{3, 1, 0}, {0, 2, 1}, {1, 0, 4}, {5, 1, 2},
+                                                   {0, 0, 1}, {2, 3, 1}, {1, 2, 0}};
+  const std::vector<std::int32_t> labels = {0, 1, 0, 2, 2, 0, 1};  // predicted: 0 1 2 0 2 1 1
+  std::vector<train::Batch> batches(2);
+  for (std::size_t b = 0; b < 2; ++b) {
+    const std::size_t first = b * 4, n = b == 0 ? 4 : 3;
+    batches[b].images = make_tensor<float>({n, 3, 2, 2}, DataFormat::NHWC);  // indexed (n, h, w, c)
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t c = 0; c < 3; ++c)
+        for (std::size_t y = 0; y < 2; ++y)
+          for (std::size_t x = 0; x < 2; ++x)  // mean m: m - 1, m + 1, m - 0.5, m + 0.5
+            batches[b].images(i, y, x, c) =
+                means[first + i][c] + (y == 0 ? 1.0f : 0.5f) * (x == 0 ? -1.0f : 1.0f);
+      batches[b].labels.push_back(labels[first + i]);
+    }
+  }
+  double want_loss = 0;
+  for (std::size_t i = 0; i < means.size(); ++i) {
+    double z = 0;
+    for (float m : means[i]) z += std::exp(double(m));
+    want_loss += std::log(z) - double(means[i][std::size_t(labels[i])]);
+  }
+  want_loss /= double(means.size());
+  std::size_t k = 0;
+  const train::EvalResult r = train::evaluate(
+      net, [&]() -> const train::Batch& { return batches[k++]; }, 2);
+  CHECK(r.total == 7);
+  CHECK(r.correct == 4);
+  CHECK(r.precision() == Approx(4.0 / 7.0));
+  CHECK(r.loss == Approx(want_loss).epsilon(1e-5));
+  // The same batches through a stream that ends: evaluated to its end.
+  struct Two : data::BatchStream {
+    const std::vector<train::Batch>* b;
+    std::size_t i = 0;
+    bool next(train::Batch& out) override {
+      if (i == b->size()) return false;
+      out = (*b)[i++];
+      return true;
+    }
+    data::PipelinePosition position() const override { return {}; }
+    void restore(const data::PipelinePosition&) override {}
+    void reseed(std::uint64_t) override {}
+  } stream;
+  stream.b = &batches;
+  const train::EvalResult s = train::evaluate(net, stream);
+  CHECK(s.total == 7);
+  CHECK(s.correct == 4);
 }
 
 // ---------------------------------------- checkpoint failures and corruption (issue 9)

@@ -80,7 +80,7 @@ TEST_CASE("save_summaries_secs writes summaries at most once every N seconds of 
 }
 
 TEST_CASE(
-    "startup_delay_steps: worker k waits for global step k*N before its first step, the chief not at all",
+    "startup_delay_steps: every worker but the chief waits for global step N (Slim's, not staggered by k)",
     "[train][slim]") {
   // A fake shared global step: each read advances it by one, as if the
   // other workers took one step between two polls.
@@ -104,23 +104,26 @@ TEST_CASE(
     run.go();
     return run.trainer.startup_waited_for();
   };
-  SECTION("worker 2, N = 3: waits until the global step reads 6") {
+  SECTION("worker 2, N = 3: waits until the global step reads 3, as worker 1 does") {
     FakeGlobalStep g;
-    CHECK(run_worker(2, 3, 10, g) == 6);
-    CHECK(g.reads == 7);  // read 0, 1, ..., 6
-    CHECK(g.reads_before_first_step == 7);
+    CHECK(run_worker(2, 3, 10, g) == 3);
+    CHECK(g.reads == 4);  // read 0, 1, 2, 3
+    CHECK(g.reads_before_first_step == 4);
+    FakeGlobalStep h;
+    CHECK(run_worker(1, 3, 10, h) == 3);
+    CHECK(h.reads == 4);
   }
   SECTION("worker 1, N = 5") {
     FakeGlobalStep g;
     CHECK(run_worker(1, 5, 4, g) == 4);  // capped at max_steps, as Slim's min(delay, number_of_steps)
     CHECK(g.reads == 5);
   }
-  SECTION("worker 3, N = 2, max_steps 100: 6") {
+  SECTION("worker 3, N = 5: 5, or max_steps 3 when that is less") {
     FakeGlobalStep g;
-    CHECK(run_worker(3, 2, 3, g) == 3);
+    CHECK(run_worker(3, 5, 3, g) == 3);
     FakeGlobalStep h;
-    CHECK(run_worker(3, 2, 100, h) == 6);
-    CHECK(h.reads == 7);
+    CHECK(run_worker(3, 5, 100, h) == 5);
+    CHECK(h.reads == 6);
   }
   SECTION("the chief (worker 0) does not wait nor read the global step") {
     FakeGlobalStep g;
@@ -391,4 +394,83 @@ TEST_CASE(
   std::istringstream lines(log.str());
   for (std::string line; std::getline(lines, line);) steps.push_back(line.substr(0, line.find(',')));
   CHECK(steps == std::vector<std::string>{"step = 3", "step = 12", "step = 21", "step = 30"});
+}
+
+TEST_CASE("SlimLogHook writes Slim's 'global step N: loss = L (S sec/step)' every step by default",
+          "[train][hooks][slim]") {
+  std::ostringstream every, third;
+  Run run(7);
+  std::vector<train::StepResult> results;
+  run.trainer.add_hook(std::make_shared<train::SlimLogHook>(1, every));
+  run.trainer.add_hook(std::make_shared<train::SlimLogHook>(3, third));
+  run.trainer.add_hook(std::make_shared<train::LambdaHook>(
+      [&](train::TrainerBase&, const train::StepResult& r) { results.push_back(r); }));
+  run.go();
+  REQUIRE(results.size() == 7);
+  std::string want_every, want_third;
+  for (const auto& r : results) {
+    char line[160];
+    std::snprintf(line, sizeof line, "global step %lld: loss = %.4f (%.3f sec/step)\n",
+                  static_cast<long long>(r.step), r.total_loss, r.seconds);
+    want_every += line;
+    if (r.step % 3 == 0) want_third += line;
+  }
+  CHECK(every.str() == want_every);
+  CHECK(third.str() == want_third);
+  CHECK_THAT(every.str(), Catch::StartsWith("global step 1: loss = "));
+  CHECK_THROWS_WITH(train::SlimLogHook(-1), Catch::Contains("log_every_n_steps must be >= 0, got -1"));
+}
+
+TEST_CASE("max_steps unset (Slim's number_of_steps=None) trains until the input ends, then stops cleanly",
+          "[train][slim]") {
+  CHECK_FALSE(train::TrainerOptions().has_max_steps());
+  CHECK(train::TrainerOptions().max_steps(5).has_max_steps());
+  TempDir dir("until_input_ends");
+  // A stream of 9 batches, then its end.
+  struct Finite : data::BatchStream {
+    Source* src;
+    int left = 9;
+    bool next(train::Batch& out) override {
+      if (left == 0) return false;
+      --left;
+      out = src->next();
+      return true;
+    }
+    data::PipelinePosition position() const override { return {}; }
+    void restore(const data::PipelinePosition&) override {}
+    void reseed(std::uint64_t) override {}
+  };
+  SECTION("a stream that ends: 9 steps, the hooks' end() (a last checkpoint at step 9)") {
+    Run run{train::TrainerOptions()};
+    Finite s;
+    s.src = &run.src;
+    io::CheckpointManager mgr(dir.path.string(), 5);
+    run.trainer.add_hook(std::make_shared<train::CheckpointHook>(mgr, 0, 0, nullptr));
+    CHECK(run.trainer.run(s) == 9);
+    CHECK(run.trainer.input_ended());
+    REQUIRE(mgr.latest());
+    CHECK(*io::global_step(mgr.restore_latest()->dict) == 9);
+  }
+  SECTION("a batch function: an empty batch is the end of the input") {
+    Run run{train::TrainerOptions()};
+    train::Batch empty;
+    int calls = 0;
+    CHECK(run.trainer.run([&]() -> const train::Batch& { return ++calls <= 4 ? run.src.next() : empty; }) ==
+          4);
+    CHECK(run.trainer.input_ended());
+  }
+  SECTION("with max_steps set, a stream that ends first is still an error") {
+    Run run(20);
+    Finite s;
+    s.src = &run.src;
+    CHECK_THROWS_WITH(run.trainer.run(s),
+                      Catch::Contains("batch stream ended at global step 9, before max_steps 20"));
+  }
+  SECTION("with max_steps set and reached first, the input has not ended") {
+    Run run(5);
+    Finite s;
+    s.src = &run.src;
+    CHECK(run.trainer.run(s) == 5);
+    CHECK_FALSE(run.trainer.input_ended());
+  }
 }

@@ -7,6 +7,8 @@
 //                                   the first logged step, and the current window)
 //   StepLogHook(every_n)            the tutorial's "2017-08-04 10:32:05.123456: step 10,
 //                                   loss = 4.67 (350.1 examples/sec; 0.366 sec/batch)"
+//   SlimLogHook(every_n = 1)        TF-Slim's train_step line, every step by default:
+//                                   "global step 10: loss = 4.6712 (0.366 sec/step)"
 //   CheckpointHook(manager, steps, secs)  saves every N steps and/or seconds, and at the end
 //   SummaryHook(writer, every_n)    scalars (loss, total_loss, learning_rate, global_step/sec,
 //                                   examples/sec) and, every hist_every steps, histograms of
@@ -172,6 +174,29 @@ class StepLogHook : public Hook {
   double examples_ = 0;
 };
 
+/// TF-Slim's train_step log line, "global step 10: loss = 4.6712 (0.366
+/// sec/step)": the global step after the step, the total loss and that
+/// step's wall time, at every global step that is a multiple of `every_n`
+/// (Slim's log_every_n_steps, default 1: every step; 0: never).
+class SlimLogHook : public Hook {
+ public:
+  explicit SlimLogHook(std::int64_t every_n = 1, std::ostream& out = std::cout) : n_(every_n), out_(&out) {
+    if (every_n < 0)
+      throw ConfigError("SlimLogHook: log_every_n_steps must be >= 0, got " + std::to_string(every_n));
+  }
+  void after_step(TrainerBase&, const StepResult& r) override {
+    if (n_ == 0 || r.step % n_ != 0) return;
+    char line[160];
+    std::snprintf(line, sizeof line, "global step %lld: loss = %.4f (%.3f sec/step)\n",
+                  static_cast<long long>(r.step), r.total_loss, r.seconds);
+    *out_ << line << std::flush;
+  }
+
+ private:
+  std::int64_t n_;
+  std::ostream* out_;
+};
+
 /// Saves a checkpoint every `every_steps` steps and/or `every_secs` seconds
 /// (0 disables either) and when training ends.
 class CheckpointHook : public Hook {
@@ -292,6 +317,10 @@ class ProgressBarHook : public Hook {
   }
   void after_step(TrainerBase& t, const StepResult& r) override {
     if (!tty_) return;
+    if (!t.has_max_steps()) {  // until the input ends: no total, no ETA
+      std::fprintf(stderr, "\r%lld steps, loss %.3f ", static_cast<long long>(r.step), r.total_loss);
+      return;
+    }
     const double done = double(r.step - first_), left = double(t.max_steps() - r.step);
     const double el = detail::seconds_since(start_);
     const double eta = done > 0 ? el / done * left : 0.0;

@@ -20,10 +20,12 @@
 // newest checkpoint that verifies and sets corrupt newer ones aside.
 //
 // TF-Slim's train() options are TrainerOptions too (docs/API.md):
-// save_summaries_secs (SummaryHook's time limit), startup_delay_steps
-// (worker k waits for global step k·N), trace_every_n_steps (a Chrome trace
-// of one step's layer ops, train/trace.hpp) and init_fn (once, before the
-// first step, not on resume).
+// max_steps (Slim's number_of_steps; unset, the default, trains until the
+// input ends, as Slim stops on OutOfRangeError), save_summaries_secs
+// (SummaryHook's time limit), startup_delay_steps (every worker but the
+// chief waits for global step N), trace_every_n_steps (a Chrome trace of one
+// step's layer ops, train/trace.hpp) and init_fn (once, before the first
+// step, not on resume). SlimLogHook (train/hooks.hpp) is Slim's log line.
 //
 // With RemoteVariables (asynchronous training against parameter servers,
 // distributed/parameter_server.hpp) a step pulls the variables first and
@@ -45,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -106,9 +109,13 @@ using TrainStepFn = std::function<TrainStepOutput(TrainerBase&, const Batch&)>;
 /// train_step_fn.
 class TrainerOptions {
  public:
-  /// Stop when the global step reaches this (default 1000).
+  /// Stop when the global step reaches this (Slim's number_of_steps). Unset
+  /// (the default, Slim's None): train until the input ends (run() on a
+  /// stream that ends, or a batch function that returns an empty batch),
+  /// a hook's request_stop or max_seconds.
   TrainerOptions& max_steps(std::int64_t n) {
     max_steps_ = n;
+    has_max_steps_ = true;
     return *this;
   }
   /// A NaN/Inf loss or gradient stops training with NumericsError (default on).
@@ -129,11 +136,12 @@ class TrainerOptions {
     save_summaries_secs_ = non_negative(s, "save_summaries_secs");
     return *this;
   }
-  /// Slim's startup_delay_steps, staggered by worker: worker k (worker_index)
-  /// waits before its first step until the shared global step
-  /// (global_step_source) reaches min(k * n, max_steps). The chief (k = 0)
-  /// never waits. Must be 0 under synchronous gradient averaging (Slim: with
-  /// a sync_optimizer), where the other workers cannot step without this one.
+  /// Slim's startup_delay_steps: every worker but the chief (worker_index
+  /// k > 0) waits before its first step until the shared global step
+  /// (global_step_source) reaches min(n, max_steps), so the chief trains the
+  /// first n steps alone. The chief (k = 0) never waits. Must be 0 under
+  /// synchronous gradient averaging (Slim: with a sync_optimizer), where the
+  /// other workers cannot step without this one.
   TrainerOptions& startup_delay_steps(std::int64_t n) {
     startup_delay_steps_ = non_negative(n, "startup_delay_steps");
     return *this;
@@ -191,7 +199,9 @@ class TrainerOptions {
     train_step_fn_ = std::move(f);
     return *this;
   }
-  std::int64_t max_steps() const { return max_steps_; }
+  /// The step limit; the largest int64 when unset (has_max_steps() false).
+  std::int64_t max_steps() const { return has_max_steps_ ? max_steps_ : kNoStepLimit; }
+  bool has_max_steps() const { return has_max_steps_; }
   bool check_numerics() const { return check_numerics_; }
   double max_seconds() const { return max_seconds_; }
   double save_summaries_secs() const { return save_summaries_secs_; }
@@ -214,7 +224,9 @@ class TrainerOptions {
     }
     return v;
   }
-  std::int64_t max_steps_ = 1000;
+  static constexpr std::int64_t kNoStepLimit = std::numeric_limits<std::int64_t>::max();
+  std::int64_t max_steps_ = 0;
+  bool has_max_steps_ = false;
   bool check_numerics_ = true;
   double max_seconds_ = 0;
   double save_summaries_secs_ = 0;
@@ -338,6 +350,9 @@ class TrainerBase {
 
   std::int64_t global_step() const { return step_; }
   std::int64_t max_steps() const { return opts_.max_steps(); }
+  bool has_max_steps() const { return opts_.has_max_steps(); }
+  /// Whether the last run() ended because its input ended (max_steps unset).
+  bool input_ended() const { return input_ended_; }
   /// Asks the loop to stop after the current step.
   void request_stop() { stop_ = true; }
   bool stop_requested() const { return stop_; }
@@ -498,25 +513,27 @@ class TrainerBase {
   }
 
   /// Trains on the batches of `stream` (a data::Pipeline, ...) until
-  /// max_steps (or a hook's request_stop, or max_seconds); a stream that
-  /// ends before max_steps is an Error. Returns the final global step.
+  /// max_steps (or a hook's request_stop, or max_seconds). A stream that
+  /// ends stops training cleanly when max_steps is unset (Slim's
+  /// number_of_steps=None and its OutOfRangeError stop) and is an Error when
+  /// max_steps is set and not reached. Returns the final global step.
   std::int64_t run(data::BatchStream& stream) {
     Batch b;
     return run([&]() -> const Batch& {
-      if (!stream.next(b))
-        throw Error("Trainer::run: the batch stream ended at global step " + std::to_string(step_) +
-                    ", before max_steps " + std::to_string(opts_.max_steps()) +
-                    " (a training pipeline repeats forever: epochs = 0)");
+      if (!stream.next(b)) b.labels.clear();
       return b;
     });
   }
 
   /// Trains until max_steps (or a hook's request_stop, or max_seconds),
-  /// pulling batches from `next`. Returns the final global step. With
-  /// remote variables, each step first pulls them and ends the loop when the
-  /// global step (advanced by every worker) has reached max_steps.
+  /// pulling batches from `next`; an empty batch (no labels) is the end of
+  /// the input, treated as run(stream) treats a stream that ends. Returns
+  /// the final global step. With remote variables, each step first pulls
+  /// them and ends the loop when the global step (advanced by every worker)
+  /// has reached max_steps.
   std::int64_t run(const std::function<const Batch&()>& next) {
     stop_ = false;
+    input_ended_ = false;
     check_trace_options();
     initialize();
     wait_for_startup_delay();
@@ -528,6 +545,15 @@ class TrainerBase {
         if (step_ >= opts_.max_steps()) break;
       }
       const Batch& b = next();
+      if (b.labels.empty()) {
+        if (opts_.has_max_steps())
+          throw Error("Trainer::run: the batch stream ended at global step " + std::to_string(step_) +
+                      ", before max_steps " + std::to_string(opts_.max_steps()) +
+                      " (a training pipeline repeats forever: epochs = 0; or leave max_steps unset to "
+                      "train until the input ends)");
+        input_ended_ = true;  // Slim: "Caught OutOfRangeError. Stopping Training."
+        break;
+      }
       const TrainStepOutput out = opts_.train_step_fn() ? opts_.train_step_fn()(*this, b) : train_step(b);
       const StepResult& r = out.result;
       if (out.should_stop) stop_ = true;
@@ -685,7 +711,9 @@ class TrainerBase {
           "needs a logdir");
   }
 
-  /// startup_delay_steps: worker k waits for global step min(k * n, max_steps).
+  /// startup_delay_steps: every worker but the chief waits for global step
+  /// min(n, max_steps), as Slim's _wait_for_step(min(startup_delay_steps,
+  /// number_of_steps or sys.maxsize)).
   void wait_for_startup_delay() {
     const std::int64_t n = opts_.startup_delay_steps();
     const int k = opts_.worker_index();
@@ -701,7 +729,7 @@ class TrainerBase {
     if (!source)
       throw ConfigError("TrainerOptions::startup_delay_steps " + std::to_string(n) + " on worker " +
                         std::to_string(k) + " needs global_step_source (the global step the others advance)");
-    const std::int64_t target = std::min(std::int64_t(k) * n, opts_.max_steps());
+    const std::int64_t target = std::min(n, opts_.max_steps());
     const auto poll = std::chrono::duration<double>(opts_.startup_poll_secs());
     while (source() < target) std::this_thread::sleep_for(poll);
     startup_waited_for_ = target;
@@ -738,7 +766,7 @@ class TrainerBase {
   Parameters<T>* params_;
   Options opts_;
   std::int64_t step_ = 0;
-  bool stop_ = false;
+  bool stop_ = false, input_ended_ = false;
   GradientSync* grad_sync_ = nullptr;
   RemoteVariables* remote_ = nullptr;
   TrainingState<T> state_;
