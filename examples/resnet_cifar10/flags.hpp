@@ -27,6 +27,10 @@ inline std::string how_to_get_data() {
   return examples::how_to_get_cifar10("--data-dir", /*tfrecords=*/true);
 }
 
+/// The seed's Cifar10DataSet.num_examples_per_epoch('train'), from which it
+/// computes the learning-rate boundaries (train.hpp, schedule_steps_per_epoch).
+inline constexpr std::int64_t kSeedExamplesPerEpoch = 45000;
+
 struct Flags {
   std::string data_dir, job_dir, variable_strategy = "CPU", data_format, schedule = "seed",
                                  train_split = "train", precision = "fp32", input_format = "auto";
@@ -38,7 +42,9 @@ struct Flags {
          batch_norm_epsilon = 1e-5, epochs = 0, max_seconds = 0, save_checkpoints_secs = 600,
          save_summaries_secs = 0;
   std::int64_t trace_every_n_steps = 0;
-  std::int64_t startup_delay_steps = 0;  // TF-Slim's: worker k starts at global step k * N (async)
+  std::int64_t startup_delay_steps = 0;  // TF-Slim's: non-chief workers start at global step N (async)
+  std::int64_t log_every_n_steps = 0;    // TF-Slim's log line every N steps (0: off)
+  bool schedule_from_counted_examples = false;
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
@@ -82,6 +88,7 @@ inline void validate(const Flags& f, const recipes::Strategy& st) {
   if (!(f.save_summaries_secs >= 0)) throw ConfigError("--save-summaries-secs must be >= 0.");
   if (f.trace_every_n_steps < 0) throw ConfigError("--trace-every-n-steps must be >= 0.");
   if (f.startup_delay_steps < 0) throw ConfigError("--startup-delay-steps must be >= 0.");
+  if (f.log_every_n_steps < 0) throw ConfigError("--log-every-n-steps must be >= 0.");
   examples::validate_download(f.download, f.data_dir);
   if (f.sync && f.num_gpus <= 1 && st.size() == 1)
     std::cerr

@@ -124,6 +124,11 @@ int main(int argc, char** argv) {
                  "cosine.")
       ->check(CLI::IsMember({"seed", "step", "cosine"}))
       ->capture_default_str();
+  app.add_flag("--schedule-from-counted-examples", f.schedule_from_counted_examples,
+               "The seed schedule's epochs of the training examples actually read (40000 for --train-split "
+               "train: boundaries 25625/38437/93750 at batch 128) instead of the seed's hard-coded 45000 "
+               "examples per epoch divided by batch x workers (28782/43173/105300), a number that does not "
+               "match its own split and that its author questions in a comment.");
   app.add_option("--train-split", f.train_split, "train (batches 1-4) or train_all (batches 1-5).")
       ->check(CLI::IsMember({"train", "train_all"}))
       ->capture_default_str();
@@ -139,8 +144,12 @@ int main(int argc, char** argv) {
   app.add_option("--save-summaries-secs", f.save_summaries_secs,
                  "TF-Slim's: write summaries (every 100 steps) at most every N seconds (0: no limit).");
   app.add_option("--startup-delay-steps", f.startup_delay_steps,
-                 "TF-Slim's: asynchronous worker k starts training when the global step reaches k * N "
-                 "(0: at once; refused under --sync).")
+                 "TF-Slim's: every asynchronous worker but the chief starts training when the global step "
+                 "reaches N (0: at once; refused under --sync).")
+      ->capture_default_str();
+  app.add_option("--log-every-n-steps", f.log_every_n_steps,
+                 "TF-Slim's log line, 'global step N: loss = L (S sec/step)', every N steps (0: off; the "
+                 "estimator's own lines are logged either way).")
       ->capture_default_str();
   app.add_option(
       "--trace-every-n-steps", f.trace_every_n_steps,

@@ -34,8 +34,12 @@ int run(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, 
   const std::int64_t train_steps =
       f.epochs > 0 ? std::int64_t(f.epochs * double(n_train / std::size_t(f.train_batch_size)))
                    : f.train_steps;
-  const optim::NamedSchedule schedule =
-      optim::make_schedule(f.schedule, {f.learning_rate, train_steps, steps_per_epoch, f.epochs > 0});
+  optim::NamedSchedule schedule = optim::make_schedule(
+      f.schedule, {f.learning_rate, train_steps, schedule_steps_per_epoch(f, st, n_train), f.epochs > 0});
+  if (f.schedule == "seed" && f.epochs <= 0)
+    schedule.description += f.schedule_from_counted_examples
+                                ? " (epochs of the " + std::to_string(n_train) + " examples read)"
+                                : " (the seed's epochs of 45000 examples)";
 
   // The network and its trainer, from the backend's translation unit.
   const std::unique_ptr<recipes::Session> net =

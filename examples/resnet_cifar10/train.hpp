@@ -12,6 +12,7 @@
 // seed's flags and messages.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -84,6 +85,21 @@ inline train::FormatChoice choose_layout(const Flags& f, const NetworkBackend& b
   return train::choose_data_format(given, f.num_gpus > 0, f.job_dir, measure);
 }
 
+/// The epoch of the seed schedule's boundaries (epochs 82, 123 and 300), in
+/// steps. As the seed computes it (cifar10_main.py): num_examples_per_epoch
+/// ('train') = 45,000, whatever the files hold, divided with // by
+/// train_batch_size x num_workers: 351 steps at batch 128 and one worker, so
+/// boundaries 28,782 / 43,173 / 105,300. --schedule-from-counted-examples:
+/// the examples actually read instead (40,000 for 'train': 312.5 steps,
+/// boundaries 25,625 / 38,437 / 93,750), the fix the seed's author suggests
+/// for the 45,000 that does not match the 40,000 of its 'train' split.
+inline double schedule_steps_per_epoch(const Flags& f, const recipes::Strategy& st, std::size_t n_train) {
+  if (f.schedule_from_counted_examples) return double(n_train) / double(f.train_batch_size);
+  // The seed's num_workers: every process but the parameter servers.
+  const std::int64_t workers = std::max(1, st.size() - st.chief_rank());
+  return double(kSeedExamplesPerEpoch / (std::int64_t(f.train_batch_size) * workers));
+}
+
 /// The training pipeline's options: the seed's shuffle and batch, pad-crop-flip
 /// when --use-distortion-for-training (the default), in the model's layout.
 inline data::PipelineOptions train_pipeline_options(const Flags& f, DataFormat fmt) {
@@ -101,7 +117,8 @@ inline data::PipelineOptions train_pipeline_options(const Flags& f, DataFormat f
 inline train::TrainerOptions trainer_options(const Flags& f, std::int64_t train_steps) {
   // TF-Slim's options: summaries at most every --save-summaries-secs, the
   // chief's Chrome traces (<job-dir>/tf_trace-<step>.json) and
-  // --startup-delay-steps (asynchronous worker k waits for step k * N).
+  // --startup-delay-steps (every asynchronous worker but the chief waits
+  // for global step N).
   return train::TrainerOptions()
       .max_steps(train_steps)
       .save_summaries_secs(f.save_summaries_secs)
@@ -162,6 +179,7 @@ void add_chief_hooks(const std::function<void(std::shared_ptr<train::Hook>)>& ad
   add_hook(std::make_shared<train::SummaryHook>(events, 100));
   add_hook(std::make_shared<train::CheckpointHook>(mgr, f.save_checkpoints_steps, f.save_checkpoints_secs));
   add_hook(std::make_shared<train::ProgressBarHook>());
+  if (f.log_every_n_steps > 0) add_hook(std::make_shared<train::SlimLogHook>(f.log_every_n_steps));
   if (f.eval_every > 0)
     add_hook(
         std::make_shared<train::LambdaHook>([&f, evaluate](train::TrainerBase&, const train::StepResult& r) {
