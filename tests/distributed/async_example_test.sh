@@ -74,8 +74,13 @@ echo "resume: from step $step to $step2"
 # A worker that stops answering (SIGSTOP on rank 2): the chief trains on
 # alone to the end, then the server waits for the silent worker's "done"
 # until --collective-timeout, says so naming its rank, and the job ends.
-"$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" --job-dir "$WORK/stall" "${BASE[@]}" --train-steps 30 \
-  --collective-timeout 3 >"$WORK/stall.log" 2>&1 &
+# Training lasts 10 s (--max-seconds; each asynchronous worker stops so),
+# not a number of steps: 30 steps took 0.2 s on an idle machine, so rank 2
+# could finish before the test stopped it (1 of 11 rounds of ctest -j3).
+STALL=(--num-gpus 0 --num-layers 8 --train-batch-size 16 --synthetic-examples 256 --data-format channels_last
+  --save-checkpoints-steps 1000000 --save-checkpoints-secs 0 --num-ps 1 --learning-rate 0.05)
+"$MPIEXEC" -np 3 --oversubscribe "$EXAMPLE" --job-dir "$WORK/stall" "${STALL[@]}" --train-steps 1000000 \
+  --max-seconds 10 --collective-timeout 3 >"$WORK/stall.log" 2>&1 &
 mpipid=$!
 victim="" server="" training=""
 for _ in $(seq 1 1500); do  # ranks 2 and 0: the children of mpirun whose environment says so
