@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -122,6 +123,30 @@ Closeness closeness(const std::vector<T>& got, const std::vector<float>& want) {
     }
   }
   return c;
+}
+
+/// The fixture of scripts/tf_goldens/make_tf_network_goldens.py (whole
+/// networks), read once.
+inline const TfGoldens& network_goldens() {
+  static const TfGoldens g("networks.safetensors");
+  return g;
+}
+
+/// make_tf_network_goldens.py's draw(): float(offset + scale * u) for u in
+/// [-1, 1) from the splitmix64 outputs of state stream * 2^32 + i * gamma,
+/// i = 1, 2, ...: the networks' initial values, drawn alike on both sides.
+inline std::vector<float> draw_init(std::uint64_t stream, std::size_t n, double offset, double scale) {
+  constexpr std::uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t z = (stream << 32) + std::uint64_t(i + 1) * kGamma;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const double u = double(std::int64_t(z >> 40) - (std::int64_t(1) << 23)) / double(1 << 23);
+    out[i] = float(offset + scale * u);
+  }
+  return out;
 }
 
 }  // namespace test

@@ -9,7 +9,7 @@
 // double, the CNN on oneDNN.
 //
 // The initial values are not stored: the script draws them from splitmix64
-// streams that draw_init() below regenerates bit for bit, and the fixture
+// streams that draw_init() (tf_golden.hpp) regenerates bit for bit, and the fixture
 // holds each tensor's exact sum, which is checked first.
 //
 // Tolerances (tf_golden.hpp's per-element error |out - tf| / max(|tf|,
@@ -37,27 +37,6 @@ using namespace cifarnet;
 using namespace cifarnet::test;
 
 namespace {
-
-const TfGoldens& goldens() {
-  static const TfGoldens g("networks.safetensors");
-  return g;
-}
-
-/// The script's draw(): float(offset + scale * u) for u in [-1, 1) from the
-/// splitmix64 outputs of state stream * 2^32 + i * gamma, i = 1, 2, ...
-std::vector<float> draw_init(std::uint64_t stream, std::size_t n, double offset, double scale) {
-  constexpr std::uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t z = (stream << 32) + std::uint64_t(i + 1) * kGamma;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    const double u = double(std::int64_t(z >> 40) - (std::int64_t(1) << 23)) / double(1 << 23);
-    out[i] = float(offset + scale * u);
-  }
-  return out;
-}
 
 /// A parameter's drawn initial value.
 struct DrawnTensor {
@@ -107,10 +86,10 @@ void set_initial_values(Parameters<T>& P, const nlohmann::json& init) {
 /// p * mul + add.
 template <class T>
 Tensor<T> input_batch(const std::string& c, DataFormat fmt, float mul, float add) {
-  const auto& s = goldens().shape(c + "/x_u8");
+  const auto& s = network_goldens().shape(c + "/x_u8");
   REQUIRE(s.size() == 4);
   const Shape shape{s[0], s[3], s[1], s[2]};
-  const auto px = goldens().u8(c + "/x_u8");
+  const auto px = network_goldens().u8(c + "/x_u8");
   Tensor<T> t = make_tensor<T>(shape, fmt);
   std::size_t i = 0;
   for (std::size_t n = 0; n < shape.n; ++n)
@@ -122,7 +101,7 @@ Tensor<T> input_batch(const std::string& c, DataFormat fmt, float mul, float add
 }
 
 std::vector<std::int32_t> labels(const std::string& c) {
-  const auto l = goldens().u8(c + "/labels_u8");
+  const auto l = network_goldens().u8(c + "/labels_u8");
   return {l.begin(), l.end()};
 }
 
@@ -146,7 +125,7 @@ void check_step(Net& net, Opt& opt, const std::string& c, const Tensor<typename 
                 const Tolerances& tol) {
   using T = typename Net::Scalar;
   auto& P = net.parameters();
-  const auto& p = goldens().params(c);
+  const auto& p = network_goldens().params(c);
   const T lr = T(p.at("learning_rate").get<float>());  // TF's float32 learning rate
 
   // The values before the step (the forward updates the moving statistics).
@@ -156,14 +135,18 @@ void check_step(Net& net, Opt& opt, const std::string& c, const Tensor<typename 
   Tensor<T> dlogits;
   const Tensor<T>& logits = net.forward(x, Mode::Train);
   const T xent = softmax_cross_entropy(logits, labels(c), &dlogits);
-  CHECK_TF_CLOSE("logits", widen(logits.data(), logits.size()), goldens().f32(c + "/logits"), tol.logits);
-  CHECK_TF_CLOSE("cross-entropy", std::vector<double>{xent}, goldens().f32(c + "/cross_entropy"), tol.loss);
+  CHECK_TF_CLOSE("logits", widen(logits.data(), logits.size()), network_goldens().f32(c + "/logits"),
+                 tol.logits);
+  CHECK_TF_CLOSE("cross-entropy", std::vector<double>{xent}, network_goldens().f32(c + "/cross_entropy"),
+                 tol.loss);
 
   P.zero_grad();
   net.backward(dlogits);
   const double reg = opt.regularize(P);
-  CHECK_TF_CLOSE("regularization", std::vector<double>{reg}, goldens().f32(c + "/regularization"), tol.loss);
-  CHECK_TF_CLOSE("total loss", std::vector<double>{double(xent) + reg}, goldens().f32(c + "/loss"), tol.loss);
+  CHECK_TF_CLOSE("regularization", std::vector<double>{reg}, network_goldens().f32(c + "/regularization"),
+                 tol.loss);
+  CHECK_TF_CLOSE("total loss", std::vector<double>{double(xent) + reg}, network_goldens().f32(c + "/loss"),
+                 tol.loss);
 
   const auto trainable = p.at("trainable").get<std::vector<std::string>>();
   std::size_t trainable_tensors = 0;
@@ -172,13 +155,13 @@ void check_step(Net& net, Opt& opt, const std::string& c, const Tensor<typename 
   for (const std::string& name : trainable) {
     const std::size_t id = P.id(name);
     CHECK_TF_CLOSE("gradient of " + name, widen(P.grad(id), P.info(id).size),
-                   goldens().f32(c + "/grad/" + name), tol.grad);
+                   network_goldens().f32(c + "/grad/" + name), tol.grad);
   }
 
   opt.update(P, lr);
   for (std::size_t id = 0; id < P.count(); ++id) {
     const auto& info = P.info(id);
-    const auto want = goldens().f32(c + "/step/" + info.name);
+    const auto want = network_goldens().f32(c + "/step/" + info.name);
     CHECK_TF_CLOSE(info.name + " after the step", widen(P.value(id), info.size), want, tol.step);
     // The change itself (what the step did), against TensorFlow's change.
     std::vector<double> got_delta(info.size);
@@ -208,11 +191,11 @@ void check_step(Net& net, Opt& opt, const std::string& c, const Tensor<typename 
 
 TEST_CASE("The fixture of whole networks was made by TensorFlow from the seeds' model functions",
           "[nn][tf_golden]") {
-  INFO(goldens().path());
-  CHECK(goldens().tf_version() == "2.21.0");
-  CHECK(goldens().cases("resnet_cifar") ==
+  INFO(network_goldens().path());
+  CHECK(network_goldens().tf_version() == "2.21.0");
+  CHECK(network_goldens().cases("resnet_cifar") ==
         std::vector<std::string>{"resnet8_channels_first", "resnet8_channels_last"});
-  CHECK(goldens().cases("cifar10_cnn") == std::vector<std::string>{"cnn"});
+  CHECK(network_goldens().cases("cifar10_cnn") == std::vector<std::string>{"cnn"});
   // The generator: splitmix64's first output of state 0 + gamma is the
   // published 0xE220A8397B1DCDAF, so u = (0xE220A8 - 2^23) / 2^23.
   CHECK(draw_init(0, 1, 0.0, 1.0)[0] == float(double(0xE220A8 - (1 << 23)) / double(1 << 23)));
@@ -234,10 +217,10 @@ TEMPLATE_TEST_CASE(
   using T = typename TestType::Scalar;
   for (const DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
     const std::string c = fmt == DataFormat::NHWC ? "resnet8_channels_last" : "resnet8_channels_first";
-    const auto& p = goldens().params(c);
+    const auto& p = network_goldens().params(c);
     INFO((std::is_same_v<B, backend::OneDnn> ? "oneDNN" : "reference")
          << (std::is_same_v<T, float> ? " float" : " double") << ", " << to_string(fmt) << ", case " << c
-         << " (TensorFlow " << goldens().tf_version() << ")");
+         << " (TensorFlow " << network_goldens().tf_version() << ")");
     REQUIRE(p.at("num_layers") == 8);
     Model<ResNetCifar<>, B, T> net(
         {3, 32, 32}, fmt,
@@ -257,9 +240,9 @@ TEST_CASE(
     "one gradient-descent step",
     "[nn][tf_golden][cnn]") {
   const std::string c = "cnn";
-  const auto& p = goldens().params(c);
-  INFO("oneDNN, NHWC, case cnn (TensorFlow " << goldens().tf_version() << ")");
-  const auto& xs = goldens().shape(c + "/x_u8");
+  const auto& p = network_goldens().params(c);
+  INFO("oneDNN, NHWC, case cnn (TensorFlow " << network_goldens().tf_version() << ")");
+  const auto& xs = network_goldens().shape(c + "/x_u8");
   REQUIRE(xs.size() == 4);
   Model<Cifar10Cnn, backend::OneDnn> net({3, xs[1], xs[2]}, DataFormat::NHWC, cifar10_cnn_options(), 1);
   set_initial_values(net.parameters(), p.at("init"));

@@ -36,27 +36,6 @@ using namespace cifarnet::vision;
 
 namespace {
 
-const TfGoldens& goldens() {
-  static const TfGoldens g("networks.safetensors");
-  return g;
-}
-
-/// make_tf_network_goldens.py's draw(): float(offset + scale * u), u in
-/// [-1, 1) from the splitmix64 outputs of state stream * 2^32 + i * gamma.
-std::vector<float> draw_init(std::uint64_t stream, std::size_t n, double offset, double scale) {
-  constexpr std::uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t z = (stream << 32) + std::uint64_t(i + 1) * kGamma;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    out[i] =
-        float(offset + scale * (double(std::int64_t(z >> 40) - (std::int64_t(1) << 23)) / double(1 << 23)));
-  }
-  return out;
-}
-
 /// A parameter's drawn initial value.
 struct DrawnTensor {
   std::string name;
@@ -98,8 +77,8 @@ template <class M>
 void check_gatys(DataFormat fmt, double tol_loss, double tol_grad) {
   using T = typename M::Scalar;
   const std::string c = "vgg19_div32";
-  const auto& p = goldens().params(c);
-  const auto& s = goldens().shape(c + "/image");
+  const auto& p = network_goldens().params(c);
+  const auto& s = network_goldens().shape(c + "/image");
   REQUIRE(s.size() == 4);
   const std::size_t H = s[1], W = s[2];
   REQUIRE(p.at("width_divisor") == 32);
@@ -144,32 +123,34 @@ void check_gatys(DataFormat fmt, double tol_loss, double tol_grad) {
   CHECK(seed.tv_weight == 0.0);
 
   GatysLoss<M> loss(net, o);
-  loss.set_content(as<T>(goldens().f32(c + "/content")).data());
-  loss.set_style(as<T>(goldens().f32(c + "/style")).data());
-  const auto x = as<T>(goldens().f32(c + "/image"));
+  loss.set_content(as<T>(network_goldens().f32(c + "/content")).data());
+  loss.set_style(as<T>(network_goldens().f32(c + "/style")).data());
+  const auto x = as<T>(network_goldens().f32(c + "/image"));
   std::vector<T> g(x.size());
   const LossParts parts = loss.evaluate(x.data(), g.data());
-  CHECK_TF_CLOSE("content loss", std::vector<double>{parts.content}, goldens().f32(c + "/content_loss"),
+  CHECK_TF_CLOSE("content loss", std::vector<double>{parts.content},
+                 network_goldens().f32(c + "/content_loss"), tol_loss);
+  CHECK_TF_CLOSE("style loss", std::vector<double>{parts.style}, network_goldens().f32(c + "/style_loss"),
                  tol_loss);
-  CHECK_TF_CLOSE("style loss", std::vector<double>{parts.style}, goldens().f32(c + "/style_loss"), tol_loss);
-  CHECK_TF_CLOSE("total loss", std::vector<double>{parts.total}, goldens().f32(c + "/total_loss"), tol_loss);
-  CHECK_TF_CLOSE("d(total)/d(image)", widen(g), goldens().f32(c + "/image_grad"), tol_grad);
+  CHECK_TF_CLOSE("total loss", std::vector<double>{parts.total}, network_goldens().f32(c + "/total_loss"),
+                 tol_loss);
+  CHECK_TF_CLOSE("d(total)/d(image)", widen(g), network_goldens().f32(c + "/image_grad"), tol_grad);
 }
 
 }  // namespace
 
 TEST_CASE("The seed's five kernels, RGB and gray, with stride 3 SAME on a fixed image match TensorFlow",
           "[vision][filters][tf_golden]") {
-  INFO(goldens().path() << " (TensorFlow " << goldens().tf_version() << ")");
-  const auto px = goldens().u8("filters/pixels_u8");
-  const auto& ps = goldens().shape("filters/pixels_u8");
+  INFO(network_goldens().path() << " (TensorFlow " << network_goldens().tf_version() << ")");
+  const auto px = network_goldens().u8("filters/pixels_u8");
+  const auto& ps = network_goldens().shape("filters/pixels_u8");
   REQUIRE(ps.size() == 3);
   cifarnet::Image img(ps[0], ps[1], ps[2]);
   for (std::size_t i = 0; i < px.size(); ++i) img.data[i] = float(px[i]);
   const cifarnet::Image unit = to_unit_range(img);  // the seed's cast / 256
   const cifarnet::Image gray = rgb_to_grayscale(unit);
   // tf.image.rgb_to_grayscale: a float32 dot product with the same three weights.
-  CHECK_TF_CLOSE("rgb_to_grayscale", widen(gray.data), goldens().f32("filters/gray"), 1e-6);
+  CHECK_TF_CLOSE("rgb_to_grayscale", widen(gray.data), network_goldens().f32("filters/gray"), 1e-6);
 
   std::size_t n = 0;
   for (const bool rgb : {true, false}) {
@@ -177,24 +158,25 @@ TEST_CASE("The seed's five kernels, RGB and gray, with stride 3 SAME on a fixed 
     REQUIRE(ks.size() == 5);
     for (const Kernel& k : ks) {
       const std::string c = "filter_" + k.name + (rgb ? "_rgb" : "_gray");
-      INFO("case " << c << " " << goldens().params(c).dump());
-      CHECK(goldens().params(c).at("relu_clip").get<bool>() == k.relu_clip);
+      INFO("case " << c << " " << network_goldens().params(c).dump());
+      CHECK(network_goldens().params(c).at("relu_clip").get<bool>() == k.relu_clip);
       // The kernel is the seed's, value for value (HWIO).
-      CHECK_TF_CLOSE("kernel", widen(k.hwio), goldens().f32(c + "/kernel"), 0.0);
+      CHECK_TF_CLOSE("kernel", widen(k.hwio), network_goldens().f32(c + "/kernel"), 0.0);
       const cifarnet::Image y = convolve(rgb ? unit : gray, k, 3);
-      const auto& ys = goldens().shape(c + "/y");
+      const auto& ys = network_goldens().shape(c + "/y");
       REQUIRE(ys == std::vector<std::size_t>{y.height, y.width, y.channels});
-      CHECK_TF_CLOSE("y", widen(y.data), goldens().f32(c + "/y"), 1e-6);
+      CHECK_TF_CLOSE("y", widen(y.data), network_goldens().f32(c + "/y"), 1e-6);
       ++n;
     }
   }
-  CHECK(n == goldens().cases("filter").size());
+  CHECK(n == network_goldens().cases("filter").size());
 }
 
 TEST_CASE("The Gatys total loss and its image gradient through a VGG-19-shaped net match TensorFlow",
           "[vision][loss][tf_golden]") {
   for (const DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
-    INFO(goldens().path() << " (TensorFlow " << goldens().tf_version() << "), " << to_string(fmt));
+    INFO(network_goldens().path() << " (TensorFlow " << network_goldens().tf_version() << "), "
+                                  << to_string(fmt));
     {
       INFO("reference double");
       check_gatys<Model<Vgg19Features<32>, backend::Reference, double>>(fmt, 5e-6, 3e-5);
