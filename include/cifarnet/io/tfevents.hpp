@@ -544,6 +544,16 @@ class EventWriter {
   /// tf.summary.histogram). NaN or Inf is a NumericsError naming the tag.
   template <class T>
   void add_histogram(const std::string& tag, const T* values, std::size_t n, std::int64_t step) {
+    add_histogram(tag, finite_histogram(tag, values, n), step);
+  }
+  template <class Container>
+  void add_histogram(const std::string& tag, const Container& values, std::int64_t step) {
+    add_histogram(tag, std::data(values), std::size(values), step);
+  }
+  /// The histogram of `n` values with TF's default buckets; NaN or Inf is a
+  /// NumericsError naming the tag.
+  template <class T>
+  static Histogram finite_histogram(const std::string& tag, const T* values, std::size_t n) {
     Histogram h;
     for (std::size_t i = 0; i < n; ++i) {
       const double d = static_cast<double>(values[i]);
@@ -552,11 +562,7 @@ class EventWriter {
                                                      d, " at index ", i, ")"));
       h.add(d);
     }
-    add_histogram(tag, h, step);
-  }
-  template <class Container>
-  void add_histogram(const std::string& tag, const Container& values, std::int64_t step) {
-    add_histogram(tag, std::data(values), std::size(values), step);
+    return h;
   }
   /// An 8-bit HWC image (1 to 4 channels), PNG-encoded.
   void add_image(const std::string& tag, const std::uint8_t* pixels, int height, int width, int channels,
@@ -579,14 +585,7 @@ class EventWriter {
   template <class T>
   void add_activation_summary(const std::string& name, const T* values, std::size_t n, std::int64_t step) {
     const std::string tag = name + "/activations";
-    Histogram h;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(values[i]);
-      if (!std::isfinite(d))
-        throw NumericsError(cifarnet::detail::concat("NaN or Inf in summary histogram for: ", tag, " (value ",
-                                                     d, " at index ", i, ")"));
-      h.add(d);
-    }
+    const Histogram h = finite_histogram(tag, values, n);
     SummaryValue hist, sparsity;
     hist.tag = tag;
     hist.value = h.encode();
