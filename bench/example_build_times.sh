@@ -4,7 +4,8 @@
 # cifarnet::compiled, built with the target) and header-only
 # (-DCIFARNET_COMPILED=OFF), one target after the other; the wall time and
 # each object's seconds from <dir>/.ninja_log.
-# Usage: bash bench/example_build_times.sh [work-dir=runs/example_build] [targets...]
+# Usage: [MODES="ON OFF"] bash bench/example_build_times.sh [work-dir=runs/example_build] [targets...]
+# (MODES: the values of CIFARNET_COMPILED to build with)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,7 +19,7 @@ echo "# example_build_times.sh at $(git rev-parse --short HEAD)$(git diff --quie
 echo "# CPU: $(lscpu | sed -n 's/^Model name: *//p'), $JOBS cores; $(g++ --version | head -1); -j$JOBS"
 echo "#   cmake -S . -B <dir> -G Ninja -DCMAKE_BUILD_TYPE=Release -DCIFARNET_WERROR=ON -DCIFARNET_COMPILED=<ON|OFF> (tests, bench off)"
 echo "#   cmake --build <dir> --target <target> -j$JOBS"
-for compiled in ON OFF; do
+for compiled in ${MODES:-ON OFF}; do
   for t in "${TARGETS[@]}"; do
     d="$WORK/compiled-$compiled-$t"
     rm -rf "$d"
