@@ -32,4 +32,4 @@ if nm -C "$work/app/CMakeFiles/app.dir/network.cpp.o" | grep -E ' [TW] cifarnet:
   echo "FAIL: network.cpp.o defines the oneDNN ops' members: the compiled mode's extern templates did not apply"
   exit 1
 fi
-OMP_NUM_THREADS=1 "$work/app"
+OMP_NUM_THREADS=1 "$work/app/app"

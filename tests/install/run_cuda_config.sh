@@ -8,7 +8,7 @@ set -euo pipefail
 src=$1 work=$2 had_nccl=$3
 rm -rf "$work" && mkdir -p "$work"
 cmake -S "$src" -B "$work/cifarnet-build" -G Ninja -DCIFARNET_BUILD_TESTS=OFF -DCIFARNET_BUILD_EXAMPLES=OFF \
-  -DCIFARNET_BUILD_BENCH=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" > "$work/configure.log"
+  -DCIFARNET_BUILD_BENCH=OFF -DCIFARNET_COMPILED=OFF -DCMAKE_INSTALL_PREFIX="$work/prefix" > "$work/configure.log"
 cmake --install "$work/cifarnet-build" > "$work/install.log"
 consumer() {  # <name> <cmake args...>: configure output in $work/<name>.log, status returned
   local name=$1
