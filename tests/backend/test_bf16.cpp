@@ -1024,9 +1024,13 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
     run(a, b, f, 53);
     auto& ca = a.root().children();
     // The downsampling block's pool (and first convolution) read the first
-    // block's output as bf16; its own sum adds the pool's float output.
-    CHECK(std::get<0>(ca).float_outputs_skipped() == steps);
-    CHECK(std::get<1>(ca).bf16_inputs() == steps);
+    // block's output as bf16; its own sum adds the pool's float output. Its
+    // strided convolution reads x only as bf16 where its weight gradient is
+    // bf16 too, which a strided convolution has with AMX only (Conv2d's
+    // State::bf16_dw): elsewhere the first block writes its float output.
+    const std::size_t ds_steps = backend::onednn::cpu_has_amx_convolutions() ? steps : 0;
+    CHECK(std::get<0>(ca).float_outputs_skipped() == ds_steps);
+    CHECK(std::get<1>(ca).bf16_inputs() == ds_steps);
     CHECK(std::get<1>(ca).bf16_shortcuts() == 0);
     CHECK(std::get<1>(ca).float_outputs_skipped() == steps);
     auto& rep = std::get<2>(ca);
