@@ -1,6 +1,7 @@
 // tests/tf_golden.hpp — reads the TensorFlow-made goldens of
-// tests/fixtures/tf/ (written once by scripts/tf_goldens/make_tf_goldens.py;
-// no test runs Python or TensorFlow) and compares outputs with them.
+// tests/fixtures/tf/ (written once by scripts/tf_goldens/make_tf_goldens.py
+// and make_tf_network_goldens.py; no test runs Python or TensorFlow) and
+// compares outputs with them.
 //
 // A fixture is a safetensors file: case "<name>" holds tensors
 // "<name>/<tensor>", and the metadata entry "tf_goldens" is a JSON object
@@ -36,7 +37,7 @@ class TfGoldens {
         dict_(io::read_safetensors(path_)) {
     const auto it = dict_.metadata.find("tf_goldens");
     if (it == dict_.metadata.end())
-      throw Error(path_ + ": no \"tf_goldens\" metadata entry (not written by make_tf_goldens.py)");
+      throw Error(path_ + ": no \"tf_goldens\" metadata entry (not written by scripts/tf_goldens/)");
     try {
       meta_ = nlohmann::json::parse(it->second);
     } catch (const nlohmann::json::exception& e) {
