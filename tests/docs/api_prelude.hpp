@@ -3,7 +3,8 @@
 // oneDNN, its batch, a schedule, a pipeline...). The fragments are compiled
 // against these declarations (snippets mode of extract_code.cmake), not run;
 // its complete program ("```cpp program") is test_docs_api. Blocks for
-// optional components ("```cpp cuda", "```cpp mpi") are left out.
+// optional components ("```cpp cuda", "```cpp mpi") are compiled with their
+// component (api_cuda_prelude.hpp, api_mpi_prelude.hpp).
 #pragma once
 
 #include <cifarnet/backend/onednn.hpp>

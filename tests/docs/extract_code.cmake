@@ -12,7 +12,8 @@
 # PRELUDE (the page's headers and the names its fragments take as given),
 # then each plain ```cpp block (a block whose fence has a tag is left out:
 # a program compiled elsewhere, or code for an optional component such as
-# "```cpp cuda"), its #include lines first, its other lines in a function of
+# "```cpp cuda"; with -DTAG=<word> only the blocks fenced "```cpp <word>",
+# for a check built with that component), its #include lines first, its other lines in a function of
 # their own, or, when its first line starts with "template" (type
 # definitions), in a namespace of their own.
 if(NOT DEFINED MODE OR MODE STREQUAL "")
@@ -32,7 +33,9 @@ set(in_block FALSE)
 set(count 0)
 set(blocks 0)
 set(lineno 0)
-if(MODE STREQUAL "snippets")
+if(MODE STREQUAL "snippets" AND DEFINED TAG AND NOT TAG STREQUAL "")
+  set(open_fence "^ *```cpp ${TAG}$")  # an optional component's blocks (in a list: indented)
+elseif(MODE STREQUAL "snippets")
   set(open_fence "^```cpp$")
 elseif(DEFINED TAG AND NOT TAG STREQUAL "")
   set(open_fence "^```cpp ${TAG}$")
@@ -46,12 +49,12 @@ foreach(line IN LISTS lines)
   string(REPLACE "@RBRACKET@" "]" line "${line}")
   string(REPLACE "@BACKSLASH@" "\\" line "${line}")
   if(in_block)
-    if(line MATCHES "^```")
+    if(line MATCHES "^ *```")
       set(in_block FALSE)
       if(MODE STREQUAL "snippets" AND NOT first_line)
         string(APPEND code "}\n")
       endif()
-    elseif(MODE STREQUAL "snippets" AND line MATCHES "^#include")
+    elseif(MODE STREQUAL "snippets" AND line MATCHES "^ *#include")
       string(APPEND includes "#line ${lineno} \"${IN}\"\n${line}\n")
     else()
       if(MODE STREQUAL "snippets" AND first_line)
