@@ -4,8 +4,10 @@
 // CIFARNET_COMPILED_LIB defined and that the library `cifarnet_compiled`
 // (src/onednn_ops.cpp) instantiates. A class here must be a template
 // specialization whose member functions are defined in its class with
-// CIFARNET_OUTLINE (member templates are not covered: they stay in the user's
-// translation units).
+// CIFARNET_OUTLINE. Member templates are covered only at the instances
+// CIFARNET_ONEDNN_COMPILED_MEMBERS lists; any other instance, and every op
+// of a translation unit that includes an op's header without
+// backend/onednn.hpp, is compiled where it is used (correct, not faster).
 #pragma once
 
 #include <cstddef>
