@@ -53,6 +53,12 @@ struct BatchNorm2d : LayerBase {
   static_assert(C >= 0, "cifarnet: BatchNorm2d<C>: C must be >= 0 (0 = inferred from the input).");
   static constexpr const char* kind = "bn";
   static constexpr int in_channels = C == 0 ? -1 : C;
+  static plan::Attrs plan_attrs() {
+    plan::Attrs a;
+    a.relu = Relu;
+    a.gelu = Gelu;
+    return a;
+  }
 
   template <class B, class T>
   class Node : detail::NodeBase<T> {
@@ -70,6 +76,7 @@ struct BatchNorm2d : LayerBase {
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
       this->bind(in, scope, ctx);
+      geom_ = ChannelGeom::make(fmt_, Shape{1, in.c, in.h, in.w});  // the layout queries before a forward
       if (C != 0 && in.c != std::size_t(C))
         throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + std::to_string(C) +
                          " channels but the input shape is " + in.str());
@@ -371,6 +378,27 @@ struct BatchNorm2d : LayerBase {
       } else {
         return (void)rc, (void)n, false;
       }
+    }
+    /// Whether a training forward of a batch of `n` can write its output as
+    /// its bf16 copy alone (skip_float_output_once; step plans): bf16
+    /// copies, and the op's NHWC channel counts.
+    bool writes_bf16_alone(const RunContext<B, T>& rc, std::size_t n) const {
+      if constexpr (kBf16) {
+        const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
+        return bf16_copies_ && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
+               decltype(op_)::writes_bf16_only(g);
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
+    /// Whether a training forward can add a residual block's sum in its
+    /// pass (train_sum): no activation of its own, a backend with fused_sum,
+    /// no synchronized batch norm (step plans).
+    bool takes_sum(const RunContext<B, T>& rc) const {
+      if constexpr (kFusedSum)
+        return rc.training() && !rc.cross_replica;
+      else
+        return (void)rc, false;
     }
     /// The next training forward may write its output only as the bf16 copy
     /// (RunContext::bf16_of) when it writes one, leaving y_ stale: for a

@@ -32,6 +32,13 @@ struct Conv2d : LayerBase {
   static constexpr int in_channels = In == 0 ? -1 : In;
   static constexpr int out_channels(int) { return Out; }
   static constexpr bool Bias = detail::BiasOption<BiasOpt>::on;
+  static plan::Attrs plan_attrs() {
+    plan::Attrs a;
+    a.kernel = K;
+    a.stride = S;
+    a.bias = Bias;
+    return a;
+  }
 
   template <class B, class T>
   class Node : detail::NodeBase<T> {
@@ -224,6 +231,23 @@ struct Conv2d : LayerBase {
         return op_.direct_bn(geom_);
       else
         return false;
+    }
+    /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
+    /// words (step plans, nn/plan.hpp); empty where it is true.
+    std::string direct_why_not(const RunContext<B, T>& rc, bool forward) const {
+      if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
+        if (forward && !rc.training()) return "inference";
+        return op_.direct_why_not(geom_, algorithm_for(rc), forward);
+      } else {
+        return (void)rc, (void)forward, "the backend has no own conv + batch norm kernels";
+      }
+    }
+    /// Whether a training forward_bf16 can write y as bf16 bits (step plans).
+    bool has_bf16_output(RunContext<B, T>& rc) {
+      if constexpr (backend_traits<B>::bf16_gradients && !Bias)
+        return rc.training() && op_.has_bf16_dst(*rc.device, geom_);
+      else
+        return (void)rc, false;
     }
     /// Whether the next training forward under `rc` can run forward_stats
     /// (with the algorithm that forward will set: frozen weights keep Auto,

@@ -193,6 +193,71 @@ struct ConvBatchNorm : LayerBase {
                               [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
     }
 
+    /// Its two nodes in a step plan (nn/plan.hpp), the convolution and the
+    /// batch norm, with the facts the fusion rules read (nn/plan_rules.hpp):
+    /// the answers of the queries below, at the plan's batch size.
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      namespace f = plan::facts;
+      const std::size_t n = b.key().batch;
+      const Shape out = conv_.geometry().out_shape();
+      const int a = b.node(conv_name_, "conv", {in}, out, ConvL::plan_attrs(), conv_name_);
+      const int y = b.node(bn_name_, "bn", {a}, out, BnL::plan_attrs(), conv_name_);
+      auto fact = [](bool ok, std::string why) {
+        return ok ? plan::Fact::yes() : plan::Fact::no(std::move(why));
+      };
+      const std::string bf16_why = !backend_traits<B>::bf16_gradients ? "no bf16 hand-overs on this backend"
+                                   : float_convs_                     ? "fp32 convolutions"
+                                   : !rc.training()                   ? "inference"
+                                                                      : "synchronized batch norm";
+      const std::string chunk_why = !backend_traits<B>::chunked_conv_bn
+                                        ? "no ranged conv + batch norm backward "
+                                          "on this backend"
+                                    : !float_convs_  ? "bf16 convolutions"
+                                    : !rc.training() ? "inference"
+                                                     : "synchronized batch norm";
+      const bool chunk = float_convs_ && bn_.chunkable(rc);
+      plan::Node& cn = b.producer(a);
+      bool bf16 = false;
+      if constexpr (backend_traits<B>::bf16_gradients) bf16 = bn_.backward_bf16_ready(rc) && !float_convs_;
+      cn.facts[f::kBf16Output] = fact(bf16 && conv_.has_bf16_output(rc),
+                                      bf16 ? "no bf16-output kernel for this convolution" : bf16_why);
+      cn.facts[f::kBf16Backward] = fact(bf16 && conv_.bf16_dy(rc) != nullptr,
+                                        bf16 ? "no bf16 backward kernel for this convolution" : bf16_why);
+      const std::string fwd_why = conv_.direct_why_not(rc, true), bwd_why = conv_.direct_why_not(rc, false);
+      cn.facts[f::kStatsEpilogue] = fact(chunk && conv_.direct_forward_next(rc), chunk ? fwd_why : chunk_why);
+      cn.facts[f::kDirectBackward] = fact(direct_bn(rc), chunk ? bwd_why : chunk_why);
+      cn.facts[f::kRangedBackward] =
+          fact(range_images(rc, n) != 0, !chunk          ? chunk_why
+                                         : !chunk_bytes_ ? "NetOptions::conv_bn_chunk_bytes is 0"
+                                                         : "the batch fits one range of NetOptions::conv_bn_"
+                                                           "chunk_bytes");
+      cn.facts[f::kNormalisedInput] = fact(takes_normalised_input(rc), chunk ? fwd_why : chunk_why);
+      cn.facts[f::kBf16InputOnly] =
+          fact(reads_only_bf16_input(rc, n), bf16 ? "its kernels read the float input" : bf16_why);
+      cn.facts[f::kBf16Dx] =
+          fact(writes_bf16_dx(rc), !bf16       ? bf16_why
+                                   : !bf16_dx_ ? "NetOptions::bf16_gradients is off"
+                                               : "no bf16 dx kernel for this convolution, or no dx needed");
+      plan::Node& bnode = b.producer(y);
+      bnode.facts[f::kDeferOutput] =
+          fact(can_defer_output(rc), !Relu ? "no fused ReLU (the map is batch norm + ReLU's)" : chunk_why);
+      bool dy_bits = false;
+      if constexpr (backend_traits<B>::bf16_gradients) dy_bits = bn_.backward_bf16_bits_ready(rc);
+      bnode.facts[f::kBf16Dy] =
+          fact(takes_bf16_dy(rc), !bf16     ? bf16_why
+                                  : dy_bits ? "no bf16 backward kernel for its convolution"
+                                            : "its channel count or layout has no bf16 dy");
+      bool alone = false;
+      if constexpr (backend_traits<B>::bf16_gradients) alone = bf16 && bn_.writes_bf16_alone(rc, n);
+      bnode.facts[f::kBf16OutputAlone] =
+          fact(alone, bf16 ? "the batch norm's channel count or layout has no bf16-only output" : bf16_why);
+      bnode.facts[f::kTakesSum] =
+          fact(bn_.takes_sum(rc), Relu                           ? "it has its own ReLU"
+                                  : backend_traits<B>::fused_sum ? "inference or synchronized batch norm"
+                                                                 : "no fused sum on this backend");
+      return y;
+    }
+
     // The float output skipped between two ConvBatchNorm in a Sequential
     // (nn/sequential.hpp): where the later one reads its input only through
     // the earlier one's bf16 copy (reads_only_bf16_input), the earlier one's

@@ -27,10 +27,13 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/plan.hpp"
 
 namespace cifarnet {
 
@@ -121,6 +124,37 @@ Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx,
     if (full_name) *full_name = s.prefix();
     return node.build(in, s, ctx);
   }
+}
+
+/// A layer type's static plan attributes (nn/plan.hpp): its plan_attrs()
+/// where it declares them (Conv2d, BatchNorm2d, Pool2d), else none.
+template <class L, class = void>
+struct PlanAttrsOf {
+  static plan::Attrs get() { return {}; }
+};
+template <class L>
+struct PlanAttrsOf<L, std::void_t<decltype(L::plan_attrs())>> {
+  static plan::Attrs get() { return L::plan_attrs(); }
+};
+template <class N, class B, class T, class = void>
+struct HasEmit : std::false_type {};
+template <class N, class B, class T>
+struct HasEmit<N, B, T,
+               std::void_t<decltype(std::declval<N&>().emit(
+                   std::declval<plan::Builder&>(), 0, std::declval<RunContext<B, T>&>()))>> : std::true_type {
+};
+
+/// Emits child `node` of type L into a step plan (nn/plan.hpp), reading
+/// tensor `in`: its own emit() where it has one (containers, layers made of
+/// several nodes or recording facts), else one opaque node named `name`
+/// with output shape `out`. Returns the id of the tensor it writes.
+template <class L, class N, class B, class T>
+int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const std::string& name,
+               const Shape& out) {
+  if constexpr (HasEmit<N, B, T>::value)
+    return node.emit(b, in, rc);
+  else
+    return (void)rc, b.node(name, L::kind, {in}, out, PlanAttrsOf<L>::get());
 }
 }  // namespace detail
 

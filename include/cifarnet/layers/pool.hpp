@@ -21,6 +21,12 @@ struct Pool2d : LayerBase {
   static_assert(K > 0 && S > 0, "cifarnet: Pool2d<K, S>: window K and stride S must be positive.");
   static_assert(P != Padding::Explicit, "cifarnet: Pool2d supports Padding::Same and Padding::Valid.");
   static constexpr const char* kind = Kind == PoolKind::Max ? "max_pool" : "avg_pool";
+  static plan::Attrs plan_attrs() {
+    plan::Attrs a;
+    a.kernel = K;
+    a.stride = S;
+    return a;
+  }
 
   template <class B, class T>
   class Node : detail::NodeBase<T> {
@@ -78,6 +84,18 @@ struct Pool2d : LayerBase {
       } else {
         return (void)n, false;
       }
+    }
+    /// One node in a step plan (nn/plan.hpp), with the fact whether it can
+    /// write in place into a ChannelPad after it at the plan's batch.
+    int emit(plan::Builder& b, int in, RunContext<B, T>&) {
+      const int t = b.node(name_, kind, {in}, geom_.out_shape(), plan_attrs());
+      b.producer(t).facts[plan::facts::kPadsInPlace] =
+          can_pad_in_place(b.key().batch)
+              ? plan::Fact::yes()
+              : plan::Fact::no(backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg
+                                   ? "the pool's geometry is not one it writes into a pad"
+                                   : "no in-place pooling into a pad on this backend");
+      return t;
     }
     /// The next forward writes there (`written` then records what it wrote).
     void pad_into_once(T* dst, std::size_t channels, std::size_t before, detail::PaddedInput* written) {

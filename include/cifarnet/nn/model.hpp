@@ -33,6 +33,7 @@
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/nn/channel_check.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/plan_rules.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -131,6 +132,14 @@ class Model {
   /// Mode::Train uses the statistics of the global batch over all replicas
   /// (distributed::SyncBatchNorm); null (the default) restores local ones.
   void set_cross_replica(CrossReplicaSum* reducer) { cross_replica_ = reducer; }
+  /// The step plan of this model for `mode` and batches of `batch` images
+  /// (nn/plan.hpp): its nodes and tensors, and the fusion rules' verdicts
+  /// (nn/plan_rules.hpp). Needs no forward first.
+  plan::Plan step_plan(Mode mode, std::size_t batch);
+  /// step_plan(mode, batch) in words: the nodes, where each rule fired and
+  /// why it did not elsewhere (the examples' --explain-plan).
+  std::string explain_plan(Mode mode, std::size_t batch) { return plan::describe(step_plan(mode, batch)); }
+
   /// Books every leaf layer's forward/backward wall-clock time into `p`
   /// (nn/profile.hpp); null (the default) turns profiling off.
   void set_profiler(Profiler* p) { profiler_ = p; }
@@ -329,6 +338,27 @@ Model<Net, B, T>::Model(std::unique_ptr<Device<B>> device, InputShape input, Dat
   params_.allocate();
   params_.set_kernels(std::make_shared<ops::BackendArenaKernels<B, T>>(*device_));
   reset(seed);
+}
+
+template <class Net, class B, class T>
+plan::Plan Model<Net, B, T>::step_plan(Mode mode, std::size_t batch) {
+  if (batch == 0) throw ConfigError("Model::step_plan: the batch size must be positive");
+  plan::Key key;
+  key.training = mode == Mode::Train;
+  key.batch = batch;
+  key.fmt = fmt_;
+  key.precision = options_.conv_precision;
+  key.backend = B::name;
+  RunContext<B, T> rc = run_context(mode);
+  rc.param_grads = param_grads_;
+  std::optional<TensorMemoryScope> memory;
+  if (TensorMemory* m = tensor_memory()) memory.emplace(m);
+  plan::Builder b(key, sizeof(T));
+  const int in = b.input(input_);
+  const int out = detail::emit_child<Net>(*node_, b, in, rc, "model", output_);
+  plan::Plan p = b.finish(out);
+  plan::apply_rules(p, plan::caps_of<B>());
+  return p;
 }
 
 template <class Net, class B, class T>

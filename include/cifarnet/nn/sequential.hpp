@@ -171,9 +171,20 @@ struct Identity : LayerBase {
   template <class B, class T>
   class Node {
    public:
-    Shape build(const Shape& in, Scope&, BuildContext<T>&) { return in; }
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>&) {
+      name_ = scope.prefix();
+      shape_ = in;
+      return in;
+    }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>&) { return x; }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>&) { return dy; }
+    /// One "identity" node in a step plan (nn/plan.hpp): the executor runs
+    /// it as a node of its own, so it separates the neighbours around it.
+    int emit(plan::Builder& b, int in, RunContext<B, T>&) { return b.node(name_, "identity", {in}, shape_); }
+
+   private:
+    std::string name_;
+    Shape shape_;
   };
 };
 
@@ -320,6 +331,12 @@ struct Sequential : LayerBase {
     }
     /// The children (for inspection and taps).
     std::tuple<node_t<Ls, B, T>...>& children() { return nodes_; }
+    /// Emits the children in order into a step plan (nn/plan.hpp), marking
+    /// each tensor between two of them with the hand-overs this container
+    /// makes between those two types (forward_each, backward_from).
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      return emit_each(b, in, rc, std::index_sequence_for<Ls...>{});
+    }
 
    private:
     const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits,
@@ -345,8 +362,32 @@ struct Sequential : LayerBase {
       const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
       ((ctx.propagate_down = down_[I] = down || (ctx.params ? ctx.params->count() > params_before : I > 0),
         first_param_[I] = ctx.params ? ctx.params->count() : detail::kNoParam,
-        s = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx, &names_[I])),
+        s = out_[I] = detail::build_child<Ls>(std::get<I>(nodes_), s, scope, ctx, &names_[I])),
        ...);
+    }
+    template <std::size_t... I>
+    int emit_each(plan::Builder& b, int t, RunContext<B, T>& rc, std::index_sequence<I...>) {
+      ((t = detail::emit_child<Ls>(std::get<I>(nodes_), b, t, rc, names_[I], out_[I]), mark_pair<I>(b, t)),
+       ...);
+      return t;
+    }
+    template <std::size_t I>
+    void mark_pair(plan::Builder& b, int t) {
+      if constexpr (I + 1 < sizeof...(Ls)) {
+        using L = std::tuple_element_t<I, std::tuple<Ls...>>;
+        using N = std::tuple_element_t<I + 1, std::tuple<Ls...>>;
+        using NL = node_t<L, B, T>;
+        using NN = node_t<N, B, T>;
+        unsigned p = 0;
+        if constexpr (detail::HasBf16OutputHandover<NL>::value && detail::HasBf16OutputHandover<NN>::value)
+          p |= plan::kConvBnPair;
+        if constexpr (detail::IsPoolPad<NL, NN>::value) p |= plan::kPoolPadPair;
+        if constexpr (detail::HasBlockHandover<NL>::value && detail::HasBlockHandover<NN>::value)
+          p |= plan::kBlockPair;
+        b.between(t, L::kind, N::kind, p);
+      } else {
+        (void)b, (void)t;
+      }
     }
     // Leaves are timed under their names; containers time their own children.
     template <std::size_t I, class L>
@@ -489,6 +530,7 @@ struct Sequential : LayerBase {
     bool last_bits_ = false;  // backward_last_bits: the last child's dy is in its bf16_dy_target
     Tensor<T> no_dy_;         // backward_last_bits' dy (empty)
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
+    std::array<Shape, sizeof...(Ls)> out_{};        // children's output shapes (plans)
     std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
     // Id of the first parameter child I (or a later child) registered: after
     // child I's backward, every parameter from it on has its final gradient.
@@ -546,9 +588,10 @@ struct Residual : LayerBase {
       bf16_grads_ = !ctx.options || ctx.options->bf16_gradients;
       bf16_residuals_ = !ctx.options || ctx.options->bf16_residuals;
       hand_overs_ = !ctx.options || ctx.options->direct_conv_bn;
-      const Shape a = detail::build_child<Body>(body_, in, scope, ctx);
+      const Shape a = detail::build_child<Body>(body_, in, scope, ctx, &body_name_);
       ctx.propagate_down = down;
-      const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx);
+      const Shape b = detail::build_child<Shortcut>(shortcut_, in, scope, ctx, &shortcut_name_);
+      out_ = a;
       ctx.propagate_down = down;
       propagate_down_ = down;
       if (a != b)
@@ -851,6 +894,35 @@ struct Residual : LayerBase {
     /// Backward sums that formed the downsampling shortcut's gradient from
     /// the output gradient (RunContext::grad_sum's `pooled`; tests).
     std::size_t pooled_sums() const { return pooled_sums_; }
+    /// Emits the block into a step plan (nn/plan.hpp), in the order forward
+    /// runs it: the shortcut, the body, then the sum ("add", with the ReLU
+    /// where FusedRelu), whose inputs are the body's output and the
+    /// shortcut's.
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      const int s = detail::emit_child<Shortcut>(shortcut_, b, in, rc, shortcut_name_, out_);
+      const int a = detail::emit_child<Body>(body_, b, in, rc, body_name_, out_);
+      plan::Attrs at;
+      at.relu = Relu;
+      const int y = b.node(add_name_, "add", {a, s}, out_, at, name_);
+      plan::Node& add = b.producer(y);
+      add.block_input = in;
+      add.facts[plan::facts::kBf16Stream] =
+          reads_only_bf16_input(rc, b.key().batch) ? plan::Fact::yes()
+          : !bf16_residuals_                       ? plan::Fact::no("NetOptions::bf16_residuals is off")
+          : !rc.training()                         ? plan::Fact::no("inference")
+          : !(kPathBits || kShortcutIn)
+              ? plan::Fact::no(
+                    "the block is not one the stream takes (a fused ReLU, mask bits, an identity or "
+                    "pooled shortcut, a body ending in a ConvBatchNorm)")
+              : plan::Fact::no(
+                    "its first convolution or its last batch norm cannot read or write bf16 alone "
+                    "here (fp32 convolutions, or their channel counts)");
+      add.facts[plan::facts::kSkipFloat] =
+          can_skip_float_output()
+              ? plan::Fact::yes()
+              : plan::Fact::no(Relu ? "no ReLU mask bits on this backend" : "no fused ReLU");
+      return y;
+    }
     /// The branches (for inspection).
     node_t<Body, B, T>& body() { return body_; }
     node_t<Shortcut, B, T>& shortcut() { return shortcut_; }
@@ -913,7 +985,8 @@ struct Residual : LayerBase {
     std::size_t floats_skipped_ = 0, bf16_shortcuts_ = 0, bf16_inputs_ = 0;
     const Tensor<T>* x_ = nullptr;           // the last forward's input (backward's mask)
     const std::uint16_t* x_bits_ = nullptr;  // its mask as bits, from the block before (or null)
-    std::string name_, add_name_;
+    std::string name_, add_name_, body_name_, shortcut_name_;
+    Shape out_;  // the block's output shape (plans)
     DataFormat fmt_ = DataFormat::NCHW;
     bool propagate_down_ = true;
     bool mask_input_ = false;
@@ -965,7 +1038,10 @@ struct RepeatOf : LayerBase {
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
       blocks_.resize(std::size_t(Count::count(ctx.options, scope.prefix())));
+      names_.clear();
+      name_ = scope.name("repeat");
       Shape s = in;
+      shape_ = in;
       const bool down = ctx.propagate_down;
       const std::size_t params_before = ctx.params ? ctx.params->count() : 0;
       down_.assign(blocks_.size(), true);
@@ -973,7 +1049,8 @@ struct RepeatOf : LayerBase {
       for (std::size_t i = 0; i < blocks_.size(); ++i) {  // as Sequential: dx once parameters precede
         ctx.propagate_down = down_[i] = down || (ctx.params ? ctx.params->count() > params_before : i > 0);
         if (ctx.params) first_param_[i] = ctx.params->count();
-        const Shape o = detail::build_child<Block>(blocks_[i], s, scope, ctx);
+        names_.emplace_back();
+        const Shape o = detail::build_child<Block>(blocks_[i], s, scope, ctx, &names_.back());
         if (o != s)
           throw ShapeError("repeated block in scope '" + scope.prefix() + "' changes its input shape " +
                            s.str() + " to " + o.str() + "; a repeated block must keep its shape");
@@ -1036,11 +1113,29 @@ struct RepeatOf : LayerBase {
       return *cur;
     }
     std::size_t size() const { return blocks_.size(); }
+    /// Emits the blocks in order into a step plan (nn/plan.hpp), the
+    /// tensors between them marked as forward pairs them (the bf16 residual
+    /// stream).
+    int emit(plan::Builder& b, int t, RunContext<B, T>& rc) {
+      // No block: the executor still runs the Repeat as a child of its own,
+      // which ends the neighbour hand-overs around it as an Identity does.
+      if (blocks_.empty()) return b.node(name_ + " (0 blocks)", "identity", {t}, shape_);
+      for (std::size_t i = 0; i < blocks_.size(); ++i) {
+        t = detail::emit_child<Block>(blocks_[i], b, t, rc, names_[i], shape_);
+        if (i + 1 < blocks_.size())
+          b.between(t, Block::kind, Block::kind,
+                    detail::HasBlockHandover<node_t<Block, B, T>>::value ? plan::kBlockPair : 0u);
+      }
+      return t;
+    }
     /// Block i (for inspection).
     node_t<Block, B, T>& block(std::size_t i) { return blocks_.at(i); }
 
    private:
     std::vector<node_t<Block, B, T>> blocks_;
+    std::vector<std::string> names_;        // the blocks' full names (plans)
+    std::string name_;                      // where the blocks are (plans)
+    Shape shape_;                           // the blocks' input and output shape (plans)
     bool skip_once_ = false;                // skip_float_output_once, for the last block
     std::vector<bool> down_;                // does block i produce dx (set in build)
     std::vector<std::size_t> first_param_;  // first parameter id of block i (as Sequential)

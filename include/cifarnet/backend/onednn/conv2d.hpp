@@ -238,6 +238,15 @@ struct Conv2d<backend::OneDnn, T> {
     return direct_ && prec_ == ConvPrecision::F32 && a == ConvAlgorithm::Direct &&
            backend::onednn::direct::supports(g);
   }
+  /// Why direct_bn(g) (forward: direct_forward(g, a)) is false, in words;
+  /// empty where it is true.
+  CIFARNET_OUTLINE std::string direct_why_not(const ConvGeom& g, ConvAlgorithm a, bool forward) const {
+    if (!direct_) return "NetOptions::direct_conv_bn is off";
+    if (prec_ != ConvPrecision::F32) return "bf16 convolutions (the own kernels are float)";
+    if (forward ? a != ConvAlgorithm::Direct : alg_ == ConvAlgorithm::Winograd)
+      return "Winograd convolutions (the own kernels are direct)";
+    return backend::onednn::direct::why_not(g);
+  }
   /// The backward of g.n images whose output gradient is the batch norm's
   /// input gradient given by its map `m` (BatchNorm::grad_map, at those
   /// images): dx (if not null) and dw (HWIO, overwritten, if not null) from

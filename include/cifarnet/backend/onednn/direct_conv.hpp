@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cifarnet/backend/host/mask_bits.hpp"
@@ -100,6 +101,23 @@ inline bool supports(const ConvGeom& g) {
                      (g.ic == 16 || g.ic == 32 || g.ic == 64) && g.oh == g.ih && g.ow == g.iw && g.ih >= 2 &&
                      g.iw % tile_pixels(g.ic) == 0;
   return shape && cpu_supported();
+}
+
+/// Why backward_images does not run `g` (supports(g) false), in words; empty
+/// when it does.
+inline std::string why_not(const ConvGeom& g) {
+  if (!cpu_supported()) return "this CPU has no AVX-512 (the own kernels need it)";
+  if (g.fmt != DataFormat::NHWC) return "NCHW (the own kernels are NHWC)";
+  if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pt != 1 || g.pb != 1 || g.pl != 1 || g.pr != 1)
+    return std::to_string(g.kh) + "x" + std::to_string(g.kw) + " stride " + std::to_string(g.sh) +
+           " (the own kernels: 3x3, stride 1, padding 1)";
+  if (g.ic != g.oc || !(g.ic == 16 || g.ic == 32 || g.ic == 64))
+    return std::to_string(g.ic) + " -> " + std::to_string(g.oc) +
+           " channels (the own kernels: 16, 32 or 64, in = out)";
+  if (g.ih < 2 || g.iw % tile_pixels(g.ic) != 0)
+    return "width " + std::to_string(g.iw) + " (the own kernels: a multiple of " +
+           std::to_string(tile_pixels(g.ic)) + ")";
+  return {};
 }
 
 #if CIFARNET_DIRECT_X86

@@ -1,0 +1,242 @@
+// cifarnet/nn/plan_rules.hpp — the fusion rules, in one place, over a step
+// plan's node list (nn/plan.hpp).
+//
+// Each rule has a pattern (node kinds, who reads whose output, what the
+// containers pair) and a legality check (mode, precision, the facts the
+// layers recorded: the backend's "supports this pattern here" answers with
+// their reasons). Where the pattern matches, the rule records a verdict:
+// fired, or not and why. describe() prints them; tests assert on them.
+//
+// Stage 1 of the plan (docs/ARCHITECTURE.md, "The step plan"): today's
+// executor still runs the layer tree and makes the same decisions itself;
+// the rules here state them over the plan, and tests check after real
+// steps that every verdict is what the executor did. The hand-overs not yet
+// stated as rules are listed by not_yet_rules().
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/nn/plan.hpp"
+
+namespace cifarnet::plan {
+
+/// A rule's name and what it saves when it fires.
+struct RuleInfo {
+  const char* name;
+  const char* saves;
+};
+
+/// Every rule, in the order apply_rules() runs them.
+inline const std::vector<RuleInfo>& rules() {
+  static const std::vector<RuleInfo> r = {
+      {"conv_bn_fold",
+       "inference: batch norm folded into the convolution's weights and bias, one pass instead of two"},
+      {"bn_activation", "the batch norm's ReLU or GELU in its own pass: one pass over the activations less"},
+      {"conv_bn_bf16_output", "the convolution's output written and read as bf16: 2 bytes an element, not 4"},
+      {"bn_bf16_dx_to_conv", "the batch norm's dx written as bf16 straight into the convolution's backward"},
+      {"bn_stats_in_conv_epilogue",
+       "the batch norm's statistics summed in the convolution's epilogue: one read of its output less"},
+      {"bn_dx_in_conv_prologue",
+       "the batch norm's dx computed image by image in the convolution backward's prologue: never stored"},
+      {"conv_bn_ranged_backward",
+       "the batch norm's dx handed to the convolution's backward a range of images at "
+       "a time, from cache"},
+      {"bn_output_into_next_conv",
+       "a batch norm's output left unwritten, computed by the next convolution's kernels from its map"},
+      {"bn_bf16_output_alone",
+       "a batch norm's output written only as the bf16 copy the next convolution reads"},
+      {"bf16_dx_between_conv_bn", "the input gradient between two ConvBatchNorm handed over as bf16 bits"},
+      {"pool_into_pad", "the shortcut's average pool written straight into the channel pad after it"},
+      {"residual_sum_in_bn",
+       "the residual sum (and its ReLU) in the body's last batch norm pass: the sum's own pass saved"},
+      {"bf16_residual_stream",
+       "a block's output kept only as bf16 and ReLU mask bits where the next block reads nothing else"},
+      {"residual_mask_in_sum",
+       "the previous block's ReLU mask applied in this block's backward sum: that block's mask pass saved"},
+  };
+  return r;
+}
+
+/// Hand-overs today's executor still negotiates inside Residual and
+/// ConvBatchNorm at run time, not yet stated as rules (describe() lists them).
+inline const std::vector<std::string>& not_yet_rules() {
+  static const std::vector<std::string> r = {
+      "a residual block's backward sum in its body's first convolution backward (ranges or epilogue)",
+      "the pooled shortcut's gradient formed in that sum",
+      "a batch norm's backward sums taken by the next convolution's backward",
+      "the residual gradient between blocks and the body's input gradient as bf16 bits",
+      "the sum's ReLU mask written as bits, and the bf16 copies offered to the next convolution",
+  };
+  return r;
+}
+
+/// The backend's capabilities the rules read directly (the rest come as
+/// facts recorded by the layers).
+struct Caps {
+  bool fused_relu = false, fused_gelu = false;
+};
+template <class B>
+Caps caps_of() {
+  return {backend_traits<B>::fused_relu, backend_traits<B>::fused_gelu};
+}
+
+namespace rules_detail {
+inline const Node& at(const Plan& p, int i) { return p.nodes[std::size_t(i)]; }
+/// Whether node i is the convolution of a ConvBatchNorm (its batch norm next).
+inline bool conv_of_pair(const Plan& p, int i) {
+  const Node& n = at(p, i);
+  return n.kind == "conv" && !n.layer.empty() && std::size_t(i) + 1 < p.nodes.size() &&
+         at(p, i + 1).kind == "bn" && at(p, i + 1).layer == n.layer;
+}
+/// The fact's answer: ok, or its reason (a layer that recorded no such fact
+/// declares no such capability).
+inline std::pair<bool, std::string> fact(const Node& n, const char* f) {
+  const Fact* x = n.fact(f);
+  if (!x) return {false, "'" + n.name + "' (" + n.kind + ") declares no " + f};
+  return {x->ok, x->ok ? std::string() : x->why};
+}
+/// Who reads node i's output, in words (for reasons).
+inline std::string readers(const Plan& p, int i) {
+  const auto& c = p.tensors[std::size_t(at(p, i).output)].consumers;
+  if (c.empty()) return "nothing reads its output";
+  if (c.size() > 1) return "its output has " + std::to_string(c.size()) + " readers";
+  const Node& r = at(p, c[0]);
+  return "its output goes to '" + r.name + "' (" + r.kind + ")";
+}
+}  // namespace rules_detail
+
+/// Runs every rule over the plan: its verdicts, and the rules that fired
+/// recorded on their nodes (Node::fused).
+inline void apply_rules(Plan& p, const Caps& caps) {
+  using namespace rules_detail;
+  auto verdict = [&](const char* rule, std::vector<int> nodes, bool fires, std::string reason) {
+    if (fires)
+      for (int i : nodes) p.nodes[std::size_t(i)].fused.push_back(rule);
+    p.verdicts.push_back({rule, std::move(nodes), fires, fires ? std::string() : std::move(reason)});
+  };
+  auto by_fact = [&](const char* rule, std::vector<int> nodes, const Node& holder, const char* f) {
+    auto [ok, why] = fact(holder, f);
+    verdict(rule, std::move(nodes), ok, why);
+  };
+  const bool train = p.key.training;
+  const int count = int(p.nodes.size());
+  // Rules over one ConvBatchNorm (its convolution c, its batch norm c + 1).
+  for (int c = 0; c < count; ++c) {
+    if (!conv_of_pair(p, c)) continue;
+    const Node& conv = at(p, c);
+    if (!train) {
+      // ConvBatchNorm::infer: the moving statistics folded into w and b.
+      verdict("conv_bn_fold", {c, c + 1}, true, {});
+      continue;
+    }
+    by_fact("conv_bn_bf16_output", {c, c + 1}, conv, facts::kBf16Output);
+    by_fact("bn_bf16_dx_to_conv", {c, c + 1}, conv, facts::kBf16Backward);
+    by_fact("bn_stats_in_conv_epilogue", {c, c + 1}, conv, facts::kStatsEpilogue);
+    by_fact("bn_dx_in_conv_prologue", {c, c + 1}, conv, facts::kDirectBackward);
+    by_fact("conv_bn_ranged_backward", {c, c + 1}, conv, facts::kRangedBackward);
+  }
+  // A batch norm's activation in its own pass (standalone or in a ConvBatchNorm).
+  for (int i = 0; i < count; ++i) {
+    const Node& n = at(p, i);
+    if (n.kind != "bn" || !(n.attrs.relu || n.attrs.gelu)) continue;
+    if (!train && !n.layer.empty()) continue;  // folded: the ReLU is the convolution's post-op
+    const bool ok = n.attrs.relu ? caps.fused_relu : caps.fused_gelu;
+    verdict(
+        "bn_activation", {i}, ok,
+        std::string("the backend runs the ") + (n.attrs.relu ? "ReLU" : "GELU") + " as a pass of its own");
+  }
+  // Two ConvBatchNorm, the first one's batch norm b feeding the second one's
+  // convolution: what the executor hands between them (Sequential pairs them).
+  for (int b = 0; b < count; ++b) {
+    const Node& bn = at(p, b);
+    if (bn.kind != "bn" || bn.layer.empty() || !train) continue;
+    const TensorInfo& t = p.tensors[std::size_t(bn.output)];
+    const int r = p.only_consumer(bn.output);
+    std::string why;
+    if (r < 0 || !conv_of_pair(p, r))
+      why = readers(p, b) + ", not to the convolution of a ConvBatchNorm";
+    else if (!(t.pairing & kConvBnPair))
+      why = "'" + bn.name + "' and '" + at(p, r).name +
+            "' are not neighbouring children of one Sequential (the executor pairs only those)";
+    if (!why.empty()) {
+      if (r >= 0 && (at(p, r).kind == "identity" || conv_of_pair(p, r)))
+        for (const char* rule :
+             {"bn_output_into_next_conv", "bn_bf16_output_alone", "bf16_dx_between_conv_bn"})
+          verdict(rule, {b, r}, false, why);
+      continue;
+    }
+    const Node& next = at(p, r);
+    auto both = [&](const char* rule, const Node& x, const char* fx, const Node& y, const char* fy) {
+      auto [a, wa] = fact(x, fx);
+      auto [c, wc] = fact(y, fy);
+      verdict(rule, {b, r}, a && c, !a ? "the batch norm: " + wa : "the next convolution: " + wc);
+    };
+    both("bn_output_into_next_conv", bn, facts::kDeferOutput, next, facts::kNormalisedInput);
+    both("bn_bf16_output_alone", bn, facts::kBf16OutputAlone, next, facts::kBf16InputOnly);
+    both("bf16_dx_between_conv_bn", bn, facts::kBf16Dy, next, facts::kBf16Dx);
+  }
+  // An average pool and the channel pad after it.
+  for (int i = 0; i < count; ++i) {
+    const Node& n = at(p, i);
+    if (n.kind != "avg_pool") continue;
+    const int r = p.only_consumer(n.output);
+    if (r < 0 || at(p, r).kind != "channel_pad") continue;
+    if (!(p.tensors[std::size_t(n.output)].pairing & kPoolPadPair))
+      verdict("pool_into_pad", {i, r}, false, "not neighbouring children of one Sequential");
+    else
+      by_fact("pool_into_pad", {i, r}, n, facts::kPadsInPlace);
+  }
+  // Residual blocks: the sum in the body's last batch norm; the bf16 stream
+  // and the ReLU mask between a block and the block reading its output.
+  for (int i = 0; i < count; ++i) {
+    const Node& add = at(p, i);
+    if (add.kind != "add" || add.block_input < 0) continue;
+    if (train) {
+      const int body = p.tensors[std::size_t(add.inputs[0])].producer;
+      if (body >= 0 && at(p, body).kind == "bn") {
+        if (p.only_consumer(add.inputs[0]) != i)
+          verdict("residual_sum_in_bn", {i, body}, false, "the body's output has other readers");
+        else
+          by_fact("residual_sum_in_bn", {i, body}, at(p, body), facts::kTakesSum);
+      } else {
+        verdict("residual_sum_in_bn", {i}, false,
+                body < 0 ? "the body is empty"
+                         : "the body ends in '" + at(p, body).name + "' (" + at(p, body).kind +
+                               "), not a batch norm");
+      }
+    }
+    // The block that reads this block's output, if one does directly.
+    int next = -1;
+    for (int j = i + 1; j < count; ++j)
+      if (at(p, j).kind == "add" && at(p, j).block_input == add.output) next = j;
+    if (next < 0) continue;
+    if (train) {
+      verdict("residual_mask_in_sum", {i, next}, add.attrs.relu, "the block has no fused ReLU");
+      const TensorInfo& t = p.tensors[std::size_t(add.output)];
+      auto [skip, wskip] = fact(add, facts::kSkipFloat);
+      auto [read, wread] = fact(at(p, next), facts::kBf16Stream);
+      std::string why =
+          !(t.pairing & kBlockPair)
+              ? "not neighbouring blocks of a Sequential or Repeat (the executor pairs only those)"
+          : !skip ? "this block: " + wskip
+                  : "the next block: " + wread;
+      verdict("bf16_residual_stream", {i, next}, (t.pairing & kBlockPair) && skip && read, why);
+    }
+  }
+}
+
+/// The plan in words with every rule (Plan::describe) and the hand-overs
+/// that are not rules yet.
+inline std::string describe(const Plan& p) {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const RuleInfo& i : rules()) r.emplace_back(i.name, i.saves);
+  std::string s = p.describe(r);
+  s += "not yet rules (decided inside the layers at run time):\n";
+  for (const std::string& n : not_yet_rules()) s += "  " + n + "\n";
+  return s;
+}
+
+}  // namespace cifarnet::plan
