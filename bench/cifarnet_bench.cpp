@@ -7,7 +7,7 @@
 //
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
-//       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16]
+//       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -19,6 +19,10 @@
 // share of the step that is not a convolution. The last line is the process's
 // peak resident set size (getrusage), so run one benchmark per process to
 // read a benchmark's own peak.
+//
+// --explain prints each benchmark's step plan (Model::explain_plan: its
+// nodes, where each fusion rule fired and why it did not elsewhere) before
+// timing it, for the model, mode, layout and precision it times.
 //
 // Benchmarks: resnet20, resnet44, resnet56 (training, batch 128: forward,
 // cross-entropy, backward, weight decay 2e-4, momentum 0.9), tfcnn (the tutorial
@@ -66,6 +70,7 @@ struct Protocol {
   ConvPrecision prec = ConvPrecision::F32;                          // --precision
   std::size_t chunk_kib = NetOptions{}.conv_bn_chunk_bytes / 1024;  // --conv-bn-chunk-kib
   bool direct = NetOptions{}.direct_conv_bn;                        // --direct-conv-bn
+  bool explain = false;                                             // --explain
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -97,6 +102,14 @@ void print_profile(const std::string& name, const Profiler& prof, int steps, dou
       "\n    booked %.2f ms of %.2f ms; convolutions (conv, conv_bn) %.2f ms = %.1f %%, "
       "everything else %.1f %% of the step\n",
       total, step_ms, conv, 100.0 * conv / step_ms, 100.0 * (step_ms - conv) / step_ms);
+  std::fflush(stdout);
+}
+
+// --explain: the step plan of benchmark `name` (Model::explain_plan) before it is timed.
+template <class M>
+void print_plan(const std::string& name, DataFormat fmt, M& net, Mode mode, std::size_t batch) {
+  std::printf("plan of %s %s:\n%s\n", name.c_str(), fmt == DataFormat::NHWC ? "nhwc" : "nchw",
+              net.explain_plan(mode, batch).c_str());
   std::fflush(stdout);
 }
 
@@ -133,6 +146,7 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
                                       .with_conv_bn_chunk_bytes(p.chunk_kib * 1024)
                                       .with_direct_conv_bn(p.direct),
                                   1);
+  if (p.explain) print_plan(name, fmt, net, Mode::Train, batch);
   Rng rng(2);
   Tensor<float> x = make_tensor<float>({batch, in.c, in.h, in.w}, fmt);
   for (auto& v : x) v = randn ? float(rng.normal()) : float(rng.uniform(0, 255));
@@ -175,6 +189,7 @@ Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std
                    const Protocol& p) {
   Model<Net, backend::OneDnn> net({3, 32, 32}, fmt,
                                   opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec), 1);
+  if (p.explain) print_plan(name, fmt, net, Mode::Infer, batch);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
   for (auto& v : x) v = float(rng.uniform(0, 255));
@@ -284,6 +299,9 @@ int main(int argc, char** argv) {
                  "geometry (NetOptions::direct_conv_bn); 0: oneDNN's kernels.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
+  app.add_flag("--explain", p.explain,
+               "Print each benchmark's step plan before timing it: its nodes, which fusion rules fired "
+               "where and why the others did not (Model::explain_plan).");
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   p.profile = profile != 0;

@@ -18,9 +18,11 @@
 //   cifar10_train --data_dir ../shared/data/cifar-10-batches-bin --train_dir runs/cnn --max_steps 100000
 //   cifar10_train --train_dir /tmp/cnn_demo --max_steps 300      # built-in synthetic data
 //   cifar10_train --download --data_dir /tmp/cifar10_data --train_dir runs/cnn  # the tutorial's way
+//   cifar10_train --explain_plan      # the step plans (nodes, fusion rules), then exit
 #include <iostream>
 #include <string>
 
+#include "../common/explain_plan.hpp"
 #include "train_loop.hpp"
 
 using namespace cifarnet;
@@ -30,8 +32,21 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains the classic TensorFlow CIFAR-10 tutorial CNN (cifar10_train.py, see TF_SEMANTICS.md §4)"};
   cifar10::add_train_flags(app, f);
+  bool explain_plan = false;
+  app.add_flag(
+      "--explain_plan", explain_plan,
+      examples::explain_plan_help("the inference forward (cifar10_eval's, at the same --batch_size)") +
+          " The model is built as training builds it, at --batch_size.");
   return examples::parse_and_run(app, argc, argv, "cifar10_train", [&] {
     cifar10::validate_train(f);
+    if (explain_plan) {
+      std::cout << "Tutorial CNN: the step plans of a training batch of " << f.batch_size
+                << " and an inference batch of " << f.batch_size << "\n\n"
+                << cifar10::explain_cpu_plan(cifar10_cnn_options(), f.seed, std::size_t(f.batch_size),
+                                             std::size_t(f.batch_size))
+                << std::flush;
+      return 0;
+    }
     if (f.log_device_placement) cifar10::log_cpu_placement(std::cout);
     const auto net = cifar10::make_cpu_session(0, cifar10_cnn_options(), f.seed, cifar10::trainer_options(f));
     return cifar10::train(f, *net, std::size_t(f.batch_size), "Tutorial CNN");

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <cifarnet/core/tensor.hpp>
 #include <cifarnet/nn/context.hpp>
@@ -29,5 +30,11 @@ inline constexpr InputShape kInput{3, 24, 24};
 /// towers sharing one set of variables.
 std::unique_ptr<recipes::Session> make_cpu_session(std::size_t towers, const NetOptions& options,
                                                    std::uint64_t seed, const train::TrainerOptions& o);
+
+/// cifar10_train --explain_plan: the step plans of the model make_cpu_session
+/// makes (examples/common/explain_plan.hpp), a training step of
+/// `train_batch` images and an inference forward of `infer_batch`.
+std::string explain_cpu_plan(const NetOptions& options, std::uint64_t seed, std::size_t train_batch,
+                             std::size_t infer_batch);
 
 }  // namespace cifar10

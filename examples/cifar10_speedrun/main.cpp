@@ -8,6 +8,8 @@
 //
 // Without --data-dir it trains on a small synthetic set (and says so): a
 // smoke test of the program, not of the recipe.
+//
+//   cifar10_speedrun --explain-plan --precision bf16 --data-dir ...   # the step plans, then exit
 #include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@
 #include <cifarnet/demo/synthetic_cifar.hpp>
 
 #include "../common/cifar10_help.hpp"
+#include "../common/explain_plan.hpp"
 #include "../common/run_main.hpp"
 #include "speedrun.hpp"
 
@@ -46,6 +49,7 @@ struct Flags {
   int warmup_steps = 2;
   std::string progress = "auto";
   std::string json;
+  bool explain_plan = false;
 };
 
 void validate(const Flags& f) {
@@ -101,22 +105,54 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-int run(const Flags& f) {
-  validate(f);
-  data::ImageSet train_set, test_set;
+/// The synthetic smoke test's sets without --data-dir (training, test images).
+constexpr std::size_t kSyntheticTrain = 2000, kSyntheticTest = 500;
+
+/// The recipe's options from the flags; without --data-dir, the smoke
+/// test's: at most 2 epochs, batches of at most 500.
+recipes::AirbenchOptions recipe_options(const Flags& f) {
   recipes::AirbenchOptions opts;
   opts.epochs = f.epochs;
   opts.batch_size = f.batch_size;
   opts.warmup_steps = f.warmup_steps;
+  opts.conv_precision = f.precision == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
   if (f.data_dir.empty()) {
     opts.epochs = std::min(opts.epochs, 2.0);
     opts.batch_size = std::min<std::size_t>(opts.batch_size, 500);
+  }
+  return opts;
+}
+
+/// --explain-plan: the step plans of the network at the batches run() would
+/// train and evaluate with (reads no data).
+int explain(const Flags& f) {
+  validate(f);
+  const recipes::AirbenchOptions opts = recipe_options(f);
+  const std::size_t eval_batch =
+      f.data_dir.empty() ? std::min(speedrun::kEvalBatch, kSyntheticTest) : speedrun::kEvalBatch;
+  std::cout << "cifarnet airbench94 | " << backend::device_description(backend::OneDnn{}) << " | precision "
+            << f.precision << " | the step plans of a training batch of " << opts.batch_size
+            << " and an evaluation batch of " << eval_batch
+            << (f.data_dir.empty() ? " (no --data-dir: the synthetic smoke test's; with --data-dir the "
+                                     "recipe's --batch-size and evaluation batch of 2000)"
+                                   : "")
+            << "\n\n"
+            << speedrun::explain_onednn(opts, eval_batch) << std::flush;
+  return 0;
+}
+
+int run(const Flags& f) {
+  if (f.explain_plan) return explain(f);
+  validate(f);
+  data::ImageSet train_set, test_set;
+  recipes::AirbenchOptions opts = recipe_options(f);
+  if (f.data_dir.empty()) {
     std::cout
         << "no --data-dir: a smoke test of the program on a small synthetic set (2,000 training and 500 "
            "test images, batches of "
         << opts.batch_size << ", " << opts.epochs << " epochs), not the recipe's result\n";
-    train_set = data::synthetic_cifar(2000, 1);
-    test_set = data::synthetic_cifar(500, 2);
+    train_set = data::synthetic_cifar(kSyntheticTrain, 1);
+    test_set = data::synthetic_cifar(kSyntheticTest, 2);
   } else {
     const std::string dir = data::cifar10_binary_dir(f.data_dir);
     train_set = data::read_cifar10(dir, data::Split::train_all);
@@ -126,7 +162,6 @@ int run(const Flags& f) {
   const data::InMemoryDataset train = recipes::airbench_dataset(train_set);
   const data::InMemoryDataset test = recipes::airbench_dataset(test_set);
 
-  opts.conv_precision = f.precision == "bf16" ? ConvPrecision::BF16 : ConvPrecision::F32;
   std::cout << "cifarnet airbench94 | " << backend::device_description(backend::OneDnn{}) << " | precision "
             << f.precision << " | epochs " << opts.epochs << " | train " << train.size() << " | test "
             << test.size() << "\n";
@@ -214,5 +249,9 @@ int main(int argc, char** argv) {
                  "A progress bar per epoch on stderr: auto (when stderr is a terminal), on or off.")
       ->capture_default_str();
   app.add_option("--json", f.json, "Write a JSON list of per-run results to this file.");
+  app.add_flag("--explain-plan", f.explain_plan,
+               examples::explain_plan_help("the evaluation's forward") +
+                   " The network is built as the run builds it (--precision; the batches it trains and "
+                   "evaluates on: --batch-size and 2000 with --data-dir, the smoke test's without).");
   return examples::parse_and_run(app, argc, argv, "cifar10_speedrun", [&] { return run(f); });
 }

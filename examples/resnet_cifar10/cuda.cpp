@@ -17,6 +17,7 @@
 #include <cifarnet/distributed/nccl.hpp>
 #endif
 
+#include "../common/explain_plan.hpp"
 #include "network.hpp"
 
 namespace resnet_cifar10 {
@@ -55,6 +56,14 @@ std::unique_ptr<recipes::Session> make_cuda_towers_session(const NetworkSpec& n,
       make_tower_reducer(n.num_gpus, distributed::parse_variable_strategy(n.variable_strategy)));
   recipes::set_cuda_conv_options(*net, n.deterministic, n.allow_tf32);
   return recipes::make_session(std::move(net), o);
+}
+
+// One model on the process's GPU, as make_cuda_session makes it (each
+// tower is one such model, on its own GPU).
+std::string explain_cuda_plan(const NetworkSpec& n, std::size_t train_batch, std::size_t eval_batch) {
+  One net(kInput, n.format, network_options(n), n.seed);
+  recipes::set_cuda_conv_options(net, n.deterministic, n.allow_tf32);
+  return examples::explain_step_plans(net, train_batch, eval_batch);
 }
 
 FormatPick pick_cuda_format(const NetworkSpec& n) {

@@ -48,6 +48,7 @@ struct Flags {
   bool use_distortion = true, sync = false, log_device_placement = false, sync_batch_norm = false;
   bool overlap_allreduce = true, soft_placement = true;
   bool deterministic = false, allow_tf32 = false;  // cuDNN convolution options (CUDA backend)
+  bool explain_plan = false;                       // print the step plans (run.cpp, explain) and exit
   double collective_timeout = 600;
   int allreduce_bucket_kb = 1024, num_ps = 1;
   std::uint64_t seed = 0;
@@ -98,6 +99,11 @@ inline void validate(const Flags& f, const recipes::Strategy& st) {
   if (st.async() && f.sync_batch_norm)
     throw ConfigError(
         "--sync-batch-norm needs --sync: asynchronous workers do not take their steps together.");
+  if (f.explain_plan && f.sync_batch_norm && st.size() > 1)
+    throw ConfigError(
+        "--explain-plan does not explain synchronized batch norm's step under mpirun (its statistics "
+        "are reduced over the processes while the step runs); drop --sync-batch-norm to see each "
+        "replica's plan without it.");
 }
 
 /// Soft placement (the seed's allow_soft_placement=True): with fewer GPUs
@@ -155,5 +161,10 @@ inline NetworkSpec network_spec(const Flags& f, DataFormat fmt) {
 
 /// The whole run (run.cpp) on the network of `backend` (network.hpp).
 int run(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, NetworkBackend backend);
+
+/// --explain-plan (run.cpp): the layout as run() chooses it, then the step
+/// plans of one model of the run (one tower, one replica: the batch it
+/// trains and evaluates on), from the chief; reads no data, trains nothing.
+int explain(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, NetworkBackend backend);
 
 }  // namespace resnet_cifar10

@@ -17,6 +17,7 @@
 //   resnet_cifar10 --job-dir runs/demo --num-gpus 0 --num-layers 8 --train-steps 200   # synthetic data
 //   resnet_cifar10 --download --data-dir /tmp/cifar10_data --job-dir runs/r20 --num-gpus 0
 //   resnet_cifar10 --data-dir /tmp/cifar10 --job-dir runs/tf --num-gpus 0   # .tfrecords
+//   resnet_cifar10 --job-dir runs/r20 --num-gpus 0 --num-layers 20 --explain-plan   # step plans only
 //
 // --data-dir holds the binary files (or their cifar-10-batches-bin/) or the
 // seed's train/validation/eval.tfrecords: data::Cifar10Source detects which.
@@ -37,6 +38,7 @@
 //   mpirun -np 3 resnet_cifar10 --job-dir runs/r20ps --num-gpus 0 --num-layers 20 --num-ps 1
 #include <CLI/CLI.hpp>
 
+#include "../common/explain_plan.hpp"
 #include "flags.hpp"
 
 using namespace cifarnet;
@@ -164,6 +166,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--synthetic-examples", f.synthetic_examples, "Size of the built-in synthetic training set.")
       ->capture_default_str();
+  app.add_flag("--explain-plan", f.explain_plan,
+               examples::explain_plan_help("the evaluation's forward") +
+                   " The model is built as training would build it (--num-layers, --precision, the layout "
+                   "of --data-format or of the --job-dir's checkpoint, one tower's or replica's share of "
+                   "--train-batch-size and --eval-batch-size).");
   // Distributed training (under mpirun).
   app.add_flag("--sync-batch-norm", f.sync_batch_norm,
                "Under mpirun: batch norm uses the statistics of the global batch over all processes "
@@ -208,12 +215,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    fetch_data(f, st);
+    NetworkBackend backend{make_onednn_session, pick_onednn_format, explain_onednn_plan};
     if constexpr (recipes::kHasCudaBackend) {
-      if (f.num_gpus > 1) return run(f, st, gpus, {make_cuda_towers_session, pick_cuda_format});
-      if (f.num_gpus == 1) return run(f, st, gpus, {make_cuda_session, pick_cuda_format});
+      if (f.num_gpus > 1) backend = {make_cuda_towers_session, pick_cuda_format, explain_cuda_plan};
+      if (f.num_gpus == 1) backend = {make_cuda_session, pick_cuda_format, explain_cuda_plan};
     }
-    return run(f, st, gpus, {make_onednn_session, pick_onednn_format});
+    if (f.explain_plan) return explain(f, st, gpus, backend);
+    fetch_data(f, st);
+    return run(f, st, gpus, backend);
   } catch (const ConfigError& e) {
     return fail(e, 2);
   } catch (const Error& e) {

@@ -4,6 +4,7 @@
 // compiles once for every backend and drives through a recipes::Session.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,10 +52,19 @@ std::unique_ptr<recipes::Session> make_cuda_towers_session(const NetworkSpec& n,
 FormatPick pick_onednn_format(const NetworkSpec& n);
 FormatPick pick_cuda_format(const NetworkSpec& n);
 
-/// A backend of the program: what makes its network, and what measures its layouts.
+/// --explain-plan: the step plans of the network the backend makes for `n`
+/// (examples/common/explain_plan.hpp), a training step of `train_batch`
+/// images and an evaluation forward of `eval_batch`; towers (num_gpus > 1)
+/// are copies of one model, so the caller passes one tower's batches.
+std::string explain_onednn_plan(const NetworkSpec& n, std::size_t train_batch, std::size_t eval_batch);
+std::string explain_cuda_plan(const NetworkSpec& n, std::size_t train_batch, std::size_t eval_batch);
+
+/// A backend of the program: what makes its network, what measures its
+/// layouts, and what explains its step plans.
 struct NetworkBackend {
   std::unique_ptr<recipes::Session> (*make)(const NetworkSpec&, const train::TrainerOptions&);
   FormatPick (*pick_format)(const NetworkSpec&);
+  std::string (*explain)(const NetworkSpec&, std::size_t, std::size_t);
 };
 
 }  // namespace resnet_cifar10

@@ -6,6 +6,7 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/nn/pick_data_format.hpp>
 
+#include "../common/explain_plan.hpp"
 #include "network.hpp"
 
 namespace resnet_cifar10 {
@@ -23,6 +24,11 @@ std::unique_ptr<recipes::Session> make_onednn_session(const NetworkSpec& n, cons
 
 FormatPick pick_onednn_format(const NetworkSpec& n) {
   return pick_data_format<ResNetCifar<>, backend::OneDnn>(kInput, network_options(n));
+}
+
+std::string explain_onednn_plan(const NetworkSpec& n, std::size_t train_batch, std::size_t eval_batch) {
+  Model<ResNetCifar<>, backend::OneDnn> net(kInput, n.format, network_options(n), n.seed);
+  return examples::explain_step_plans(net, train_batch, eval_batch);
 }
 
 }  // namespace resnet_cifar10

@@ -99,4 +99,30 @@ int run(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, 
   return 0;
 }
 
+int explain(const Flags& f, recipes::Strategy& st, const train::GpuPlacement& gpus, NetworkBackend backend) {
+  if (!st.chief()) return 0;  // the chief alone prints (the others' plans are the same)
+  const train::FormatChoice layout = choose_layout(f, backend);
+  std::cout << layout.describe() << "\n";
+  if (!gpus.notice.empty()) std::cout << gpus.notice << "\n";
+  // One model's batches: a tower's share of each batch, a synchronous
+  // replica's slice of the global batch, an asynchronous worker's own batch;
+  // the chief evaluates alone, on whole eval batches (towers: their share).
+  std::size_t train_batch = std::size_t(f.train_batch_size), eval_batch = std::size_t(f.eval_batch_size);
+  std::string one = "the model";
+  if (f.num_gpus > 1) {
+    train_batch /= std::size_t(f.num_gpus);
+    eval_batch /= std::size_t(f.num_gpus);
+    one = "one of the " + std::to_string(f.num_gpus) + " towers (each the same model, on its own GPU)";
+  } else if (st.synchronous_replicas()) {
+    train_batch /= std::size_t(st.size());
+    one = "one of the " + std::to_string(st.size()) + " synchronous replicas (the chief evaluates alone)";
+  } else if (st.async()) {
+    one = "an asynchronous worker";
+  }
+  std::cout << "ResNet-" << f.num_layers << ", --precision " << f.precision << ": the step plans of " << one
+            << ", training batch " << train_batch << ", evaluation batch " << eval_batch << "\n\n"
+            << backend.explain(network_spec(f, layout.format), train_batch, eval_batch) << std::flush;
+  return 0;
+}
+
 }  // namespace resnet_cifar10

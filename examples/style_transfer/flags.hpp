@@ -15,7 +15,7 @@ namespace style_transfer {
 struct Flags {
   std::string content, style, output_dir = "style_transfer_out", vgg_mat = cifarnet::kVgg19MatFile;
   std::string data_format = "channels_last", resize = "area", make_test_mat;
-  bool random_weights = false, fresh = false;
+  bool random_weights = false, fresh = false, explain_plan = false;
   int width_divisor = 1;
   std::size_t keep_checkpoints = 5;
   cifarnet::vision::StyleTransferOptions opt;
@@ -24,5 +24,9 @@ struct Flags {
 /// Runs style transfer with the VGG-19 of width divisor `divisor` (1, or 16:
 /// the test-size net) from `content` to `style` (run.cpp).
 int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style);
+
+/// --explain-plan: the step plans of the VGG-19 of width divisor `divisor`
+/// as run_vgg19 builds it, before (and without) its weights (run.cpp).
+int explain_vgg19(int divisor, const Flags& f);
 
 }  // namespace style_transfer

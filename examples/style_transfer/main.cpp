@@ -6,6 +6,7 @@
 //
 //   style_transfer --vgg-mat imagenet-vgg-verydeep-19.mat --content deadpool.jpg --style guernica.jpg
 //   style_transfer --random-weights                     # no weights file: demo / timing only
+//   style_transfer --explain-plan                       # the step plans, then exit (no weights needed)
 //
 // Like the seed, it prints step, image sum, loss and time after iterations
 // 1-5, 10, 20 and then every 20; writes <out>/outputs/<iteration>.png (mean
@@ -27,6 +28,7 @@
 
 #include "flags.hpp"
 
+#include "../common/explain_plan.hpp"
 #include "../common/run_main.hpp"
 
 using namespace cifarnet;
@@ -56,7 +58,44 @@ cifarnet::Image input_image(const std::string& path, bool content, const Flags& 
   return img;
 }
 
+/// The width divisor of the network in `f.vgg_mat`: conv1_1 has 64 / D
+/// output channels (reads that layer alone).
+int divisor_of_mat(const Flags& f) {
+  const auto conv1 = io::read_vgg19_mat(f.vgg_mat, {"conv1_1"});
+  const std::size_t c1 = conv1.front().shape[3];
+  if (c1 == 0 || 64 % c1 != 0)
+    throw ConfigError("'" + f.vgg_mat + "': conv1_1 has " + std::to_string(c1) +
+                      " output channels; VGG-19 has 64 (or 64 / D for a narrow test net)");
+  return int(64 / c1);
+}
+
+/// --explain-plan: the network's step plans, built as the run builds it but
+/// without loading its weights (the plan needs none): the width from the
+/// .mat file when there is one (its conv1_1 alone is read), else from
+/// --width-divisor. No image is read, nothing is written.
+int explain(const Flags& f) {
+  int divisor = f.width_divisor;
+  std::string weights = "--random-weights";
+  if (!f.random_weights) {
+    if (fs::exists(f.vgg_mat)) {
+      divisor = divisor_of_mat(f);
+      weights = "the width of '" + f.vgg_mat + "' (its weights are not loaded: the plan needs none)";
+    } else {
+      weights = "'" + f.vgg_mat + "' not found: the width of --width-divisor (the plan needs no weights)";
+    }
+  }
+  std::cout << "VGG-19" << (divisor > 1 ? " with channel counts / " + std::to_string(divisor) : std::string())
+            << " (" << weights << "), image " << f.opt.height << "x" << f.opt.width << ", " << f.data_format
+            << ": the step plans of the Gatys step (training mode, the weights frozen: the gradient is the "
+               "image's) and of the content and style images' forward\n\n";
+  return style_transfer::explain_vgg19(divisor, f);
+}
+
 int run(Flags f) {
+  if (f.explain_plan) {
+    f.opt.validate();
+    return explain(f);
+  }
   if (!f.make_test_mat.empty()) {
     io::write_matconvnet(f.make_test_mat, io::random_vgg19_layers(16, f.opt.seed));
     std::cout
@@ -83,13 +122,7 @@ int run(Flags f) {
       return 2;
     }
     const auto size = fs::file_size(f.vgg_mat);
-    // The divisor follows the file: conv1_1 has 64 / D output channels.
-    const auto conv1 = io::read_vgg19_mat(f.vgg_mat, {"conv1_1"});
-    const std::size_t c1 = conv1.front().shape[3];
-    if (c1 == 0 || 64 % c1 != 0)
-      throw ConfigError("'" + f.vgg_mat + "': conv1_1 has " + std::to_string(c1) +
-                        " output channels; VGG-19 has 64 (or 64 / D for a narrow test net)");
-    divisor = int(64 / c1);
+    divisor = divisor_of_mat(f);  // the divisor follows the file
     if (divisor == 1 && size != kVgg19MatBytes)
       std::cout << "note: '" << f.vgg_mat << "' is " << size << " bytes; the published file is "
                 << kVgg19MatBytes << " bytes\n";
@@ -155,5 +188,11 @@ int main(int argc, char** argv) {
                  "Write a test-size .mat file (VGG-19's structure, random weights, channels / 16) and exit.");
   app.add_flag("--fresh", f.fresh, "Ignore existing checkpoints (the seed always resumes).");
   app.add_option("--keep-checkpoints", f.keep_checkpoints, "Checkpoints to keep.")->capture_default_str();
+  app.add_flag("--explain-plan", f.explain_plan,
+               examples::explain_plan_help("the content and style images' forward") +
+                   " The Gatys step is a training-mode forward and backward of one image with the weights "
+                   "frozen. The network is built as the run builds it (--height, --width, --data-format; "
+                   "its width from the --vgg-mat file when it exists, else --width-divisor) and its plan "
+                   "printed before any weights are loaded: none are needed.");
   return examples::parse_and_run(app, argc, argv, "style_transfer", [&] { return run(f); });
 }

@@ -16,4 +16,16 @@ int run_vgg19(int divisor, const Flags& f, const cifarnet::Image& content, const
   }
 }
 
+int explain_vgg19(int divisor, const Flags& f) {
+  switch (divisor) {
+    case 1:
+      return explain_net<1>(f);
+    case 16:
+      return explain_vgg19_test_size(f);
+    default:
+      throw cifarnet::ConfigError("width divisor " + std::to_string(divisor) +
+                                  " is not built into this program (1 = VGG-19, 16 = the test-size net)");
+  }
+}
+
 }  // namespace style_transfer

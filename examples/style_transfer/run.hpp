@@ -1,6 +1,7 @@
 // examples/style_transfer/run.hpp — style_transfer's run with a VGG-19 of
 // width divisor D (1: VGG-19, 16: the test-size net): the network, the
-// weights, the optimization loop, the reports, summaries and checkpoints.
+// weights, the optimization loop, the reports, summaries and checkpoints;
+// and the network's step plans (--explain-plan).
 // run.cpp instantiates it for VGG-19 (-O3) and run_test_size.cpp for the
 // test-size net (-Og: it is for tests and smoke runs), apart from the
 // command line (main.cpp), so that `-j2` builds the three side by side.
@@ -20,9 +21,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "../common/explain_plan.hpp"
 #include "flags.hpp"
 
 namespace style_transfer {
@@ -32,17 +35,39 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+/// The network of a run with width divisor D, before its weights: the
+/// input gradient is the step's (the image is what trains).
+template <int D>
+using VggModel = cifarnet::Model<cifarnet::Vgg19Features<D>, cifarnet::backend::OneDnn, float>;
+template <int D>
+std::unique_ptr<VggModel<D>> make_net(const Flags& f) {
+  using namespace cifarnet;
+  return std::make_unique<VggModel<D>>(InputShape{3, f.opt.height, f.opt.width},
+                                       parse_data_format(f.data_format),
+                                       f.random_weights ? vgg19_random_options() : NetOptions{}, f.opt.seed,
+                                       /*input_gradient=*/true);
+}
+
+/// --explain-plan: the Gatys step's plan (a training-mode forward and
+/// backward of the one image with the weights frozen, as StyleTransfer sets
+/// the model), then the content and style images' forward (Mode::Infer),
+/// both batch 1. The plan needs no weight values: none are loaded.
+template <int D>
+int explain_net(const Flags& f) {
+  const std::unique_ptr<VggModel<D>> net = make_net<D>(f);
+  net->set_weight_gradients(false);  // as StyleTransfer's constructor: activation gradients only
+  std::cout << examples::explain_step_plans(*net, 1, 1) << std::flush;
+  return 0;
+}
+
 template <int D>
 int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style) {
   using namespace cifarnet;
   using namespace cifarnet::vision;
   namespace fs = std::filesystem;
-  using Net = Vgg19Features<D>;
-  using M = Model<Net, backend::OneDnn, float>;
-  const DataFormat fmt = parse_data_format(f.data_format);
-  M net({3, f.opt.height, f.opt.width}, fmt, f.random_weights ? vgg19_random_options() : NetOptions{},
-        f.opt.seed,
-        /*input_gradient=*/true);
+  using M = VggModel<D>;
+  const std::unique_ptr<M> owned = make_net<D>(f);
+  M& net = *owned;
   if (!f.random_weights) {
     io::load_vgg19_mat(net, f.vgg_mat);
     std::cout << "VGG-19 weights: " << f.vgg_mat << " (conv1_1 ... conv5_1"
@@ -105,7 +130,8 @@ int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Imag
   return 0;
 }
 
-/// The run of the test-size net, width / 16 (run_test_size.cpp).
+/// The run of the test-size net, width / 16, and its plans (run_test_size.cpp).
 int run_vgg19_test_size(const Flags& f, const cifarnet::Image& content, const cifarnet::Image& style);
+int explain_vgg19_test_size(const Flags& f);
 
 }  // namespace style_transfer

@@ -8,4 +8,6 @@ int run_vgg19_test_size(const Flags& f, const cifarnet::Image& content, const ci
   return run_net<16>(f, content, style);
 }
 
+int explain_vgg19_test_size(const Flags& f) { return explain_net<16>(f); }
+
 }  // namespace style_transfer
