@@ -12,6 +12,7 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/nn/model.hpp>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -53,7 +54,7 @@ struct Did {
   std::vector<std::vector<std::pair<std::string, bool>>> conv_bn;  // per ConvBatchNorm: rule -> fired
   std::vector<std::vector<std::pair<std::string, bool>>> blocks;   // per block
   std::vector<bool> pool_pad;                                      // per average pool
-  std::vector<bool> masked_input, bf16_input;                      // per block: as the reader
+  std::vector<bool> masked_input, bf16_input, mask_bits;           // per block: as the reader
 };
 
 template <class N>
@@ -68,13 +69,19 @@ void walk(N& n, Did& d) {
         {"bn_output_into_next_conv", n.deferred_outputs() > 0},
         {"bn_bf16_output_alone", n.float_outputs_skipped() > 0},
         {"bf16_dx_out", n.bf16_dx_handoffs() > 0},
+        {"bn_sums_in_next_conv_backward", n.sums_given() > 0},
     });
   } else if constexpr (IsBlock<N>::value) {
     walk(n.shortcut(), d);
     walk(n.body(), d);
-    d.blocks.push_back(
-        {{"residual_sum_in_bn", n.body_summed()}, {"bf16_residual_stream", n.float_outputs_skipped() > 0}});
+    d.blocks.push_back({{"residual_sum_in_bn", n.body_summed()},
+                        {"bf16_residual_stream", n.float_outputs_skipped() > 0},
+                        {"residual_sum_in_conv_backward", n.range_sums() > 0},
+                        {"pooled_shortcut_gradient", n.pooled_sums() > 0},
+                        {"bf16_branch_gradient", n.bf16_branch_grads() > 0},
+                        {"bf16_residual_gradient", n.bf16_path_grads() > 0}});
     d.masked_input.push_back(n.masks_input_gradient());
+    d.mask_bits.push_back(n.masks_from_bits());
     d.bf16_input.push_back(n.bf16_inputs() > 0);
   } else if constexpr (IsRepeat<N>::value) {
     for (std::size_t i = 0; i < n.size(); ++i) walk(n.block(i), d);
@@ -124,7 +131,8 @@ void check_plan_against_steps(Model<Net, backend::OneDnn, float>& m, DataFormat 
       INFO("rule " << rule);
       if (rule == "ranged_or_direct") {
         CHECK((p.fires("conv_bn_ranged_backward", name) || p.fires("bn_dx_in_conv_prologue", name)) == did);
-      } else if (rule == "bn_output_into_next_conv" || rule == "bn_bf16_output_alone") {
+      } else if (rule == "bn_output_into_next_conv" || rule == "bn_bf16_output_alone" ||
+                 rule == "bn_sums_in_next_conv_backward") {
         const plan::Verdict* v = verdict_at(p, rule, c + 1);  // anchored at the batch norm
         CHECK((v && v->fires) == did);
       } else if (rule == "bf16_dx_out") {
@@ -160,6 +168,16 @@ void check_plan_against_steps(Model<Net, backend::OneDnn, float>& m, DataFormat 
     if (mask) {
       const auto next = std::find(adds.begin(), adds.end(), mask->nodes[1]) - adds.begin();
       CHECK(d.masked_input[std::size_t(next)] == mask->fires);
+      const plan::Verdict* bits = verdict_at(p, "relu_mask_bits", a);
+      CHECK((bits && bits->fires) == d.mask_bits[std::size_t(next)]);
+    }
+    // The rules anchored at this block's sum, by the block's counters (a
+    // rule that did not match here did not run here either).
+    for (std::size_t r = 2; r < d.blocks[k].size(); ++r) {
+      const auto& [rule, did] = d.blocks[k][r];
+      INFO("rule " << rule);
+      const plan::Verdict* v = verdict_at(p, rule, a);
+      CHECK((v && v->fires) == did);
     }
   }
   // Average pools into the channel pad.

@@ -391,6 +391,14 @@ struct BatchNorm2d : LayerBase {
         return (void)rc, (void)n, false;
       }
     }
+    /// Whether a training forward of a batch of `n` that adds a residual
+    /// block's sum can also write the sum's ReLU mask as bits (step plans).
+    bool writes_sum_mask(std::size_t n) const {
+      if constexpr (kFusedSum && backend_traits<B>::sum_mask_bits)
+        return decltype(op_)::writes_sum_mask(ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w}));
+      else
+        return (void)n, false;
+    }
     /// Whether a training forward can add a residual block's sum in its
     /// pass (train_sum): no activation of its own, a backend with fused_sum,
     /// no synchronized batch norm (step plans).

@@ -242,6 +242,8 @@ struct Conv2d : LayerBase {
         return (void)rc, (void)forward, "the backend has no own conv + batch norm kernels";
       }
     }
+    /// Whether backward computes dx under `rc` (step plans).
+    bool needs_input_gradient(const RunContext<B, T>& rc) const { return this->need_dx(rc); }
     /// Whether a training forward_bf16 can write y as bf16 bits (step plans).
     bool has_bf16_output(RunContext<B, T>& rc) {
       if constexpr (backend_traits<B>::bf16_gradients && !Bias)

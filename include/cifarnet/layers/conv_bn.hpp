@@ -238,7 +238,14 @@ struct ConvBatchNorm : LayerBase {
           fact(writes_bf16_dx(rc), !bf16       ? bf16_why
                                    : !bf16_dx_ ? "NetOptions::bf16_gradients is off"
                                                : "no bf16 dx kernel for this convolution, or no dx needed");
+      cn.facts[f::kNeedsDx] = fact(conv_.needs_input_gradient(rc), "nothing before it needs a gradient");
       plan::Node& bnode = b.producer(y);
+      bnode.facts[f::kSumMask] = fact(bn_.writes_sum_mask(n), "its channel count or layout has no mask bits");
+      bnode.facts[f::kOffersSums] =
+          fact(hand_overs_ && chunk && (direct_bn(rc) || range_images(rc, n) != 0),
+               !hand_overs_ ? "NetOptions::direct_conv_bn is off"
+               : !chunk     ? chunk_why
+                            : "its backward runs neither in ranges nor in the own kernels");
       bnode.facts[f::kDeferOutput] =
           fact(can_defer_output(rc), !Relu ? "no fused ReLU (the map is batch norm + ReLU's)" : chunk_why);
       bool dy_bits = false;

@@ -64,6 +64,7 @@ inline constexpr const char* kRangedBackward = "ranged_backward";    ///< backwa
 inline constexpr const char* kNormalisedInput = "normalised_input";  ///< can compute its input from a BN map
 inline constexpr const char* kBf16InputOnly = "bf16_input_only";  ///< can read its input only as a bf16 copy
 inline constexpr const char* kBf16Dx = "bf16_dx";                 ///< can write its dx as bf16 bits
+inline constexpr const char* kNeedsDx = "needs_dx";               ///< its backward computes dx
 // a batch norm of a ConvBatchNorm
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels
@@ -71,6 +72,9 @@ inline constexpr const char* kBf16OutputAlone =
     "bf16_output_alone";                               ///< can write its output as a bf16 copy alone
 inline constexpr const char* kBf16Dy = "bf16_dy";      ///< can take its dy as bf16 bits
 inline constexpr const char* kTakesSum = "takes_sum";  ///< can add a residual block's sum in its pass
+inline constexpr const char* kSumMask = "sum_mask";    ///< can write that sum's ReLU mask as bits
+inline constexpr const char* kOffersSums =
+    "offers_sums";  ///< its backward sums can be taken by the next layer
 // an average pool
 inline constexpr const char* kPadsInPlace = "pads_in_place";  ///< can write into the ChannelPad after it
 // a residual block's sum ("add")
@@ -78,6 +82,15 @@ inline constexpr const char* kBf16Stream =
     "bf16_stream";  ///< the block can read its input only as bf16 (and mask bits)
 inline constexpr const char* kSkipFloat =
     "skip_float";  ///< the block can write its output as bf16 and mask bits alone
+inline constexpr const char* kSumNeeded =
+    "sum_needed";  ///< its backward forms the gradient of the block's input
+inline constexpr const char* kMaskBits =
+    "mask_bits";  ///< its ReLU's mask can go out as bits (backend, sizes)
+inline constexpr const char* kPooledShortcut =
+    "pooled_shortcut";                                 ///< its shortcut's gradient can be formed in the sum
+inline constexpr const char* kPathBits = "path_bits";  ///< its output's gradient can come in as bf16 bits
+inline constexpr const char* kBranchBits =
+    "branch_bits";  ///< its body's input gradient can go to the sum as bits
 }  // namespace facts
 
 /// Static attributes of a node that rules read (-1: not applicable).

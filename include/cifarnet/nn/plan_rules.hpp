@@ -56,6 +56,16 @@ inline const std::vector<RuleInfo>& rules() {
        "a block's output kept only as bf16 and ReLU mask bits where the next block reads nothing else"},
       {"residual_mask_in_sum",
        "the previous block's ReLU mask applied in this block's backward sum: that block's mask pass saved"},
+      {"relu_mask_bits", "that mask written as bits with the sum (1 bit an element) and read from them"},
+      {"residual_sum_in_conv_backward",
+       "a block's backward sum done on each range of its first convolution's dx while in cache: a pass "
+       "saved"},
+      {"pooled_shortcut_gradient",
+       "the pooled shortcut's gradient formed inside that sum: its own pass saved"},
+      {"bf16_branch_gradient", "the body's input gradient handed to the block's sum as bf16 bits"},
+      {"bf16_residual_gradient", "a block's output gradient written by the next block's sum as bf16 bits"},
+      {"bn_sums_in_next_conv_backward",
+       "a batch norm's backward sums taken by the next convolution's backward over its dx: a read saved"},
   };
   return r;
 }
@@ -64,11 +74,8 @@ inline const std::vector<RuleInfo>& rules() {
 /// ConvBatchNorm at run time, not yet stated as rules (describe() lists them).
 inline const std::vector<std::string>& not_yet_rules() {
   static const std::vector<std::string> r = {
-      "a residual block's backward sum in its body's first convolution backward (ranges or epilogue)",
-      "the pooled shortcut's gradient formed in that sum",
-      "a batch norm's backward sums taken by the next convolution's backward",
-      "the residual gradient between blocks and the body's input gradient as bf16 bits",
-      "the sum's ReLU mask written as bits, and the bf16 copies offered to the next convolution",
+      "the bf16 copy of a batch norm's output read by the next bf16 convolution (where its output is also "
+      "written as float)",
   };
   return r;
 }
@@ -225,6 +232,143 @@ inline void apply_rules(Plan& p, const Caps& caps) {
                   : "the next block: " + wread;
       verdict("bf16_residual_stream", {i, next}, (t.pairing & kBlockPair) && skip && read, why);
     }
+  }
+  if (!train) return;
+  // The backward hand-overs around residual blocks, on the verdicts above.
+  auto fired_at = [&](const char* rule, int a, int b = -1) {
+    for (const Verdict& v : p.verdicts)
+      if (v.rule == rule && v.nodes[0] == a && (b < 0 || (v.nodes.size() > 1 && v.nodes[1] == b)))
+        return v.fires;
+    return false;
+  };
+  auto ok = [&](int node, const char* f) { return fact(at(p, node), f).first; };
+  // The sum node of the block whose output the block with sum node `a`
+  // reads as its input, or -1.
+  auto previous = [&](int a) {
+    const int t = at(p, a).block_input;
+    const int w = p.tensors[std::size_t(t)].producer;
+    return w >= 0 && at(p, w).kind == "add" && at(p, w).block_input >= 0 ? w : -1;
+  };
+  // A block's body's first node: the last reader of the block's input (the
+  // shortcut is emitted first), if the input has exactly the two readers.
+  auto body_first = [&](int a) {
+    const auto& c = p.tensors[std::size_t(at(p, a).block_input)].consumers;
+    return c.size() == 2 ? c[1] : -1;
+  };
+  for (int i = 0; i < count; ++i) {
+    if (at(p, i).kind != "add" || at(p, i).block_input < 0) continue;
+    const int prev = previous(i);
+    // The sum's ReLU mask written as bits, read by the next block's sum.
+    if (prev >= 0 && fired_at("residual_mask_in_sum", prev, i)) {
+      const int prev_last = p.tensors[std::size_t(at(p, prev).inputs[0])].producer;
+      auto [bits, wbits] = fact(at(p, prev), facts::kMaskBits);
+      auto [bn_bits, wbn] = fact(at(p, prev_last), facts::kSumMask);
+      const bool summed = fired_at("residual_sum_in_bn", prev);
+      verdict("relu_mask_bits", {prev, i}, summed && bits && bn_bits,
+              !summed ? "the previous block's sum is not its batch norm's"
+              : !bits ? "the previous block: " + wbits
+                      : "the previous block's batch norm: " + wbn);
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    const Node& add = at(p, i);
+    if (add.kind != "add" || add.block_input < 0) continue;
+    const int prev = previous(i), first = body_first(i);
+    const int body_last = p.tensors[std::size_t(add.inputs[0])].producer;
+    const bool mask_bits = prev >= 0 && fired_at("relu_mask_bits", prev, i);
+    // The block's backward sum in its body's first convolution backward.
+    if (first < 0 || !conv_of_pair(p, first)) {
+      verdict(
+          "residual_sum_in_conv_backward", {i}, false,
+          first < 0 ? "the block's input has other readers" : "the body does not start with a ConvBatchNorm");
+    } else {
+      auto [need, wneed] = fact(add, facts::kSumNeeded);
+      const bool ranged = ok(first, facts::kRangedBackward), direct = ok(first, facts::kDirectBackward);
+      const Shape& in = p.tensors[std::size_t(add.block_input)].shape;
+      const bool aligned = !mask_bits || in.per_example() % 16 == 0;
+      verdict("residual_sum_in_conv_backward", {i, first}, need && (ranged || direct) && aligned,
+              !need ? wneed
+              : !(ranged || direct)
+                  ? "its first convolution's backward: " + fact(at(p, first), facts::kRangedBackward).second
+                  : "an image's elements are not a multiple of 16 (the mask bits)");
+      // The shortcut's average pool + channel pad: its gradient formed in that sum.
+      const int pad = p.tensors[std::size_t(add.inputs[1])].producer;
+      const int pool = pad >= 0 && at(p, pad).kind == "channel_pad"
+                           ? p.tensors[std::size_t(at(p, pad).inputs[0])].producer
+                           : -1;
+      if (pool >= 0 && at(p, pool).kind == "avg_pool") {
+        auto [cap, wcap] = fact(add, facts::kPooledShortcut);
+        const bool windows = at(p, pool).attrs.kernel == at(p, pool).attrs.stride;
+        const bool in_place = fired_at("pool_into_pad", pool),
+                   sum = fired_at("residual_sum_in_conv_backward", i);
+        verdict("pooled_shortcut_gradient", {i, pool}, cap && windows && in_place && sum,
+                !cap        ? wcap
+                : !windows  ? "the pool's window is not its stride"
+                : !in_place ? "the pool does not write into the pad"
+                            : "the block's sum is not in its first convolution's backward");
+      }
+    }
+    // The body's input gradient as bits into the sum through the mask bits.
+    if (mask_bits && first >= 0 && conv_of_pair(p, first)) {
+      auto [cap, wcap] = fact(add, facts::kBranchBits);
+      auto [need, wneed] = fact(add, facts::kSumNeeded);
+      auto [dx, wdx] = fact(at(p, first), facts::kBf16Dx);
+      verdict("bf16_branch_gradient", {i, first}, cap && need && dx,
+              !cap    ? wcap
+              : !need ? wneed
+                      : "its first convolution: " + wdx);
+    }
+    // This block's output gradient as bf16 bits from the next block's sum.
+    for (int j = i + 1; j < count; ++j) {
+      if (at(p, j).kind != "add" || at(p, j).block_input != add.output) continue;
+      if (!fired_at("relu_mask_bits", i, j)) continue;
+      auto [cap, wcap] = fact(add, facts::kPathBits);
+      auto [dy, wdy] = body_last >= 0 ? fact(at(p, body_last), facts::kBf16Dy)
+                                      : std::pair<bool, std::string>{false, "no body"};
+      auto [need, wneed] = fact(at(p, j), facts::kSumNeeded);
+      // this block's own input: the mask as bits too, or no mask at all
+      const bool own = prev < 0 || !fired_at("residual_mask_in_sum", prev, i) || mask_bits;
+      verdict("bf16_residual_gradient", {i, j}, cap && dy && need && own,
+              !cap    ? wcap
+              : !dy   ? "its body's last batch norm: " + wdy
+              : !need ? "the next block: " + wneed
+                      : "this block's own input mask is not bits");
+    }
+  }
+  // A batch norm's backward sums taken by the next convolution's backward:
+  // over its output, or over the residual sum it wrote (through the ReLU).
+  for (int x = 0; x < count; ++x) {
+    const Node& bn = at(p, x);
+    if (bn.kind != "bn" || bn.layer.empty()) continue;
+    int t = bn.output, sum = -1;
+    const int r0 = p.only_consumer(t);
+    if (r0 >= 0 && at(p, r0).kind == "add" && fired_at("residual_sum_in_bn", r0))
+      sum = r0, t = at(p, r0).output;
+    const auto& readers = p.tensors[std::size_t(t)].consumers;
+    int reader = -1, block = -1;
+    if (readers.size() == 1 && conv_of_pair(p, readers[0])) reader = readers[0];
+    for (int j = 0; j < count && readers.size() == 2; ++j)
+      if (at(p, j).kind == "add" && at(p, j).block_input == t && conv_of_pair(p, body_first(j)))
+        block = j, reader = body_first(j);
+    if (reader < 0) continue;  // not read by a ConvBatchNorm's convolution
+    auto [offers, woffers] = fact(bn, facts::kOffersSums);
+    const bool ranged = ok(reader, facts::kRangedBackward), direct = ok(reader, facts::kDirectBackward);
+    const bool masked = sum >= 0 && at(p, sum).attrs.relu;
+    std::string why = !offers               ? woffers
+                      : !(ranged || direct) ? "the next convolution's backward runs whole, in oneDNN"
+                                            : "";
+    if (why.empty() && !ok(reader, facts::kNeedsDx)) why = "the next convolution computes no dx";
+    if (why.empty() && block < 0 && masked)
+      why = "its gradient goes through a ReLU mask no sum there applies";
+    if (why.empty() && block >= 0) {
+      if (!fired_at("residual_sum_in_conv_backward", block))
+        why = "the next block's sum is not in its first convolution's backward (the shortcut reads it too)";
+      else if (direct && fired_at("pooled_shortcut_gradient", block))
+        why = "the next convolution's own kernels do a pooled sum after them";
+      else if (masked != (sum >= 0 && fired_at("residual_mask_in_sum", sum, block)))
+        why = "the ReLU mask of the sum does not match";
+    }
+    verdict("bn_sums_in_next_conv_backward", {x, reader}, why.empty(), why);
   }
 }
 

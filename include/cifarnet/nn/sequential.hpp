@@ -917,6 +917,29 @@ struct Residual : LayerBase {
               : plan::Fact::no(
                     "its first convolution or its last batch norm cannot read or write bf16 alone "
                     "here (fp32 convolutions, or their channel counts)");
+      const bool relu_bits = Relu && backend_traits<B>::sum_mask_bits;
+      add.facts[plan::facts::kSumNeeded] = propagate_down_ && rc.needs_dx(params_before_)
+                                               ? plan::Fact::yes()
+                                               : plan::Fact::no("nothing before the block needs a gradient");
+      add.facts[plan::facts::kMaskBits] =
+          relu_bits && rc.training() && b.key().batch * out_.per_example() % 16 == 0
+              ? plan::Fact::yes()
+              : plan::Fact::no(!relu_bits ? "no ReLU mask bits here"
+                                          : "the output's size is not a multiple of 16");
+      bool pooled = false;
+      if constexpr (backend_traits<B>::pool_pad_in_place &&
+                    detail::HasPooledGradient<node_t<Shortcut, B, T>>::value)
+        pooled = hand_overs_;
+      add.facts[plan::facts::kPooledShortcut] =
+          pooled ? plan::Fact::yes()
+                 : plan::Fact::no("NetOptions::direct_conv_bn is off, or no such shortcut");
+      add.facts[plan::facts::kPathBits] = kPathBits && bf16_grads_
+                                              ? plan::Fact::yes()
+                                              : plan::Fact::no(kPathBits ? "NetOptions::bf16_gradients is off"
+                                                                         : "not a block the bits path takes");
+      add.facts[plan::facts::kBranchBits] = relu_bits && detail::HasFirstBits<node_t<Body, B, T>>::value
+                                                ? plan::Fact::yes()
+                                                : plan::Fact::no("not a block whose body can write bits");
       add.facts[plan::facts::kSkipFloat] =
           can_skip_float_output()
               ? plan::Fact::yes()
