@@ -9,6 +9,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference.hpp>
 #include <cifarnet/models/airbench.hpp>
+#include <cifarnet/models/cifar10_cnn.hpp>
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/nn/model.hpp>
 
@@ -293,7 +294,35 @@ TEST_CASE("The plan of networks the ResNet's fusions were not written for: airbe
   std::size_t matched = 0;
   CHECK(p.fired("bn_activation", &matched) == matched);
   CHECK(matched == 6);
-  // No ConvBatchNorm: the pair rules do not match at all.
-  p.fired("conv_bn_bf16_output", &matched);
+  // Its convolutions and batch norms are standalone layers (a max pool
+  // between the first of each group): the conv + BN rules match and say why
+  // they did not fire.
+  for (const char* rule : {"conv_bn_bf16_output", "bn_stats_in_conv_epilogue", "bn_dx_in_conv_prologue"}) {
+    INFO(rule);
+    CHECK(p.fired(rule, &matched) == 0);
+    CHECK(matched == 6);
+    const plan::Verdict* v = p.verdict(rule, "block1/conv1");
+    REQUIRE(v);
+    CHECK(v->reason.find("standalone Conv2d and BatchNorm2d layers") != std::string::npos);
+    CHECK(v->reason.find("a max pool between them") != std::string::npos);
+  }
+  // The own kernels' geometry is named: bf16 here.
+  CHECK(p.verdict("bn_stats_in_conv_epilogue", "block2/conv2")->reason.find("bf16 convolutions") !=
+        std::string::npos);
+  // No ConvBatchNorm: the rules over two of them do not match.
+  p.fired("bn_output_into_next_conv", &matched);
   CHECK(matched == 0);
+}
+
+TEST_CASE("The plan of the tutorial CNN: its ReLU layers after the convolutions", "[nn][plan][onednn]") {
+  Model<Cifar10Cnn, backend::OneDnn, float> m({3, 24, 24}, DataFormat::NHWC, NetOptions(), 1);
+  const plan::Plan p = m.step_plan(Mode::Train, 128);
+  INFO(plan::describe(p));
+  std::size_t matched = 0;
+  CHECK(p.fired("conv_relu_post_op", &matched) == 0);
+  CHECK(matched == 2);
+  CHECK(p.verdict("conv_relu_post_op", "conv1")->reason.find("a ReLU layer runs as its own pass") !=
+        std::string::npos);
+  CHECK(p.nodes.front().name == "conv1");
+  CHECK(p.tensors[std::size_t(p.output)].shape == Shape{128, 10, 1, 1});
 }

@@ -232,6 +232,15 @@ struct Conv2d : LayerBase {
       else
         return false;
     }
+    /// One node in a step plan (nn/plan.hpp), with the fact whether the
+    /// backend's own conv + batch norm kernels take its geometry (and why
+    /// not): what the rules say about a standalone convolution.
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      const int t = b.node(name_, Conv2d::kind, {in}, geom_.out_shape(), Conv2d::plan_attrs());
+      const std::string why = direct_why_not(rc, false);
+      b.producer(t).facts[plan::facts::kOwnKernels] = why.empty() ? plan::Fact::yes() : plan::Fact::no(why);
+      return t;
+    }
     /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
     /// words (step plans, nn/plan.hpp); empty where it is true.
     std::string direct_why_not(const RunContext<B, T>& rc, bool forward) const {

@@ -65,6 +65,9 @@ inline constexpr const char* kNormalisedInput = "normalised_input";  ///< can co
 inline constexpr const char* kBf16InputOnly = "bf16_input_only";  ///< can read its input only as a bf16 copy
 inline constexpr const char* kBf16Dx = "bf16_dx";                 ///< can write its dx as bf16 bits
 inline constexpr const char* kNeedsDx = "needs_dx";               ///< its backward computes dx
+// a standalone convolution
+inline constexpr const char* kOwnKernels =
+    "own_kernels";  ///< the own conv + batch norm kernels take its geometry
 // a batch norm of a ConvBatchNorm
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels

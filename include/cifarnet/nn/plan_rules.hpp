@@ -35,6 +35,7 @@ inline const std::vector<RuleInfo>& rules() {
       {"conv_bn_fold",
        "inference: batch norm folded into the convolution's weights and bias, one pass instead of two"},
       {"bn_activation", "the batch norm's ReLU or GELU in its own pass: one pass over the activations less"},
+      {"conv_relu_post_op", "a ReLU as the convolution's post-op: one pass over the activations less"},
       {"conv_bn_bf16_output", "the convolution's output written and read as bf16: 2 bytes an element, not 4"},
       {"bn_bf16_dx_to_conv", "the batch norm's dx written as bf16 straight into the convolution's backward"},
       {"bn_stats_in_conv_epilogue",
@@ -144,6 +145,43 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     by_fact("bn_stats_in_conv_epilogue", {c, c + 1}, conv, facts::kStatsEpilogue);
     by_fact("bn_dx_in_conv_prologue", {c, c + 1}, conv, facts::kDirectBackward);
     by_fact("conv_bn_ranged_backward", {c, c + 1}, conv, facts::kRangedBackward);
+  }
+  // Standalone layers (airbench94, VGG-19, the tutorial CNN): a Conv2d
+  // followed by a BatchNorm2d (through a max pool or not), or by a ReLU
+  // layer. The patterns match; today's executor fuses neither.
+  for (int c = 0; c < count; ++c) {
+    const Node& conv = at(p, c);
+    if (conv.kind != "conv" || !conv.layer.empty()) continue;
+    int r = p.only_consumer(conv.output);
+    if (r < 0) continue;
+    if (at(p, r).kind == "relu") {
+      verdict("conv_relu_post_op", {c, r}, false,
+              caps.fused_relu
+                  ? "a ReLU layer runs as its own pass (the executor gives a convolution the ReLU "
+                    "as a post-op only in ConvBatchNorm's folded inference)"
+                  : "no fused ReLU on this backend");
+      continue;
+    }
+    std::string between;
+    if (at(p, r).kind == "max_pool") {
+      between = "; a max pool between them";
+      r = p.only_consumer(at(p, r).output);
+      if (r < 0) continue;
+    }
+    if (at(p, r).kind != "bn" || !train) continue;
+    auto [own, wown] = fact(conv, facts::kOwnKernels);
+    const std::string why =
+        "standalone Conv2d and BatchNorm2d layers (the executor fuses a ConvBatchNorm "
+        "layer only)" +
+        between + "; the own kernels: " + (own ? "take this geometry" : wown);
+    const std::string layers =
+        "standalone Conv2d and BatchNorm2d layers (the executor fuses a ConvBatchNorm "
+        "layer only)" +
+        between;
+    verdict("conv_bn_bf16_output", {c, r}, false, layers);
+    verdict("bn_bf16_dx_to_conv", {c, r}, false, layers);
+    verdict("bn_stats_in_conv_epilogue", {c, r}, false, why);
+    verdict("bn_dx_in_conv_prologue", {c, r}, false, why);
   }
   // A batch norm's activation in its own pass (standalone or in a ConvBatchNorm).
   for (int i = 0; i < count; ++i) {
