@@ -197,25 +197,30 @@ class Plan {
   std::size_t peak_bytes() const {
     const std::size_t n = nodes.size();
     const std::size_t steps = key.training ? 2 * n : n;
-    std::vector<std::size_t> live(steps + 1, 0);
-    auto add = [&](std::size_t from, std::size_t to, std::size_t bytes) {
-      for (std::size_t s = from; s <= to && s < live.size(); ++s) live[s] += bytes;
+    // +bytes where a lifetime starts, -bytes after it ends; the running sum
+    // is what is alive at each step
+    std::vector<long long> change(steps + 2, 0);
+    auto live = [&](std::size_t from, std::size_t to, std::size_t bytes) {
+      change[std::min(from, steps)] += static_cast<long long>(bytes);
+      change[std::min(to, steps) + 1] -= static_cast<long long>(bytes);
     };
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const TensorInfo& ti = tensors[t];
+    for (const TensorInfo& ti : tensors) {
       if (ti.producer < 0) continue;
       const std::size_t p = std::size_t(ti.producer);
-      std::size_t last = p;
+      std::size_t first = p, last = p;
+      if (!ti.consumers.empty()) first = std::size_t(ti.consumers.front());
       for (int c : ti.consumers) last = std::max(last, std::size_t(c));
       if (!key.training) {
-        add(p, last, ti.bytes);
+        live(p, last, ti.bytes);
         continue;
       }
-      // backward of node i runs at step 2n - 1 - i
-      add(p, 2 * n - 1 - std::min(p, ti.consumers.empty() ? p : std::size_t(ti.consumers.front())), ti.bytes);
-      add(2 * n - 1 - last, 2 * n - 1 - p, ti.bytes);
+      // the backward of node i runs at step 2n - 1 - i
+      live(p, 2 * n - 1 - first, ti.bytes);
+      live(2 * n - 1 - last, 2 * n - 1 - p, ti.bytes);
     }
-    return live.empty() ? 0 : *std::max_element(live.begin(), live.end());
+    long long now = 0, peak = 0;
+    for (long long c : change) peak = std::max(peak, now += c);
+    return std::size_t(peak);
   }
 
   /// The plan in words: the key, the nodes with their tensors, shapes and
