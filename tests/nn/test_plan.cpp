@@ -13,6 +13,8 @@
 #include <cifarnet/models/resnet.hpp>
 #include <cifarnet/nn/model.hpp>
 
+#include "nn/fusion_compare.hpp"
+
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -325,4 +327,83 @@ TEST_CASE("The plan of the tutorial CNN: its ReLU layers after the convolutions"
         std::string::npos);
   CHECK(p.nodes.front().name == "conv1");
   CHECK(p.tensors[std::size_t(p.output)].shape == Shape{128, 10, 1, 1});
+}
+
+namespace {
+// A two-branch container as a user writes one (layers/layer.hpp's
+// interface, nothing of the library's hand-overs): y = a(x) + b(x).
+template <class A, class Bt>
+struct TwoBranch : LayerBase {
+  static constexpr const char* kind = "two_branch";
+  static constexpr bool container = true;
+  static constexpr int in_channels = A::in_channels;
+  static constexpr int out_channels(int in) { return A::out_channels(in); }
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      const bool down = ctx.propagate_down;
+      const Shape sa = detail::build_child<A>(a_, in, scope, ctx);
+      ctx.propagate_down = down;
+      const Shape sb = detail::build_child<Bt>(b_, in, scope, ctx);
+      ctx.propagate_down = down;
+      if (sa != sb) throw ShapeError("TwoBranch: the branches' shapes differ");
+      return sa;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>& a = a_.forward(x, rc);
+      const Tensor<T>& b = b_.forward(x, rc);
+      if (y_.shape() != a.shape()) y_.resize(a.shape());
+      add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), false);
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& da = a_.backward(dy, rc);
+      if (da.size() == 0) return b_.backward(dy, rc);
+      if (dx_.shape() != da.shape()) dx_.resize(da.shape());
+      std::copy(da.data(), da.data() + da.size(), dx_.data());
+      const Tensor<T>& db = b_.backward(dy, rc);
+      add_.add(*rc.device, dx_.size(), dx_.data(), db.data(), dx_.data(), false);
+      return dx_;
+    }
+
+   private:
+    node_t<A, B, T> a_;
+    node_t<Bt, B, T> b_;
+    ops::Eltwise<B, T> add_;
+    Tensor<T> y_, dx_;
+  };
+};
+using CBR = ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>;
+using CB = ConvBatchNorm<16, 16, 3>;
+// The user's container as the last layer of a residual body (where a block
+// offers its sum) and as the first (where the block's backward offers its
+// gradient sum), between blocks whose hand-overs all fire on oneDNN.
+using WithTwoBranch = Sequential<ConvBatchNorm<3, 16, 3, 1, Padding::Same, FusedRelu>,
+                                 Residual<Sequential<CBR, CB>, Identity, FusedRelu>,
+                                 Residual<Sequential<CBR, TwoBranch<CB, CB>>, Identity, FusedRelu>,
+                                 Residual<Sequential<TwoBranch<CBR, CBR>, CB>, Identity, FusedRelu>,
+                                 Residual<Sequential<CBR, CB>, Identity, FusedRelu>>;
+}  // namespace
+
+TEST_CASE("A user's two-branch container trains correctly with every rule on", "[nn][plan][onednn]") {
+  // oneDNN in float with every hand-over on, against the reference backend
+  // in double (no hand-overs): outputs, input and parameter gradients,
+  // moving statistics, inference; fp32 with whole and ranged backward
+  // passes (the own kernels fire: 16 channels, rows of 16), and bf16.
+  test::compare_formats<WithTwoBranch, WithTwoBranch, backend::OneDnn, float>({3, 16, 16}, 4, 1e-4);
+  test::compare_formats<WithTwoBranch, WithTwoBranch, backend::OneDnn, float>(
+      {3, 16, 16}, 4, 1e-4, NetOptions().with_conv_bn_chunk_bytes(16 * 16 * 16 * 4));
+  Model<WithTwoBranch, backend::OneDnn, float> m({3, 16, 16}, DataFormat::NHWC, NetOptions(), 3);
+  const plan::Plan p = m.step_plan(Mode::Train, 4);
+  INFO(plan::describe(p));
+  // The container is one opaque node; the rules around it say why they stop there.
+  const int tb = p.find("block1/two_branch1");
+  REQUIRE(tb >= 0);
+  CHECK(p.nodes[std::size_t(tb)].kind == "two_branch");
+  const plan::Verdict* sum = p.verdict("residual_sum_in_bn", "block1/add");
+  REQUIRE(sum);
+  CHECK_FALSE(sum->fires);
+  CHECK(sum->reason.find("(two_branch), not a batch norm") != std::string::npos);
+  CHECK(p.fires("residual_sum_in_bn", "block0/add"));
 }

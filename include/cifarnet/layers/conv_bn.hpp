@@ -64,6 +64,7 @@ struct ConvBatchNorm : LayerBase {
   static constexpr const char* kind = "conv_bn";
   static constexpr bool transparent = true;  // its parts are named in the enclosing scope
   static constexpr bool container = true;    // it times its parts itself
+  static constexpr bool handover_protocol = true;
   static constexpr int in_channels = In == 0 ? -1 : In;
   static constexpr int out_channels(int) { return Out; }
   using ConvL = Conv2d<In, Out, K, S, P, NoBias>;

@@ -24,6 +24,10 @@
 //   out_channels(c)  output channels for c input channels (-1: unknown)
 //   container     true for types that only run children (Sequential,
 //                 Residual, Repeat, Identity): the profiler times leaves only
+//   handover_protocol  a container that passes RunContext's hand-overs to
+//                 its children as the library's do (a user's container
+//                 leaves it false and runs its children on the real
+//                 context only)
 #pragma once
 
 #include <string>
@@ -42,6 +46,12 @@ struct LayerBase {
   static constexpr int first_index = 1;
   static constexpr bool transparent = false;
   static constexpr bool container = false;
+  /// Whether this container passes the hand-overs of nn/context.hpp's
+  /// RunContext between its children as the library's containers do
+  /// (enter_child, offer_sum, take_sum). A container that does not say so
+  /// (a user's) gets only the real context: no offer reaches its children,
+  /// so two of its branches can never take one (detail::forward_child).
+  static constexpr bool handover_protocol = false;
   static constexpr int in_channels = -1;
   static constexpr int out_channels(int in) { return in; }
 };
@@ -124,6 +134,36 @@ Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx,
     if (full_name) *full_name = s.prefix();
     return node.build(in, s, ctx);
   }
+}
+
+/// Whether L is a container that does not pass RunContext's hand-overs
+/// as the library's containers do (LayerBase::handover_protocol).
+template <class L>
+inline constexpr bool foreign_container = L::container && !L::handover_protocol;
+/// node.forward(in, rc) (backward: node.backward(in, rc)), where node is a
+/// child of type L: a foreign container runs on the real context alone
+/// (RunContext::context_only), and no hand-over outlives it in `rc`.
+template <class L, class N, class B, class T>
+const Tensor<T>& child_pass(N& node, const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
+  auto pass = [&](RunContext<B, T>& c) -> const Tensor<T>& {
+    return backward ? node.backward(in, c) : node.forward(in, c);
+  };
+  if constexpr (foreign_container<L>) {
+    RunContext<B, T> own = rc.context_only();
+    const Tensor<T>& out = pass(own);
+    rc = rc.context_only();
+    return out;
+  } else {
+    return pass(rc);
+  }
+}
+template <class L, class N, class B, class T>
+const Tensor<T>& forward_child(N& node, const Tensor<T>& x, RunContext<B, T>& rc) {
+  return child_pass<L>(node, x, rc, false);
+}
+template <class L, class N, class B, class T>
+const Tensor<T>& backward_child(N& node, const Tensor<T>& dy, RunContext<B, T>& rc) {
+  return child_pass<L>(node, dy, rc, true);
 }
 
 /// A layer type's static plan attributes (nn/plan.hpp): its plan_attrs()

@@ -330,6 +330,22 @@ struct RunContext {
   const T* input_bf16_of = nullptr;
   const std::uint16_t* input_bf16 = nullptr;
   bool training() const { return mode == Mode::Train; }
+  /// A copy with the real context only (mode, arena, device, weight
+  /// gradients, cross-replica sums, profiler, gradient sync, input
+  /// gradient) and none of the hand-overs above: what a container that
+  /// does not pass them on runs its children with (layers/layer.hpp).
+  RunContext context_only() const {
+    RunContext c;
+    c.mode = mode;
+    c.params = params;
+    c.device = device;
+    c.param_grads = param_grads;
+    c.cross_replica = cross_replica;
+    c.profiler = profiler;
+    c.grad_sync = grad_sync;
+    c.input_grad = input_grad;
+    return c;
+  }
   /// Whether a node must produce dx now, given `params_before`, the number
   /// of parameters registered before it (forward order): only if the model's
   /// input gradient is wanted or a parameter before it requires a gradient

@@ -168,6 +168,7 @@ void offer_sum(RunContext<B, T>& rc, const SumOffer<T>& o, bool last) {
 struct Identity : LayerBase {
   static constexpr const char* kind = "identity";
   static constexpr bool container = true;
+  static constexpr bool handover_protocol = true;
   template <class B, class T>
   class Node {
    public:
@@ -195,6 +196,7 @@ struct Sequential : LayerBase {
   static constexpr const char* kind = "sequential";
   static constexpr bool transparent = true;
   static constexpr bool container = true;
+  static constexpr bool handover_protocol = true;
   static constexpr int in_channels = detail::First<Ls...>::type::in_channels;
   static constexpr int out_channels(int in) { return detail::ChannelChain<Ls...>::out(in); }
   // The channel check (nn/channel_check.hpp): the children in order, the
@@ -394,7 +396,7 @@ struct Sequential : LayerBase {
     const Tensor<T>& run_child(const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
       auto& n = std::get<I>(nodes_);
       if constexpr (L::container) {
-        return backward ? n.backward(in, rc) : n.forward(in, rc);
+        return detail::child_pass<L>(n, in, rc, backward);
       } else {
         return detail::profiled(rc.profiler, names_[I], L::kind, backward, [&]() -> const Tensor<T>& {
           return backward ? n.backward(in, rc) : n.forward(in, rc);
@@ -501,8 +503,8 @@ struct Sequential : LayerBase {
       }
       if constexpr (detail::HasBf16OutputHandover<node_t<L, B, T>>::value)
         if (bits_in) return continue_from<I>(std::get<I>(nodes_).backward_from_bits(rc), rc);
-      const Tensor<T>& dx =
-          rc.profiler ? run_child<I, L>(dy, rc, true) : std::get<I>(nodes_).backward(dy, rc);
+      const Tensor<T>& dx = rc.profiler ? run_child<I, L>(dy, rc, true)
+                                        : detail::backward_child<L>(std::get<I>(nodes_), dy, rc);
       return continue_from<I>(dx, rc);
     }
     // The first child wrote its dx into first_bits_: every gradient is final;
@@ -554,6 +556,7 @@ struct Residual : LayerBase {
   static constexpr bool Relu = detail::ReluOption<ReluOpt>::on;
   static constexpr const char* kind = "block";
   static constexpr bool container = true;
+  static constexpr bool handover_protocol = true;
   static constexpr int first_index = 0;
   static constexpr int in_channels = Body::in_channels;
   static constexpr int out_channels(int in) { return Body::out_channels(in); }
@@ -631,7 +634,7 @@ struct Residual : LayerBase {
       // which saves the sum's pass over memory.
       if constexpr (kShortcutIn)
         if (bf16_in) shortcut_.require_first_bf16_input();
-      const Tensor<T>& b = shortcut_.forward(x, rc);
+      const Tensor<T>& b = detail::forward_child<Shortcut>(shortcut_, x, rc);
       if (y_.shape() != b.shape()) y_.resize(b.shape());
       rc.input_is_relu = input_is_relu;  // the body reads the same x
       rc.input_bf16_of = input_bf16_of;
@@ -660,7 +663,7 @@ struct Residual : LayerBase {
       if constexpr (kPathBits || kShortcutIn)
         if (bf16_in) body_.require_first_bf16_input();
       rc.sum_done = rc.sum_mask_done = rc.sum_float_skipped = false;
-      const Tensor<T>& a = body_.forward(x, rc);
+      const Tensor<T>& a = detail::forward_child<Body>(body_, x, rc);
       rc.input_bn = nullptr;
       rc.input_bn_shared = false;
       summed_ = rc.sum_done;
@@ -739,7 +742,8 @@ struct Residual : LayerBase {
                     detail::HasPooledGradient<node_t<Shortcut, B, T>>::value)
         pooled = hand_overs_ && !path_bits && !dx_bits_ &&
                  shortcut_.pooled_gradient(pooled_before, pooled_channels, pooled_stride);
-      const Tensor<T>* db = path_bits || pooled ? nullptr : &shortcut_.backward(*g, rc);
+      const Tensor<T>* db =
+          path_bits || pooled ? nullptr : &detail::backward_child<Shortcut>(shortcut_, *g, rc);
       // The body's input gradient as bf16 bits where its first layer can
       // write them and the sum below reads the mask as bits too.
       bool da_bits = false;
@@ -779,12 +783,13 @@ struct Residual : LayerBase {
         if (!dap && first) dap = &body_.backward_first_bits(*g, rc, first, da_bits);
         bf16_branch_grads_ += da_bits;
       }
-      if (!dap) dap = &body_.backward(*g, rc);
+      if (!dap) dap = &detail::backward_child<Body>(body_, *g, rc);
       const bool range_summed = rc.grad_sum.done;
       rc.grad_sum = {};
       if (pooled && range_summed) ++pooled_sums_;
-      if (pooled && !range_summed && sum) db = &shortcut_.backward(*g, rc);  // the sum is this block's
-      if (range_summed && da_bits)  // ranges write float dx, never bits
+      if (pooled && !range_summed && sum)
+        db = &detail::backward_child<Shortcut>(shortcut_, *g, rc);  // the sum is this block's
+      if (range_summed && da_bits)                                  // ranges write float dx, never bits
         throw std::logic_error("block '" + name_ + "': its sum was done in ranges of a dx written as bits");
       rc.premasked_grad = rc.premasked_by = nullptr;
       if (!sum) return *dap;
@@ -1047,6 +1052,7 @@ struct RepeatOf : LayerBase {
   static constexpr const char* kind = "repeat";
   static constexpr bool transparent = true;
   static constexpr bool container = true;
+  static constexpr bool handover_protocol = true;
   static constexpr int in_channels = Block::in_channels;
   static constexpr int out_channels(int in) { return in; }
   // The channel check (nn/channel_check.hpp): the block, at no position of
@@ -1102,7 +1108,7 @@ struct RepeatOf : LayerBase {
             blocks_[i].skip_float_output_once();
           }
         }
-        cur = &blocks_[i].forward(*cur, rc);
+        cur = &detail::forward_child<Block>(blocks_[i], *cur, rc);
       }
       return *cur;
     }
@@ -1129,7 +1135,7 @@ struct RepeatOf : LayerBase {
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
       const Tensor<T>* cur = &dy;
       for (std::size_t i = blocks_.size(); i-- > 0;) {
-        cur = &blocks_[i].backward(*cur, rc);
+        cur = &detail::backward_child<Block>(blocks_[i], *cur, rc);
         if (rc.grad_sync && rc.param_grads) rc.grad_sync->ready_from(first_param_[i]);
         if (!down_[i] || !rc.needs_dx(first_param_[i])) break;  // nothing before block i needs a gradient
       }
@@ -1181,6 +1187,7 @@ struct Named : LayerBase {
   static constexpr const char* kind = L::kind;
   static constexpr const char* fixed_name = Tag::name;
   static constexpr bool container = L::container;
+  static constexpr bool handover_protocol = L::handover_protocol;
   static constexpr int in_channels = L::in_channels;
   static constexpr int out_channels(int in) { return L::out_channels(in); }
   // The channel check (nn/channel_check.hpp): L, at no position of its own.
