@@ -389,8 +389,8 @@ using WithTwoBranch = Sequential<ConvBatchNorm<3, 16, 3, 1, Padding::Same, Fused
 TEST_CASE("A user's two-branch container trains correctly with every rule on", "[nn][plan][onednn]") {
   // oneDNN in float with every hand-over on, against the reference backend
   // in double (no hand-overs): outputs, input and parameter gradients,
-  // moving statistics, inference; fp32 with whole and ranged backward
-  // passes (the own kernels fire: 16 channels, rows of 16), and bf16.
+  // moving statistics, inference; with whole and ranged backward passes
+  // (the own kernels fire: 16 channels, rows of 16); float only.
   test::compare_formats<WithTwoBranch, WithTwoBranch, backend::OneDnn, float>({3, 16, 16}, 4, 1e-4);
   test::compare_formats<WithTwoBranch, WithTwoBranch, backend::OneDnn, float>(
       {3, 16, 16}, 4, 1e-4, NetOptions().with_conv_bn_chunk_bytes(16 * 16 * 16 * 4));
