@@ -250,6 +250,14 @@ TEST_CASE("Every rule's verdict on the ResNet is what the executor did in traini
   Model<ResNetCifar<>, backend::OneDnn, float> r(
       {3, 16, 16}, DataFormat::NHWC, resnet_options(8).with_conv_bn_chunk_bytes(2 * 16 * 16 * 16 * 4), 3);
   check_plan_against_steps(r, DataFormat::NHWC, 8);
+  // ResNet-20 at CIFAR's 32x32, NHWC, both precisions: the benchmarks'
+  // geometry (two repeated blocks a stage; the default range size).
+  for (auto prec : {ConvPrecision::F32, ConvPrecision::BF16}) {
+    INFO("ResNet-20, " << (prec == ConvPrecision::BF16 ? "bf16" : "fp32"));
+    Model<ResNetCifar<>, backend::OneDnn, float> m20({3, 32, 32}, DataFormat::NHWC,
+                                                     resnet_options(20).with_conv_precision(prec), 3);
+    check_plan_against_steps(m20, DataFormat::NHWC, 32);
+  }
 }
 
 namespace {
