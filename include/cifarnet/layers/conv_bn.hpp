@@ -334,8 +334,6 @@ struct ConvBatchNorm : LayerBase {
     std::size_t deferred_outputs() const { return bn_.deferred_forwards(); }
     std::size_t normalised_inputs() const { return normalised_inputs_; }
 
-    /// Whether skip_float_output_once may be asked (always).
-    static constexpr bool can_skip_float_output() { return true; }
     /// Let the next training forward write its output only as its bf16 copy.
     void skip_float_output_once() {
       if constexpr (backend_traits<B>::bf16_gradients) bn_.skip_float_output_once();

@@ -15,6 +15,7 @@
 //   net.parameters() ...               // optimizers, checkpoints, EMA
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -230,6 +231,35 @@ class Model {
   NodeType& root() { return *node_; }
 
  private:
+  // What the step plan decided for a step of `mode` on `n` images, written
+  // into the containers that act on it (plan::Plan::decisions), once per
+  // key: the mode, the batch, and what the layers' answers depend on at run
+  // time (weight gradients, the first parameter needing one, synchronized
+  // batch norm, the input gradient).
+  struct PlanKey {
+    Mode mode;
+    std::size_t n, first_grad;
+    bool param_grads, cross, input_grad;
+    bool operator==(const PlanKey& o) const {
+      return mode == o.mode && n == o.n && first_grad == o.first_grad && param_grads == o.param_grads &&
+             cross == o.cross && input_grad == o.input_grad;
+    }
+  };
+  void decide(Mode mode, std::size_t n) {
+    const PlanKey key{
+        mode, n, params_.first_requiring_grad(), param_grads_, cross_replica_ != nullptr, input_gradient_};
+    if (decided_ && key == decided_key_) return;
+    auto it =
+        std::find_if(decisions_.begin(), decisions_.end(), [&](const auto& d) { return d.first == key; });
+    if (it == decisions_.end()) {
+      decisions_.emplace_back(key, step_plan(mode, n).decisions());
+      it = decisions_.end() - 1;
+    }
+    for (const auto& [sink, bits] : it->second) *sink = bits;
+    decided_key_ = key;
+    decided_ = true;
+  }
+
   RunContext<B, T> run_context(Mode mode) {
     RunContext<B, T> rc;
     rc.mode = mode;
@@ -242,6 +272,9 @@ class Model {
     return rc;
   }
 
+  std::vector<std::pair<PlanKey, std::vector<std::pair<std::uint8_t*, std::uint8_t>>>> decisions_;
+  PlanKey decided_key_{};
+  bool decided_ = false;
   DataFormat fmt_;
   NetOptions options_;
   Shape input_, output_;
@@ -378,6 +411,7 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
     e.n = s.n;
     throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
   }
+  decide(mode, s.n);
   RunContext<B, T> rc = run_context(mode);
   rc.param_grads = param_grads_;
   last_mode_ = mode;

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -131,13 +132,23 @@ enum Pairing : unsigned {
   kBlockPair = 4,    ///< two residual blocks (or containers starting/ending with one)
 };
 
+/// What a container does between two neighbouring children, decided by the
+/// rules (Plan::decisions) and read by the container at run time.
+enum Decision : std::uint8_t {
+  kDecideDefer = 1,      ///< bn_output_into_next_conv
+  kDecideBf16Alone = 2,  ///< bn_bf16_output_alone, bf16_residual_stream
+  kDecideBf16Dx = 4,     ///< bf16_dx_between_conv_bn
+  kDecidePoolPad = 8,    ///< pool_into_pad
+};
+
 struct TensorInfo {
-  Shape shape;                 ///< with n = the key's batch
-  std::size_t bytes = 0;       ///< of its float values
-  int producer = -1;           ///< node id, -1: the model's input
-  std::vector<int> consumers;  ///< node ids, in order
-  unsigned pairing = 0;        ///< Pairing bits, where neighbouring children write and read it
-  std::string between;         ///< those children's kinds, "a|b" (empty: not between neighbours)
+  Shape shape;                   ///< with n = the key's batch
+  std::size_t bytes = 0;         ///< of its float values
+  int producer = -1;             ///< node id, -1: the model's input
+  std::vector<int> consumers;    ///< node ids, in order
+  unsigned pairing = 0;          ///< Pairing bits, where neighbouring children write and read it
+  std::uint8_t* sink = nullptr;  ///< where the container that pairs them reads the decisions (Decision bits)
+  std::string between;           ///< those children's kinds, "a|b" (empty: not between neighbours)
 };
 
 /// A rule's decision at one match of its pattern (`nodes`, the anchor first).
@@ -180,6 +191,25 @@ class Plan {
       if (v.rule == rule) ++m, f += v.fires;
     if (matched) *matched = m;
     return f;
+  }
+  /// What each container must do between its neighbouring children: for
+  /// every tensor with a sink, the Decision bits of the pair rules that
+  /// fired across it (0 where none did). Model writes them before a step.
+  std::vector<std::pair<std::uint8_t*, std::uint8_t>> decisions() const {
+    std::vector<std::pair<std::uint8_t*, std::uint8_t>> d;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      if (!tensors[t].sink) continue;
+      std::uint8_t bits = 0;
+      for (const Verdict& v : verdicts) {
+        if (!v.fires || nodes[std::size_t(v.nodes[0])].output != int(t)) continue;
+        if (v.rule == "bn_output_into_next_conv") bits |= kDecideDefer;
+        if (v.rule == "bn_bf16_output_alone" || v.rule == "bf16_residual_stream") bits |= kDecideBf16Alone;
+        if (v.rule == "bf16_dx_between_conv_bn") bits |= kDecideBf16Dx;
+        if (v.rule == "pool_into_pad") bits |= kDecidePoolPad;
+      }
+      d.emplace_back(tensors[t].sink, bits);
+    }
+    return d;
   }
   /// The single consumer of tensor t, or -1 (none, or several).
   int only_consumer(int t) const {
@@ -319,10 +349,13 @@ class Builder {
   }
   /// Tensor t is written by one child of a container and read by the next
   /// one, of kinds `a` and `b`, which the executor pairs as `pairing` says.
-  void between(int t, const char* a, const char* b, unsigned pairing) {
+  /// `sink`: where that container reads what the rules decided for the
+  /// pair (Plan::decisions).
+  void between(int t, const char* a, const char* b, unsigned pairing, std::uint8_t* sink = nullptr) {
     TensorInfo& ti = plan_.tensors.at(std::size_t(t));
     ti.between = std::string(a) + "|" + b;
     ti.pairing = pairing;
+    ti.sink = sink;
   }
   /// The node that wrote tensor t (for a layer to record facts on it).
   Node& producer(int t) { return plan_.nodes.at(std::size_t(plan_.tensors.at(std::size_t(t)).producer)); }

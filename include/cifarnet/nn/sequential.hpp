@@ -293,25 +293,13 @@ struct Sequential : LayerBase {
         std::get<0>(nodes_).require_bf16_input();
     }
     // A Sequential of blocks (a ResNet stage) in the bf16 residual stream
-    // between its neighbours: its first block's input, its last block's
-    // output (Residual's reads_only_bf16_input ...).
+    // between its neighbours, as the plan decides (bf16_residual_stream):
+    // its first block's input, its last block's output.
     static constexpr bool bf16_block_handover = detail::HasBlockHandover<node_t<FirstL, B, T>>::value ||
                                                 detail::HasBlockHandover<node_t<Last, B, T>>::value;
-    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
-      if constexpr (detail::HasBlockHandover<node_t<FirstL, B, T>>::value)
-        return std::get<0>(nodes_).reads_only_bf16_input(rc, n);
-      else
-        return (void)rc, (void)n, false;
-    }
     void require_bf16_input() {
       if constexpr (detail::HasBlockHandover<node_t<FirstL, B, T>>::value)
         std::get<0>(nodes_).require_bf16_input();
-    }
-    bool can_skip_float_output() const {
-      if constexpr (detail::HasBlockHandover<node_t<Last, B, T>>::value)
-        return std::get<sizeof...(Ls) - 1>(nodes_).can_skip_float_output();
-      else
-        return false;
     }
     void skip_float_output_once() {
       if constexpr (detail::HasBlockHandover<node_t<Last, B, T>>::value)
@@ -386,7 +374,7 @@ struct Sequential : LayerBase {
         if constexpr (detail::IsPoolPad<NL, NN>::value) p |= plan::kPoolPadPair;
         if constexpr (detail::HasBlockHandover<NL>::value && detail::HasBlockHandover<NN>::value)
           p |= plan::kBlockPair;
-        b.between(t, L::kind, N::kind, p);
+        b.between(t, L::kind, N::kind, p, &decided_[I]);
       } else {
         (void)b, (void)t;
       }
@@ -405,13 +393,15 @@ struct Sequential : LayerBase {
     }
     // Children in order; a residual sum offered to this container goes to
     // the last child only (RunContext::sum_out).
-    // Two neighbours that both declare bf16_output_handover (ConvBatchNorm):
-    // when the later one will read its input only through the earlier one's
-    // bf16 copy, the earlier one writes that copy alone (layers/conv_bn.hpp);
-    // the later one then insists on the copy. Two that both declare
-    // deferred_output_handover (ConvBatchNorm): when the later one's own
-    // kernels can compute its input from the earlier one's map, the earlier
-    // one leaves its output unwritten (layers/conv_bn.hpp).
+    // Between two neighbours, what the step plan decided (decided_, written
+    // by Model; nn/plan_rules.hpp): two ConvBatchNorm (bf16_output_handover)
+    // where the later one reads its input only through the earlier one's
+    // bf16 copy: the earlier one writes that copy alone (layers/conv_bn.hpp)
+    // and the later one insists on it; two ConvBatchNorm
+    // (deferred_output_handover) where the later one's own kernels compute
+    // its input from the earlier one's map: the earlier one leaves its
+    // output unwritten; two blocks (the bf16 residual stream); an average
+    // pool and the ChannelPad it writes into.
     template <std::size_t... I>
     const Tensor<T>& forward_each(const Tensor<T>& x, RunContext<B, T>& rc, std::index_sequence<I...>) {
       const Tensor<T>* cur = &x;
@@ -432,7 +422,7 @@ struct Sequential : LayerBase {
           auto& pool = std::get<I>(nodes_);
           auto& pad = std::get<I + 1>(nodes_);
           const std::size_t n = in.shape()[0];
-          if (pool.can_pad_in_place(n)) {
+          if (decided_[I] & plan::kDecidePoolPad) {
             T* dst = pad.padded_target(rc, n);
             pool.pad_into_once(dst, pad.padded_channels(), pad.pad_before(), pad.written());
           }
@@ -441,7 +431,7 @@ struct Sequential : LayerBase {
                       detail::HasDeferredOutput<node_t<N, B, T>>::value) {
           auto& earlier = std::get<I>(nodes_);
           auto& later = std::get<I + 1>(nodes_);
-          if (rc.training() && earlier.can_defer_output(rc) && later.takes_normalised_input(rc)) {
+          if (rc.training() && (decided_[I] & plan::kDecideDefer)) {
             earlier.defer_output_once();
             later.take_normalised_input(earlier.deferred_output());
             return;
@@ -451,17 +441,16 @@ struct Sequential : LayerBase {
                        detail::HasBf16OutputHandover<node_t<N, B, T>>::value) ||
                       (detail::HasBlockHandover<node_t<L, B, T>>::value &&
                        detail::HasBlockHandover<node_t<N, B, T>>::value)) {
-          if (rc.training() && std::get<I>(nodes_).can_skip_float_output() &&
-              std::get<I + 1>(nodes_).reads_only_bf16_input(rc, in.shape()[0])) {
+          if (rc.training() && (decided_[I] & plan::kDecideBf16Alone)) {
             std::get<I>(nodes_).skip_float_output_once();
             std::get<I + 1>(nodes_).require_bf16_input();
           }
         }
       }
     }
-    // Children in reverse order. Two neighbours that both declare
-    // bf16_output_handover (ConvBatchNorm) hand the input gradient between
-    // them as bf16 bits where both can (layers/conv_bn.hpp).
+    // Children in reverse order. Two ConvBatchNorm neighbours hand the input
+    // gradient between them as bf16 bits where the plan decided so
+    // (bf16_dx_between_conv_bn; layers/conv_bn.hpp).
     // The last child reads its dy from its bf16_dy_target() where
     // backward_last_bits asked for it (`dy` is then empty).
     template <std::size_t I>
@@ -475,8 +464,7 @@ struct Sequential : LayerBase {
                       detail::HasBf16OutputHandover<node_t<P, B, T>>::value) {
           auto& later = std::get<I>(nodes_);
           auto& earlier = std::get<I - 1>(nodes_);
-          if (down_[I] && rc.needs_dx(first_param_[I]) && later.writes_bf16_dx(rc) &&
-              earlier.takes_bf16_dy(rc)) {
+          if (decided_[I - 1] & plan::kDecideBf16Dx) {
             if (bits_in)
               later.backward_bits_to_bits(rc, earlier.bf16_dy_target());
             else
@@ -533,7 +521,10 @@ struct Sequential : LayerBase {
     Tensor<T> no_dy_;         // backward_last_bits' dy (empty)
     std::array<std::string, sizeof...(Ls)> names_;  // children's full names (profiling)
     std::array<Shape, sizeof...(Ls)> out_{};        // children's output shapes (plans)
-    std::array<bool, sizeof...(Ls)> down_{};        // does child I produce dx (set in build)
+    // What the step plan decided between child I and child I + 1
+    // (plan::Decision bits, written by Model before a step; 0: nothing).
+    std::array<std::uint8_t, sizeof...(Ls)> decided_{};
+    std::array<bool, sizeof...(Ls)> down_{};  // does child I produce dx (set in build)
     // Id of the first parameter child I (or a later child) registered: after
     // child I's backward, every parameter from it on has its final gradient.
     std::array<std::size_t, sizeof...(Ls)> first_param_{};
@@ -1067,6 +1058,7 @@ struct RepeatOf : LayerBase {
    public:
     Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
       blocks_.resize(std::size_t(Count::count(ctx.options, scope.prefix())));
+      decided_.assign(blocks_.size(), 0);
       names_.clear();
       name_ = scope.name("repeat");
       Shape s = in;
@@ -1096,11 +1088,11 @@ struct RepeatOf : LayerBase {
         detail::enter_child(rc, *cur, first);
         detail::offer_sum(rc, sum, i + 1 == blocks_.size());
         // A block's float output skipped where the next block reads only
-        // its bf16 copy (the residual stream in bf16; as Sequential does).
+        // its bf16 copy (the residual stream in bf16, as the plan decided;
+        // as Sequential does).
         if constexpr (detail::HasBlockHandover<node_t<Block, B, T>>::value) {
           if (i + 1 < blocks_.size()) {
-            if (rc.training() && blocks_[i].can_skip_float_output() &&
-                blocks_[i + 1].reads_only_bf16_input(rc, cur->shape()[0])) {
+            if (rc.training() && (decided_[i] & plan::kDecideBf16Alone)) {
               blocks_[i].skip_float_output_once();
               blocks_[i + 1].require_bf16_input();
             }
@@ -1116,20 +1108,9 @@ struct RepeatOf : LayerBase {
     // with the blocks around it): its first block's input, its last block's
     // output.
     static constexpr bool bf16_block_handover = detail::HasBlockHandover<node_t<Block, B, T>>::value;
-    bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
-      if constexpr (bf16_block_handover)
-        return !blocks_.empty() && blocks_.front().reads_only_bf16_input(rc, n);
-      else
-        return (void)rc, (void)n, false;
-    }
     void require_bf16_input() {
-      if constexpr (bf16_block_handover) blocks_.front().require_bf16_input();
-    }
-    bool can_skip_float_output() const {
       if constexpr (bf16_block_handover)
-        return !blocks_.empty() && blocks_.back().can_skip_float_output();
-      else
-        return false;
+        if (!blocks_.empty()) blocks_.front().require_bf16_input();
     }
     void skip_float_output_once() { skip_once_ = true; }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
@@ -1153,7 +1134,8 @@ struct RepeatOf : LayerBase {
         t = detail::emit_child<Block>(blocks_[i], b, t, rc, names_[i], shape_);
         if (i + 1 < blocks_.size())
           b.between(t, Block::kind, Block::kind,
-                    detail::HasBlockHandover<node_t<Block, B, T>>::value ? plan::kBlockPair : 0u);
+                    detail::HasBlockHandover<node_t<Block, B, T>>::value ? plan::kBlockPair : 0u,
+                    &decided_[i]);
       }
       return t;
     }
@@ -1163,6 +1145,7 @@ struct RepeatOf : LayerBase {
    private:
     std::vector<node_t<Block, B, T>> blocks_;
     std::vector<std::string> names_;        // the blocks' full names (plans)
+    std::vector<std::uint8_t> decided_;     // the plan's decisions between block i and i + 1
     std::string name_;                      // where the blocks are (plans)
     Shape shape_;                           // the blocks' input and output shape (plans)
     bool skip_once_ = false;                // skip_float_output_once, for the last block
