@@ -4,13 +4,16 @@
 BASE=${BASE:-/work/main/build-bench/bench/cifarnet_bench}
 NEW=${NEW:-/work/wt-plan3/build-p3/bench/cifarnet_bench}
 OUT=${OUT:-/work/main/docs/runs/bench/2026-12-02-plan-decides-side-by-side/run.txt}
+# run_bf16_again.txt: PRECS=bf16 OUT=.../run_bf16_again.txt; run_bf16_new_first.txt: the same with ORDER="new base"
+PRECS=${PRECS:-fp32 bf16}
+ORDER=${ORDER:-base new}
 {
 echo "# $(date -u); CPU: $(lscpu | grep 'Model name' | sed 's/ \+/ /g'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2) model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2), flags: $(grep -o -w -E 'avx512f|avx512_bf16|amx_tile|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "# base: $BASE; new: $NEW"
 echo "# one OpenMP thread each: the other core runs a one-thread training run (cifar10_train) throughout"
 for round in 1 2 3; do
-  for prec in fp32 bf16; do
-    for which in base new; do
+  for prec in $PRECS; do
+    for which in $ORDER; do
       B=$BASE; [ $which = new ] && B=$NEW
       echo "## round $round $prec $which: OMP_NUM_THREADS=1 $B --only resnet20,infer20 --formats nhwc --precision $prec --profile 0"
       OMP_NUM_THREADS=1 $B --only resnet20,infer20 --formats nhwc --precision $prec --profile 0 2>&1
