@@ -8,6 +8,7 @@
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
 //       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
+//       [--infer-batch 100] [--plan-executor 1|0]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -29,7 +30,8 @@
 // CNN, 24x24, plain SGD), airbench (the airbench94 network of
 // examples/cifar10_speedrun, batch 500, its BN settings; momentum in place of
 // its Muon, which bench/peak's matmul rates bound), infer20, infer56
-// (Mode::Infer, batch 100).
+// (Mode::Infer, batch 100, or --infer-batch: 1 for latency; through the plan
+// executor unless --plan-executor 0, so that one binary times both).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +73,8 @@ struct Protocol {
   std::size_t chunk_kib = NetOptions{}.conv_bn_chunk_bytes / 1024;  // --conv-bn-chunk-kib
   bool direct = NetOptions{}.direct_conv_bn;                        // --direct-conv-bn
   bool explain = false;                                             // --explain
+  std::size_t infer_batch = 100;                                    // --infer-batch
+  bool executor = NetOptions{}.plan_executor;                       // --plan-executor
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -187,8 +191,9 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
 template <class Net>
 Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std::size_t batch,
                    const Protocol& p) {
-  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt,
-                                  opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec), 1);
+  Model<Net, backend::OneDnn> net(
+      {3, 32, 32}, fmt,
+      opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec).with_plan_executor(p.executor), 1);
   if (p.explain) print_plan(name, fmt, net, Mode::Infer, batch);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
@@ -239,9 +244,9 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
         results.push_back(
             train_bench<Airbench94>(b, fmt, {3, 32, 32}, airbench_options(), 500, true, false, p));
       else if (b == "infer20")
-        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(20), 100, p));
+        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(20), p.infer_batch, p));
       else if (b == "infer56")
-        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(56), 100, p));
+        results.push_back(infer_bench<ResNetCifar<>>(b, fmt, resnet_options(56), p.infer_batch, p));
       else
         throw ConfigError("--only: unknown benchmark '" + b + "'");
     }
@@ -285,6 +290,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--json", json, "Also write the results to this JSON file.");
+  app.add_option("--infer-batch", p.infer_batch, "Images per inference step (infer20, infer56; 1: latency).")
+      ->check(CLI::Range(std::size_t(1), std::size_t(100000)))
+      ->capture_default_str();
+  int executor = p.executor ? 1 : 0;
+  app.add_option("--plan-executor", executor,
+                 "1: inference through the plan executor (NetOptions::plan_executor); 0: the layers run "
+                 "themselves.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
@@ -306,6 +320,7 @@ int main(int argc, char** argv) {
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   p.profile = profile != 0;
   p.direct = direct != 0;
+  p.executor = executor != 0;
   try {
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {

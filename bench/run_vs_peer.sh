@@ -25,6 +25,8 @@
 #             AMX; elsewhere PRECISION=bf16 exits 3 saying bf16 could not be
 #             measured, and both measures fp32 and says so.
 #   FORMATS   cifarnet's formats (default nhwc); REPS (5); WARMUP (10)
+#   INFER_BATCH  images per inference step of infer20/infer56 on both sides
+#             (default 100; 1: latency)
 #   OUT       results folder (default: a temp dir); WRAP: a command prefix
 #             for each benchmark pair (e.g. one that pauses other jobs).
 set -euo pipefail
@@ -37,6 +39,7 @@ FORMATS=${FORMATS:-nhwc}
 PRECISION=${PRECISION:-both}
 REPS=${REPS:-5}
 WARMUP=${WARMUP:-10}
+INFER_BATCH=${INFER_BATCH:-100}
 WRAP=${WRAP:-}
 case "$PRECISION" in
   fp32 | bf16 | both) ;;
@@ -53,7 +56,7 @@ if [ "$PRECISION" = bf16 ] && [ $has_bf16 = 0 ]; then
   echo "run_vs_peer: this CPU has neither AVX512-BF16 nor AMX: bf16 could not be measured here" >&2
   exit 3
 fi
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, precision $PRECISION"
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, precision $PRECISION, inference batch $INFER_BATCH"
 echo "== peer: $("$PEER_PY" -c 'import torch; print("torch", torch.__version__, "isa", torch.backends.cpu.get_cpu_capability())')"
 
 # Every benchmark at precision $1, results into folder $2.
@@ -64,8 +67,8 @@ run_precision() {
     bf16) modes=bf16,bf16compile ;;
   esac
   mkdir -p "$dir"
-  local ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $prec --reps $REPS --warmup $WARMUP --profile 0"
-  local peer="'$PEER_PY' '$PEER' --threads 2 --reps $REPS --warmup $WARMUP"
+  local ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $prec --reps $REPS --warmup $WARMUP --profile 0 --infer-batch $INFER_BATCH"
+  local peer="'$PEER_PY' '$PEER' --threads 2 --reps $REPS --warmup $WARMUP --infer-batch $INFER_BATCH"
   for b in ${ONLY//,/ }; do
     case "$b" in
       gatys)

@@ -331,10 +331,39 @@ TEST_CASE("The plan of the tutorial CNN: its ReLU layers after the convolutions"
   std::size_t matched = 0;
   CHECK(p.fired("conv_relu_post_op", &matched) == 0);
   CHECK(matched == 2);
-  CHECK(p.verdict("conv_relu_post_op", "conv1")->reason.find("a ReLU layer runs as its own pass") !=
+  CHECK(p.verdict("conv_relu_post_op", "conv1")->reason.find("training: a ReLU layer is its own pass") !=
         std::string::npos);
   CHECK(p.nodes.front().name == "conv1");
   CHECK(p.tensors[std::size_t(p.output)].shape == Shape{128, 10, 1, 1});
+  // In inference the plan executor gives both convolutions their ReLU, and
+  // its logits are the layers' (reference backend, double: bit for bit;
+  // oneDNN float: within float rounding).
+  const plan::Plan q = m.step_plan(Mode::Infer, 8);
+  INFO(plan::describe(q));
+  CHECK(q.fired("conv_relu_post_op", &matched) == 2);
+  CHECK(matched == 2);
+  Model<Cifar10Cnn, backend::Reference, double> ex({3, 24, 24}, DataFormat::NHWC, NetOptions(), 1);
+  Model<Cifar10Cnn, backend::Reference, double> layers({3, 24, 24}, DataFormat::NHWC,
+                                                       NetOptions().with_plan_executor(false), 1);
+  Tensor<double> x = make_tensor<double>(ex.input_shape(8), DataFormat::NHWC);
+  Tensor<float> xf = make_tensor<float>(ex.input_shape(8), DataFormat::NHWC);
+  Rng rng(43);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    xf.data()[i] = float(x.data()[i] = double(float(rng.uniform(-2, 2))));
+  for (std::size_t id = 0; id < m.parameters().count(); ++id) {
+    const auto& in = m.parameters().info(id);
+    std::copy(std::as_const(m.parameters()).value(id), std::as_const(m.parameters()).value(id) + in.size,
+              ex.parameters().value(id));
+    std::copy(std::as_const(m.parameters()).value(id), std::as_const(m.parameters()).value(id) + in.size,
+              layers.parameters().value(id));
+  }
+  REQUIRE(ex.executor(8));
+  REQUIRE(ex.executor(8)->ok());
+  const Tensor<double> a = ex.forward(x, Mode::Infer);
+  const Tensor<double>& b = layers.forward(x, Mode::Infer);
+  REQUIRE(a.shape() == b.shape());
+  CHECK(std::equal(a.data(), a.data() + a.size(), b.data()));
+  CHECK(test::rel_err(m.forward(xf, Mode::Infer), b) <= 1e-5);
 }
 
 namespace {
@@ -414,4 +443,21 @@ TEST_CASE("A user's two-branch container trains correctly with every rule on", "
   CHECK_FALSE(sum->fires);
   CHECK(sum->reason.find("(two_branch), not a batch norm") != std::string::npos);
   CHECK(p.fires("residual_sum_in_bn", "block0/add"));
+  // Inference through the plan executor: the container is one node that
+  // runs its own forward; bit for bit what the layers do themselves.
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    Model<WithTwoBranch, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions(), 3);
+    Model<WithTwoBranch, backend::Reference, double> layers({3, 16, 16}, fmt,
+                                                            NetOptions().with_plan_executor(false), 3);
+    Tensor<double> x = make_tensor<double>(ex.input_shape(4), fmt);
+    Rng rng(41);
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = rng.uniform(-1.5, 1.5);
+    REQUIRE(ex.executor(4));
+    INFO(ex.explain_plan(Mode::Infer, 4));
+    REQUIRE(ex.executor(4)->ok());
+    const Tensor<double> a = ex.forward(x, Mode::Infer);
+    const Tensor<double>& b = layers.forward(x, Mode::Infer);
+    REQUIRE(a.shape() == b.shape());
+    CHECK(std::equal(a.data(), a.data() + a.size(), b.data()));
+  }
 }

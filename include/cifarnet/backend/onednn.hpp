@@ -7,6 +7,7 @@
 #include "cifarnet/backend/onednn/batch_norm.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/conv2d.hpp"
+#include "cifarnet/backend/onednn/conv_epilogue.hpp"
 #include "cifarnet/backend/onednn/dense.hpp"
 #include "cifarnet/backend/onednn/elementwise.hpp"
 #include "cifarnet/backend/onednn/gelu.hpp"

@@ -238,7 +238,17 @@ struct Conv2d : LayerBase {
     int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
       const int t = b.node(name_, Conv2d::kind, {in}, geom_.out_shape(), Conv2d::plan_attrs());
       const std::string why = direct_why_not(rc, false);
-      b.producer(t).facts[plan::facts::kOwnKernels] = why.empty() ? plan::Fact::yes() : plan::Fact::no(why);
+      plan::Node& n = b.producer(t);
+      n.facts[plan::facts::kOwnKernels] = why.empty() ? plan::Fact::yes() : plan::Fact::no(why);
+      if (!rc.training()) {  // the plan executor runs it itself, with the epilogue the rules give it
+        n.facts[plan::facts::kEpilogueConv] = plan::Fact::yes();
+        n.run =
+            plan::ConvRun<B, T>{geom_, [this](RunContext<B, T>& c) {
+                                  const Parameters<T>& p = *c.params;
+                                  return plan::FoldedWeights<T>{p.value(w_), Bias ? p.value(b_) : nullptr,
+                                                                p.version(w_) + (Bias ? p.version(b_) : 0)};
+                                }};
+      }
       return t;
     }
     /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in

@@ -218,6 +218,14 @@ struct ConvBatchNorm : LayerBase {
                                                      : "synchronized batch norm";
       const bool chunk = float_convs_ && bn_.chunkable(rc);
       plan::Node& cn = b.producer(a);
+      if (!rc.training()) {  // the plan executor runs the folded convolution itself (nn/executor.hpp)
+        cn.facts[f::kEpilogueConv] = plan::Fact::yes();
+        cn.run = plan::ConvRun<B, T>{
+            conv_.geometry(), [this](RunContext<B, T>& c) {
+              fold(c);
+              return plan::FoldedWeights<T>{folded_w_.data(), folded_b_.data(), fold_stamp_};
+            }};
+      }
       bool bf16 = false;
       if constexpr (backend_traits<B>::bf16_gradients) bf16 = bn_.backward_bf16_ready(rc) && !float_convs_;
       cn.facts[f::kBf16Output] = fact(bf16 && conv_.has_bf16_output(rc),

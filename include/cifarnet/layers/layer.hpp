@@ -37,6 +37,7 @@
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/node_run.hpp"
 #include "cifarnet/nn/plan.hpp"
 
 namespace cifarnet {
@@ -187,14 +188,25 @@ struct HasEmit<N, B, T,
 /// Emits child `node` of type L into a step plan (nn/plan.hpp), reading
 /// tensor `in`: its own emit() where it has one (containers, layers made of
 /// several nodes or recording facts), else one opaque node named `name`
-/// with output shape `out`. Returns the id of the tensor it writes.
+/// with output shape `out`. A leaf's node, and the opaque node of a
+/// container without emit() (a user's), runs as the layer's own forward in
+/// the plan executor (plan::LayerRun, nn/node_run.hpp). Returns the id of
+/// the tensor it writes.
 template <class L, class N, class B, class T>
 int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const std::string& name,
                const Shape& out) {
+  int t = -1;
   if constexpr (HasEmit<N, B, T>::value)
-    return node.emit(b, in, rc);
+    t = node.emit(b, in, rc);
   else
-    return (void)rc, b.node(name, L::kind, {in}, out, PlanAttrsOf<L>::get());
+    t = b.node(name, L::kind, {in}, out, PlanAttrsOf<L>::get());
+  if constexpr (!HasEmit<N, B, T>::value || !L::container)
+    if (!b.producer(t).run.has_value())  // unless its emit() attached a run of its own
+      b.producer(t).run =
+          plan::LayerRun<B, T>{[&node](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+            return forward_child<L>(node, x, c);
+          }};
+  return t;
 }
 }  // namespace detail
 

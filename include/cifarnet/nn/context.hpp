@@ -77,6 +77,12 @@ struct NetOptions {
   /// to the next layer's kernels: layers/conv_bn.hpp); false runs every
   /// batch norm pass on its own.
   bool direct_conv_bn = true;
+  /// Mode::Infer runs the model's step plan through the plan executor
+  /// (nn/executor.hpp: folded convolutions with their residual sums and
+  /// ReLUs as epilogues, bf16 activations between bf16 convolutions) on
+  /// backends that have its convolution (ops::ConvEpilogue); false, or
+  /// where it cannot run a plan, the layers run themselves.
+  bool plan_executor = true;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -108,6 +114,10 @@ struct NetOptions {
   }
   NetOptions& with_direct_conv_bn(bool on) {
     direct_conv_bn = on;
+    return *this;
+  }
+  NetOptions& with_plan_executor(bool on) {
+    plan_executor = on;
     return *this;
   }
 };

@@ -34,6 +34,7 @@
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/nn/channel_check.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/executor.hpp"
 #include "cifarnet/nn/plan_rules.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -139,7 +140,36 @@ class Model {
   plan::Plan step_plan(Mode mode, std::size_t batch);
   /// step_plan(mode, batch) in words: the nodes, where each rule fired and
   /// why it did not elsewhere (the examples' --explain-plan).
-  std::string explain_plan(Mode mode, std::size_t batch) { return plan::describe(step_plan(mode, batch)); }
+  std::string explain_plan(Mode mode, std::size_t batch) {
+    std::string s = plan::describe(step_plan(mode, batch));
+    if (mode == Mode::Infer) {
+      if (const auto* e = executor(batch))
+        s += e->describe();
+      else
+        s += options_.plan_executor
+                 ? "executor: none on this backend (no ops::ConvEpilogue): the layers run "
+                   "themselves\n"
+                 : "executor: off (NetOptions::plan_executor): the layers run themselves\n";
+    }
+    return s;
+  }
+  /// The plan executor that runs Mode::Infer on batches of `batch` images
+  /// (nn/executor.hpp), made on first use; null where it is off
+  /// (NetOptions::plan_executor) or the backend has none. One that cannot
+  /// run the plan says why (ok(), why()); then the layers run themselves.
+  InferenceExecutor<B, T>* executor(std::size_t batch) {
+    if constexpr (ops::ConvEpilogue<B, T>::supported) {
+      if (!options_.plan_executor || batch == 0) return nullptr;
+      for (const auto& e : executors_)
+        if (e->plan().key.batch == batch) return e.get();
+      if (executors_.size() >= 4) executors_.erase(executors_.begin());  // batch sizes seen last
+      executors_.push_back(std::make_unique<InferenceExecutor<B, T>>(step_plan(Mode::Infer, batch), fmt_));
+      return executors_.back().get();
+    } else {
+      (void)batch;
+      return nullptr;
+    }
+  }
 
   /// Books every leaf layer's forward/backward wall-clock time into `p`
   /// (nn/profile.hpp); null (the default) turns profiling off.
@@ -272,6 +302,7 @@ class Model {
     return rc;
   }
 
+  std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;  // executor(), per batch size
   std::vector<std::pair<PlanKey, std::vector<std::pair<std::uint8_t*, std::uint8_t>>>> decisions_;
   PlanKey decided_key_{};
   bool decided_ = false;
@@ -390,7 +421,7 @@ plan::Plan Model<Net, B, T>::step_plan(Mode mode, std::size_t batch) {
   const int in = b.input(input_);
   const int out = detail::emit_child<Net>(*node_, b, in, rc, "model", output_);
   plan::Plan p = b.finish(out);
-  plan::apply_rules(p, plan::caps_of<B>());
+  plan::apply_rules(p, plan::caps_of<B, T>());
   return p;
 }
 
@@ -411,7 +442,6 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
     e.n = s.n;
     throw ShapeError("model expects input " + e.str() + " (" + to_string(fmt_) + ") but got " + s.str());
   }
-  decide(mode, s.n);
   RunContext<B, T> rc = run_context(mode);
   rc.param_grads = param_grads_;
   last_mode_ = mode;
@@ -421,6 +451,10 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
   const Tensor<T>* in = &x;
   if constexpr (!backend_traits<B>::host_memory)
     if (device_activations_ && !device_->is_device_memory(x.data())) in = &upload_input(x);
+  if (mode == Mode::Infer) {
+    if (auto* e = executor(s.n); e && e->ok()) return e->run(*in, rc);
+  }
+  decide(mode, s.n);
   return node_->forward(*in, rc);
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <any>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -66,6 +67,9 @@ inline constexpr const char* kNormalisedInput = "normalised_input";  ///< can co
 inline constexpr const char* kBf16InputOnly = "bf16_input_only";  ///< can read its input only as a bf16 copy
 inline constexpr const char* kBf16Dx = "bf16_dx";                 ///< can write its dx as bf16 bits
 inline constexpr const char* kNeedsDx = "needs_dx";               ///< its backward computes dx
+// a convolution in inference (standalone or of a ConvBatchNorm)
+inline constexpr const char* kEpilogueConv =
+    "epilogue_conv";  ///< the plan executor runs it as ops::ConvEpilogue (its ConvRun)
 // a standalone convolution
 inline constexpr const char* kOwnKernels =
     "own_kernels";  ///< the own conv + batch norm kernels take its geometry
@@ -115,6 +119,10 @@ struct Node {
   int block_input = -1;  ///< a residual block's sum: the tensor the block reads
   std::map<std::string, Fact> facts;
   std::vector<std::string> fused;  ///< the rules that fired with this node in their pattern
+  /// How the plan executor runs it (nn/node_run.hpp: a LayerRun or a
+  /// ConvRun for the model's backend and scalar; empty: a container's
+  /// node, run by the executor itself, or a layer it cannot run alone).
+  std::any run;
   const Fact* fact(const std::string& f) const {
     const auto it = facts.find(f);
     return it == facts.end() ? nullptr : &it->second;

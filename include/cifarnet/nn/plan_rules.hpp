@@ -20,6 +20,7 @@
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/nn/plan.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet::plan {
 
@@ -67,6 +68,12 @@ inline const std::vector<RuleInfo>& rules() {
       {"bf16_residual_gradient", "a block's output gradient written by the next block's sum as bf16 bits"},
       {"bn_sums_in_next_conv_backward",
        "a batch norm's backward sums taken by the next convolution's backward over its dx: a read saved"},
+      {"residual_sum_in_conv_epilogue",
+       "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
+       "saved"},
+      {"bf16_activations",
+       "inference with bf16 convolutions: an output kept as bf16 where only bf16 convolutions read it: "
+       "half the bytes, no rounding pass in the next convolution"},
   };
   return r;
 }
@@ -85,10 +92,14 @@ inline const std::vector<std::string>& not_yet_rules() {
 /// facts recorded by the layers).
 struct Caps {
   bool fused_relu = false, fused_gelu = false;
+  /// The plan executor's convolution with a bias, sum and ReLU epilogue
+  /// (ops::ConvEpilogue), and whether it keeps activations bf16 here.
+  bool conv_epilogue = false, bf16_activations = false;
 };
-template <class B>
+template <class B, class T = float>
 Caps caps_of() {
-  return {backend_traits<B>::fused_relu, backend_traits<B>::fused_gelu};
+  return {backend_traits<B>::fused_relu, backend_traits<B>::fused_gelu, ops::ConvEpilogue<B, T>::supported,
+          ops::ConvEpilogue<B, T>::bf16_storage()};
 }
 
 namespace rules_detail {
@@ -115,6 +126,74 @@ inline std::string readers(const Plan& p, int i) {
   return "its output goes to '" + r.name + "' (" + r.kind + ")";
 }
 }  // namespace rules_detail
+
+/// The plan executor's rules (nn/executor.hpp, inference): a folded
+/// convolution takes the residual sum after it into its epilogue; with bf16
+/// convolutions, the outputs that only such convolutions read stay bf16.
+template <class Verdict>
+void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
+  using namespace rules_detail;
+  const int count = int(p.nodes.size());
+  // The convolutions the executor runs itself, and the node whose output
+  // each writes: its batch norm's (folded), the ReLU's (conv_relu_post_op),
+  // or its own; a sum an epilogue takes.
+  std::vector<int> last(std::size_t(count), -1);
+  std::vector<bool> sum_taken(std::size_t(count), false);
+  for (int c = 0; c < count; ++c) {
+    const Node& n = at(p, c);
+    if (n.kind != "conv" || !caps.conv_epilogue || !fact(n, facts::kEpilogueConv).first) continue;
+    const bool folded = p.fires("conv_bn_fold", n.name);
+    last[std::size_t(c)] = folded ? c + 1 : c;
+    const int r = p.only_consumer(n.output);
+    if (!folded && r >= 0 && p.fires("conv_relu_post_op", n.name)) last[std::size_t(c)] = r;
+  }
+  // The sum (and its ReLU) of a block whose body ends in a folded convolution.
+  for (int c = 0; c + 1 < count; ++c) {
+    if (!p.fires("conv_bn_fold", at(p, c).name)) continue;
+    const Node& bn = at(p, c + 1);
+    const int a = p.only_consumer(bn.output);
+    if (a < 0 || at(p, a).kind != "add") continue;
+    const std::string why = !caps.conv_epilogue ? "no convolution epilogue on this backend"
+                            : bn.attrs.relu     ? "a ReLU between the batch norm and the sum"
+                                                : "";
+    verdict("residual_sum_in_conv_epilogue", {c, c + 1, a}, why.empty(), why);
+    if (why.empty()) sum_taken[std::size_t(a)] = true, last[std::size_t(c)] = a;
+  }
+  if (p.key.precision != ConvPrecision::BF16) return;
+  // Who reads tensor t, looking through identities: a convolution the
+  // executor runs (its input) and a sum one takes read bf16; anything else
+  // float.
+  auto float_reader = [&](int t) -> int {
+    std::vector<int> todo{t};
+    while (!todo.empty()) {
+      const int u = todo.back();
+      todo.pop_back();
+      for (int r : p.tensors[std::size_t(u)].consumers) {
+        const Node& n = at(p, r);
+        if (n.kind == "identity")
+          todo.push_back(n.output);
+        else if (!(n.kind == "conv" && last[std::size_t(r)] >= 0) &&
+                 !(n.kind == "add" && sum_taken[std::size_t(r)]))
+          return r;
+      }
+    }
+    return -1;
+  };
+  for (int c = 0; c < count; ++c) {
+    if (last[std::size_t(c)] < 0) continue;
+    const int out = at(p, last[std::size_t(c)]).output;
+    if (p.tensors[std::size_t(out)].consumers.empty() || out == p.output) {
+      verdict("bf16_activations", {c, last[std::size_t(c)]}, false, "the model's output is float");
+      continue;
+    }
+    const int r = caps.bf16_activations ? float_reader(out) : -1;
+    const std::string why = !caps.bf16_activations ? "no bf16 activations on this CPU"
+                            : r >= 0
+                                ? "read by '" + at(p, r).name + "' (" + at(p, r).kind + "), which reads float"
+                                : "";
+    verdict("bf16_activations", {c, last[std::size_t(c)]}, why.empty(), why);
+  }
+}
 
 /// Runs every rule over the plan: its verdicts, and the rules that fired
 /// recorded on their nodes (Node::fused).
@@ -155,11 +234,15 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     int r = p.only_consumer(conv.output);
     if (r < 0) continue;
     if (at(p, r).kind == "relu") {
-      verdict("conv_relu_post_op", {c, r}, false,
-              caps.fused_relu
-                  ? "a ReLU layer runs as its own pass (the executor gives a convolution the ReLU "
-                    "as a post-op only in ConvBatchNorm's folded inference)"
-                  : "no fused ReLU on this backend");
+      // inference: the plan executor's convolution takes it (nn/executor.hpp)
+      auto [epi, wepi] = fact(conv, facts::kEpilogueConv);
+      const std::string why = train
+                                  ? "training: a ReLU layer is its own pass (the plan executor, which gives "
+                                    "a convolution its ReLU, runs inference only)"
+                              : !caps.conv_epilogue ? "no convolution epilogue on this backend"
+                              : !epi                ? wepi
+                                                    : "";
+      verdict("conv_relu_post_op", {c, r}, why.empty(), why);
       continue;
     }
     std::string between;
@@ -271,7 +354,7 @@ inline void apply_rules(Plan& p, const Caps& caps) {
       verdict("bf16_residual_stream", {i, next}, (t.pairing & kBlockPair) && skip && read, why);
     }
   }
-  if (!train) return;
+  if (!train) return inference_rules(p, caps, verdict);
   // The backward hand-overs around residual blocks, on the verdicts above.
   auto fired_at = [&](const char* rule, int a, int b = -1) {
     for (const Verdict& v : p.verdicts)

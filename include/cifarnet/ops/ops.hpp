@@ -133,6 +133,24 @@ CIFARNET_OP_PRIMARY(Arena)
 
 #undef CIFARNET_OP_PRIMARY
 
+/// The plan executor's inference convolution (nn/executor.hpp):
+///   forward(dev, g, x, x_bf16, w, b|nullptr, version, bf16, y, y_bf16, sum, relu)
+///     y = [max(., 0)](conv(x, w) + b [+ y]): with `sum` y holds the sum's
+///     other term on entry; x and y float or (x_bf16, y_bf16) bf16 bits;
+///     w HWIO float, `version` as Parameters::version (0: changed);
+///     `bf16`: bf16 products with float accumulation where bf16_storage().
+/// `supported` says whether a backend has it: where it does not (this
+/// primary template), a Model runs inference through its layers instead.
+template <class B, class T>
+struct ConvEpilogue {
+  static constexpr bool supported = false;
+  static bool bf16_storage() { return false; }
+  template <class... A>
+  [[noreturn]] void forward(A&&...) {
+    throw ConfigError("ops::ConvEpilogue: this backend has no inference convolution epilogue");
+  }
+};
+
 /// Does ops::Arena A take optimizer state onto its device (adopt_state)?
 template <class A, class D, class T, class = void>
 struct has_adopt_state : std::false_type {};

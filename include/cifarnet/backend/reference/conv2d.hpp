@@ -2,7 +2,9 @@
 // for every other backend. Weights HWIO; any scalar type.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cifarnet/backend/reference/common.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -88,6 +90,31 @@ struct Conv2d<backend::Reference, T> {
             for (std::size_t oc = 0; oc < g.oc; ++oc) db[oc] += dy[Y(n, oc, oy, ox)];
     }
   }
+};
+
+/// The plan executor's inference convolution: the reference convolution,
+/// then the sum and the ReLU, in T (float activations only).
+template <class T>
+struct ConvEpilogue<backend::Reference, T> {
+  static constexpr bool supported = true;
+  static bool bf16_storage() { return false; }
+  void forward(Device<backend::Reference>& dev, const ConvGeom& g, const void* x, bool x_bf16, const T* w,
+               const T* b, std::uint64_t, bool, const void* s, bool s_bf16, void* y, bool y_bf16, bool relu) {
+    if (x_bf16 || y_bf16 || (s && s_bf16))
+      throw ConfigError("ConvEpilogue: the reference backend has no bf16 activations");
+    T* out = static_cast<T*>(y);
+    const std::size_t n = g.n * g.oc * g.oh * g.ow;
+    if (s) term_.assign(static_cast<const T*>(s), static_cast<const T*>(s) + n);
+    conv_.forward(dev, g, static_cast<const T*>(x), w, b, out);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T v = s ? out[i] + term_[i] : out[i];
+      out[i] = relu && !(v > T(0)) && v == v ? T(0) : v;
+    }
+  }
+
+ private:
+  Conv2d<backend::Reference, T> conv_;
+  std::vector<T> term_;
 };
 
 }  // namespace ops

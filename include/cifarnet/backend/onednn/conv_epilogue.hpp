@@ -1,0 +1,149 @@
+// cifarnet/backend/onednn/conv_epilogue.hpp — the plan executor's inference
+// convolution on oneDNN (nn/executor.hpp): y = [max(., 0)](conv(x, w) + b
+// [+ y]) as one forward_inference primitive, the residual sum and the ReLU
+// as its post-ops, so that a folded convolution, the sum of a residual
+// block and its ReLU are one pass over the output.
+//
+// Activations are in the network's plain layout (nchw/nhwc), float or bf16
+// (uint16 bits): with bf16 products the executor keeps activations bf16
+// between the convolutions that read them, so no layer rounds its input
+// again. A float input of a bf16 convolution (the network's input, an
+// activation a float layer also reads) is rounded into device scratch slot
+// 2 first. The weights are the caller's HWIO floats (folded: nn/node_run.hpp),
+// reordered into the primitive's layout (bf16 with bf16 products) and kept
+// while the caller's buffer and version are the same (version 0: always
+// reordered). Float accumulation; the bias, the sum and the ReLU in float
+// before the one rounding of a bf16 output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/ops/ops.hpp"
+
+namespace cifarnet {
+namespace ops {
+
+template <class T>
+struct ConvEpilogue<backend::OneDnn, T> {
+  CIFARNET_ONEDNN_FLOAT_ONLY(ConvEpilogue, T);
+  static constexpr bool supported = true;
+  /// Whether bf16 activations and products are offered here (oneDNN's bf16
+  /// convolutions: AVX-512 cores; elsewhere float).
+  static bool bf16_storage() { return backend::onednn::cpu_has_bf16_convolutions(); }
+
+  /// y = [relu](conv(x, w) + b [+ s]): x, s and y float, or bf16 bits where
+  /// x_bf16 / s_bf16 / y_bf16; `bf16`: bf16 products (else float; then none
+  /// may be bf16); s null: no sum; s == y: y holds the term (in place;
+  /// then s_bf16 == y_bf16), else it is copied into y first; b may be null.
+  void forward(Device<backend::OneDnn>& dev, const ConvGeom& g, const void* x, bool x_bf16, const T* w,
+               const T* b, std::uint64_t version, bool bf16, const void* s, bool s_bf16, void* y, bool y_bf16,
+               bool relu) {
+    namespace on = backend::onednn;
+    on::require("ConvEpilogue", {{x, "x"}, {w, "w"}, {y, "y"}});
+    on::check_geometry(g, "ConvEpilogue", false);
+    if ((x_bf16 || y_bf16 || (s && s_bf16)) && !(bf16 && bf16_storage()))
+      throw ConfigError("ConvEpilogue: bf16 activations need bf16 products on a CPU with bf16 convolutions (" +
+                        on::describe(g) + ")");
+    bf16 = bf16 && bf16_storage();
+    if (s == y && s_bf16 != y_bf16)
+      throw ConfigError("ConvEpilogue: a sum in place must have the output's type (" + on::describe(g) + ")");
+    const bool sum = s != nullptr, sum_bf16 = sum && s_bf16;
+    const Key key{g.key(), x_bf16, y_bf16, bf16, sum, relu, b != nullptr, sum_bf16};
+    on::guarded("ConvEpilogue", [&] {
+      State& st = cache_.get(dev.engine, key, [&] { return State(dev.engine, g, key); });
+      if (sum && s != y) {  // the sum's other term into y (converted where its type differs)
+        st.s.set_data_handle(const_cast<void*>(s));
+        st.y.set_data_handle(y);
+        st.copy_s.execute(dev.stream, st.s, st.y);
+      }
+      dnnl::memory src = st.x;
+      src.set_data_handle(const_cast<void*>(x));
+      if (st.round_x) {  // a float input of bf16 products: rounded once, into scratch
+        on::scratch(dev, st.x_lp, 2);
+        st.round_x->execute(dev.stream, src, st.x_lp);
+        src = st.x_lp;
+      }
+      if (st.w_of != w || version == 0 || st.w_version != version) {
+        st.w_reorder.execute(dev.stream, on::bind(st.w_user, w), st.w_mem);
+        st.w_of = w;
+        st.w_version = version;
+      }
+      st.y.set_data_handle(y);
+      on::Args args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, st.w_mem}, {DNNL_ARG_DST, st.y}};
+      if (b) args.insert({DNNL_ARG_BIAS, on::bind(st.b, b)});
+      if (st.scratchpad) args.insert({DNNL_ARG_SCRATCHPAD, on::scratch(dev, *st.scratchpad, 3)});
+      st.conv.execute(dev.stream, args);
+      dev.stream.wait();
+    });
+    ++calls_;
+  }
+
+  /// Calls made, and primitives built (a geometry, precision and epilogue
+  /// built once: tests).
+  std::size_t calls() const { return calls_; }
+  std::size_t primitives_built() const { return cache_.builds(); }
+
+ private:
+  using Key = std::tuple<decltype(ConvGeom{}.key()), bool, bool, bool, bool, bool, bool, bool>;
+  struct State {
+    State(const dnnl::engine& eng, const ConvGeom& g, const Key& k) {
+      namespace on = backend::onednn;
+      const auto [gk, x_bf16, y_bf16, bf16, sum, relu, bias, sum_bf16] = k;
+      (void)gk;
+      const auto adt = bf16 ? on::dt::bf16 : on::dt::f32;
+      const auto src_user = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw, x_bf16 ? on::dt::bf16 : on::dt::f32);
+      const auto src = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw, adt);
+      const auto dst = on::act_desc(g.fmt, g.n, g.oc, g.oh, g.ow, y_bf16 ? on::dt::bf16 : on::dt::f32);
+      const on::dims wd{on::dim(g.oc), on::dim(g.ic), on::dim(g.kh), on::dim(g.kw)};
+      const dnnl::memory::desc w_any(wd, adt, on::tag::any);
+      w_user = dnnl::memory(dnnl::memory::desc(wd, on::dt::f32, on::tag::hwio), eng, DNNL_MEMORY_NONE);
+      b = on::user_memory(on::vec_desc(g.oc), eng);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::post_ops po;
+      if (sum) po.append_sum(1.f);
+      if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
+      using cf = dnnl::convolution_forward;
+      const on::dims strides{on::dim(g.sh), on::dim(g.sw)}, pl{on::dim(g.pt), on::dim(g.pl)},
+          pr{on::dim(g.pb), on::dim(g.pr)};
+      const auto pk = dnnl::prop_kind::forward_inference;
+      const auto alg = dnnl::algorithm::convolution_direct;
+      const cf::primitive_desc pd =
+          bias ? cf::primitive_desc(cf::desc(pk, alg, src, w_any, on::vec_desc(g.oc), dst, strides, pl, pr),
+                                    attr, eng)
+               : cf::primitive_desc(cf::desc(pk, alg, src, w_any, dst, strides, pl, pr), attr, eng);
+      conv = cf(pd);
+      w_mem = dnnl::memory(pd.weights_desc(), eng);
+      w_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, w_user.get_desc(), eng, pd.weights_desc()));
+      x = on::user_memory(src_user, eng);
+      y = on::user_memory(dst, eng);
+      if (src_user != src) {
+        x_lp = dnnl::memory(src, eng, DNNL_MEMORY_NONE);
+        round_x = dnnl::reorder(dnnl::reorder::primitive_desc(eng, src_user, eng, src));
+      }
+      if (sum) {
+        const auto sd = on::act_desc(g.fmt, g.n, g.oc, g.oh, g.ow, sum_bf16 ? on::dt::bf16 : on::dt::f32);
+        s = on::user_memory(sd, eng);
+        copy_s = dnnl::reorder(dnnl::reorder::primitive_desc(eng, sd, eng, dst));
+      }
+      if (pd.scratchpad_desc().get_size() > 0) scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
+    }
+    dnnl::convolution_forward conv;
+    dnnl::memory x, x_lp, y, w_user, w_mem, b, s;
+    dnnl::reorder copy_s;  // the sum's other term into y
+    std::optional<dnnl::reorder> round_x;
+    std::optional<dnnl::memory> scratchpad;
+    dnnl::reorder w_reorder;
+    const T* w_of = nullptr;
+    std::uint64_t w_version = 0;
+  };
+  backend::onednn::PrimitiveCache<Key, State> cache_;
+  std::size_t calls_ = 0;
+};
+
+}  // namespace ops
+}  // namespace cifarnet

@@ -1,0 +1,50 @@
+// cifarnet/nn/node_run.hpp — how the plan executor (nn/executor.hpp) runs a
+// node of a step plan: what a layer attaches to the nodes it emits
+// (plan::Node::run, a std::any holding one of the types below).
+//
+// Every leaf layer gets a LayerRun without code of its own
+// (detail::emit_child): its forward on a plain float tensor, the same call
+// a container makes. A layer whose node can run as part of a fused
+// operation attaches what that needs instead: a convolution a ConvRun
+// (its geometry and its weights: a Conv2d's own, a ConvBatchNorm's with
+// the batch norm folded in). Container nodes ("identity", "add") carry nothing:
+// the executor runs them itself.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "cifarnet/core/tensor.hpp"
+#include "cifarnet/nn/context.hpp"
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet::plan {
+
+/// A leaf layer's own forward: the layer's output for input x (owned by
+/// the layer, valid until its next forward).
+template <class B, class T>
+struct LayerRun {
+  std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&)> forward;
+};
+
+/// Folded weights: HWIO weights and a bias per output channel, and a number
+/// that changes exactly when they do (0: unknown, always changed).
+template <class T>
+struct FoldedWeights {
+  const T* w = nullptr;
+  const T* b = nullptr;
+  std::uint64_t version = 0;
+};
+
+/// A convolution the executor runs itself (ops::ConvEpilogue), with the
+/// bias, sum and ReLU the rules give it: a standalone Conv2d's own weights
+/// and bias, or a ConvBatchNorm's convolution with its batch norm folded in
+/// (y = conv(x, w·s) + (β − mean·s) with the moving statistics). `geom` has
+/// n unset; `weights` refolds where a parameter changed since the last call.
+template <class B, class T>
+struct ConvRun {
+  ConvGeom geom;
+  std::function<FoldedWeights<T>(RunContext<B, T>&)> weights;
+};
+
+}  // namespace cifarnet::plan
