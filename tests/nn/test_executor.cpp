@@ -179,3 +179,33 @@ TEST_CASE("The executor follows the weights, the batch size and the options", "[
   CHECK(off.executor(5) == nullptr);
   CHECK(off.explain_plan(Mode::Infer, 5).find("executor: off (NetOptions::plan_executor)") != std::string::npos);
 }
+
+namespace {
+struct ExecTap {
+  static constexpr const char* name = "after_conv1";
+};
+using TapNet = Sequential<ConvBatchNorm<3, 8, 3, 1, Padding::Same, FusedRelu>, Tap<ExecTap>,
+                          ConvBatchNorm<8, 8, 3, 1, Padding::Same, FusedRelu>,
+                          ConvBatchNorm<8, 8, 3, 1, Padding::Same, FusedRelu>,
+                          ConvBatchNorm<8, 8, 3, 1, Padding::Same, FusedRelu>>;
+}  // namespace
+
+TEST_CASE("A tap read in inference keeps its activation through the executor's buffer reuse", "[nn][executor]") {
+  // The tap's input is an executor buffer that, without the tap, the third
+  // convolution's output would reuse; Model::activation must still hold the
+  // first convolution's output after the run.
+  Model<TapNet, backend::Reference, double> ex({3, 8, 8}, DataFormat::NHWC, NetOptions(), 1);
+  Model<TapNet, backend::Reference, double> layers({3, 8, 8}, DataFormat::NHWC,
+                                                   NetOptions().with_plan_executor(false), 1);
+  same_random_parameters(ex, layers, 47);
+  const Tensor<double> x = random_input<double>({2, 3, 8, 8}, DataFormat::NHWC, 53);
+  REQUIRE(ex.executor(2));
+  REQUIRE(ex.executor(2)->ok());
+  const Tensor<double> y = ex.forward(x, Mode::Infer);
+  const Tensor<double>& yl = layers.forward(x, Mode::Infer);
+  CHECK(std::equal(y.data(), y.data() + y.size(), yl.data()));
+  const Tensor<double>& a = ex.activation("after_conv1");
+  const Tensor<double>& al = layers.activation("after_conv1");
+  REQUIRE(a.shape() == al.shape());
+  CHECK(std::equal(a.data(), a.data() + a.size(), al.data()));
+}
