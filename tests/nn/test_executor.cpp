@@ -36,7 +36,8 @@ void same_random_parameters(A& a, B& b, std::uint64_t seed) {
   for (std::size_t id = 0; id < P.count(); ++id) {
     const ParamInfo& i = P.info(id);
     REQUIRE(i.name == Q.info(id).name);
-    const bool pos = i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
+    const bool pos =
+        i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
     auto* p = P.value(id);
     auto* q = Q.value(id);
     for (std::size_t k = 0; k < i.size; ++k) {
@@ -64,12 +65,13 @@ Tensor<double> as_double(const Tensor<T>& x) {
 
 }  // namespace
 
-TEST_CASE("The executor runs inference bit for bit as the layers do on the reference backend", "[nn][executor]") {
+TEST_CASE("The executor runs inference bit for bit as the layers do on the reference backend",
+          "[nn][executor]") {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
     Model<ResNetCifar<>, backend::Reference, double> ex({3, 16, 16}, fmt, resnet_options(8), 1);
-    Model<ResNetCifar<>, backend::Reference, double> layers({3, 16, 16}, fmt, resnet_options(8).with_plan_executor(false),
-                                                            1);
+    Model<ResNetCifar<>, backend::Reference, double> layers({3, 16, 16}, fmt,
+                                                            resnet_options(8).with_plan_executor(false), 1);
     same_random_parameters(ex, layers, 5);
     const Tensor<double> x = random_input<double>({3, 3, 16, 16}, fmt, 7);
     const auto* e = ex.executor(3);
@@ -89,7 +91,8 @@ TEST_CASE("The executor runs inference bit for bit as the layers do on the refer
   }
 }
 
-TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and training sizes", "[nn][executor][onednn]") {
+TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and training sizes",
+          "[nn][executor][onednn]") {
   struct Case {
     int n;
     std::size_t side, batch;
@@ -99,9 +102,10 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
   for (const Case c : {Case{1, 16, 4}, Case{3, 32, 16}}) {
     for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
       INFO("ResNet-" << 6 * c.n + 2 << ", format " << to_string(fmt));
-      Model<ResNetCifar<>, backend::OneDnn, float> ex({3, c.side, c.side}, fmt, resnet_options(6 * c.n + 2), 1);
-      Model<ResNetCifar<>, backend::Reference, double> ref({3, c.side, c.side}, fmt,
-                                                           resnet_options(6 * c.n + 2).with_plan_executor(false), 1);
+      Model<ResNetCifar<>, backend::OneDnn, float> ex({3, c.side, c.side}, fmt, resnet_options(6 * c.n + 2),
+                                                      1);
+      Model<ResNetCifar<>, backend::Reference, double> ref(
+          {3, c.side, c.side}, fmt, resnet_options(6 * c.n + 2).with_plan_executor(false), 1);
       same_random_parameters(ex, ref, 11);
       const Tensor<float> x = random_input<float>({c.batch, 3, c.side, c.side}, fmt, 13);
       REQUIRE(ex.executor(c.batch));
@@ -113,11 +117,13 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
   }
 }
 
-TEST_CASE("The executor's bf16 activations stay within the stated bound, and say where they stop", "[nn][executor][onednn]") {
+TEST_CASE("The executor's bf16 activations stay within the stated bound, and say where they stop",
+          "[nn][executor][onednn]") {
   const DataFormat fmt = DataFormat::NHWC;
-  Model<ResNetCifar<>, backend::OneDnn, float> ex({3, 32, 32}, fmt,
-                                                  resnet_options(20).with_conv_precision(ConvPrecision::BF16), 1);
-  Model<ResNetCifar<>, backend::Reference, double> ref({3, 32, 32}, fmt, resnet_options(20).with_plan_executor(false), 1);
+  Model<ResNetCifar<>, backend::OneDnn, float> ex(
+      {3, 32, 32}, fmt, resnet_options(20).with_conv_precision(ConvPrecision::BF16), 1);
+  Model<ResNetCifar<>, backend::Reference, double> ref({3, 32, 32}, fmt,
+                                                       resnet_options(20).with_plan_executor(false), 1);
   same_random_parameters(ex, ref, 17);
   const std::size_t n = 16;
   const Tensor<float> x = random_input<float>({n, 3, 32, 32}, fmt, 19);
@@ -157,7 +163,8 @@ TEST_CASE("The executor's bf16 activations stay within the stated bound, and say
 TEST_CASE("The executor follows the weights, the batch size and the options", "[nn][executor][onednn]") {
   const DataFormat fmt = DataFormat::NHWC;
   Model<ResNetCifar<>, backend::OneDnn, float> ex({3, 16, 16}, fmt, resnet_options(8), 1);
-  Model<ResNetCifar<>, backend::Reference, double> ref({3, 16, 16}, fmt, resnet_options(8).with_plan_executor(false), 1);
+  Model<ResNetCifar<>, backend::Reference, double> ref({3, 16, 16}, fmt,
+                                                       resnet_options(8).with_plan_executor(false), 1);
   same_random_parameters(ex, ref, 23);
   const Tensor<float> x = random_input<float>({5, 3, 16, 16}, fmt, 29);
   CHECK(test::rel_err(ex.forward(x, Mode::Infer), ref.forward(as_double(x), Mode::Infer)) <= 1e-5);
@@ -175,9 +182,11 @@ TEST_CASE("The executor follows the weights, the batch size and the options", "[
   CHECK(ex.executor(3)->plan().key.batch == 3);
   CHECK(ex.explain_plan(Mode::Infer, 3).find("executor: ") != std::string::npos);
   // off: the layers run themselves
-  Model<ResNetCifar<>, backend::OneDnn, float> off({3, 16, 16}, fmt, resnet_options(8).with_plan_executor(false), 1);
+  Model<ResNetCifar<>, backend::OneDnn, float> off({3, 16, 16}, fmt,
+                                                   resnet_options(8).with_plan_executor(false), 1);
   CHECK(off.executor(5) == nullptr);
-  CHECK(off.explain_plan(Mode::Infer, 5).find("executor: off (NetOptions::plan_executor)") != std::string::npos);
+  CHECK(off.explain_plan(Mode::Infer, 5).find("executor: off (NetOptions::plan_executor)") !=
+        std::string::npos);
 }
 
 namespace {
@@ -190,7 +199,8 @@ using TapNet = Sequential<ConvBatchNorm<3, 8, 3, 1, Padding::Same, FusedRelu>, T
                           ConvBatchNorm<8, 8, 3, 1, Padding::Same, FusedRelu>>;
 }  // namespace
 
-TEST_CASE("A tap read in inference keeps its activation through the executor's buffer reuse", "[nn][executor]") {
+TEST_CASE("A tap read in inference keeps its activation through the executor's buffer reuse",
+          "[nn][executor]") {
   // The tap's input is an executor buffer that, without the tap, the third
   // convolution's output would reuse; Model::activation must still hold the
   // first convolution's output after the run.

@@ -7,12 +7,11 @@
 // into its weights (conv_bn_fold), the residual sum and its ReLU after it
 // (residual_sum_in_conv_epilogue), a standalone convolution's ReLU layer
 // (conv_relu_post_op) and, with bf16 convolutions, reads and writes bf16
-// activations where only such convolutions read them (bf16_activations). Every other node runs as what it is: an identity as
-// an alias, a sum as the backend's add, any leaf layer as its own forward
-// on a plain float tensor (plan::LayerRun, attached by detail::emit_child,
-// so a new layer needs no code here). Where a node has none of these (a
-// layer the plan could not split and that has no forward of its own),
-// ok() is false, why() says which, and the Model runs its layers instead.
+// activations where only such convolutions read them (bf16_activations). Every other node runs as what it is:
+// an identity as an alias, a sum as the backend's add, any leaf layer as its own forward on a plain float
+// tensor (plan::LayerRun, attached by detail::emit_child, so a new layer needs no code here). Where a node
+// has none of these (a layer the plan could not split and that has no forward of its own), ok() is false,
+// why() says which, and the Model runs its layers instead.
 //
 // Buffers: every output the executor writes itself lives in one of its own
 // buffers, reused once the tensor in it is dead (its last reader ran; a
@@ -69,8 +68,9 @@ class InferenceExecutor {
           break;
         case Kind::Layer: {
           const Tensor<T>& in = *slots_[std::size_t(s.in)].f;
-          const Tensor<T>& y = detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false,
-                                                [&]() -> const Tensor<T>& { return s.layer->forward(in, rc); });
+          const Tensor<T>& y =
+              detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false,
+                               [&]() -> const Tensor<T>& { return s.layer->forward(in, rc); });
           rc = rc.context_only();  // no hand-over outlives a layer
           slots_[std::size_t(s.out)] = Slot{&y, nullptr};
           break;
@@ -134,9 +134,9 @@ class InferenceExecutor {
     const plan::ConvRun<B, T>* conv = nullptr;
     std::shared_ptr<ops::ConvEpilogue<B, T>> op;
   };
-  struct Slot {  // where a tensor's values are while the plan runs
-    const Tensor<T>* f = nullptr;           // float
-    const std::uint16_t* bits = nullptr;    // bf16
+  struct Slot {                           // where a tensor's values are while the plan runs
+    const Tensor<T>* f = nullptr;         // float
+    const std::uint16_t* bits = nullptr;  // bf16
   };
   struct FloatBuf {
     Shape shape;
@@ -177,8 +177,8 @@ class InferenceExecutor {
     } else {
       yp = own_float(s).data();
     }
-    s.op->forward(*rc.device, g, xp, x.bits != nullptr, w.w, w.b, w.version, bf16_, sp, s_bf16, yp, s.out_bf16,
-                  s.relu);
+    s.op->forward(*rc.device, g, xp, x.bits != nullptr, w.w, w.b, w.version, bf16_, sp, s_bf16, yp,
+                  s.out_bf16, s.relu);
   }
 
   void fail(const std::string& why) {
@@ -240,7 +240,8 @@ class InferenceExecutor {
         s.kind = Kind::Layer;
         s.layer = l;
       } else {
-        return fail("node '" + n.name + "' (" + n.kind + ") is neither a layer with a forward of its own nor one the executor runs");
+        return fail("node '" + n.name + "' (" + n.kind +
+                    ") is neither a layer with a forward of its own nor one the executor runs");
       }
       steps_.push_back(std::move(s));
     }
@@ -276,7 +277,8 @@ class InferenceExecutor {
       if (s.kind == Kind::Conv && s.in2 >= 0) {
         const int r = root[std::size_t(s.in2)];
         const int b = buffer_of[std::size_t(r)];
-        const bool same_type = b >= 0 && (s.out_bf16 ? bits_owner_[std::size_t(b)] : !bits_owner_[std::size_t(b)]);
+        const bool same_type =
+            b >= 0 && (s.out_bf16 ? bits_owner_[std::size_t(b)] : !bits_owner_[std::size_t(b)]);
         if (b >= 0 && same_type && last[std::size_t(r)] == k && r != root[std::size_t(s.in)]) {
           s.buffer = own_index_[std::size_t(b)];
           buffer_of[std::size_t(s.out)] = b;

@@ -45,8 +45,9 @@ struct ConvEpilogue<backend::OneDnn, T> {
     on::require("ConvEpilogue", {{x, "x"}, {w, "w"}, {y, "y"}});
     on::check_geometry(g, "ConvEpilogue", false);
     if ((x_bf16 || y_bf16 || (s && s_bf16)) && !(bf16 && bf16_storage()))
-      throw ConfigError("ConvEpilogue: bf16 activations need bf16 products on a CPU with bf16 convolutions (" +
-                        on::describe(g) + ")");
+      throw ConfigError(
+          "ConvEpilogue: bf16 activations need bf16 products on a CPU with bf16 convolutions (" +
+          on::describe(g) + ")");
     bf16 = bf16 && bf16_storage();
     if (s == y && s_bf16 != y_bf16)
       throw ConfigError("ConvEpilogue: a sum in place must have the output's type (" + on::describe(g) + ")");
@@ -118,7 +119,8 @@ struct ConvEpilogue<backend::OneDnn, T> {
                : cf::primitive_desc(cf::desc(pk, alg, src, w_any, dst, strides, pl, pr), attr, eng);
       conv = cf(pd);
       w_mem = dnnl::memory(pd.weights_desc(), eng);
-      w_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, w_user.get_desc(), eng, pd.weights_desc()));
+      w_reorder =
+          dnnl::reorder(dnnl::reorder::primitive_desc(eng, w_user.get_desc(), eng, pd.weights_desc()));
       x = on::user_memory(src_user, eng);
       y = on::user_memory(dst, eng);
       if (src_user != src) {
@@ -130,7 +132,8 @@ struct ConvEpilogue<backend::OneDnn, T> {
         s = on::user_memory(sd, eng);
         copy_s = dnnl::reorder(dnnl::reorder::primitive_desc(eng, sd, eng, dst));
       }
-      if (pd.scratchpad_desc().get_size() > 0) scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
+      if (pd.scratchpad_desc().get_size() > 0)
+        scratchpad = dnnl::memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
     }
     dnnl::convolution_forward conv;
     dnnl::memory x, x_lp, y, w_user, w_mem, b, s;
