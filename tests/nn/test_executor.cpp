@@ -219,3 +219,26 @@ TEST_CASE("A tap read in inference keeps its activation through the executor's b
   REQUIRE(a.shape() == al.shape());
   CHECK(std::equal(a.data(), a.data() + a.size(), al.data()));
 }
+
+namespace {
+using EndsInIdentity = Sequential<ConvBatchNorm<3, 8, 3, 1, Padding::Same, FusedRelu>,
+                                  ConvBatchNorm<8, 8, 3, 1, Padding::Same, FusedRelu>, Identity>;
+}  // namespace
+
+TEST_CASE("A bf16 output that reaches the model's output through an identity stays float",
+          "[nn][executor][onednn]") {
+  Model<EndsInIdentity, backend::OneDnn, float> ex({3, 8, 8}, DataFormat::NHWC,
+                                                   NetOptions().with_conv_precision(ConvPrecision::BF16), 1);
+  Model<EndsInIdentity, backend::Reference, double> ref({3, 8, 8}, DataFormat::NHWC,
+                                                        NetOptions().with_plan_executor(false), 1);
+  same_random_parameters(ex, ref, 59);
+  const Tensor<float> x = random_input<float>({2, 3, 8, 8}, DataFormat::NHWC, 61);
+  auto* e = ex.executor(2);
+  REQUIRE(e);
+  REQUIRE(e->ok());
+  INFO(plan::describe(e->plan()));
+  const plan::Verdict* v = e->plan().verdict("bf16_activations", "conv2");
+  REQUIRE(v);
+  CHECK_FALSE(v->fires);
+  CHECK(test::rel_err(ex.forward(x, Mode::Infer), ref.forward(as_double(x), Mode::Infer)) <= 2e-2);
+}

@@ -170,7 +170,7 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
       todo.pop_back();
       for (int r : p.tensors[std::size_t(u)].consumers) {
         const Node& n = at(p, r);
-        if (n.kind == "identity")
+        if (n.kind == "identity" && n.output != p.output)
           todo.push_back(n.output);
         else if (!(n.kind == "conv" && last[std::size_t(r)] >= 0) &&
                  !(n.kind == "add" && sum_taken[std::size_t(r)]))
