@@ -394,8 +394,10 @@ TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pa
   // Which blocks do it, and the same bits as a chain an Identity breaks (no fused mask) on oneDNN.
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
-    Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, NetOptions{}, 3);
-    Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, NetOptions{}, 3);
+    // (the layers' own inference at the end: the plan executor would not run them)
+    const NetOptions layers = NetOptions().with_plan_executor(false);
+    Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, layers, 3);
+    Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, layers, 3);
     copy_parameters(chained, broken, /*same_names=*/false);  // the Identity shifts the block numbers
     Rng rng(5);
     Tensor<float> x = make_tensor<float>({3, 4, 5, 6}, fmt);
@@ -426,8 +428,10 @@ template <class Summed, class Separate>
 void check_fused_sum(const NetOptions& opts) {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
-    Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, opts, 3);
-    Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, opts, 3);
+    // (the layers' own inference at the end: the plan executor would not run them)
+    const NetOptions layers = NetOptions(opts).with_plan_executor(false);
+    Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, layers, 3);
+    Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, layers, 3);
     copy_parameters(summed, separate);
     Rng rng(7);
     Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, fmt);
@@ -487,10 +491,12 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
                                                    .with_bf16_gradients(false)
                                                    .with_bf16_residuals(false)}) {
     INFO("bf16 convolutions " << (opts.conv_precision == ConvPrecision::BF16));
-    Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, opts, 3,
+    // (the layers' own inference at the end: the plan executor would not run them)
+    const NetOptions layers = NetOptions(opts).with_plan_executor(false);
+    Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, layers, 3,
                                                                     /*input_gradient=*/true);
     Model<Sequential<Block, Identity, Block, Identity, Block>, backend::OneDnn> broken(
-        {16, 6, 5}, DataFormat::NHWC, opts, 3, /*input_gradient=*/true);
+        {16, 6, 5}, DataFormat::NHWC, layers, 3, /*input_gradient=*/true);
     copy_parameters(chained, broken, /*same_names=*/false);
     Rng rng(11);
     Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, DataFormat::NHWC);

@@ -15,6 +15,7 @@
 
 #define CIFARNET_ONEDNN_COMPILED_OPS(X)                                                                \
   X(struct, ops::Conv2d<backend::OneDnn, float>)                                                       \
+  X(struct, ops::ConvEpilogue<backend::OneDnn, float>)                                                 \
   X(struct, ops::BatchNorm<backend::OneDnn, float>)                                                    \
   X(struct, ops::Pool2d<backend::OneDnn, float>)                                                       \
   X(struct, ops::Lrn<backend::OneDnn, float>)                                                          \

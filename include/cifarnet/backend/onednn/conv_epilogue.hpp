@@ -38,9 +38,9 @@ struct ConvEpilogue<backend::OneDnn, T> {
   /// x_bf16 / s_bf16 / y_bf16; `bf16`: bf16 products (else float; then none
   /// may be bf16); s null: no sum; s == y: y holds the term (in place;
   /// then s_bf16 == y_bf16), else it is copied into y first; b may be null.
-  void forward(Device<backend::OneDnn>& dev, const ConvGeom& g, const void* x, bool x_bf16, const T* w,
-               const T* b, std::uint64_t version, bool bf16, const void* s, bool s_bf16, void* y, bool y_bf16,
-               bool relu) {
+  CIFARNET_OUTLINE void forward(Device<backend::OneDnn>& dev, const ConvGeom& g, const void* x, bool x_bf16,
+                                const T* w, const T* b, std::uint64_t version, bool bf16, const void* s,
+                                bool s_bf16, void* y, bool y_bf16, bool relu) {
     namespace on = backend::onednn;
     on::require("ConvEpilogue", {{x, "x"}, {w, "w"}, {y, "y"}});
     on::check_geometry(g, "ConvEpilogue", false);
@@ -90,7 +90,7 @@ struct ConvEpilogue<backend::OneDnn, T> {
  private:
   using Key = std::tuple<decltype(ConvGeom{}.key()), bool, bool, bool, bool, bool, bool, bool>;
   struct State {
-    State(const dnnl::engine& eng, const ConvGeom& g, const Key& k) {
+    CIFARNET_OUTLINE State(const dnnl::engine& eng, const ConvGeom& g, const Key& k) {
       namespace on = backend::onednn;
       const auto [gk, x_bf16, y_bf16, bf16, sum, relu, bias, sum_bf16] = k;
       (void)gk;
