@@ -28,6 +28,8 @@
 //                 its children as the library's do (a user's container
 //                 leaves it false and runs its children on the real
 //                 context only)
+//   keeps_input   the layer keeps a pointer to its input after an inference
+//                 forward (Tap); the plan executor then leaves that buffer be
 #pragma once
 
 #include <string>
@@ -55,6 +57,10 @@ struct LayerBase {
   static constexpr bool handover_protocol = false;
   static constexpr int in_channels = -1;
   static constexpr int out_channels(int in) { return in; }
+  /// Whether the layer keeps a pointer to its input after an inference
+  /// forward (a Tap, for Model::activation): the plan executor then keeps
+  /// that input's buffer unchanged until its next run.
+  static constexpr bool keeps_input = false;
 };
 
 /// The run-time node of layer type L on backend B with scalar T.
@@ -204,8 +210,9 @@ int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const st
     if (!b.producer(t).run.has_value())  // unless its emit() attached a run of its own
       b.producer(t).run =
           plan::LayerRun<B, T>{[&node](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
-            return forward_child<L>(node, x, c);
-          }};
+                                 return forward_child<L>(node, x, c);
+                               },
+                               L::keeps_input};
   return t;
 }
 }  // namespace detail

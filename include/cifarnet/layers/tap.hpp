@@ -19,6 +19,7 @@ template <class Tag>
 struct Tap : LayerBase {
   static constexpr const char* kind = "tap";
   static constexpr const char* fixed_name = Tag::name;
+  static constexpr bool keeps_input = true;  // Model::activation reads it after the forward
 
   template <class B, class T>
   class Node {

@@ -14,9 +14,9 @@
 // why() says which, and the Model runs its layers instead.
 //
 // Buffers: every output the executor writes itself lives in one of its own
-// buffers, reused once the tensor in it is dead (its last reader ran; a
-// tensor a layer reads lives to the end of the run, since a layer may keep
-// a pointer to its input: a Tap);
+// buffers, reused once the tensor in it is dead (its last reader ran; the
+// input of a layer that keeps a pointer to it, a Tap, lives to the end of
+// the run);
 // float buffers are kept per shape (a layer may read them as tensors),
 // bf16 ones per size. A sum in a convolution's epilogue is taken in place
 // where its other term lives in an own buffer of the output's type that no
@@ -263,10 +263,10 @@ class InferenceExecutor {
       for (int t : {s.in, s.in2})
         if (t >= 0) last[std::size_t(root[std::size_t(t)])] = k;
     }
-    // A layer may keep a pointer to its input until the next run (a Tap:
-    // Model::activation): what a layer reads is never reused within a run.
+    // A layer that keeps a pointer to its input until the next run (a Tap:
+    // Model::activation): that input is never reused within a run.
     for (const Step& s : steps_)
-      if (s.kind == Kind::Layer) last[std::size_t(root[std::size_t(s.in)])] = ns;
+      if (s.kind == Kind::Layer && s.layer->keeps_input) last[std::size_t(root[std::size_t(s.in)])] = ns;
     if (plan_.output >= 0) last[std::size_t(root[std::size_t(plan_.output)])] = ns;
     std::vector<int> buffer_of(nt, -1);  // own buffer (an index into free_at_) of a root tensor
     for (std::size_t k = 0; k < ns; ++k) {

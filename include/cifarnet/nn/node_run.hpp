@@ -25,6 +25,7 @@ namespace cifarnet::plan {
 template <class B, class T>
 struct LayerRun {
   std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&)> forward;
+  bool keeps_input = false;  ///< LayerBase::keeps_input: its input must stay as it is until the next run
 };
 
 /// Folded weights: HWIO weights and a bias per output channel, and a number
