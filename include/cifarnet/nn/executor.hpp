@@ -132,7 +132,7 @@ class InferenceExecutor {
     int buffer = -1;  // own buffer of the output (floats_ or bits_ by out_bf16)
     const plan::LayerRun<B, T>* layer = nullptr;
     const plan::ConvRun<B, T>* conv = nullptr;
-    std::shared_ptr<ops::ConvEpilogue<B, T>> op;
+    std::unique_ptr<ops::ConvEpilogue<B, T>> op;
   };
   struct Slot {                           // where a tensor's values are while the plan runs
     const Tensor<T>* f = nullptr;         // float
@@ -206,15 +206,15 @@ class InferenceExecutor {
           return fail("no convolution epilogue on this backend, for '" + n.name + "'");
         s.kind = Kind::Conv;
         s.conv = f;
-        s.op = std::make_shared<ops::ConvEpilogue<B, T>>();
+        s.op = std::make_unique<ops::ConvEpilogue<B, T>>();
         if (p.fires("conv_bn_fold", n.name) && i + 1 < count) {  // its batch norm runs in it
           s.prof_kind = "conv_bn";
           const plan::Node& bn = p.nodes[i + 1];
           done[i + 1] = true;
           s.out = bn.output;
           s.relu = bn.attrs.relu;
-          if (p.fires("residual_sum_in_conv_epilogue", n.name)) {
-            const int a = p.only_consumer(bn.output);
+          if (const plan::Verdict* v = p.verdict("residual_sum_in_conv_epilogue", n.name); v && v->fires) {
+            const int a = v->nodes.back();  // conv, bn, add
             const plan::Node& add = p.nodes[std::size_t(a)];
             done[std::size_t(a)] = true;
             s.in2 = add.inputs[0] == bn.output ? add.inputs[1] : add.inputs[0];
@@ -223,8 +223,8 @@ class InferenceExecutor {
           }
         } else if (!n.layer.empty()) {
           return fail("the convolution '" + n.name + "' of a layer whose batch norm is not folded");
-        } else if (p.fires("conv_relu_post_op", n.name)) {  // a standalone convolution's ReLU
-          const int r = p.only_consumer(n.output);
+        } else if (const plan::Verdict* v = p.verdict("conv_relu_post_op", n.name); v && v->fires) {
+          const int r = v->nodes.back();  // a standalone convolution's ReLU
           done[std::size_t(r)] = true;
           s.out = p.nodes[std::size_t(r)].output;
           s.relu = true;
@@ -268,7 +268,12 @@ class InferenceExecutor {
     for (const Step& s : steps_)
       if (s.kind == Kind::Layer && s.layer->keeps_input) last[std::size_t(root[std::size_t(s.in)])] = ns;
     if (plan_.output >= 0) last[std::size_t(root[std::size_t(plan_.output)])] = ns;
-    std::vector<int> buffer_of(nt, -1);  // own buffer (an index into free_at_) of a root tensor
+    // per own buffer (both kinds): bf16 or not, its index in floats_/bits_,
+    // and the last step that reads the tensor in it
+    std::vector<bool> bits_owner;
+    std::vector<int> own_index;
+    std::vector<std::size_t> free_at;
+    std::vector<int> buffer_of(nt, -1);  // own buffer (an index into free_at) of a root tensor
     for (std::size_t k = 0; k < ns; ++k) {
       Step& s = steps_[k];
       if (s.kind != Kind::Conv && s.kind != Kind::Add) continue;
@@ -278,38 +283,38 @@ class InferenceExecutor {
         const int r = root[std::size_t(s.in2)];
         const int b = buffer_of[std::size_t(r)];
         const bool same_type =
-            b >= 0 && (s.out_bf16 ? bits_owner_[std::size_t(b)] : !bits_owner_[std::size_t(b)]);
+            b >= 0 && (s.out_bf16 ? bits_owner[std::size_t(b)] : !bits_owner[std::size_t(b)]);
         if (b >= 0 && same_type && last[std::size_t(r)] == k && r != root[std::size_t(s.in)]) {
-          s.buffer = own_index_[std::size_t(b)];
+          s.buffer = own_index[std::size_t(b)];
           buffer_of[std::size_t(s.out)] = b;
-          free_at_[std::size_t(b)] = last[std::size_t(s.out)];
+          free_at[std::size_t(b)] = last[std::size_t(s.out)];
           continue;
         }
       }
       int found = -1;
-      for (std::size_t b = 0; b < free_at_.size(); ++b) {
-        if (free_at_[b] >= k || bits_owner_[b] != s.out_bf16) continue;
-        if (s.out_bf16 ? bits_[std::size_t(own_index_[b])].count != shape.size()
-                       : floats_[std::size_t(own_index_[b])].shape != shape)
+      for (std::size_t b = 0; b < free_at.size(); ++b) {
+        if (free_at[b] >= k || bits_owner[b] != s.out_bf16) continue;
+        if (s.out_bf16 ? bits_[std::size_t(own_index[b])].count != shape.size()
+                       : floats_[std::size_t(own_index[b])].shape != shape)
           continue;
         found = int(b);
         break;
       }
       if (found < 0) {
-        found = int(free_at_.size());
-        bits_owner_.push_back(s.out_bf16);
+        found = int(free_at.size());
+        bits_owner.push_back(s.out_bf16);
         if (s.out_bf16) {
-          own_index_.push_back(int(bits_.size()));
+          own_index.push_back(int(bits_.size()));
           bits_.push_back(BitsBuf{shape.size(), {}});
         } else {
-          own_index_.push_back(int(floats_.size()));
+          own_index.push_back(int(floats_.size()));
           floats_.push_back(FloatBuf{shape, {}});
         }
-        free_at_.push_back(0);
+        free_at.push_back(0);
       }
-      s.buffer = own_index_[std::size_t(found)];
+      s.buffer = own_index[std::size_t(found)];
       buffer_of[std::size_t(s.out)] = found;
-      free_at_[std::size_t(found)] = last[std::size_t(s.out)];
+      free_at[std::size_t(found)] = last[std::size_t(s.out)];
     }
   }
 
@@ -321,11 +326,6 @@ class InferenceExecutor {
   std::vector<Slot> slots_;
   std::vector<FloatBuf> floats_;
   std::vector<BitsBuf> bits_;
-  // per own buffer (both kinds): bf16 or not, its index in floats_/bits_,
-  // and the last step that reads the tensor in it
-  std::vector<bool> bits_owner_;
-  std::vector<int> own_index_;
-  std::vector<std::size_t> free_at_;
   ops::Eltwise<B, T> add_;
 };
 

@@ -134,11 +134,12 @@ CIFARNET_OP_PRIMARY(Arena)
 #undef CIFARNET_OP_PRIMARY
 
 /// The plan executor's inference convolution (nn/executor.hpp):
-///   forward(dev, g, x, x_bf16, w, b|nullptr, version, bf16, y, y_bf16, sum, relu)
-///     y = [max(., 0)](conv(x, w) + b [+ y]): with `sum` y holds the sum's
-///     other term on entry; x and y float or (x_bf16, y_bf16) bf16 bits;
-///     w HWIO float, `version` as Parameters::version (0: changed);
-///     `bf16`: bf16 products with float accumulation where bf16_storage().
+///   forward(dev, g, x, x_bf16, w, b|nullptr, version, bf16, s|nullptr, s_bf16, y, y_bf16, relu)
+///     y = [max(., 0)](conv(x, w) + b [+ s]): s the residual sum's other
+///     term (s == y: y holds it on entry); x, s and y float or (x_bf16,
+///     s_bf16, y_bf16) bf16 bits; w HWIO float, `version` as
+///     Parameters::version (0: changed); `bf16`: bf16 products with float
+///     accumulation where bf16_storage().
 /// `supported` says whether a backend has it: where it does not (this
 /// primary template), a Model runs inference through its layers instead.
 template <class B, class T>

@@ -79,13 +79,7 @@ struct ConvEpilogue<backend::OneDnn, T> {
       st.conv.execute(dev.stream, args);
       dev.stream.wait();
     });
-    ++calls_;
   }
-
-  /// Calls made, and primitives built (a geometry, precision and epilogue
-  /// built once: tests).
-  std::size_t calls() const { return calls_; }
-  std::size_t primitives_built() const { return cache_.builds(); }
 
  private:
   using Key = std::tuple<decltype(ConvGeom{}.key()), bool, bool, bool, bool, bool, bool, bool>;
@@ -145,7 +139,6 @@ struct ConvEpilogue<backend::OneDnn, T> {
     std::uint64_t w_version = 0;
   };
   backend::onednn::PrimitiveCache<Key, State> cache_;
-  std::size_t calls_ = 0;
 };
 
 }  // namespace ops
