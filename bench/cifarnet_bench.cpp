@@ -8,7 +8,7 @@
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
 //       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
-//       [--infer-batch 100] [--plan-executor 1|0]
+//       [--infer-batch 100] [--plan-executor 1|0] [--plan-training 0|1]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -32,6 +32,9 @@
 // its Muon, which bench/peak's matmul rates bound), infer20, infer56
 // (Mode::Infer, batch 100, or --infer-batch: 1 for latency; through the plan
 // executor unless --plan-executor 0, so that one binary times both).
+// --plan-training 1 runs the training benchmarks through the training
+// executor (NetOptions::plan_training, nn/train_executor.hpp) instead of
+// the layer tree.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,6 +78,7 @@ struct Protocol {
   bool explain = false;                                             // --explain
   std::size_t infer_batch = 100;                                    // --infer-batch
   bool executor = NetOptions{}.plan_executor;                       // --plan-executor
+  bool training_executor = NetOptions{}.plan_training;              // --plan-training
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -148,7 +152,8 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
                                   opts.with_conv_algorithm(p.alg)
                                       .with_conv_precision(p.prec)
                                       .with_conv_bn_chunk_bytes(p.chunk_kib * 1024)
-                                      .with_direct_conv_bn(p.direct),
+                                      .with_direct_conv_bn(p.direct)
+                                      .with_plan_training(p.training_executor),
                                   1);
   if (p.explain) print_plan(name, fmt, net, Mode::Train, batch);
   Rng rng(2);
@@ -299,6 +304,11 @@ int main(int argc, char** argv) {
                  "themselves.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
+  int training_executor = p.training_executor ? 1 : 0;
+  app.add_option("--plan-training", training_executor,
+                 "1: training through the training executor (NetOptions::plan_training); 0: the layer tree.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
@@ -321,6 +331,7 @@ int main(int argc, char** argv) {
   p.profile = profile != 0;
   p.direct = direct != 0;
   p.executor = executor != 0;
+  p.training_executor = training_executor != 0;
   try {
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {

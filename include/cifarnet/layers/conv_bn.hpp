@@ -225,6 +225,17 @@ struct ConvBatchNorm : LayerBase {
               fold(c);
               return plan::FoldedWeights<T>{folded_w_.data(), folded_b_.data(), fold_stamp_};
             }};
+      } else {  // the training executor runs both nodes as this layer (nn/train_executor.hpp)
+        plan::LayerRun<B, T> r;
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+          return forward(x, c);
+        };
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+          return backward(dy, c);
+        };
+        r.covers = 2;
+        r.times_itself = true;
+        cn.run = std::move(r);
       }
       bool bf16 = false;
       if constexpr (backend_traits<B>::bf16_gradients) bf16 = bn_.backward_bf16_ready(rc) && !float_convs_;

@@ -195,9 +195,9 @@ struct HasEmit<N, B, T,
 /// tensor `in`: its own emit() where it has one (containers, layers made of
 /// several nodes or recording facts), else one opaque node named `name`
 /// with output shape `out`. A leaf's node, and the opaque node of a
-/// container without emit() (a user's), runs as the layer's own forward in
-/// the plan executor (plan::LayerRun, nn/node_run.hpp). Returns the id of
-/// the tensor it writes.
+/// container without emit() (a user's), runs as the layer's own forward
+/// and backward in the plan executors (plan::LayerRun, nn/node_run.hpp).
+/// Returns the id of the tensor it writes.
 template <class L, class N, class B, class T>
 int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const std::string& name,
                const Shape& out) {
@@ -207,12 +207,18 @@ int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const st
   else
     t = b.node(name, L::kind, {in}, out, PlanAttrsOf<L>::get());
   if constexpr (!HasEmit<N, B, T>::value || !L::container)
-    if (!b.producer(t).run.has_value())  // unless its emit() attached a run of its own
-      b.producer(t).run =
-          plan::LayerRun<B, T>{[&node](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
-                                 return forward_child<L>(node, x, c);
-                               },
-                               L::keeps_input};
+    if (!b.producer(t).run.has_value()) {  // unless its emit() attached a run of its own
+      plan::LayerRun<B, T> r;
+      r.forward = [&node](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+        return forward_child<L>(node, x, c);
+      };
+      r.backward = [&node](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+        return backward_child<L>(node, dy, c);
+      };
+      r.keeps_input = L::keeps_input;
+      r.times_itself = L::container;
+      b.producer(t).run = std::move(r);
+    }
   return t;
 }
 }  // namespace detail

@@ -83,6 +83,14 @@ struct NetOptions {
   /// backends that have its convolution (ops::ConvEpilogue); false, or
   /// where it cannot run a plan, the layers run themselves.
   bool plan_executor = true;
+  /// Mode::Train runs the model's step plan through the training executor
+  /// (nn/train_executor.hpp): each layer's own forward and backward in plan
+  /// order, the residual sums and the gradients of tensors with several
+  /// readers formed by the executor. The hand-overs between neighbouring
+  /// layers that the layer tree makes (the fused ResNet blocks) are not its
+  /// rules yet, so it is off by default; explain_plan says which fusions
+  /// apply either way.
+  bool plan_training = false;
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -118,6 +126,10 @@ struct NetOptions {
   }
   NetOptions& with_plan_executor(bool on) {
     plan_executor = on;
+    return *this;
+  }
+  NetOptions& with_plan_training(bool on) {
+    plan_training = on;
     return *this;
   }
 };

@@ -236,7 +236,8 @@ class InferenceExecutor {
         s.kind = Kind::Add;
         s.in2 = n.inputs[1];
         s.relu = n.attrs.relu;
-      } else if (const auto* l = std::any_cast<plan::LayerRun<B, T>>(&n.run); l && n.inputs.size() == 1) {
+      } else if (const auto* l = std::any_cast<plan::LayerRun<B, T>>(&n.run);
+                 l && n.inputs.size() == 1 && l->covers == 1) {
         s.kind = Kind::Layer;
         s.layer = l;
       } else {

@@ -36,6 +36,7 @@
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/nn/executor.hpp"
 #include "cifarnet/nn/plan_rules.hpp"
+#include "cifarnet/nn/train_executor.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -142,7 +143,12 @@ class Model {
   /// why it did not elsewhere (the examples' --explain-plan).
   std::string explain_plan(Mode mode, std::size_t batch) {
     std::string s = plan::describe(step_plan(mode, batch));
-    if (mode == Mode::Infer) {
+    if (mode == Mode::Train) {
+      if (const auto* e = train_executor(batch))
+        s += e->describe();
+      else
+        s += "training executor: off (NetOptions::plan_training): the layers run themselves\n";
+    } else {
       if (const auto* e = executor(batch))
         s += e->describe();
       else
@@ -169,6 +175,19 @@ class Model {
       (void)batch;
       return nullptr;
     }
+  }
+
+  /// The training executor that runs Mode::Train on batches of `batch`
+  /// images (nn/train_executor.hpp), made on first use; null where it is
+  /// off (NetOptions::plan_training). One that cannot run the plan says why
+  /// (ok(), why()); then the layers run themselves.
+  TrainExecutor<B, T>* train_executor(std::size_t batch) {
+    if (!options_.plan_training || batch == 0) return nullptr;
+    for (const auto& e : train_executors_)
+      if (e->plan().key.batch == batch) return e.get();
+    if (train_executors_.size() >= 4) train_executors_.erase(train_executors_.begin());
+    train_executors_.push_back(std::make_unique<TrainExecutor<B, T>>(step_plan(Mode::Train, batch), fmt_));
+    return train_executors_.back().get();
   }
 
   /// Books every leaf layer's forward/backward wall-clock time into `p`
@@ -302,7 +321,9 @@ class Model {
     return rc;
   }
 
-  std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;  // executor(), per batch size
+  std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;    // executor(), per batch size
+  std::vector<std::unique_ptr<TrainExecutor<B, T>>> train_executors_;  // train_executor(), per batch size
+  TrainExecutor<B, T>* trained_by_ = nullptr;  // the executor that ran the last training forward (or null)
   std::vector<std::pair<PlanKey, std::vector<std::pair<std::uint8_t*, std::uint8_t>>>> decisions_;
   PlanKey decided_key_{};
   bool decided_ = false;
@@ -413,6 +434,7 @@ plan::Plan Model<Net, B, T>::step_plan(Mode mode, std::size_t batch) {
   key.fmt = fmt_;
   key.precision = options_.conv_precision;
   key.backend = B::name;
+  key.train_executor = mode == Mode::Train && options_.plan_training;
   RunContext<B, T> rc = run_context(mode);
   rc.param_grads = param_grads_;
   std::optional<TensorMemoryScope> memory;
@@ -451,8 +473,12 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
   const Tensor<T>* in = &x;
   if constexpr (!backend_traits<B>::host_memory)
     if (device_activations_ && !device_->is_device_memory(x.data())) in = &upload_input(x);
+  trained_by_ = nullptr;
   if (mode == Mode::Infer) {
     if (auto* e = executor(s.n); e && e->ok()) return e->run(*in, rc);
+  } else if (auto* e = train_executor(s.n); e && e->ok()) {
+    trained_by_ = e;
+    return e->forward(*in, rc);
   }
   decide(mode, s.n);
   return node_->forward(*in, rc);
@@ -504,7 +530,7 @@ const Tensor<T>& Model<Net, B, T>::backward(const Tensor<T>& dy) {
   {
     std::optional<TensorMemoryScope> memory;
     if (TensorMemory* m = tensor_memory()) memory.emplace(m);
-    dx = &node_->backward(dy, rc);
+    dx = trained_by_ ? &trained_by_->backward(dy, rc) : &node_->backward(dy, rc);
   }
   return device_activations() && dx->size() ? to_host(*dx, host_input_grad_) : *dx;
 }

@@ -3,8 +3,8 @@
 // (plan::Node::run, a std::any holding one of the types below).
 //
 // Every leaf layer gets a LayerRun without code of its own
-// (detail::emit_child): its forward on a plain float tensor, the same call
-// a container makes. A layer whose node can run as part of a fused
+// (detail::emit_child): its forward and its backward on plain float
+// tensors, the same calls a container makes. A layer whose node can run as part of a fused
 // operation attaches what that needs instead: a convolution a ConvRun
 // (its geometry and its weights: a Conv2d's own, a ConvBatchNorm's with
 // the batch norm folded in). Container nodes ("identity", "add") carry nothing:
@@ -20,12 +20,23 @@
 
 namespace cifarnet::plan {
 
-/// A leaf layer's own forward: the layer's output for input x (owned by
-/// the layer, valid until its next forward).
+/// A layer's own forward and backward: the layer's output for input x
+/// (owned by the layer, valid until its next forward), and after a
+/// training forward, its input gradient for output gradient dy (empty where
+/// the layer computes none: nothing before it needs one).
 template <class B, class T>
 struct LayerRun {
-  std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&)> forward;
+  using Pass = std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&)>;
+  Pass forward;
+  Pass backward;
   bool keeps_input = false;  ///< LayerBase::keeps_input: its input must stay as it is until the next run
+  /// How many consecutive plan nodes the layer runs (from the one that
+  /// holds the run): 1, or a layer that emits several nodes and runs
+  /// them itself in training (a ConvBatchNorm's convolution and batch norm).
+  int covers = 1;
+  /// The layer books its own parts' times in a profiler (a container);
+  /// otherwise the executor books the node's.
+  bool times_itself = false;
 };
 
 /// Folded weights: HWIO weights and a bias per output channel, and a number

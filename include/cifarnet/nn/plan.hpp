@@ -42,6 +42,10 @@ struct Key {
   DataFormat fmt = DataFormat::NCHW;
   ConvPrecision precision = ConvPrecision::F32;
   std::string backend;  ///< "reference", "onednn", "cuda"
+  /// A training plan that the training executor runs (nn/train_executor.hpp)
+  /// rather than the layer tree: the hand-overs between layers that only
+  /// the layer tree makes do not apply (plan::apply_rules says so).
+  bool train_executor = false;
 };
 
 /// A capability answer recorded by a layer when it emits its nodes: ok, or
@@ -269,6 +273,8 @@ class Plan {
     os << "step plan: " << (key.training ? "training" : "inference") << ", batch " << key.batch << ", "
        << (key.fmt == DataFormat::NHWC ? "channels_last (NHWC)" : "channels_first (NCHW)") << ", "
        << (key.precision == ConvPrecision::BF16 ? "bf16" : "fp32") << " convolutions, backend " << key.backend
+       << (key.training ? key.train_executor ? ", run by the training executor" : ", run by the layer tree"
+                        : "")
        << "\n";
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f MiB", double(peak_bytes()) / (1024.0 * 1024.0));

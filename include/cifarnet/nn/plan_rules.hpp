@@ -14,6 +14,7 @@
 // stated as rules are listed by not_yet_rules().
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -192,6 +193,49 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
                                 ? "read by '" + at(p, r).name + "' (" + at(p, r).kind + "), which reads float"
                                 : "";
     verdict("bf16_activations", {c, last[std::size_t(c)]}, why.empty(), why);
+  }
+}
+
+/// The rules whose fusion passes data between two layers through the layer
+/// tree's hand-overs (RunContext, the containers' pairing): the training
+/// executor (nn/train_executor.hpp) runs each layer on its own and carries
+/// none of them out yet. The rules inside one layer (a ConvBatchNorm's) and
+/// bn_activation still apply there.
+inline const std::vector<std::string>& layer_tree_rules() {
+  static const std::vector<std::string> r = {
+      "bn_output_into_next_conv",
+      "bn_bf16_output_alone",
+      "bf16_dx_between_conv_bn",
+      "pool_into_pad",
+      "residual_sum_in_bn",
+      "bf16_residual_stream",
+      "residual_mask_in_sum",
+      "relu_mask_bits",
+      "residual_sum_in_conv_backward",
+      "pooled_shortcut_gradient",
+      "bf16_branch_gradient",
+      "bf16_residual_gradient",
+      "bn_sums_in_next_conv_backward",
+  };
+  return r;
+}
+
+/// apply_rules for a plan the training executor runs (Key::train_executor):
+/// the verdicts of layer_tree_rules() that fired become "not applied", with
+/// that reason; the others stand.
+inline void train_executor_verdicts(Plan& p) {
+  if (!p.key.training || !p.key.train_executor) return;
+  const auto& tree = layer_tree_rules();
+  for (Verdict& v : p.verdicts) {
+    if (!v.fires || std::find(tree.begin(), tree.end(), v.rule) == tree.end()) continue;
+    v.fires = false;
+    v.reason =
+        "the training executor runs each layer on its own: a hand-over between layers that only the "
+        "layer tree makes";
+    for (int i : v.nodes) {
+      auto& f = p.nodes[std::size_t(i)].fused;
+      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
+    }
   }
 }
 
@@ -491,6 +535,7 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     }
     verdict("bn_sums_in_next_conv_backward", {x, reader}, why.empty(), why);
   }
+  train_executor_verdicts(p);
 }
 
 /// The plan in words with every rule (Plan::describe) and the hand-overs
@@ -499,7 +544,9 @@ inline std::string describe(const Plan& p) {
   std::vector<std::pair<std::string, std::string>> r;
   for (const RuleInfo& i : rules()) r.emplace_back(i.name, i.saves);
   std::string s = p.describe(r);
-  s += "not yet rules (decided inside the layers at run time):\n";
+  s += p.key.training && p.key.train_executor
+           ? "not yet rules (made by the layer tree only, not by the training executor):\n"
+           : "not yet rules (decided inside the layers at run time):\n";
   for (const std::string& n : not_yet_rules()) s += "  " + n + "\n";
   return s;
 }

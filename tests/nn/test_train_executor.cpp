@@ -1,0 +1,259 @@
+// The training executor (nn/train_executor.hpp): training steps run from
+// the step plan, each layer's own forward and backward in plan order, the
+// residual sums and the gradients of tensors with several readers formed by
+// the executor. Checked bit for bit against the layer tree on the reference
+// backend (the same operations in the same order), against the reference
+// backend in double on oneDNN (the ResNet, its unfused composition, a
+// user's two-branch container, airbench94's layers, in bf16 too), and the
+// plan it runs: which rules still fire and why the layer tree's hand-overs
+// do not.
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/reference.hpp>
+#include <cifarnet/layers/tap.hpp>
+#include <cifarnet/models/airbench.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/nn/model.hpp>
+
+#include "instances/resnet.hpp"
+#include "nn/fusion_compare.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace cifarnet;
+
+namespace {
+
+// The same random parameters in a and b (gamma around 1, variances positive).
+template <class A, class B>
+void same_parameters(A& a, B& b, std::uint64_t seed) {
+  auto& P = a.parameters();
+  auto& Q = b.parameters();
+  REQUIRE(P.count() == Q.count());
+  Rng rng(seed);
+  for (std::size_t id = 0; id < P.count(); ++id) {
+    const ParamInfo& i = P.info(id);
+    const bool pos =
+        i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
+    for (std::size_t k = 0; k < i.size; ++k) {
+      const double v = rng.uniform(-0.8, 0.8) * (pos ? 0.5 : 1.0) + (pos ? 1.0 : 0.0);
+      P.value(id)[k] = static_cast<std::remove_reference_t<decltype(P.value(id)[k])>>(v);
+      Q.value(id)[k] = static_cast<std::remove_reference_t<decltype(Q.value(id)[k])>>(v);
+    }
+  }
+}
+
+template <class T>
+bool same_bits(const T* a, const T* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(a[i] == b[i])) return false;
+  return true;
+}
+
+// Two training steps (forward, backward, a plain SGD update) of `ex`
+// (through the training executor) and `tree` (the layers themselves), from
+// the same parameters and inputs: outputs, input gradients, parameter
+// gradients and values equal bit for bit.
+template <class M>
+void same_steps(M& ex, M& tree, std::size_t n, std::uint64_t seed) {
+  REQUIRE(ex.train_executor(n));
+  INFO(ex.explain_plan(Mode::Train, n));
+  REQUIRE(ex.train_executor(n)->ok());
+  REQUIRE_FALSE(tree.train_executor(n));
+  same_parameters(ex, tree, seed);
+  using T = typename M::Scalar;
+  Rng rng(seed + 1);
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    Tensor<T> x = make_tensor<T>(ex.input_shape(n), ex.format());
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = T(rng.uniform(-1.5, 1.5));
+    const Tensor<T>& ya = ex.forward(x, Mode::Train);
+    const Tensor<T>& yb = tree.forward(x, Mode::Train);
+    REQUIRE(ya.size() == yb.size());
+    CHECK(same_bits(ya.data(), yb.data(), ya.size()));
+    Tensor<T> g(ya.shape());
+    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = T(rng.uniform(-0.5, 1.0));
+    const Tensor<T> da = ex.backward(g);
+    const Tensor<T> db = tree.backward(g);
+    REQUIRE(da.size() == db.size());
+    CHECK(same_bits(da.data(), db.data(), da.size()));
+    auto& P = ex.parameters();
+    auto& Q = tree.parameters();
+    for (std::size_t id = 0; id < P.count(); ++id) {
+      const ParamInfo& i = P.info(id);
+      INFO("parameter " << i.name);
+      CHECK(same_bits(P.value(id), Q.value(id), i.size));  // the moving statistics too
+      if (!i.trainable) continue;
+      CHECK(same_bits(P.grad(id), Q.grad(id), i.size));
+      for (std::size_t k = 0; k < i.size; ++k) {
+        P.value(id)[k] -= T(0.05) * P.grad(id)[k];
+        Q.value(id)[k] -= T(0.05) * Q.grad(id)[k];
+      }
+    }
+  }
+}
+
+CIFARNET_NAME(mid);
+
+// A user's container with two branches, read by the executor as one opaque
+// layer (its own forward and backward), inside residual blocks.
+template <class A, class Bt>
+struct TwoBranch : LayerBase {
+  static constexpr const char* kind = "two_branch";
+  static constexpr bool container = true;
+  static constexpr int in_channels = A::in_channels;
+  static constexpr int out_channels(int in) { return A::out_channels(in); }
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      const bool down = ctx.propagate_down;
+      const Shape sa = detail::build_child<A>(a_, in, scope, ctx);
+      ctx.propagate_down = down;
+      const Shape sb = detail::build_child<Bt>(b_, in, scope, ctx);
+      ctx.propagate_down = down;
+      if (sa != sb) throw ShapeError("TwoBranch: the branches' shapes differ");
+      return sa;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>& a = a_.forward(x, rc);
+      const Tensor<T>& b = b_.forward(x, rc);
+      if (y_.shape() != a.shape()) y_.resize(a.shape());
+      add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), false);
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& da = a_.backward(dy, rc);
+      if (da.size() == 0) return b_.backward(dy, rc);
+      if (dx_.shape() != da.shape()) dx_.resize(da.shape());
+      std::copy(da.data(), da.data() + da.size(), dx_.data());
+      const Tensor<T>& db = b_.backward(dy, rc);
+      add_.add(*rc.device, dx_.size(), dx_.data(), db.data(), dx_.data(), false);
+      return dx_;
+    }
+
+   private:
+    node_t<A, B, T> a_;
+    node_t<Bt, B, T> b_;
+    ops::Eltwise<B, T> add_;
+    Tensor<T> y_, dx_;
+  };
+};
+using CBR = ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>;
+using CB = ConvBatchNorm<16, 16, 3>;
+// Blocks with a user's container, an Identity between two ConvBatchNorm, a
+// Tap, a downsampling shortcut (pool + pad) and a block without a ReLU.
+using Mixed = Sequential<
+    ConvBatchNorm<3, 16, 3, 1, Padding::Same, FusedRelu>, Residual<Sequential<CBR, CB>, Identity, FusedRelu>,
+    Residual<Sequential<CBR, TwoBranch<CB, CB>>, Identity, FusedRelu>, Tap<mid>,
+    Residual<Sequential<CBR, Identity, CB>, Identity, FusedRelu>,
+    Residual<Sequential<ConvBatchNorm<16, 32, 3, 2, Padding::Same, FusedRelu>, ConvBatchNorm<32, 32, 3>>,
+             PoolPadShortcut<16, 32, 2>, FusedRelu>,
+    Residual<Sequential<ConvBatchNorm<32, 32, 3>>>, GlobalAvgPool, Dense<32, 10>>;
+
+}  // namespace
+
+TEST_CASE("The training executor trains bit for bit as the layers do on the reference backend",
+          "[nn][train_executor]") {
+  for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
+    INFO("format " << to_string(fmt));
+    for (bool input_grad : {false, true}) {
+      INFO("input gradient " << input_grad);
+      Model<ResNetCifar<>, backend::Reference, double> ex(
+          {3, 16, 16}, fmt, resnet_options(8).with_plan_training(true), 1, input_grad);
+      Model<ResNetCifar<>, backend::Reference, double> tree({3, 16, 16}, fmt, resnet_options(8), 1,
+                                                            input_grad);
+      same_steps(ex, tree, 3, 11);
+      const Tensor<double> x = make_tensor<double>(ex.input_shape(3), fmt);
+      const Tensor<double> g(ex.forward(x, Mode::Train));
+      CHECK(ex.backward(g).size() == (input_grad ? x.size() : 0));
+    }
+    Model<Mixed, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions().with_plan_training(true), 2,
+                                                true);
+    Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions(), 2, true);
+    same_steps(ex, tree, 2, 13);
+  }
+}
+
+TEST_CASE("The training executor's gradients through a tap and with frozen weights", "[nn][train_executor]") {
+  const auto fmt = DataFormat::NHWC;
+  Model<Mixed, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions().with_plan_training(true), 2,
+                                              true);
+  Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions(), 2, true);
+  same_parameters(ex, tree, 21);
+  for (auto* m : {&ex, &tree}) m->set_weight_gradients(false);
+  Tensor<double> x = make_tensor<double>(ex.input_shape(2), fmt);
+  Rng rng(3);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = rng.uniform(-1.0, 1.0);
+  Tensor<double> gy;
+  for (auto* m : {&ex, &tree}) {
+    const Tensor<double>& y = m->forward(x, Mode::Train);
+    Tensor<double>& tg = m->tap_gradient("mid");
+    for (std::size_t i = 0; i < tg.size(); ++i) tg.data()[i] = std::sin(double(i));
+    if (gy.size() != y.size()) gy = Tensor<double>(y.shape());
+    gy.fill(0.25);
+  }
+  const Tensor<double> da = ex.backward(gy);
+  const Tensor<double> db = tree.backward(gy);
+  REQUIRE(da.size() == x.size());
+  CHECK(same_bits(da.data(), db.data(), da.size()));
+  CHECK(same_bits(ex.activation("mid").data(), tree.activation("mid").data(), ex.activation("mid").size()));
+}
+
+TEST_CASE("The training executor on oneDNN against the reference backend in double", "[nn][train_executor]") {
+  const NetOptions on = NetOptions().with_plan_training(true);
+  // The ResNet (every rule of the layer tree off, the ConvBatchNorm's own on),
+  // its unfused composition, whole and ranged ConvBatchNorm backward passes.
+  test::compare_formats<ResNetCifar<10>, test::UnfusedResNet<10>, backend::OneDnn, float>(
+      {3, 16, 16}, 4, 1e-4, NetOptions(on).with_repeat(2));
+  test::compare_formats<ResNetCifar<10>, test::UnfusedResNet<10>, backend::OneDnn, float>(
+      {3, 16, 16}, 4, 1e-4, NetOptions(on).with_repeat(1).with_conv_bn_chunk_bytes(16 * 16 * 16 * 4));
+  test::compare_formats<Mixed, Mixed, backend::OneDnn, float>({3, 16, 16}, 4, 1e-4, on);
+}
+
+TEST_CASE("The training executor runs airbench94 as the layers do", "[nn][train_executor]") {
+  // No hand-over of the layer tree applies to airbench94's layers in fp32:
+  // the executor's step is the layers' bit for bit, on oneDNN too.
+  const auto fmt = DataFormat::NHWC;
+  Model<Airbench94, backend::OneDnn> ex({3, 32, 32}, fmt,
+                                        NetOptions(airbench_options()).with_plan_training(true), 4);
+  Model<Airbench94, backend::OneDnn> tree({3, 32, 32}, fmt, airbench_options(), 4);
+  same_steps(ex, tree, 8, 5);
+  const plan::Plan p = ex.step_plan(Mode::Train, 8);
+  CHECK(p.key.train_executor);
+  CHECK(p.fired("bn_activation") == 6);
+}
+
+TEST_CASE("The training executor's plan says which fusions it does not make, and why",
+          "[nn][train_executor]") {
+  Model<Mixed, backend::OneDnn, float> ex({3, 16, 16}, DataFormat::NHWC,
+                                          NetOptions().with_plan_training(true), 2);
+  Model<Mixed, backend::OneDnn, float> tree({3, 16, 16}, DataFormat::NHWC, NetOptions(), 2);
+  const plan::Plan pe = ex.step_plan(Mode::Train, 4), pt = tree.step_plan(Mode::Train, 4);
+  const std::string text = ex.explain_plan(Mode::Train, 4);
+  INFO(text);
+  CHECK(text.find("run by the training executor") != std::string::npos);
+  CHECK(text.find("training executor: ") != std::string::npos);
+  CHECK(tree.explain_plan(Mode::Train, 4).find("training executor: off") != std::string::npos);
+  // The layer tree's hand-overs between layers: fired there, not here, with the reason.
+  for (const std::string& rule : plan::layer_tree_rules()) {
+    INFO("rule " << rule);
+    CHECK(pe.fired(rule) == 0);
+    std::size_t mt = 0, me = 0;
+    pt.fired(rule, &mt);
+    pe.fired(rule, &me);
+    CHECK(mt == me);
+  }
+  CHECK(pt.fires("residual_sum_in_bn", "block0/add"));
+  const plan::Verdict* v = pe.verdict("residual_sum_in_bn", "block0/add");
+  REQUIRE(v);
+  CHECK_FALSE(v->fires);
+  CHECK(v->reason.find("only the layer tree makes") != std::string::npos);
+  // Inside a ConvBatchNorm the layer's own fusions stand.
+  for (const char* rule : {"bn_stats_in_conv_epilogue", "bn_dx_in_conv_prologue", "bn_activation"})
+    CHECK(pe.fired(rule) == pt.fired(rule));
+  CHECK(pe.fired("bn_activation") > 0);
+}
