@@ -379,6 +379,27 @@ struct BatchNorm2d : LayerBase {
         return (void)rc, (void)n, false;
       }
     }
+    /// Whether a training forward writes a bf16 copy of its output (or of
+    /// the residual sum it writes) beside it, for a bf16 convolution that
+    /// reads it (RunContext::bf16_of; step plans): bf16 convolutions, a CPU
+    /// where they run in bf16, no synchronized batch norm.
+    bool writes_bf16_copy(const RunContext<B, T>& rc) const {
+      if constexpr (kBf16)
+        return rc.training() && bf16_copies_ && !rc.cross_replica && decltype(op_)::bf16_copies_useful();
+      else
+        return (void)rc, false;
+    }
+    /// One node in a step plan (nn/plan.hpp), with the fact whether its
+    /// training forward writes a bf16 copy of its output.
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      const int t = b.node(name_, kind, {in}, in_, plan_attrs());
+      b.producer(t).facts[plan::facts::kBf16Copy] =
+          writes_bf16_copy(rc)
+              ? plan::Fact::yes()
+              : plan::Fact::no(kBf16 ? "no bf16 convolutions here, or synchronized batch norm"
+                                     : "no bf16 copies with this activation on this backend");
+      return t;
+    }
     /// Whether a training forward of a batch of `n` can write its output as
     /// its bf16 copy alone (skip_float_output_once; step plans): bf16
     /// copies, and the op's NHWC channel counts.

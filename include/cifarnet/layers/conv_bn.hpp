@@ -261,6 +261,7 @@ struct ConvBatchNorm : LayerBase {
       cn.facts[f::kNeedsDx] = fact(conv_.needs_input_gradient(rc), "nothing before it needs a gradient");
       plan::Node& bnode = b.producer(y);
       bnode.facts[f::kSumMask] = fact(bn_.writes_sum_mask(n), "its channel count or layout has no mask bits");
+      bnode.facts[f::kBf16Copy] = fact(bn_.writes_bf16_copy(rc), bf16_why);
       bnode.facts[f::kOffersSums] =
           fact(hand_overs_ && chunk && (direct_bn(rc) || range_images(rc, n) != 0),
                !hand_overs_ ? "NetOptions::direct_conv_bn is off"

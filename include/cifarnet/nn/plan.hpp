@@ -77,7 +77,7 @@ inline constexpr const char* kEpilogueConv =
 // a standalone convolution
 inline constexpr const char* kOwnKernels =
     "own_kernels";  ///< the own conv + batch norm kernels take its geometry
-// a batch norm of a ConvBatchNorm
+// a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy)
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels
 inline constexpr const char* kBf16OutputAlone =
@@ -85,6 +85,8 @@ inline constexpr const char* kBf16OutputAlone =
 inline constexpr const char* kBf16Dy = "bf16_dy";      ///< can take its dy as bf16 bits
 inline constexpr const char* kTakesSum = "takes_sum";  ///< can add a residual block's sum in its pass
 inline constexpr const char* kSumMask = "sum_mask";    ///< can write that sum's ReLU mask as bits
+inline constexpr const char* kBf16Copy =
+    "bf16_copy";  ///< its training forward writes a bf16 copy of its output (or of its sum)
 inline constexpr const char* kOffersSums =
     "offers_sums";  ///< its backward sums can be taken by the next layer
 // an average pool

@@ -69,6 +69,9 @@ inline const std::vector<RuleInfo>& rules() {
       {"bf16_residual_gradient", "a block's output gradient written by the next block's sum as bf16 bits"},
       {"bn_sums_in_next_conv_backward",
        "a batch norm's backward sums taken by the next convolution's backward over its dx: a read saved"},
+      {"bf16_copy_to_readers",
+       "training executor, bf16 convolutions: a batch norm's bf16 copy of its output read by the "
+       "convolutions after it, which then do not round the float values themselves"},
       {"residual_sum_in_conv_epilogue",
        "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
        "saved"},
@@ -84,7 +87,7 @@ inline const std::vector<RuleInfo>& rules() {
 inline const std::vector<std::string>& not_yet_rules() {
   static const std::vector<std::string> r = {
       "the bf16 copy of a batch norm's output read by the next bf16 convolution (where its output is also "
-      "written as float)",
+      "written as float; with the training executor, the rule bf16_copy_to_readers)",
   };
   return r;
 }
@@ -199,31 +202,27 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
 /// The rules whose fusion passes data between two layers through the layer
 /// tree's hand-overs (RunContext, the containers' pairing): the training
 /// executor (nn/train_executor.hpp) runs each layer on its own and carries
-/// none of them out yet. The rules inside one layer (a ConvBatchNorm's) and
-/// bn_activation still apply there.
+/// none of them out yet. The rules inside one layer (a ConvBatchNorm's),
+/// bn_activation, residual_sum_in_bn, residual_mask_in_sum and
+/// residual_sum_in_conv_backward (which it makes itself) still apply there.
 inline const std::vector<std::string>& layer_tree_rules() {
   static const std::vector<std::string> r = {
-      "bn_output_into_next_conv",
-      "bn_bf16_output_alone",
-      "bf16_dx_between_conv_bn",
-      "pool_into_pad",
-      "residual_sum_in_bn",
-      "bf16_residual_stream",
-      "residual_mask_in_sum",
-      "relu_mask_bits",
-      "residual_sum_in_conv_backward",
-      "pooled_shortcut_gradient",
-      "bf16_branch_gradient",
-      "bf16_residual_gradient",
-      "bn_sums_in_next_conv_backward",
+      "bn_output_into_next_conv", "bn_bf16_output_alone",
+      "bf16_dx_between_conv_bn",  "pool_into_pad",
+      "bf16_residual_stream",     "relu_mask_bits",
+      "pooled_shortcut_gradient", "bf16_branch_gradient",
+      "bf16_residual_gradient",   "bn_sums_in_next_conv_backward",
   };
   return r;
 }
 
 /// apply_rules for a plan the training executor runs (Key::train_executor):
 /// the verdicts of layer_tree_rules() that fired become "not applied", with
-/// that reason; the others stand.
-inline void train_executor_verdicts(Plan& p) {
+/// that reason; the others stand. Then the executor's own rule: a batch
+/// norm's bf16 copy to every layer that reads its output.
+template <class MakeVerdict>
+void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
+  using namespace rules_detail;
   if (!p.key.training || !p.key.train_executor) return;
   const auto& tree = layer_tree_rules();
   for (Verdict& v : p.verdicts) {
@@ -236,6 +235,47 @@ inline void train_executor_verdicts(Plan& p) {
       auto& f = p.nodes[std::size_t(i)].fused;
       f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
     }
+  }
+  // A block's backward sum in its first convolution's backward needs the
+  // shortcut's part of the gradient first: an identity's, given when the
+  // sum's backward runs (a pool's comes after the body's in plan order).
+  for (Verdict& v : p.verdicts) {
+    if (v.rule != "residual_sum_in_conv_backward" || !v.fires) continue;
+    const Node& add = at(p, v.nodes[0]);
+    const int sc = p.tensors[std::size_t(add.inputs[1])].producer;
+    if (sc >= 0 && at(p, sc).kind == "identity") continue;
+    v.fires = false;
+    v.reason = "the shortcut is not an identity: the training executor forms its gradient after the body's";
+    for (int i : v.nodes) {
+      auto& f = p.nodes[std::size_t(i)].fused;
+      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
+    }
+  }
+  // The bf16 copy a batch norm writes of its output (or of the residual sum
+  // it writes) handed to the layers that read that tensor, through
+  // identities.
+  const int count = int(p.nodes.size());
+  for (int b = 0; b < count; ++b) {
+    const Node& bn = at(p, b);
+    if (bn.kind != "bn") continue;
+    int t = bn.output;
+    const int r0 = p.only_consumer(t);
+    if (r0 >= 0 && at(p, r0).kind == "add" && p.fires("residual_sum_in_bn", at(p, r0).name))
+      t = at(p, r0).output;
+    std::vector<int> todo{t}, readers;
+    while (!todo.empty()) {
+      const int u = todo.back();
+      todo.pop_back();
+      for (int r : p.tensors[std::size_t(u)].consumers) {
+        if (at(p, r).kind == "identity") todo.push_back(at(p, r).output);
+        readers.push_back(r);
+      }
+    }
+    if (readers.empty()) continue;
+    const bool conv =
+        std::any_of(readers.begin(), readers.end(), [&](int r) { return at(p, r).kind == "conv"; });
+    auto [ok, why] = fact(bn, facts::kBf16Copy);
+    verdict("bf16_copy_to_readers", {b, readers.front()}, ok && conv, !ok ? why : "no convolution reads it");
   }
 }
 
@@ -535,7 +575,7 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     }
     verdict("bn_sums_in_next_conv_backward", {x, reader}, why.empty(), why);
   }
-  train_executor_verdicts(p);
+  train_executor_rules(p, verdict);
 }
 
 /// The plan in words with every rule (Plan::describe) and the hand-overs
@@ -544,9 +584,8 @@ inline std::string describe(const Plan& p) {
   std::vector<std::pair<std::string, std::string>> r;
   for (const RuleInfo& i : rules()) r.emplace_back(i.name, i.saves);
   std::string s = p.describe(r);
-  s += p.key.training && p.key.train_executor
-           ? "not yet rules (made by the layer tree only, not by the training executor):\n"
-           : "not yet rules (decided inside the layers at run time):\n";
+  if (p.key.training && p.key.train_executor) return s;  // the executor's rules are all above
+  s += "not yet rules (decided inside the layers at run time):\n";
   for (const std::string& n : not_yet_rules()) s += "  " + n + "\n";
   return s;
 }

@@ -23,8 +23,10 @@
 // backward, so nothing written in a step is reused within it.
 #pragma once
 
+#include <algorithm>
 #include <any>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -62,24 +64,27 @@ class TrainExecutor {
     if (!rc.training()) throw std::logic_error("TrainExecutor::forward: the executor runs training steps");
     rc = rc.context_only();
     values_[std::size_t(plan_.input)] = &x;
+    std::fill(copies_.begin(), copies_.end(), nullptr);
     for (Step& s : steps_) {
       const Tensor<T>& in = *values_[std::size_t(s.in)];
       switch (s.kind) {
         case Kind::Alias:
           values_[std::size_t(s.out)] = &in;
+          copies_[std::size_t(s.out)] = copies_[std::size_t(s.in)];
           break;
         case Kind::Layer:
-          values_[std::size_t(s.out)] = &layer_pass(s, in, rc, false);
+          layer_forward(s, in, rc);
           break;
         case Kind::Add: {
-          const Tensor<T>& b = *values_[std::size_t(s.in2)];
           Tensor<T>& y = s.value;
+          values_[std::size_t(s.out)] = &y;
+          if (s.summed) break;  // the body's last batch norm wrote it (residual_sum_in_bn)
+          const Tensor<T>& b = *values_[std::size_t(s.in2)];
           ensure_shape(y, plan_.tensors[std::size_t(s.out)].shape, fmt_);
           detail::profiled(rc.profiler, s.name, "add", false, [&] {
             add_.add(*rc.device, y.size(), in.data(), b.data(), y.data(), s.relu);
             return 0;
           });
-          values_[std::size_t(s.out)] = &y;
           break;
         }
       }
@@ -95,29 +100,34 @@ class TrainExecutor {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
     rc = rc.context_only();
     for (Grad& g : grads_) g = Grad{};
-    grads_[std::size_t(plan_.output)] = Grad{&dy, false};
+    give(plan_.output, &dy, rc);
     for (std::size_t k = steps_.size(); k-- > 0;) {
       Step& s = steps_[k];
-      const Tensor<T>* g = grads_[std::size_t(s.out)].t;
-      if (!g) continue;  // nothing after this node needs its output's gradient
+      const Tensor<T>* g = grads_[std::size_t(s.out)].a;
+      if (!g) continue;  // nothing after this node needs its output's gradient (an alias: given through)
       switch (s.kind) {
         case Kind::Alias:
-          give(s.in, g, rc);
           break;
-        case Kind::Layer: {
-          const Tensor<T>& dx = layer_pass(s, *g, rc, true);
-          if (dx.size()) give(s.in, &dx, rc);
+        case Kind::Layer:
+          layer_backward(s, *resolve(s.out, rc), rc);
           break;
-        }
         case Kind::Add: {
-          if (s.relu) {  // the sum's ReLU: its mask (y > 0) on the gradient, once for both terms
+          const Grad& d = grads_[std::size_t(s.out)];
+          if (s.relu && d.premasked && !d.b) {  // a reader applied the ReLU's mask already
+            g = d.a;
+          } else if (s.relu) {  // the sum's ReLU: its mask (y > 0) on the gradient, once for both terms
             Tensor<T>& m = s.masked;
-            match_shape(m, g->shape());
+            match_shape(m, d.a->shape());
             detail::profiled(rc.profiler, s.name, "add", true, [&] {
-              relu_.backward(*rc.device, m.size(), s.value.data(), g->data(), m.data());
+              if (d.b && s.mask_in_sum)  // the two readers' gradients summed through the mask in one pass
+                add_.add_masked(*rc.device, m.size(), d.a->data(), d.b->data(), s.value.data(), m.data());
+              else
+                relu_.backward(*rc.device, m.size(), s.value.data(), resolve(s.out, rc)->data(), m.data());
               return 0;
             });
             g = &m;
+          } else {
+            g = resolve(s.out, rc);
           }
           give(s.in, g, rc);
           give(s.in2, g, rc);
@@ -126,7 +136,7 @@ class TrainExecutor {
       }
     }
     forwarded_ = false;
-    const Tensor<T>* dx = grads_[std::size_t(plan_.input)].t;
+    const Tensor<T>* dx = grads_[std::size_t(plan_.input)].a ? resolve(plan_.input, rc) : nullptr;
     return dx ? *dx : none_;
   }
 
@@ -155,15 +165,29 @@ class TrainExecutor {
   enum class Kind { Alias, Layer, Add };
   struct Step {
     Kind kind = Kind::Alias;
+    int node = -1;  // its (first) plan node
     std::string name, prof_kind;
     int in = -1, in2 = -1, out = -1;  // tensor ids (in2: a sum's other term)
     bool relu = false;
     const plan::LayerRun<B, T>* layer = nullptr;
     Tensor<T> value, masked;  // a sum's output and its masked gradient
+    // The rules: a layer that writes the sum after it (that step's index)
+    // and whose bf16 copy goes to its readers; a sum written so in the last
+    // forward; a sum whose ReLU mask goes into its readers' gradient sum.
+    int sum_into = -1;
+    bool copy_out = false, summed = false, mask_in_sum = false;
+    // A layer that does its input's residual gradient sum in its backward
+    // (through the mask of the sum that wrote the input), booked as that sum.
+    bool sum_in_backward = false, mask_input = false;
+    std::string sum_name;
   };
+  // A tensor's gradient during backward: one part, or two not yet summed
+  // (a tensor with several readers), the sum formed when a node reads it.
   struct Grad {
-    const Tensor<T>* t = nullptr;
-    bool own = false;  // in sums_[tensor]: the executor may add into it
+    const Tensor<T>* a = nullptr;
+    const Tensor<T>* b = nullptr;
+    bool own = false;        // a is sums_[tensor]: the executor may add into it
+    bool premasked = false;  // a is through the ReLU mask of the sum that wrote the tensor
   };
 
   const Tensor<T>& layer_pass(Step& s, const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
@@ -175,31 +199,107 @@ class TrainExecutor {
     return out;
   }
 
-  // Adds gradient g to tensor t's: the first one is taken as it is; a
-  // second one is summed into the executor's buffer for t.
-  void give(int t, const Tensor<T>* g, RunContext<B, T>& rc) {
-    if (t < 0) return;
-    Grad& d = grads_[std::size_t(t)];
-    if (!d.t) {
-      d = Grad{g, false};
-      return;
+  // A layer's training forward, with what the rules give it: the bf16 copy
+  // of its input that the input's writer made (bf16_copy_to_readers), the
+  // residual sum after it to write in its own pass (residual_sum_in_bn);
+  // and what it leaves: a bf16 copy of what it wrote.
+  void layer_forward(Step& s, const Tensor<T>& in, RunContext<B, T>& rc) {
+    const plan::LayerRun<B, T>& l = *s.layer;
+    if (const std::uint16_t* c = copies_[std::size_t(s.in)]) {
+      rc.input_bf16_of = in.data();
+      rc.input_bf16 = c;
     }
-    if (g->size() != d.t->size())
-      throw std::logic_error("TrainExecutor: two gradients of different sizes for tensor t" +
-                             std::to_string(t));
+    Step* sum = s.sum_into >= 0 ? &steps_[std::size_t(s.sum_into)] : nullptr;
+    if (sum) {
+      Tensor<T>& y = sum->value;
+      ensure_shape(y, plan_.tensors[std::size_t(sum->out)].shape, fmt_);
+      rc.sum_shortcut = values_[std::size_t(sum->in2)]->data();
+      rc.sum_out = y.data();
+      rc.sum_n = y.size();
+      rc.sum_relu = sum->relu;
+      rc.sum_done = false;
+    }
+    auto pass = [&]() -> const Tensor<T>& { return l.forward(in, rc); };
+    const Tensor<T>& out =
+        l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false, pass);
+    values_[std::size_t(s.out)] = &out;
+    if (sum) sum->summed = rc.sum_done;
+    // the copy the layer published, of its output or of the sum it wrote
+    if (rc.bf16_of && s.copy_out) {
+      if (sum && sum->summed) {
+        if (rc.bf16_of == sum->value.data()) copies_[std::size_t(sum->out)] = rc.bf16_bits;
+      } else if (rc.bf16_of == out.data()) {
+        copies_[std::size_t(s.out)] = rc.bf16_bits;
+      }
+    }
+    rc = rc.context_only();  // no hand-over outlives a layer
+  }
+
+  // Tensor t's gradient as one tensor: two parts are summed first, into
+  // the executor's buffer for t.
+  const Tensor<T>* resolve(int t, RunContext<B, T>& rc) {
+    Grad& d = grads_[std::size_t(t)];
+    if (!d.b) return d.a;
     Tensor<T>& acc = sums_[std::size_t(t)];
-    if (!d.own) match_shape(acc, d.t->shape());
+    if (!d.own) match_shape(acc, d.a->shape());
     detail::profiled(rc.profiler, names_[std::size_t(t)], "add", true, [&] {
-      add_.add(*rc.device, acc.size(), d.t->data(), g->data(), acc.data(), false);
+      add_.add(*rc.device, acc.size(), d.a->data(), d.b->data(), acc.data(), false);
       return 0;
     });
-    d = Grad{&acc, true};
+    d = Grad{&acc, nullptr, true, false};
+    return d.a;
+  }
+
+  // A layer's backward, with what the rules give it: the residual sum of
+  // its input's gradient (the shortcut's part, given already) to do in its
+  // own passes, through the ReLU mask of the block that wrote the input
+  // (residual_sum_in_conv_backward).
+  void layer_backward(Step& s, const Tensor<T>& dy, RunContext<B, T>& rc) {
+    const Grad& d = grads_[std::size_t(s.in)];
+    const bool sum = s.sum_in_backward && d.a && !d.b;
+    if (sum) {
+      rc.grad_sum.of = values_[std::size_t(s.in)]->data();
+      rc.grad_sum.other = d.a->data();
+      rc.grad_sum.mask_relu = s.mask_input ? values_[std::size_t(s.in)]->data() : nullptr;
+      rc.grad_sum.name = &s.sum_name;
+    }
+    const plan::LayerRun<B, T>& l = *s.layer;
+    auto pass = [&]() -> const Tensor<T>& { return l.backward(dy, rc); };
+    const Tensor<T>& dx =
+        l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), true, pass);
+    const bool done = sum && rc.grad_sum.done;
+    rc = rc.context_only();  // no hand-over outlives a layer
+    if (done)                // dx is the input's whole gradient (through the mask)
+      grads_[std::size_t(s.in)] = Grad{&dx, nullptr, false, s.mask_input};
+    else if (dx.size())
+      give(s.in, &dx, rc);
+  }
+
+  // Adds gradient g to tensor t's (an alias's to the tensor it stands for):
+  // kept as a part, summed when a third comes or a node reads it.
+  void give(int t, const Tensor<T>* g, RunContext<B, T>& rc) {
+    if (t < 0) return;
+    t = root_[std::size_t(t)];
+    Grad& d = grads_[std::size_t(t)];
+    if (d.a && g->size() != d.a->size())
+      throw std::logic_error("TrainExecutor: two gradients of different sizes for tensor t" +
+                             std::to_string(t));
+    if (!d.a) {
+      d.a = g;
+    } else if (!d.b) {
+      d.b = g;
+    } else {
+      resolve(t, rc);
+      d.b = g;
+    }
   }
 
   template <class S>
   static void match_shape(Tensor<T>& t, const S& shape) {
     if (t.shape() != shape) t.resize(shape);
   }
+
+  int producer_node(int t) const { return plan_.tensors[std::size_t(t)].producer; }
 
   void fail(const std::string& why) {
     why_ = why;
@@ -213,6 +313,7 @@ class TrainExecutor {
     for (std::size_t i = 0; i < count;) {
       const plan::Node& n = p.nodes[i];
       Step s;
+      s.node = int(i);
       s.name = n.name;
       s.prof_kind = n.kind;
       s.in = n.inputs.empty() ? -1 : n.inputs[0];
@@ -246,7 +347,41 @@ class TrainExecutor {
       steps_.push_back(std::move(s));
       i += covers;
     }
+    // The rules' verdicts the executor carries out.
+    std::vector<int> step_of(p.tensors.size(), -1);  // the step that writes each tensor
+    std::vector<int> step_at(p.nodes.size(), -1);    // the step that runs each node (its first)
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      step_of[std::size_t(steps_[k].out)] = int(k);
+      step_at[std::size_t(steps_[k].node)] = int(k);
+    }
+    root_.resize(p.tensors.size());
+    for (std::size_t t = 0; t < p.tensors.size(); ++t) root_[t] = int(t);
+    for (const Step& s : steps_)
+      if (s.kind == Kind::Alias) root_[std::size_t(s.out)] = root_[std::size_t(s.in)];
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      Step& s = steps_[k];
+      if (s.kind == Kind::Layer)
+        s.copy_out = p.fires("bf16_copy_to_readers", p.nodes[std::size_t(producer_node(s.out))].name);
+      if (s.kind != Kind::Add) continue;
+      s.mask_in_sum = s.relu && p.fires("residual_mask_in_sum", s.name);
+      if (const plan::Verdict* v = p.verdict("residual_sum_in_conv_backward", s.name); v && v->fires) {
+        const int f = step_at[std::size_t(v->nodes.back())];  // the body's first layer
+        if (f < 0 || steps_[std::size_t(f)].kind != Kind::Layer)
+          return fail("the sum '" + s.name + "' in the backward of a layer the executor does not run");
+        Step& first = steps_[std::size_t(f)];
+        first.sum_in_backward = true;
+        first.sum_name = s.name;
+        const int w = step_of[std::size_t(root_[std::size_t(first.in)])];  // who wrote the block's input
+        first.mask_input = w >= 0 && steps_[std::size_t(w)].kind == Kind::Add && steps_[std::size_t(w)].relu;
+      }
+      if (!p.fires("residual_sum_in_bn", s.name)) continue;
+      const int w = step_of[std::size_t(s.in)];
+      if (w < 0 || steps_[std::size_t(w)].kind != Kind::Layer)
+        return fail("the sum '" + s.name + "' in a batch norm the executor does not run as a layer");
+      steps_[std::size_t(w)].sum_into = int(k);
+    }
     values_.assign(p.tensors.size(), nullptr);
+    copies_.assign(p.tensors.size(), nullptr);
     grads_.assign(p.tensors.size(), Grad{});
     sums_.resize(p.tensors.size());
     names_.resize(p.tensors.size());
@@ -260,11 +395,13 @@ class TrainExecutor {
   DataFormat fmt_;
   std::string why_;
   std::vector<Step> steps_;
-  std::vector<const Tensor<T>*> values_;  // per tensor, during forward and backward
-  std::vector<Grad> grads_;               // per tensor, during backward
-  std::vector<Tensor<T>> sums_;           // per tensor with several readers: their gradients' sum
-  std::vector<std::string> names_;        // where a tensor's gradient sum is booked
-  Tensor<T> none_;                        // backward's result where no input gradient was formed
+  std::vector<const Tensor<T>*> values_;      // per tensor, during forward and backward
+  std::vector<const std::uint16_t*> copies_;  // per tensor: its bf16 copy, where its writer made one
+  std::vector<Grad> grads_;                   // per tensor, during backward
+  std::vector<Tensor<T>> sums_;               // per tensor with several readers: their gradients' sum
+  std::vector<int> root_;                     // per tensor: the tensor it is (through aliases)
+  std::vector<std::string> names_;            // where a tensor's gradient sum is booked
+  Tensor<T> none_;                            // backward's result where no input gradient was formed
   bool forwarded_ = false;
   ops::Eltwise<B, T> add_;
   ops::Relu<B, T> relu_;
