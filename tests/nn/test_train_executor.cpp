@@ -316,11 +316,15 @@ TEST_CASE("The training executor with bf16 convolutions: the copies its rule han
   Model<Mixed, backend::OneDnn, float> ex({3, 16, 16}, fmt, NetOptions(bf16).with_plan_training(true), 2);
   const plan::Plan p = ex.step_plan(Mode::Train, 4);
   INFO(plan::describe(p));
-  // Copies where bf16 convolutions run in bf16 (a CPU with AVX512-BF16 or AMX).
-  if (backend::onednn::cpu_has_bf16_convolutions())
-    CHECK(p.fired("bf16_copy_to_readers") > 0);
-  else
-    CHECK(p.fired("bf16_copy_to_readers") == 0);
+  // Copies and bf16 gradients where bf16 convolutions run in bf16 (a CPU
+  // with AVX512-BF16 or AMX); the mask bits of the sums everywhere.
+  const bool bf16_cpu = backend::onednn::cpu_has_bf16_convolutions();
+  for (const char* rule : {"bf16_copy_to_readers", "bf16_dx_between_conv_bn", "bf16_branch_gradient",
+                           "bf16_residual_gradient"}) {
+    INFO("rule " << rule);
+    CHECK((p.fired(rule) > 0) == bf16_cpu);
+  }
+  CHECK(p.fired("relu_mask_bits") > 0);
   // Against the reference backend in double: within the layer tree's bf16
   // error (which rounds more: its bf16 residual stream and gradients).
   const auto e = bf16_errors<Mixed>(NetOptions(bf16).with_plan_training(true), fmt, 4);

@@ -235,6 +235,13 @@ struct ConvBatchNorm : LayerBase {
         };
         r.covers = 2;
         r.times_itself = true;
+        r.pair.dy_bits = [this] { return bf16_dy_target(); };
+        r.pair.skip_float_output = [this] { skip_float_output_once(); };
+        r.pair.require_bf16_input = [this] { require_bf16_input(); };
+        r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
+                                      std::uint16_t* dx_bits) -> const Tensor<T>& {
+          return backward_bits_io(dy, c, dx_bits);
+        };
         cn.run = std::move(r);
       }
       bool bf16 = false;
@@ -414,6 +421,17 @@ struct ConvBatchNorm : LayerBase {
       backward_io(nullptr, rc, dx_bits);
     }
 
+    /// backward() with dy float or from bf16_dy_target() (dy null), dx as
+    /// float or as bits into `dx_bits` (then the returned tensor is empty):
+    /// the training executor's entry (plan::PairHooks).
+    const Tensor<T>& backward_bits_io(const Tensor<T>* dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      if (dy && !dx_bits) return backward(*dy, rc);
+      if (dx_bits && !writes_bf16_dx(rc))
+        throw std::logic_error("layer '" + conv_name_ + "': asked for its dx as bf16 bits it cannot write");
+      if (!dy && !takes_bf16_dy(rc))
+        throw std::logic_error("layer '" + conv_name_ + "': given its dy as bf16 bits it cannot read");
+      return backward_io(dy, rc, dx_bits);
+    }
     /// How many backward passes handed the batch norm's dx to the
     /// convolution as bf16, and how many training forwards had the
     /// convolution write bf16 for the batch norm (above; tests).

@@ -20,6 +20,28 @@
 
 namespace cifarnet::plan {
 
+/// What a layer offers the training executor's rules between it and its
+/// neighbours beside its forward and backward (a ConvBatchNorm's; empty
+/// functions for every other layer), each used only where a rule fired on
+/// the facts the layer recorded (nn/plan_rules.hpp).
+template <class B, class T>
+struct PairHooks {
+  /// Where its backward can read its dy from as bf16 bits (sized by the
+  /// last forward): the next layer or sum writes them there.
+  std::function<std::uint16_t*()> dy_bits;
+  /// Its backward with dy float (`dy`) or as the bits in dy_bits() (dy
+  /// null), dx as float (returned; `dx_bits` null) or as bf16 bits into
+  /// `dx_bits` (the returned tensor is then empty).
+  std::function<const Tensor<T>&(const Tensor<T>* dy, RunContext<B, T>&, std::uint16_t* dx_bits)>
+      backward_bits;
+  /// Its next training forward writes its output only as its bf16 copy
+  /// (the float values stay stale): for readers that read nothing else.
+  std::function<void()> skip_float_output;
+  /// Its next training forward reads its input only through the bf16 copy
+  /// of it, and throws if none is given.
+  std::function<void()> require_bf16_input;
+};
+
 /// A layer's own forward and backward: the layer's output for input x
 /// (owned by the layer, valid until its next forward), and after a
 /// training forward, its input gradient for output gradient dy (empty where
@@ -37,6 +59,7 @@ struct LayerRun {
   /// The layer books its own parts' times in a profiler (a container);
   /// otherwise the executor books the node's.
   bool times_itself = false;
+  PairHooks<B, T> pair;
 };
 
 /// Folded weights: HWIO weights and a bias per output channel, and a number

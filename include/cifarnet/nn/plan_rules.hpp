@@ -200,18 +200,17 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
 }
 
 /// The rules whose fusion passes data between two layers through the layer
-/// tree's hand-overs (RunContext, the containers' pairing): the training
-/// executor (nn/train_executor.hpp) runs each layer on its own and carries
-/// none of them out yet. The rules inside one layer (a ConvBatchNorm's),
-/// bn_activation, residual_sum_in_bn, residual_mask_in_sum and
-/// residual_sum_in_conv_backward (which it makes itself) still apply there.
+/// tree's hand-overs (RunContext, the containers' pairing) that the
+/// training executor (nn/train_executor.hpp) does not carry out yet. The
+/// rules inside one layer (a ConvBatchNorm's), bn_activation and the rules
+/// it makes itself still apply there: the residual sum in the body's last
+/// batch norm, its ReLU mask in the next gradient sum (as bits), that sum in
+/// the first convolution's backward, the bf16 gradients between layers and
+/// into and out of the sums.
 inline const std::vector<std::string>& layer_tree_rules() {
   static const std::vector<std::string> r = {
-      "bn_output_into_next_conv", "bn_bf16_output_alone",
-      "bf16_dx_between_conv_bn",  "pool_into_pad",
-      "bf16_residual_stream",     "relu_mask_bits",
-      "pooled_shortcut_gradient", "bf16_branch_gradient",
-      "bf16_residual_gradient",   "bn_sums_in_next_conv_backward",
+      "bn_output_into_next_conv",      "pool_into_pad", "bf16_residual_stream", "pooled_shortcut_gradient",
+      "bn_sums_in_next_conv_backward",
   };
   return r;
 }

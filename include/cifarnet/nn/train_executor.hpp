@@ -100,40 +100,13 @@ class TrainExecutor {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
     rc = rc.context_only();
     for (Grad& g : grads_) g = Grad{};
-    give(plan_.output, &dy, rc);
+    give(plan_.output, Part{&dy, nullptr}, rc);
     for (std::size_t k = steps_.size(); k-- > 0;) {
       Step& s = steps_[k];
-      const Tensor<T>* g = grads_[std::size_t(s.out)].a;
-      if (!g) continue;  // nothing after this node needs its output's gradient (an alias: given through)
-      switch (s.kind) {
-        case Kind::Alias:
-          break;
-        case Kind::Layer:
-          layer_backward(s, *resolve(s.out, rc), rc);
-          break;
-        case Kind::Add: {
-          const Grad& d = grads_[std::size_t(s.out)];
-          if (s.relu && d.premasked && !d.b) {  // a reader applied the ReLU's mask already
-            g = d.a;
-          } else if (s.relu) {  // the sum's ReLU: its mask (y > 0) on the gradient, once for both terms
-            Tensor<T>& m = s.masked;
-            match_shape(m, d.a->shape());
-            detail::profiled(rc.profiler, s.name, "add", true, [&] {
-              if (d.b && s.mask_in_sum)  // the two readers' gradients summed through the mask in one pass
-                add_.add_masked(*rc.device, m.size(), d.a->data(), d.b->data(), s.value.data(), m.data());
-              else
-                relu_.backward(*rc.device, m.size(), s.value.data(), resolve(s.out, rc)->data(), m.data());
-              return 0;
-            });
-            g = &m;
-          } else {
-            g = resolve(s.out, rc);
-          }
-          give(s.in, g, rc);
-          give(s.in2, g, rc);
-          break;
-        }
-      }
+      if (!grads_[std::size_t(s.out)].a)
+        continue;  // nothing after it needs its gradient (an alias: given through)
+      if (s.kind == Kind::Layer) layer_backward(s, rc);
+      if (s.kind == Kind::Add) add_backward(s, rc);
     }
     forwarded_ = false;
     const Tensor<T>* dx = grads_[std::size_t(plan_.input)].a ? resolve(plan_.input, rc) : nullptr;
@@ -180,24 +153,32 @@ class TrainExecutor {
     // (through the mask of the sum that wrote the input), booked as that sum.
     bool sum_in_backward = false, mask_input = false;
     std::string sum_name;
+    // bf16 gradients: a layer that writes its dx as bits into the dy bits
+    // of the step dx_bits_to (kOwnBits: into dx_bits, for a sum); a sum that
+    // writes its ReLU's mask as bits in the forward (mask_bits, has_bits:
+    // written by the last one) and its masked gradient as bits into the dy
+    // bits of step grad_bits_to.
+    int dx_bits_to = kNoBits, grad_bits_to = kNoBits;
+    // A layer that writes its output only as its bf16 copy, and one that
+    // reads its input only through it (bn_bf16_output_alone).
+    bool float_alone = false, bf16_in = false;
+    std::vector<std::uint16_t> dx_bits, mask_bits;
+    bool wants_bits = false, has_bits = false;
+  };
+  static constexpr int kNoBits = -1, kOwnBits = -2;
+  // A part of a gradient: a float tensor or bf16 bits (of the tensor's size).
+  struct Part {
+    const Tensor<T>* f = nullptr;
+    const std::uint16_t* bits = nullptr;
+    explicit operator bool() const { return f || bits; }
   };
   // A tensor's gradient during backward: one part, or two not yet summed
   // (a tensor with several readers), the sum formed when a node reads it.
   struct Grad {
-    const Tensor<T>* a = nullptr;
-    const Tensor<T>* b = nullptr;
+    Part a, b;
     bool own = false;        // a is sums_[tensor]: the executor may add into it
     bool premasked = false;  // a is through the ReLU mask of the sum that wrote the tensor
   };
-
-  const Tensor<T>& layer_pass(Step& s, const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
-    const plan::LayerRun<B, T>& l = *s.layer;
-    auto pass = [&]() -> const Tensor<T>& { return backward ? l.backward(in, rc) : l.forward(in, rc); };
-    const Tensor<T>& out =
-        l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), backward, pass);
-    rc = rc.context_only();  // no hand-over outlives a layer
-    return out;
-  }
 
   // A layer's training forward, with what the rules give it: the bf16 copy
   // of its input that the input's writer made (bf16_copy_to_readers), the
@@ -205,6 +186,8 @@ class TrainExecutor {
   // and what it leaves: a bf16 copy of what it wrote.
   void layer_forward(Step& s, const Tensor<T>& in, RunContext<B, T>& rc) {
     const plan::LayerRun<B, T>& l = *s.layer;
+    if (s.float_alone) l.pair.skip_float_output();  // bn_bf16_output_alone: the earlier layer
+    if (s.bf16_in) l.pair.require_bf16_input();     // and the later one
     if (const std::uint16_t* c = copies_[std::size_t(s.in)]) {
       rc.input_bf16_of = in.data();
       rc.input_bf16 = c;
@@ -217,13 +200,17 @@ class TrainExecutor {
       rc.sum_out = y.data();
       rc.sum_n = y.size();
       rc.sum_relu = sum->relu;
-      rc.sum_done = false;
+      rc.sum_done = rc.sum_mask_done = false;
+      if (sum->wants_bits) {
+        sum->mask_bits.resize(y.size() / 16);
+        rc.sum_mask = sum->mask_bits.data();
+      }
     }
     auto pass = [&]() -> const Tensor<T>& { return l.forward(in, rc); };
     const Tensor<T>& out =
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false, pass);
     values_[std::size_t(s.out)] = &out;
-    if (sum) sum->summed = rc.sum_done;
+    if (sum) sum->summed = rc.sum_done, sum->has_bits = rc.sum_done && rc.sum_mask_done;
     // the copy the layer published, of its output or of the sum it wrote
     if (rc.bf16_of && s.copy_out) {
       if (sum && sum->summed) {
@@ -235,55 +222,139 @@ class TrainExecutor {
     rc = rc.context_only();  // no hand-over outlives a layer
   }
 
-  // Tensor t's gradient as one tensor: two parts are summed first, into
-  // the executor's buffer for t.
-  const Tensor<T>* resolve(int t, RunContext<B, T>& rc) {
-    Grad& d = grads_[std::size_t(t)];
-    if (!d.b) return d.a;
-    Tensor<T>& acc = sums_[std::size_t(t)];
-    if (!d.own) match_shape(acc, d.a->shape());
-    detail::profiled(rc.profiler, names_[std::size_t(t)], "add", true, [&] {
-      add_.add(*rc.device, acc.size(), d.a->data(), d.b->data(), acc.data(), false);
-      return 0;
-    });
-    d = Grad{&acc, nullptr, true, false};
-    return d.a;
+  // y = a + b where the mask bit is set (no mask: y = a + b), each of a
+  // and b float or bf16 bits, y float (yf) or bits (yb)
+  // (Eltwise::add_masked_bits; add where all is float and there is no mask).
+  void sum_parts(RunContext<B, T>& rc, std::size_t n, Part a, Part b, const std::uint16_t* mask, T* yf,
+                 std::uint16_t* yb) {
+    if (a.f && b.f && yf && !mask) return add_.add(*rc.device, n, a.f->data(), b.f->data(), yf, false);
+    if constexpr (backend_traits<B>::sum_mask_bits) {
+      auto with_a = [&](const auto* ap) {
+        auto with_b = [&](const auto* bp) {
+          if (yb)
+            add_.add_masked_bits(*rc.device, n, ap, bp, mask, yb);
+          else
+            add_.add_masked_bits(*rc.device, n, ap, bp, mask, yf);
+        };
+        if (b.bits)
+          with_b(b.bits);
+        else
+          with_b(b.f->data());
+      };
+      if (a.bits)
+        with_a(a.bits);
+      else
+        with_a(a.f->data());
+    } else {
+      throw std::logic_error("TrainExecutor: bf16 gradient parts or mask bits on a backend without them");
+    }
   }
 
-  // A layer's backward, with what the rules give it: the residual sum of
-  // its input's gradient (the shortcut's part, given already) to do in its
-  // own passes, through the ReLU mask of the block that wrote the input
+  // Tensor t's gradient as one float tensor: two parts are summed first,
+  // into the executor's buffer for t.
+  const Tensor<T>* resolve(int t, RunContext<B, T>& rc) {
+    Grad& d = grads_[std::size_t(t)];
+    if (!d.b) {
+      if (d.a.bits)
+        throw std::logic_error("TrainExecutor: the gradient of tensor t" + std::to_string(t) +
+                               " is bf16 bits, for a reader that takes float");
+      return d.a.f;
+    }
+    Tensor<T>& acc = sums_[std::size_t(t)];
+    if (!d.own) match_shape(acc, values_[std::size_t(t)]->shape());
+    detail::profiled(rc.profiler, names_[std::size_t(t)], "add", true, [&] {
+      sum_parts(rc, acc.size(), d.a, d.b, nullptr, acc.data(), nullptr);
+      return 0;
+    });
+    d = Grad{Part{&acc, nullptr}, Part{}, true, false};
+    return d.a.f;
+  }
+
+  // A layer's backward, with what the rules give it: its dy as bf16 bits
+  // in its own buffer (written there by the layer or sum after it); its dx
+  // written as bits into the next one's (bf16_dx_between_conv_bn) or for
+  // its input's sum (bf16_branch_gradient); the residual sum of its input's
+  // gradient (the shortcut's part, given already) to do in its own passes,
+  // through the ReLU mask of the block that wrote the input
   // (residual_sum_in_conv_backward).
-  void layer_backward(Step& s, const Tensor<T>& dy, RunContext<B, T>& rc) {
+  void layer_backward(Step& s, RunContext<B, T>& rc) {
+    const plan::LayerRun<B, T>& l = *s.layer;
+    const Grad& g = grads_[std::size_t(s.out)];
+    const bool dy_bits = g.a.bits && !g.b;
+    if (dy_bits && (!l.pair.dy_bits || g.a.bits != l.pair.dy_bits()))
+      throw std::logic_error("TrainExecutor: layer '" + s.name + "' given its dy as bf16 bits elsewhere");
+    const Tensor<T>* dy = dy_bits ? nullptr : resolve(s.out, rc);
+    std::uint16_t* to = nullptr;
+    if (s.dx_bits_to >= 0) {
+      to = steps_[std::size_t(s.dx_bits_to)].layer->pair.dy_bits();
+    } else if (s.dx_bits_to == kOwnBits) {
+      s.dx_bits.resize(values_[std::size_t(s.in)]->size());
+      to = s.dx_bits.data();
+    }
     const Grad& d = grads_[std::size_t(s.in)];
-    const bool sum = s.sum_in_backward && d.a && !d.b;
+    const bool sum = !to && dy && s.sum_in_backward && d.a.f && !d.b;
     if (sum) {
       rc.grad_sum.of = values_[std::size_t(s.in)]->data();
-      rc.grad_sum.other = d.a->data();
+      rc.grad_sum.other = d.a.f->data();
       rc.grad_sum.mask_relu = s.mask_input ? values_[std::size_t(s.in)]->data() : nullptr;
       rc.grad_sum.name = &s.sum_name;
     }
-    const plan::LayerRun<B, T>& l = *s.layer;
-    auto pass = [&]() -> const Tensor<T>& { return l.backward(dy, rc); };
+    auto pass = [&]() -> const Tensor<T>& {
+      return dy && !to ? l.backward(*dy, rc) : l.pair.backward_bits(dy, rc, to);
+    };
     const Tensor<T>& dx =
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), true, pass);
     const bool done = sum && rc.grad_sum.done;
     rc = rc.context_only();  // no hand-over outlives a layer
     if (done)                // dx is the input's whole gradient (through the mask)
-      grads_[std::size_t(s.in)] = Grad{&dx, nullptr, false, s.mask_input};
+      grads_[std::size_t(s.in)] = Grad{Part{&dx, nullptr}, Part{}, false, s.mask_input};
+    else if (to)
+      give(s.in, Part{nullptr, to}, rc);
     else if (dx.size())
-      give(s.in, &dx, rc);
+      give(s.in, Part{&dx, nullptr}, rc);
   }
 
-  // Adds gradient g to tensor t's (an alias's to the tensor it stands for):
-  // kept as a part, summed when a third comes or a node reads it.
-  void give(int t, const Tensor<T>* g, RunContext<B, T>& rc) {
-    if (t < 0) return;
+  // A sum's backward: its ReLU's mask (y > 0, or the bits its forward
+  // wrote) on its output's gradient, summed in the same pass where that
+  // has two parts (residual_mask_in_sum), unless a reader applied it
+  // already; the result, float or bf16 bits into its body's last layer's
+  // dy bits (bf16_residual_gradient), to both terms.
+  void add_backward(Step& s, RunContext<B, T>& rc) {
+    Grad& d = grads_[std::size_t(s.out)];
+    Part g;
+    if (!s.relu || (d.premasked && !d.b)) {
+      g = d.b ? Part{resolve(s.out, rc), nullptr} : d.a;
+    } else {
+      match_shape(s.masked, s.value.shape());
+      Part out{&s.masked, nullptr};
+      detail::profiled(rc.profiler, s.name, "add", true, [&] {
+        const std::size_t n = s.value.size();
+        if (d.b && (s.has_bits || (s.mask_in_sum && !d.a.bits && !d.b.bits))) {
+          if (s.has_bits) {
+            std::uint16_t* yb =
+                s.grad_bits_to >= 0 ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits() : nullptr;
+            if (yb) out = Part{nullptr, yb};
+            sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), yb ? nullptr : s.masked.data(), yb);
+          } else {
+            add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), s.masked.data());
+          }
+        } else {
+          relu_.backward(*rc.device, n, s.value.data(), resolve(s.out, rc)->data(), s.masked.data());
+        }
+        return 0;
+      });
+      g = out;
+    }
+    give(s.in, g, rc);
+    give(s.in2, g, rc);
+  }
+
+  // Adds gradient part g to tensor t's (an alias's to the tensor it stands
+  // for): kept as a part, summed when a third comes or a node reads it.
+  void give(int t, Part g, RunContext<B, T>& rc) {
+    if (t < 0 || !g) return;
     t = root_[std::size_t(t)];
     Grad& d = grads_[std::size_t(t)];
-    if (d.a && g->size() != d.a->size())
-      throw std::logic_error("TrainExecutor: two gradients of different sizes for tensor t" +
-                             std::to_string(t));
     if (!d.a) {
       d.a = g;
     } else if (!d.b) {
@@ -374,11 +445,51 @@ class TrainExecutor {
         const int w = step_of[std::size_t(root_[std::size_t(first.in)])];  // who wrote the block's input
         first.mask_input = w >= 0 && steps_[std::size_t(w)].kind == Kind::Add && steps_[std::size_t(w)].relu;
       }
+      if (const plan::Verdict* v = p.verdict("bf16_branch_gradient", s.name); v && v->fires) {
+        const int f =
+            step_at[std::size_t(v->nodes.back())];  // the body's first layer writes bits for the sum
+        if (f < 0 || !steps_[std::size_t(f)].layer || !steps_[std::size_t(f)].layer->pair.backward_bits)
+          return fail("the sum '" + s.name + "' given bf16 bits by a layer that cannot write them");
+        steps_[std::size_t(f)].dx_bits_to = kOwnBits;
+      }
+      if (p.fires("bf16_residual_gradient",
+                  s.name)) {  // its masked gradient as bits into its body's last layer
+        const int w = step_of[std::size_t(s.in)];
+        if (w < 0 || !steps_[std::size_t(w)].layer || !steps_[std::size_t(w)].layer->pair.dy_bits)
+          return fail("the sum '" + s.name + "' hands bf16 bits to a layer that cannot read them");
+        s.grad_bits_to = w;
+      }
       if (!p.fires("residual_sum_in_bn", s.name)) continue;
       const int w = step_of[std::size_t(s.in)];
       if (w < 0 || steps_[std::size_t(w)].kind != Kind::Layer)
         return fail("the sum '" + s.name + "' in a batch norm the executor does not run as a layer");
       steps_[std::size_t(w)].sum_into = int(k);
+    }
+    // The mask bits a sum writes with its forward, for the gradient sum
+    // of its output (relu_mask_bits, anchored at the sum that writes them).
+    for (const plan::Verdict& v : p.verdicts) {
+      if (v.rule == "relu_mask_bits" && v.fires) {
+        const int k = step_at[std::size_t(v.nodes[0])];
+        if (k >= 0 && steps_[std::size_t(k)].kind == Kind::Add) steps_[std::size_t(k)].wants_bits = true;
+      }
+      if (v.rule == "bn_bf16_output_alone" && v.fires) {
+        const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
+        const int l = step_at[std::size_t(v.nodes[1])];
+        if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
+            !steps_[std::size_t(e)].layer->pair.skip_float_output ||
+            !steps_[std::size_t(l)].layer->pair.require_bf16_input || !steps_[std::size_t(e)].copy_out)
+          return fail("bn_bf16_output_alone between layers without bf16 hand-overs");
+        steps_[std::size_t(e)].float_alone = true;
+        steps_[std::size_t(l)].bf16_in = true;
+      }
+      if (v.rule != "bf16_dx_between_conv_bn" || !v.fires) continue;
+      // the later layer's dx as bits into the earlier one's dy bits
+      const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
+      const int l = step_at[std::size_t(v.nodes[1])];
+      if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
+          !steps_[std::size_t(e)].layer->pair.dy_bits || !steps_[std::size_t(l)].layer->pair.backward_bits)
+        return fail("bf16_dx_between_conv_bn at '" + v.rule + "' between layers without bf16 hand-overs");
+      steps_[std::size_t(l)].dx_bits_to = e;
     }
     values_.assign(p.tensors.size(), nullptr);
     copies_.assign(p.tensors.size(), nullptr);
