@@ -238,6 +238,13 @@ struct ConvBatchNorm : LayerBase {
         r.pair.dy_bits = [this] { return bf16_dy_target(); };
         r.pair.skip_float_output = [this] { skip_float_output_once(); };
         r.pair.require_bf16_input = [this] { require_bf16_input(); };
+        r.pair.defer_output = [this]() -> const void* {
+          defer_output_once();
+          return deferred_output();
+        };
+        r.pair.take_normalised_input = [this](const void* src) {
+          take_normalised_input(static_cast<const detail::DeferredOutput<T>*>(src));
+        };
         r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
                                       std::uint16_t* dx_bits) -> const Tensor<T>& {
           return backward_bits_io(dy, c, dx_bits);

@@ -87,8 +87,26 @@ struct Pool2d : LayerBase {
     }
     /// One node in a step plan (nn/plan.hpp), with the fact whether it can
     /// write in place into a ChannelPad after it at the plan's batch.
-    int emit(plan::Builder& b, int in, RunContext<B, T>&) {
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
       const int t = b.node(name_, kind, {in}, geom_.out_shape(), plan_attrs());
+      if (rc.training() && pool_pad_source) {  // the training executor's hooks (nn/train_executor.hpp)
+        plan::LayerRun<B, T> r;
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+          return forward(x, c);
+        };
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+          return backward(dy, c);
+        };
+        r.pair.pad_into = [this](const plan::PadTarget<T>& p) {
+          pad_into_once(p.dst, p.channels, p.before, static_cast<detail::PaddedInput*>(p.written));
+        };
+        r.pair.pooled_gradient = [this](std::size_t& before, std::size_t& channels, std::size_t& stride) {
+          if (!wrote_padded_windows()) return false;
+          before = pad_before_, channels = pad_channels_, stride = S;
+          return true;
+        };
+        b.producer(t).run = std::move(r);
+      }
       b.producer(t).facts[plan::facts::kPadsInPlace] =
           can_pad_in_place(b.key().batch)
               ? plan::Fact::yes()

@@ -85,6 +85,26 @@ struct ChannelPad : LayerBase {
         throw std::logic_error("layer '" + name_ + "': an in-place pad on a backend without it");
       }
     }
+    /// One node in a step plan (nn/plan.hpp); in training, with the hook
+    /// the training executor's pool_into_pad uses (padded_target).
+    int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+      const int t = b.node(name_, kind, {in}, Shape{1, in_.c + Before + After, in_.h, in_.w});
+      if (rc.training()) {
+        plan::LayerRun<B, T> r;
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+          return forward(x, c);
+        };
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+          return backward(dy, c);
+        };
+        r.pair.pad_target = [this](RunContext<B, T>& c, std::size_t n) {
+          T* dst = padded_target(c, n);
+          return plan::PadTarget<T>{dst, padded_channels(), pad_before(), written()};
+        };
+        b.producer(t).run = std::move(r);
+      }
+      return t;
+    }
     std::size_t padded_channels() const { return in_.c + Before + After; }
     static constexpr std::size_t pad_before() { return std::size_t(Before); }
     detail::PaddedInput* written() { return &written_; }

@@ -11,6 +11,7 @@
 // the executor runs them itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -19,6 +20,16 @@
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet::plan {
+
+/// Where a pool writes its output in place into the channel pad after it:
+/// that pad's output at channel `before` of the first pixel, pixels
+/// `channels` apart; `written` is where the pool records it (opaque).
+template <class T>
+struct PadTarget {
+  T* dst = nullptr;
+  std::size_t channels = 0, before = 0;
+  void* written = nullptr;
+};
 
 /// What a layer offers the training executor's rules between it and its
 /// neighbours beside its forward and backward (a ConvBatchNorm's; empty
@@ -40,6 +51,20 @@ struct PairHooks {
   /// Its next training forward reads its input only through the bf16 copy
   /// of it, and throws if none is given.
   std::function<void()> require_bf16_input;
+  /// Its next training forward leaves its output unwritten, as a map the
+  /// next layer's kernels compute it from (returned, opaque), and the
+  /// next one's takes its input so.
+  std::function<const void*()> defer_output;
+  std::function<void(const void*)> take_normalised_input;
+  /// A channel pad's output for a batch of n, for the pool before it to
+  /// write into (its padding zeroed); the pool's next forward writes there.
+  std::function<PadTarget<T>(RunContext<B, T>&, std::size_t n)> pad_target;
+  std::function<void(const PadTarget<T>&)> pad_into;
+  /// After a pool's forward written into a pad: whether its gradient can be
+  /// formed from the pad's output gradient on the fly (a window equal to
+  /// the stride), with the pad's channel to start at, its channels a pixel
+  /// and the stride (Eltwise::add_pooled).
+  std::function<bool(std::size_t& before, std::size_t& channels, std::size_t& stride)> pooled_gradient;
 };
 
 /// A layer's own forward and backward: the layer's output for input x

@@ -209,8 +209,7 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
 /// into and out of the sums.
 inline const std::vector<std::string>& layer_tree_rules() {
   static const std::vector<std::string> r = {
-      "bn_output_into_next_conv",      "pool_into_pad", "bf16_residual_stream", "pooled_shortcut_gradient",
-      "bn_sums_in_next_conv_backward",
+      "bf16_residual_stream",
   };
   return r;
 }
@@ -243,8 +242,29 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     const Node& add = at(p, v.nodes[0]);
     const int sc = p.tensors[std::size_t(add.inputs[1])].producer;
     if (sc >= 0 && at(p, sc).kind == "identity") continue;
+    if (p.fires("pooled_shortcut_gradient", add.name)) continue;  // formed in the sum itself
     v.fires = false;
-    v.reason = "the shortcut is not an identity: the training executor forms its gradient after the body's";
+    v.reason =
+        "the shortcut is neither an identity nor a pool into a pad: the training executor forms its gradient "
+        "after the body's";
+    for (int i : v.nodes) {
+      auto& f = p.nodes[std::size_t(i)].fused;
+      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
+    }
+  }
+  // A batch norm's sums taken by the next block's first convolution need
+  // that block's sum in the convolution's backward too (its shortcut reads
+  // the tensor as well).
+  for (Verdict& v : p.verdicts) {
+    if (v.rule != "bn_sums_in_next_conv_backward" || !v.fires) continue;
+    const int t = at(p, v.nodes[1]).inputs[0];
+    if (p.tensors[std::size_t(t)].consumers.size() < 2) continue;
+    bool summed = false;
+    for (const Node& n : p.nodes)
+      if (n.kind == "add" && n.block_input == t) summed = p.fires("residual_sum_in_conv_backward", n.name);
+    if (summed) continue;
+    v.fires = false;
+    v.reason = "the next block's sum is not in its first convolution's backward in the training executor";
     for (int i : v.nodes) {
       auto& f = p.nodes[std::size_t(i)].fused;
       f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());

@@ -65,6 +65,7 @@ class TrainExecutor {
     rc = rc.context_only();
     values_[std::size_t(plan_.input)] = &x;
     std::fill(copies_.begin(), copies_.end(), nullptr);
+    std::fill(offers_.begin(), offers_.end(), nullptr);
     for (Step& s : steps_) {
       const Tensor<T>& in = *values_[std::size_t(s.in)];
       switch (s.kind) {
@@ -162,6 +163,15 @@ class TrainExecutor {
     // A layer that writes its output only as its bf16 copy, and one that
     // reads its input only through it (bn_bf16_output_alone).
     bool float_alone = false, bf16_in = false;
+    // The layer whose kernels compute this one's output from its map
+    // (bn_output_into_next_conv); a layer that takes the batch norm sums
+    // of the layer before it in its backward (bn_sums_in_next_conv_backward).
+    int defer_to = -1;
+    bool takes_sums = false;
+    // A pool that writes into the pad of step pad_step (pool_into_pad); a
+    // layer whose backward sum forms the gradient of the shortcut whose pad
+    // is step pooled_from and pool step pooled_by (pooled_shortcut_gradient).
+    int pad_step = -1, pooled_from = -1, pooled_by = -1;
     std::vector<std::uint16_t> dx_bits, mask_bits;
     bool wants_bits = false, has_bits = false;
   };
@@ -188,6 +198,14 @@ class TrainExecutor {
     const plan::LayerRun<B, T>& l = *s.layer;
     if (s.float_alone) l.pair.skip_float_output();  // bn_bf16_output_alone: the earlier layer
     if (s.bf16_in) l.pair.require_bf16_input();     // and the later one
+    if (s.defer_to >= 0)  // bn_output_into_next_conv: the earlier layer's output as the later one's map
+      steps_[std::size_t(s.defer_to)].layer->pair.take_normalised_input(l.pair.defer_output());
+    if (s.pad_step >= 0)  // pool_into_pad: the pool writes into the pad's output
+      l.pair.pad_into(steps_[std::size_t(s.pad_step)].layer->pair.pad_target(rc, shape_of(in, fmt_).n));
+    if (s.takes_sums && offers_[std::size_t(s.in)]) {  // bn_sums_in_next_conv_backward: the earlier's offer
+      rc.input_bn = offers_[std::size_t(s.in)];
+      rc.input_bn_shared = plan_.tensors[std::size_t(s.in)].consumers.size() > 1;
+    }
     if (const std::uint16_t* c = copies_[std::size_t(s.in)]) {
       rc.input_bf16_of = in.data();
       rc.input_bf16 = c;
@@ -211,6 +229,14 @@ class TrainExecutor {
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false, pass);
     values_[std::size_t(s.out)] = &out;
     if (sum) sum->summed = rc.sum_done, sum->has_bits = rc.sum_done && rc.sum_mask_done;
+    // the batch norm sums the layer offered for the tensor it wrote
+    if (rc.bn_out) {
+      if (sum && sum->summed) {
+        if (rc.bn_out->of == sum->value.data()) offers_[std::size_t(sum->out)] = rc.bn_out;
+      } else if (rc.bn_out->of == out.data()) {
+        offers_[std::size_t(s.out)] = rc.bn_out;
+      }
+    }
     // the copy the layer published, of its output or of the sum it wrote
     if (rc.bf16_of && s.copy_out) {
       if (sum && sum->summed) {
@@ -291,11 +317,26 @@ class TrainExecutor {
       s.dx_bits.resize(values_[std::size_t(s.in)]->size());
       to = s.dx_bits.data();
     }
-    const Grad& d = grads_[std::size_t(s.in)];
-    const bool sum = !to && dy && s.sum_in_backward && d.a.f && !d.b;
+    const int in = root_[std::size_t(s.in)];  // the tensor the input is (through aliases)
+    const Grad& d = grads_[std::size_t(in)];
+    // the shortcut's part: given (an identity), or formed from the pad's
+    // gradient by the sum (a pool written into a pad: pooled_shortcut_gradient)
+    std::size_t before = 0, channels = 0, stride = 0;
+    const int pad_out = s.pooled_from >= 0 ? root_[std::size_t(steps_[std::size_t(s.pooled_from)].out)] : -1;
+    const Grad* pad = pad_out >= 0 ? &grads_[std::size_t(pad_out)] : nullptr;
+    const bool pooled =
+        pad && !d.a && pad->a.f && !pad->b &&
+        steps_[std::size_t(s.pooled_by)].layer->pair.pooled_gradient(before, channels, stride);
+    const bool sum = !to && dy && s.sum_in_backward && ((d.a.f && !d.b) || pooled);
     if (sum) {
       rc.grad_sum.of = values_[std::size_t(s.in)]->data();
-      rc.grad_sum.other = d.a.f->data();
+      if (pooled) {
+        rc.grad_sum.pooled = pad->a.f->data() + before;
+        rc.grad_sum.pooled_channels = channels;
+        rc.grad_sum.pooled_stride = stride;
+      } else {
+        rc.grad_sum.other = d.a.f->data();
+      }
       rc.grad_sum.mask_relu = s.mask_input ? values_[std::size_t(s.in)]->data() : nullptr;
       rc.grad_sum.name = &s.sum_name;
     }
@@ -306,8 +347,10 @@ class TrainExecutor {
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), true, pass);
     const bool done = sum && rc.grad_sum.done;
     rc = rc.context_only();  // no hand-over outlives a layer
-    if (done)                // dx is the input's whole gradient (through the mask)
-      grads_[std::size_t(s.in)] = Grad{Part{&dx, nullptr}, Part{}, false, s.mask_input};
+    if (done && pooled)      // the shortcut's gradient is in it: its pad and pool have none to pass back
+      grads_[std::size_t(pad_out)] = Grad{};
+    if (done)  // dx is the input's whole gradient (through the mask)
+      grads_[std::size_t(in)] = Grad{Part{&dx, nullptr}, Part{}, false, s.mask_input};
     else if (to)
       give(s.in, Part{nullptr, to}, rc);
     else if (dx.size())
@@ -482,6 +525,39 @@ class TrainExecutor {
         steps_[std::size_t(e)].float_alone = true;
         steps_[std::size_t(l)].bf16_in = true;
       }
+      if (v.rule == "bn_output_into_next_conv" && v.fires) {
+        const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
+        const int l = step_at[std::size_t(v.nodes[1])];
+        if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
+            !steps_[std::size_t(e)].layer->pair.defer_output ||
+            !steps_[std::size_t(l)].layer->pair.take_normalised_input)
+          return fail("bn_output_into_next_conv between layers without the hand-over");
+        steps_[std::size_t(e)].defer_to = l;
+      }
+      if (v.rule == "pool_into_pad" && v.fires) {
+        const int pl = step_at[std::size_t(v.nodes[0])], pd = step_at[std::size_t(v.nodes[1])];
+        if (pl < 0 || pd < 0 || !steps_[std::size_t(pl)].layer || !steps_[std::size_t(pd)].layer ||
+            !steps_[std::size_t(pl)].layer->pair.pad_into || !steps_[std::size_t(pd)].layer->pair.pad_target)
+          return fail("pool_into_pad between layers without the hand-over");
+        steps_[std::size_t(pl)].pad_step = pd;
+      }
+      if (v.rule == "pooled_shortcut_gradient" && v.fires) {
+        const plan::Node& add = p.nodes[std::size_t(v.nodes[0])];
+        const plan::Verdict* sv = p.verdict("residual_sum_in_conv_backward", add.name);
+        const int f = sv && sv->fires ? step_at[std::size_t(sv->nodes.back())] : -1;
+        const int pl = step_at[std::size_t(v.nodes[1])], pd = step_of[std::size_t(add.inputs[1])];
+        if (f < 0 || pl < 0 || pd < 0 || !steps_[std::size_t(pl)].layer ||
+            !steps_[std::size_t(pl)].layer->pair.pooled_gradient)
+          return fail("pooled_shortcut_gradient at '" + add.name + "' without its sum or pool");
+        steps_[std::size_t(f)].pooled_from = pd;
+        steps_[std::size_t(f)].pooled_by = pl;
+      }
+      if (v.rule == "bn_sums_in_next_conv_backward" && v.fires) {
+        const int l = step_at[std::size_t(v.nodes[1])];
+        if (l < 0 || steps_[std::size_t(l)].kind != Kind::Layer)
+          return fail("bn_sums_in_next_conv_backward into a layer the executor does not run");
+        steps_[std::size_t(l)].takes_sums = true;
+      }
       if (v.rule != "bf16_dx_between_conv_bn" || !v.fires) continue;
       // the later layer's dx as bits into the earlier one's dy bits
       const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
@@ -493,6 +569,7 @@ class TrainExecutor {
     }
     values_.assign(p.tensors.size(), nullptr);
     copies_.assign(p.tensors.size(), nullptr);
+    offers_.assign(p.tensors.size(), nullptr);
     grads_.assign(p.tensors.size(), Grad{});
     sums_.resize(p.tensors.size());
     names_.resize(p.tensors.size());
@@ -508,6 +585,7 @@ class TrainExecutor {
   std::vector<Step> steps_;
   std::vector<const Tensor<T>*> values_;      // per tensor, during forward and backward
   std::vector<const std::uint16_t*> copies_;  // per tensor: its bf16 copy, where its writer made one
+  std::vector<BnSumsOffer<T>*> offers_;       // per tensor: the batch norm sums its writer offered
   std::vector<Grad> grads_;                   // per tensor, during backward
   std::vector<Tensor<T>> sums_;               // per tensor with several readers: their gradients' sum
   std::vector<int> root_;                     // per tensor: the tensor it is (through aliases)
