@@ -1,5 +1,6 @@
-// During backward the containers report only gradients that are already
-// final (the order overlapped all-reduce relies on), on both CPU backends.
+// During backward the containers (or the training executor) report only
+// gradients that are already final (the order overlapped all-reduce relies
+// on), on both CPU backends.
 #include <catch2/catch.hpp>
 
 #include <cifarnet/backend/onednn.hpp>
@@ -46,8 +47,12 @@ struct CheckingSync : GradientSync {
 
 TEMPLATE_TEST_CASE("During backward the containers report only gradients that are already final",
                    "[nn][backward][grad_sync]", backend::Reference, backend::OneDnn) {
+  // the layer tree, and the training executor (nn/train_executor.hpp)
+  const bool executor = GENERATE(false, true);
+  INFO("training executor " << executor);
   NetOptions opts;
   opts.repeat = 2;
+  opts.plan_training = executor;
   Model<SyncTestNet, TestType> net({3, 8, 8}, DataFormat::NCHW, opts, 11);
   Rng rng(5);
   Tensor<float> x = make_tensor<float>({4, 3, 8, 8}, DataFormat::NCHW);

@@ -100,6 +100,7 @@ struct Pool2d : LayerBase {
         r.pair.pad_into = [this](const plan::PadTarget<T>& p) {
           pad_into_once(p.dst, p.channels, p.before, static_cast<detail::PaddedInput*>(p.written));
         };
+        r.pair.require_bf16_input = [this] { require_bf16_input(); };
         r.pair.pooled_gradient = [this](std::size_t& before, std::size_t& channels, std::size_t& stride) {
           if (!wrote_padded_windows()) return false;
           before = pad_before_, channels = pad_channels_, stride = S;

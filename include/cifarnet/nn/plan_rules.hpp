@@ -199,41 +199,15 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
   }
 }
 
-/// The rules whose fusion passes data between two layers through the layer
-/// tree's hand-overs (RunContext, the containers' pairing) that the
-/// training executor (nn/train_executor.hpp) does not carry out yet. The
-/// rules inside one layer (a ConvBatchNorm's), bn_activation and the rules
-/// it makes itself still apply there: the residual sum in the body's last
-/// batch norm, its ReLU mask in the next gradient sum (as bits), that sum in
-/// the first convolution's backward, the bf16 gradients between layers and
-/// into and out of the sums.
-inline const std::vector<std::string>& layer_tree_rules() {
-  static const std::vector<std::string> r = {
-      "bf16_residual_stream",
-  };
-  return r;
-}
-
-/// apply_rules for a plan the training executor runs (Key::train_executor):
-/// the verdicts of layer_tree_rules() that fired become "not applied", with
-/// that reason; the others stand. Then the executor's own rule: a batch
-/// norm's bf16 copy to every layer that reads its output.
+/// apply_rules for a plan the training executor runs (Key::train_executor,
+/// nn/train_executor.hpp), which makes every hand-over the layer tree makes,
+/// as the rules decided: where it orders the work otherwise, the verdicts
+/// that need the layer tree's order are withdrawn with the reason; then its
+/// own rule, a batch norm's bf16 copy to every layer that reads its output.
 template <class MakeVerdict>
 void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
   using namespace rules_detail;
   if (!p.key.training || !p.key.train_executor) return;
-  const auto& tree = layer_tree_rules();
-  for (Verdict& v : p.verdicts) {
-    if (!v.fires || std::find(tree.begin(), tree.end(), v.rule) == tree.end()) continue;
-    v.fires = false;
-    v.reason =
-        "the training executor runs each layer on its own: a hand-over between layers that only the "
-        "layer tree makes";
-    for (int i : v.nodes) {
-      auto& f = p.nodes[std::size_t(i)].fused;
-      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
-    }
-  }
   // A block's backward sum in its first convolution's backward needs the
   // shortcut's part of the gradient first: an identity's, given when the
   // sum's backward runs (a pool's comes after the body's in plan order).

@@ -102,11 +102,14 @@ class TrainExecutor {
     rc = rc.context_only();
     for (Grad& g : grads_) g = Grad{};
     give(plan_.output, Part{&dy, nullptr}, rc);
+    const bool sync = rc.grad_sync && rc.param_grads && rc.params;
+    if (sync) start_sync(*rc.params);
     for (std::size_t k = steps_.size(); k-- > 0;) {
       Step& s = steps_[k];
       if (!grads_[std::size_t(s.out)].a)
         continue;  // nothing after it needs its gradient (an alias: given through)
       if (s.kind == Kind::Layer) layer_backward(s, rc);
+      if (sync && s.kind == Kind::Layer) report_final(k, rc);
       if (s.kind == Kind::Add) add_backward(s, rc);
     }
     forwarded_ = false;
@@ -172,6 +175,10 @@ class TrainExecutor {
     // layer whose backward sum forms the gradient of the shortcut whose pad
     // is step pooled_from and pool step pooled_by (pooled_shortcut_gradient).
     int pad_step = -1, pooled_from = -1, pooled_by = -1;
+    // bf16_residual_stream: a sum written as its bf16 copy and mask bits
+    // alone (skip_float; float_skipped: by the last forward), and one whose
+    // identity shortcut is read as such a copy.
+    bool skip_float = false, float_skipped = false, shortcut_bits = false;
     std::vector<std::uint16_t> dx_bits, mask_bits;
     bool wants_bits = false, has_bits = false;
   };
@@ -223,12 +230,28 @@ class TrainExecutor {
         sum->mask_bits.resize(y.size() / 16);
         rc.sum_mask = sum->mask_bits.data();
       }
+      // bf16_residual_stream: the shortcut (an identity) read as its bf16
+      // copy; the sum written as its copy and mask bits alone
+      if (sum->shortcut_bits) {
+        rc.sum_shortcut_bits = copies_[std::size_t(sum->in2)];
+        if (!rc.sum_shortcut_bits)
+          throw std::logic_error("TrainExecutor: the sum '" + sum->name +
+                                 "' has no bf16 copy of its shortcut");
+      }
+      rc.sum_skip_float = sum->skip_float && sum->wants_bits;
+      rc.sum_float_skipped = false;
     }
     auto pass = [&]() -> const Tensor<T>& { return l.forward(in, rc); };
     const Tensor<T>& out =
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false, pass);
     values_[std::size_t(s.out)] = &out;
-    if (sum) sum->summed = rc.sum_done, sum->has_bits = rc.sum_done && rc.sum_mask_done;
+    if (sum) {
+      sum->summed = rc.sum_done;
+      sum->has_bits = rc.sum_done && rc.sum_mask_done;
+      sum->float_skipped = rc.sum_done && rc.sum_float_skipped;
+      if (sum->shortcut_bits && !sum->summed)
+        throw std::logic_error("TrainExecutor: the sum '" + sum->name + "' of a bf16 shortcut was not taken");
+    }
     // the batch norm sums the layer offered for the tensor it wrote
     if (rc.bn_out) {
       if (sum && sum->summed) {
@@ -382,6 +405,9 @@ class TrainExecutor {
             add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), s.masked.data());
           }
         } else {
+          if (s.float_skipped)
+            throw std::logic_error("TrainExecutor: the sum '" + s.name +
+                                   "' kept only its bf16 copy and mask bits, and its gradient has one part");
           relu_.backward(*rc.device, n, s.value.data(), resolve(s.out, rc)->data(), s.masked.data());
         }
         return 0;
@@ -390,6 +416,40 @@ class TrainExecutor {
     }
     give(s.in, g, rc);
     give(s.in2, g, rc);
+  }
+
+  // Gradient synchronization overlapped with backward (GradientSync): the
+  // parameters each layer step owns (registered under its nodes' names),
+  // and after each one's backward, the lowest id from which every
+  // parameter's gradient is final.
+  void start_sync(const Parameters<T>& P) {
+    if (step_params_.size() != steps_.size() || final_.size() != P.count()) {
+      step_params_.assign(steps_.size(), {});
+      for (std::size_t id = 0; id < P.count(); ++id) {
+        const std::string& name = P.info(id).name;
+        for (std::size_t k = 0; k < steps_.size(); ++k) {
+          const Step& s = steps_[k];
+          if (s.kind != Kind::Layer) continue;
+          bool mine = false;
+          for (int i = s.node; i < s.node + s.layer->covers && !mine; ++i) {
+            const std::string& n = plan_.nodes[std::size_t(i)].name;
+            mine = name.size() > n.size() && name.compare(0, n.size(), n) == 0 && name[n.size()] == '/';
+          }
+          if (mine) {
+            step_params_[k].push_back(id);
+            break;
+          }
+        }
+      }
+    }
+    final_.assign(P.count(), false);
+    frontier_ = P.count();
+  }
+  void report_final(std::size_t k, RunContext<B, T>& rc) {
+    for (std::size_t id : step_params_[k]) final_[id] = true;
+    const std::size_t before = frontier_;
+    while (frontier_ > 0 && final_[frontier_ - 1]) --frontier_;
+    if (frontier_ < before) rc.grad_sync->ready_from(frontier_);
   }
 
   // Adds gradient part g to tensor t's (an alias's to the tensor it stands
@@ -552,6 +612,28 @@ class TrainExecutor {
         steps_[std::size_t(f)].pooled_from = pd;
         steps_[std::size_t(f)].pooled_by = pl;
       }
+      if (v.rule == "bf16_residual_stream" && v.fires) {
+        const plan::Node& a = p.nodes[std::size_t(v.nodes[0])];
+        const plan::Node& b = p.nodes[std::size_t(v.nodes[1])];
+        const int ai = step_at[std::size_t(v.nodes[0])], bi = step_at[std::size_t(v.nodes[1])];
+        const auto& readers = p.tensors[std::size_t(b.block_input)].consumers;
+        if (ai < 0 || bi < 0 || readers.size() != 2 || b.block_input != a.output)
+          return fail("bf16_residual_stream between '" + a.name + "' and '" + b.name + "' that do not meet");
+        steps_[std::size_t(ai)].skip_float = true;
+        // the next block reads the sum only as its copy: its identity
+        // shortcut in its sum, its average pool and its body's first layer
+        const plan::Node& sc = p.nodes[std::size_t(readers[0])];
+        if (sc.kind == "identity") steps_[std::size_t(bi)].shortcut_bits = true;
+        for (int r : readers) {
+          const int k = step_at[std::size_t(r)];
+          if (p.nodes[std::size_t(r)].kind == "identity") continue;
+          if (k < 0 || !steps_[std::size_t(k)].layer ||
+              !steps_[std::size_t(k)].layer->pair.require_bf16_input)
+            return fail("bf16_residual_stream into '" + p.nodes[std::size_t(r)].name +
+                        "', which reads float");
+          steps_[std::size_t(k)].bf16_in = true;
+        }
+      }
       if (v.rule == "bn_sums_in_next_conv_backward" && v.fires) {
         const int l = step_at[std::size_t(v.nodes[1])];
         if (l < 0 || steps_[std::size_t(l)].kind != Kind::Layer)
@@ -592,6 +674,9 @@ class TrainExecutor {
   std::vector<std::string> names_;            // where a tensor's gradient sum is booked
   Tensor<T> none_;                            // backward's result where no input gradient was formed
   bool forwarded_ = false;
+  std::vector<std::vector<std::size_t>> step_params_;  // per step: the parameters it owns (start_sync)
+  std::vector<bool> final_;                            // per parameter: its gradient is final
+  std::size_t frontier_ = 0;                           // every parameter from it on is final
   ops::Eltwise<B, T> add_;
   ops::Relu<B, T> relu_;
 };
