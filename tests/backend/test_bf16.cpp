@@ -867,7 +867,7 @@ TEST_CASE("Residual blocks' sums read the bodies' input gradients as bf16, withi
   // output) keeps the float sum.
   using Block = resnet::BlockV1<16, 16, 1>;
   using Chain = Sequential<Block, Block, Block>;
-  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
   const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
   Model<Chain, B> a({16, 8, 8}, DataFormat::NHWC, lp, 5, /*input_gradient=*/true);
   Model<Chain, B> b({16, 8, 8}, DataFormat::NHWC, fp, 5, /*input_gradient=*/true);
@@ -898,7 +898,7 @@ TEST_CASE("Residual blocks hand the residual path's gradient back as bf16 within
   // first block (input not a block's output) sums with no mask. Against the
   // same chains with NetOptions::bf16_gradients(false): the same forward,
   // gradients a bf16 rounding apart.
-  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
   const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
   const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
   const bool amx = backend::onednn::cpu_has_amx_convolutions();
@@ -960,7 +960,7 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
   // rounded). A downsampling block reads its input as bf16 too (its
   // average pool and its strided convolution), and writes its own output as
   // bf16 for an identity block after it.
-  const NetOptions on = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions on = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
   const NetOptions off = NetOptions(on).with_bf16_residuals(false);
   const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
   auto vec = [](const Tensor<float>& t) { return std::vector<float>(t.begin(), t.end()); };
@@ -1002,7 +1002,8 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
     using Chain = Sequential<Block, Block, Block>;
     Model<Chain, B> a({16, 8, 8}, DataFormat::NHWC, on, 5, /*input_gradient=*/true);
     Model<Chain, B> b({16, 8, 8}, DataFormat::NHWC, off, 5, /*input_gradient=*/true);
-    Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions(), 5, /*input_gradient=*/true);
+    Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions().with_plan_training(false), 5,
+                      /*input_gradient=*/true);
     const double apart = run(a, b, f, 51);
     auto& ca = a.root().children();
     if (steps > 0) CHECK(apart > 0);
@@ -1020,7 +1021,8 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
                              RepeatN<resnet::BlockV1<32, 32, 1>, 2>>;
     Model<Chain, B> a({16, 8, 8}, DataFormat::NHWC, on, 5, /*input_gradient=*/true);
     Model<Chain, B> b({16, 8, 8}, DataFormat::NHWC, off, 5, /*input_gradient=*/true);
-    Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions(), 5, /*input_gradient=*/true);
+    Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions().with_plan_training(false), 5,
+                      /*input_gradient=*/true);
     run(a, b, f, 53);
     auto& ca = a.root().children();
     // The downsampling block's pool (and first convolution) read the first
@@ -1051,7 +1053,8 @@ TEST_CASE("A convolution reading the bf16 copy its producer wrote gives the bits
   const NetOptions bf16 = NetOptions()
                               .with_conv_precision(ConvPrecision::BF16)
                               .with_bf16_gradients(false)
-                              .with_bf16_residuals(false);
+                              .with_bf16_residuals(false)
+                              .with_plan_training(false);
   for (DataFormat fmt : kFormats) {
     INFO(to_string(fmt));
     Model<Sequential<Block, Block>, B> chained({16, 8, 8}, fmt, bf16, 5);

@@ -1,6 +1,8 @@
 // Shared by the fusion tests (test_fusion*.cpp): a fused network against the
 // unfused composition it replaces, from the same parameters and inputs (the
-// file comment of test_fusion.cpp says what is compared). A file that
+// file comment of test_fusion.cpp says what is compared); and by the plan's
+// tests (test_plan.cpp, test_executor.cpp, test_train_executor.cpp): random
+// parameters in two models, a user's two-branch container. A file that
 // compares on oneDNN (compare_all, or compare_formats with backend::OneDnn)
 // includes <cifarnet/backend/onednn.hpp> itself: the reference-only one
 // does not parse it.
@@ -11,11 +13,82 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/models/resnet.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace cifarnet::test {
+
+// Random parameters everywhere (gamma around 1, variances positive), the
+// same in `a` and `b` (any scalars).
+template <class A, class B>
+void same_random_parameters(A& a, B& b, std::uint64_t seed) {
+  auto& P = a.parameters();
+  auto& Q = b.parameters();
+  REQUIRE(P.count() == Q.count());
+  Rng rng(seed);
+  for (std::size_t id = 0; id < P.count(); ++id) {
+    const ParamInfo& i = P.info(id);
+    REQUIRE(i.name == Q.info(id).name);
+    const bool pos =
+        i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
+    auto* p = P.value(id);
+    auto* q = Q.value(id);
+    for (std::size_t k = 0; k < i.size; ++k) {
+      const double v = rng.uniform(-0.8, 0.8) * (pos ? 0.5 : 1.0) + (pos ? 1.0 : 0.0);
+      p[k] = static_cast<std::remove_reference_t<decltype(p[k])>>(v);
+      q[k] = static_cast<std::remove_reference_t<decltype(q[k])>>(v);
+    }
+  }
+}
+
+// A two-branch container as a user writes one (layers/layer.hpp's
+// interface, nothing of the library's hand-overs): y = a(x) + b(x).
+template <class A, class Bt>
+struct TwoBranch : LayerBase {
+  static constexpr const char* kind = "two_branch";
+  static constexpr bool container = true;
+  static constexpr int in_channels = A::in_channels;
+  static constexpr int out_channels(int in) { return A::out_channels(in); }
+  template <class B, class T>
+  class Node {
+   public:
+    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+      const bool down = ctx.propagate_down;
+      const Shape sa = detail::build_child<A>(a_, in, scope, ctx);
+      ctx.propagate_down = down;
+      const Shape sb = detail::build_child<Bt>(b_, in, scope, ctx);
+      ctx.propagate_down = down;
+      if (sa != sb) throw ShapeError("TwoBranch: the branches' shapes differ");
+      return sa;
+    }
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      const Tensor<T>& a = a_.forward(x, rc);
+      const Tensor<T>& b = b_.forward(x, rc);
+      if (y_.shape() != a.shape()) y_.resize(a.shape());
+      add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), false);
+      return y_;
+    }
+    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+      const Tensor<T>& da = a_.backward(dy, rc);
+      if (da.size() == 0) return b_.backward(dy, rc);
+      if (dx_.shape() != da.shape()) dx_.resize(da.shape());
+      std::copy(da.data(), da.data() + da.size(), dx_.data());
+      const Tensor<T>& db = b_.backward(dy, rc);
+      add_.add(*rc.device, dx_.size(), dx_.data(), db.data(), dx_.data(), false);
+      return dx_;
+    }
+
+   private:
+    node_t<A, B, T> a_;
+    node_t<Bt, B, T> b_;
+    ops::Eltwise<B, T> add_;
+    Tensor<T> y_, dx_;
+  };
+};
 
 template <class T>
 double rel_err(const T* a, const double* b, std::size_t n) {

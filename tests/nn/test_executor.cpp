@@ -25,29 +25,6 @@ using namespace cifarnet;
 
 namespace {
 
-// Random parameters everywhere (gamma around 1, variances positive), the
-// same in `a` and `b` (any scalars).
-template <class A, class B>
-void same_random_parameters(A& a, B& b, std::uint64_t seed) {
-  auto& P = a.parameters();
-  auto& Q = b.parameters();
-  REQUIRE(P.count() == Q.count());
-  Rng rng(seed);
-  for (std::size_t id = 0; id < P.count(); ++id) {
-    const ParamInfo& i = P.info(id);
-    REQUIRE(i.name == Q.info(id).name);
-    const bool pos =
-        i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
-    auto* p = P.value(id);
-    auto* q = Q.value(id);
-    for (std::size_t k = 0; k < i.size; ++k) {
-      const double v = rng.uniform(-0.8, 0.8) * (pos ? 0.5 : 1.0) + (pos ? 1.0 : 0.0);
-      p[k] = static_cast<std::remove_reference_t<decltype(p[k])>>(v);
-      q[k] = static_cast<std::remove_reference_t<decltype(q[k])>>(v);
-    }
-  }
-}
-
 template <class T>
 Tensor<T> random_input(const Shape& s, DataFormat fmt, std::uint64_t seed) {
   Tensor<T> x = make_tensor<T>(s, fmt);
@@ -72,7 +49,7 @@ TEST_CASE("The executor runs inference bit for bit as the layers do on the refer
     Model<ResNetCifar<>, backend::Reference, double> ex({3, 16, 16}, fmt, resnet_options(8), 1);
     Model<ResNetCifar<>, backend::Reference, double> layers({3, 16, 16}, fmt,
                                                             resnet_options(8).with_plan_executor(false), 1);
-    same_random_parameters(ex, layers, 5);
+    test::same_random_parameters(ex, layers, 5);
     const Tensor<double> x = random_input<double>({3, 3, 16, 16}, fmt, 7);
     const auto* e = ex.executor(3);
     REQUIRE(e);
@@ -106,7 +83,7 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
                                                       1);
       Model<ResNetCifar<>, backend::Reference, double> ref(
           {3, c.side, c.side}, fmt, resnet_options(6 * c.n + 2).with_plan_executor(false), 1);
-      same_random_parameters(ex, ref, 11);
+      test::same_random_parameters(ex, ref, 11);
       const Tensor<float> x = random_input<float>({c.batch, 3, c.side, c.side}, fmt, 13);
       REQUIRE(ex.executor(c.batch));
       REQUIRE(ex.executor(c.batch)->ok());
@@ -124,7 +101,7 @@ TEST_CASE("The executor's bf16 activations stay within the stated bound, and say
       {3, 32, 32}, fmt, resnet_options(20).with_conv_precision(ConvPrecision::BF16), 1);
   Model<ResNetCifar<>, backend::Reference, double> ref({3, 32, 32}, fmt,
                                                        resnet_options(20).with_plan_executor(false), 1);
-  same_random_parameters(ex, ref, 17);
+  test::same_random_parameters(ex, ref, 17);
   const std::size_t n = 16;
   const Tensor<float> x = random_input<float>({n, 3, 32, 32}, fmt, 19);
   auto* e = ex.executor(n);
@@ -165,11 +142,11 @@ TEST_CASE("The executor follows the weights, the batch size and the options", "[
   Model<ResNetCifar<>, backend::OneDnn, float> ex({3, 16, 16}, fmt, resnet_options(8), 1);
   Model<ResNetCifar<>, backend::Reference, double> ref({3, 16, 16}, fmt,
                                                        resnet_options(8).with_plan_executor(false), 1);
-  same_random_parameters(ex, ref, 23);
+  test::same_random_parameters(ex, ref, 23);
   const Tensor<float> x = random_input<float>({5, 3, 16, 16}, fmt, 29);
   CHECK(test::rel_err(ex.forward(x, Mode::Infer), ref.forward(as_double(x), Mode::Infer)) <= 1e-5);
   // new weights and statistics (another fold, other weights reordered)
-  same_random_parameters(ex, ref, 31);
+  test::same_random_parameters(ex, ref, 31);
   CHECK(test::rel_err(ex.forward(x, Mode::Infer), ref.forward(as_double(x), Mode::Infer)) <= 1e-5);
   // a training step in between (moving statistics updated by the layers)
   ex.forward(x, Mode::Train);
@@ -207,7 +184,7 @@ TEST_CASE("A tap read in inference keeps its activation through the executor's b
   Model<TapNet, backend::Reference, double> ex({3, 8, 8}, DataFormat::NHWC, NetOptions(), 1);
   Model<TapNet, backend::Reference, double> layers({3, 8, 8}, DataFormat::NHWC,
                                                    NetOptions().with_plan_executor(false), 1);
-  same_random_parameters(ex, layers, 47);
+  test::same_random_parameters(ex, layers, 47);
   const Tensor<double> x = random_input<double>({2, 3, 8, 8}, DataFormat::NHWC, 53);
   REQUIRE(ex.executor(2));
   REQUIRE(ex.executor(2)->ok());
@@ -231,7 +208,7 @@ TEST_CASE("A bf16 output that reaches the model's output through an identity sta
                                                    NetOptions().with_conv_precision(ConvPrecision::BF16), 1);
   Model<EndsInIdentity, backend::Reference, double> ref({3, 8, 8}, DataFormat::NHWC,
                                                         NetOptions().with_plan_executor(false), 1);
-  same_random_parameters(ex, ref, 59);
+  test::same_random_parameters(ex, ref, 59);
   const Tensor<float> x = random_input<float>({2, 3, 8, 8}, DataFormat::NHWC, 61);
   auto* e = ex.executor(2);
   REQUIRE(e);

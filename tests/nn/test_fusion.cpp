@@ -81,8 +81,12 @@ namespace {
 template <class Net>
 struct WholeAndRanged {
   WholeAndRanged(DataFormat fmt, std::uint64_t seed, InputShape in = {16, 8, 8}, NetOptions options = {})
-      : whole(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(0), 3, true),
-        ranged(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(3 * 4 * in.c * in.h * in.w), 3, true),
+      : whole(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(0).with_plan_training(false), 3, true),
+        ranged(in, fmt,
+               NetOptions(options)
+                   .with_conv_bn_chunk_bytes(3 * 4 * in.c * in.h * in.w)
+                   .with_plan_training(false),
+               3, true),
         rng(seed),
         x(make_tensor<float>(whole.input_shape(10), fmt)) {
     copy_parameters(whole, ranged);
@@ -265,7 +269,8 @@ namespace {
 // equal to float rounding. Returns the model with the kernels for its counters.
 template <class Net>
 std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputShape in, std::uint64_t seed) {
-  const NetOptions o = NetOptions().with_conv_bn_chunk_bytes(4 * 4 * 16 * in.h * in.w);
+  const NetOptions o =
+      NetOptions().with_conv_bn_chunk_bytes(4 * 4 * 16 * in.h * in.w).with_plan_training(false);
   auto direct = std::make_unique<Model<Net, backend::OneDnn, float>>(in, DataFormat::NHWC, o, 3, true);
   Model<Net, backend::OneDnn, float> plain(in, DataFormat::NHWC, NetOptions(o).with_direct_conv_bn(false), 3,
                                            true);
@@ -395,7 +400,7 @@ TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pa
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
     // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions().with_plan_executor(false);
+    const NetOptions layers = NetOptions().with_plan_executor(false).with_plan_training(false);
     Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, layers, 3);
     Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, layers, 3);
     copy_parameters(chained, broken, /*same_names=*/false);  // the Identity shifts the block numbers
@@ -429,7 +434,7 @@ void check_fused_sum(const NetOptions& opts) {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
     // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions(opts).with_plan_executor(false);
+    const NetOptions layers = NetOptions(opts).with_plan_executor(false).with_plan_training(false);
     Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, layers, 3);
     Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, layers, 3);
     copy_parameters(summed, separate);
@@ -492,7 +497,7 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
                                                    .with_bf16_residuals(false)}) {
     INFO("bf16 convolutions " << (opts.conv_precision == ConvPrecision::BF16));
     // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions(opts).with_plan_executor(false);
+    const NetOptions layers = NetOptions(opts).with_plan_executor(false).with_plan_training(false);
     Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, layers, 3,
                                                                     /*input_gradient=*/true);
     Model<Sequential<Block, Identity, Block, Identity, Block>, backend::OneDnn> broken(

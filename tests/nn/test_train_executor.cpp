@@ -28,25 +28,6 @@ using namespace cifarnet;
 
 namespace {
 
-// The same random parameters in a and b (gamma around 1, variances positive).
-template <class A, class B>
-void same_parameters(A& a, B& b, std::uint64_t seed) {
-  auto& P = a.parameters();
-  auto& Q = b.parameters();
-  REQUIRE(P.count() == Q.count());
-  Rng rng(seed);
-  for (std::size_t id = 0; id < P.count(); ++id) {
-    const ParamInfo& i = P.info(id);
-    const bool pos =
-        i.name.find("gamma") != std::string::npos || i.name.find("variance") != std::string::npos;
-    for (std::size_t k = 0; k < i.size; ++k) {
-      const double v = rng.uniform(-0.8, 0.8) * (pos ? 0.5 : 1.0) + (pos ? 1.0 : 0.0);
-      P.value(id)[k] = static_cast<std::remove_reference_t<decltype(P.value(id)[k])>>(v);
-      Q.value(id)[k] = static_cast<std::remove_reference_t<decltype(Q.value(id)[k])>>(v);
-    }
-  }
-}
-
 template <class T>
 bool same_bits(const T* a, const T* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
@@ -64,7 +45,7 @@ void same_steps(M& ex, M& tree, std::size_t n, std::uint64_t seed) {
   INFO(ex.explain_plan(Mode::Train, n));
   REQUIRE(ex.train_executor(n)->ok());
   REQUIRE_FALSE(tree.train_executor(n));
-  same_parameters(ex, tree, seed);
+  test::same_random_parameters(ex, tree, seed);
   using T = typename M::Scalar;
   Rng rng(seed + 1);
   for (int step = 0; step < 2; ++step) {
@@ -99,50 +80,10 @@ void same_steps(M& ex, M& tree, std::size_t n, std::uint64_t seed) {
 
 CIFARNET_NAME(mid);
 
-// A user's container with two branches, read by the executor as one opaque
-// layer (its own forward and backward), inside residual blocks.
+// A user's container with two branches (fusion_compare.hpp), which the
+// executor runs as one opaque layer (its own forward and backward).
 template <class A, class Bt>
-struct TwoBranch : LayerBase {
-  static constexpr const char* kind = "two_branch";
-  static constexpr bool container = true;
-  static constexpr int in_channels = A::in_channels;
-  static constexpr int out_channels(int in) { return A::out_channels(in); }
-  template <class B, class T>
-  class Node {
-   public:
-    Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
-      const bool down = ctx.propagate_down;
-      const Shape sa = detail::build_child<A>(a_, in, scope, ctx);
-      ctx.propagate_down = down;
-      const Shape sb = detail::build_child<Bt>(b_, in, scope, ctx);
-      ctx.propagate_down = down;
-      if (sa != sb) throw ShapeError("TwoBranch: the branches' shapes differ");
-      return sa;
-    }
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
-      const Tensor<T>& a = a_.forward(x, rc);
-      const Tensor<T>& b = b_.forward(x, rc);
-      if (y_.shape() != a.shape()) y_.resize(a.shape());
-      add_.add(*rc.device, a.size(), a.data(), b.data(), y_.data(), false);
-      return y_;
-    }
-    const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
-      const Tensor<T>& da = a_.backward(dy, rc);
-      if (da.size() == 0) return b_.backward(dy, rc);
-      if (dx_.shape() != da.shape()) dx_.resize(da.shape());
-      std::copy(da.data(), da.data() + da.size(), dx_.data());
-      const Tensor<T>& db = b_.backward(dy, rc);
-      add_.add(*rc.device, dx_.size(), dx_.data(), db.data(), dx_.data(), false);
-      return dx_;
-    }
-
-   private:
-    node_t<A, B, T> a_;
-    node_t<Bt, B, T> b_;
-    ops::Eltwise<B, T> add_;
-    Tensor<T> y_, dx_;
-  };
-};
+using TwoBranch = test::TwoBranch<A, Bt>;
 using CBR = ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>;
 using CB = ConvBatchNorm<16, 16, 3>;
 // Blocks with a user's container, an Identity between two ConvBatchNorm, a
@@ -165,8 +106,8 @@ TEST_CASE("The training executor trains bit for bit as the layers do on the refe
       INFO("input gradient " << input_grad);
       Model<ResNetCifar<>, backend::Reference, double> ex(
           {3, 16, 16}, fmt, resnet_options(8).with_plan_training(true), 1, input_grad);
-      Model<ResNetCifar<>, backend::Reference, double> tree({3, 16, 16}, fmt, resnet_options(8), 1,
-                                                            input_grad);
+      Model<ResNetCifar<>, backend::Reference, double> tree(
+          {3, 16, 16}, fmt, resnet_options(8).with_plan_training(false), 1, input_grad);
       same_steps(ex, tree, 3, 11);
       const Tensor<double> x = make_tensor<double>(ex.input_shape(3), fmt);
       const Tensor<double> g(ex.forward(x, Mode::Train));
@@ -174,7 +115,8 @@ TEST_CASE("The training executor trains bit for bit as the layers do on the refe
     }
     Model<Mixed, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions().with_plan_training(true), 2,
                                                 true);
-    Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions(), 2, true);
+    Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions().with_plan_training(false), 2,
+                                                  true);
     same_steps(ex, tree, 2, 13);
   }
 }
@@ -183,8 +125,9 @@ TEST_CASE("The training executor's gradients through a tap and with frozen weigh
   const auto fmt = DataFormat::NHWC;
   Model<Mixed, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions().with_plan_training(true), 2,
                                               true);
-  Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions(), 2, true);
-  same_parameters(ex, tree, 21);
+  Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions().with_plan_training(false), 2,
+                                                true);
+  test::same_random_parameters(ex, tree, 21);
   for (auto* m : {&ex, &tree}) m->set_weight_gradients(false);
   Tensor<double> x = make_tensor<double>(ex.input_shape(2), fmt);
   Rng rng(3);
@@ -230,7 +173,8 @@ TEST_CASE("The training executor runs airbench94 as the layers do", "[nn][train_
   const auto fmt = DataFormat::NHWC;
   Model<Airbench94, backend::OneDnn> ex({3, 32, 32}, fmt,
                                         NetOptions(airbench_options()).with_plan_training(true), 4);
-  Model<Airbench94, backend::OneDnn> tree({3, 32, 32}, fmt, airbench_options(), 4);
+  Model<Airbench94, backend::OneDnn> tree({3, 32, 32}, fmt,
+                                          NetOptions(airbench_options()).with_plan_training(false), 4);
   same_steps(ex, tree, 8, 5);
   const plan::Plan p = ex.step_plan(Mode::Train, 8);
   CHECK(p.key.train_executor);
@@ -241,7 +185,8 @@ TEST_CASE("The training executor's plan: the layer tree's fusions, its own, and 
           "[nn][train_executor]") {
   Model<Mixed, backend::OneDnn, float> ex({3, 16, 16}, DataFormat::NHWC,
                                           NetOptions().with_plan_training(true), 2);
-  Model<Mixed, backend::OneDnn, float> tree({3, 16, 16}, DataFormat::NHWC, NetOptions(), 2);
+  Model<Mixed, backend::OneDnn, float> tree({3, 16, 16}, DataFormat::NHWC,
+                                            NetOptions().with_plan_training(false), 2);
   const plan::Plan pe = ex.step_plan(Mode::Train, 4), pt = tree.step_plan(Mode::Train, 4);
   const std::string text = ex.explain_plan(Mode::Train, 4);
   INFO(text);
@@ -282,7 +227,7 @@ template <class Net>
 std::vector<double> bf16_errors(const NetOptions& opts, DataFormat fmt, std::size_t n) {
   Model<Net, backend::Reference, double> ref({3, 16, 16}, fmt, NetOptions(), 3, true);
   Model<Net, backend::OneDnn, float> net({3, 16, 16}, fmt, opts, 3, true);
-  same_parameters(ref, net, 17);
+  test::same_random_parameters(ref, net, 17);
   Rng rng(19);
   Tensor<double> xd = make_tensor<double>(ref.input_shape(n), fmt);
   Tensor<float> x = make_tensor<float>(net.input_shape(n), fmt);
@@ -327,7 +272,7 @@ TEST_CASE("The training executor with bf16 convolutions: the copies its rule han
   // Against the reference backend in double: within the layer tree's bf16
   // error (which rounds more: its bf16 residual stream and gradients).
   const auto e = bf16_errors<Mixed>(NetOptions(bf16).with_plan_training(true), fmt, 4);
-  const auto t = bf16_errors<Mixed>(bf16, fmt, 4);
+  const auto t = bf16_errors<Mixed>(NetOptions(bf16).with_plan_training(false), fmt, 4);
   for (std::size_t k = 0; k < e.size(); ++k) {
     INFO("output, input gradient, parameter gradients: " << k << ": executor " << e[k] << ", layer tree "
                                                          << t[k]);

@@ -86,11 +86,10 @@ struct NetOptions {
   /// Mode::Train runs the model's step plan through the training executor
   /// (nn/train_executor.hpp): each layer's own forward and backward in plan
   /// order, the residual sums and the gradients of tensors with several
-  /// readers formed by the executor. The hand-overs between neighbouring
-  /// layers that the layer tree makes (the fused ResNet blocks) are not its
-  /// rules yet, so it is off by default; explain_plan says which fusions
-  /// apply either way.
-  bool plan_training = false;
+  /// readers formed by the executor, the hand-overs between layers made
+  /// where the plan's rules fired (explain_plan). False: the layer tree
+  /// runs itself, its containers making the same hand-overs.
+  bool plan_training = true;
 
   NetOptions& with_repeat(int n) {
     repeat = n;

@@ -181,13 +181,20 @@ class Model {
   /// images (nn/train_executor.hpp), made on first use; null where it is
   /// off (NetOptions::plan_training). One that cannot run the plan says why
   /// (ok(), why()); then the layers run themselves.
+  /// One per key: the batch and what the layers' answers depend on at run
+  /// time (weight gradients, the first parameter needing one, synchronized
+  /// batch norm, the input gradient), as the layer tree's decisions are.
   TrainExecutor<B, T>* train_executor(std::size_t batch) {
     if (!options_.plan_training || batch == 0) return nullptr;
-    for (const auto& e : train_executors_)
-      if (e->plan().key.batch == batch) return e.get();
-    if (train_executors_.size() >= 4) train_executors_.erase(train_executors_.begin());
-    train_executors_.push_back(std::make_unique<TrainExecutor<B, T>>(step_plan(Mode::Train, batch), fmt_));
-    return train_executors_.back().get();
+    const PlanKey key{
+        Mode::Train,    batch, params_.first_requiring_grad(), param_grads_, cross_replica_ != nullptr,
+        input_gradient_};
+    for (const auto& [k, e] : train_executors_)
+      if (k == key) return e.get();
+    if (train_executors_.size() >= 4) train_executors_.erase(train_executors_.begin());  // keys seen last
+    train_executors_.emplace_back(key,
+                                  std::make_unique<TrainExecutor<B, T>>(step_plan(Mode::Train, batch), fmt_));
+    return train_executors_.back().second.get();
   }
 
   /// Books every leaf layer's forward/backward wall-clock time into `p`
@@ -321,8 +328,8 @@ class Model {
     return rc;
   }
 
-  std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;    // executor(), per batch size
-  std::vector<std::unique_ptr<TrainExecutor<B, T>>> train_executors_;  // train_executor(), per batch size
+  std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;  // executor(), per batch size
+  std::vector<std::pair<PlanKey, std::unique_ptr<TrainExecutor<B, T>>>> train_executors_;  // train_executor()
   TrainExecutor<B, T>* trained_by_ = nullptr;  // the executor that ran the last training forward (or null)
   std::vector<std::pair<PlanKey, std::vector<std::pair<std::uint8_t*, std::uint8_t>>>> decisions_;
   PlanKey decided_key_{};

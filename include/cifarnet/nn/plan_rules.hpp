@@ -7,11 +7,13 @@
 // their reasons). Where the pattern matches, the rule records a verdict:
 // fired, or not and why. describe() prints them; tests assert on them.
 //
-// Stage 1 of the plan (docs/ARCHITECTURE.md, "The step plan"): today's
-// executor still runs the layer tree and makes the same decisions itself;
-// the rules here state them over the plan, and tests check after real
-// steps that every verdict is what the executor did. The hand-overs not yet
-// stated as rules are listed by not_yet_rules().
+// The executors carry the verdicts out (nn/executor.hpp in inference,
+// nn/train_executor.hpp in training; docs/ARCHITECTURE.md, "The step
+// plan"); the layer tree, where it still runs itself (NetOptions::
+// plan_training off), reads the verdicts between neighbours from the plan
+// and decides the rest the same way, and tests check after real steps that
+// every verdict is what it did. The one hand-over the layer tree makes
+// that is not a rule for it is listed by not_yet_rules().
 #pragma once
 
 #include <algorithm>

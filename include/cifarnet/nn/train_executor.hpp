@@ -101,6 +101,9 @@ class TrainExecutor {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
     rc = rc.context_only();
     for (Grad& g : grads_) g = Grad{};
+    if (rc.params) own_params(*rc.params);
+    needed_.assign(plan_.tensors.size(), true);
+    if (rc.params && owned_all_) find_needed(*rc.params, rc.input_grad);
     give(plan_.output, Part{&dy, nullptr}, rc);
     const bool sync = rc.grad_sync && rc.param_grads && rc.params;
     if (sync) start_sync(*rc.params);
@@ -108,7 +111,10 @@ class TrainExecutor {
       Step& s = steps_[k];
       if (!grads_[std::size_t(s.out)].a)
         continue;  // nothing after it needs its gradient (an alias: given through)
-      if (s.kind == Kind::Layer) layer_backward(s, rc);
+      // a layer whose input needs no gradient and that owns no parameter
+      // needing one has nothing to compute (a frozen stem)
+      if (s.kind == Kind::Layer && (needed_[std::size_t(root_[std::size_t(s.in)])] || requires_[k]))
+        layer_backward(s, rc);
       if (sync && s.kind == Kind::Layer) report_final(k, rc);
       if (s.kind == Kind::Add) add_backward(s, rc);
     }
@@ -311,7 +317,7 @@ class TrainExecutor {
     }
     Tensor<T>& acc = sums_[std::size_t(t)];
     if (!d.own) match_shape(acc, values_[std::size_t(t)]->shape());
-    detail::profiled(rc.profiler, names_[std::size_t(t)], "add", true, [&] {
+    detail::profiled(rc.profiler, names_[std::size_t(t)], kinds_[std::size_t(t)].c_str(), true, [&] {
       sum_parts(rc, acc.size(), d.a, d.b, nullptr, acc.data(), nullptr);
       return 0;
     });
@@ -422,26 +428,43 @@ class TrainExecutor {
   // parameters each layer step owns (registered under its nodes' names),
   // and after each one's backward, the lowest id from which every
   // parameter's gradient is final.
-  void start_sync(const Parameters<T>& P) {
-    if (step_params_.size() != steps_.size() || final_.size() != P.count()) {
-      step_params_.assign(steps_.size(), {});
-      for (std::size_t id = 0; id < P.count(); ++id) {
-        const std::string& name = P.info(id).name;
-        for (std::size_t k = 0; k < steps_.size(); ++k) {
-          const Step& s = steps_[k];
-          if (s.kind != Kind::Layer) continue;
-          bool mine = false;
-          for (int i = s.node; i < s.node + s.layer->covers && !mine; ++i) {
-            const std::string& n = plan_.nodes[std::size_t(i)].name;
-            mine = name.size() > n.size() && name.compare(0, n.size(), n) == 0 && name[n.size()] == '/';
-          }
-          if (mine) {
-            step_params_[k].push_back(id);
-            break;
-          }
+  void own_params(const Parameters<T>& P) {
+    if (step_params_.size() == steps_.size() && owned_count_ == P.count()) return;
+    step_params_.assign(steps_.size(), {});
+    owned_count_ = P.count();
+    owned_all_ = true;
+    for (std::size_t id = 0; id < P.count(); ++id) {
+      const std::string& name = P.info(id).name;
+      bool found = false;
+      for (std::size_t k = 0; k < steps_.size() && !found; ++k) {
+        const Step& s = steps_[k];
+        if (s.kind != Kind::Layer) continue;
+        for (int i = s.node; i < s.node + s.layer->covers && !found; ++i) {
+          const std::string& n = plan_.nodes[std::size_t(i)].name;
+          found = name.size() > n.size() && name.compare(0, n.size(), n) == 0 && name[n.size()] == '/';
         }
+        if (found) step_params_[k].push_back(id);
       }
+      owned_all_ = owned_all_ && found;
     }
+  }
+  // Which tensors' gradients anything needs: those downstream of a
+  // parameter that requires a gradient, or of the model's input where its
+  // gradient was asked for (as the layer tree's needs_dx; a parameter no
+  // layer step owns by name keeps every gradient needed).
+  void find_needed(const Parameters<T>& P, bool input_grad) {
+    std::fill(needed_.begin(), needed_.end(), false);
+    requires_.assign(steps_.size(), false);
+    needed_[std::size_t(plan_.input)] = input_grad;
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const Step& s = steps_[k];
+      for (std::size_t id : step_params_[k]) requires_[k] = requires_[k] || P.requires_grad(id);
+      bool n = requires_[k] || needed_[std::size_t(s.in)];
+      if (s.in2 >= 0) n = n || needed_[std::size_t(s.in2)];
+      needed_[std::size_t(s.out)] = n;
+    }
+  }
+  void start_sync(const Parameters<T>& P) {
     final_.assign(P.count(), false);
     frontier_ = P.count();
   }
@@ -457,6 +480,7 @@ class TrainExecutor {
   void give(int t, Part g, RunContext<B, T>& rc) {
     if (t < 0 || !g) return;
     t = root_[std::size_t(t)];
+    if (!needed_[std::size_t(t)]) return;  // nothing upstream needs it
     Grad& d = grads_[std::size_t(t)];
     if (!d.a) {
       d.a = g;
@@ -654,10 +678,15 @@ class TrainExecutor {
     offers_.assign(p.tensors.size(), nullptr);
     grads_.assign(p.tensors.size(), Grad{});
     sums_.resize(p.tensors.size());
+    // A gradient sum is booked as part of the backward of the layer that
+    // wrote the tensor (the model's input: of its first reader).
     names_.resize(p.tensors.size());
+    kinds_.resize(p.tensors.size());
     for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const int w = p.tensors[t].producer;
-      names_[t] = (w < 0 ? std::string("input") : p.nodes[std::size_t(w)].name) + " (gradient sum)";
+      const plan::TensorInfo& ti = p.tensors[t];
+      const int w = ti.producer >= 0 ? ti.producer : ti.consumers.empty() ? -1 : ti.consumers[0];
+      names_[t] = w >= 0 ? p.nodes[std::size_t(w)].name : "input";
+      kinds_[t] = w >= 0 ? p.nodes[std::size_t(w)].kind : "add";
     }
   }
 
@@ -671,10 +700,14 @@ class TrainExecutor {
   std::vector<Grad> grads_;                   // per tensor, during backward
   std::vector<Tensor<T>> sums_;               // per tensor with several readers: their gradients' sum
   std::vector<int> root_;                     // per tensor: the tensor it is (through aliases)
-  std::vector<std::string> names_;            // where a tensor's gradient sum is booked
+  std::vector<std::string> names_, kinds_;    // where a tensor's gradient sum is booked
   Tensor<T> none_;                            // backward's result where no input gradient was formed
   bool forwarded_ = false;
-  std::vector<std::vector<std::size_t>> step_params_;  // per step: the parameters it owns (start_sync)
+  std::vector<std::vector<std::size_t>> step_params_;  // per step: the parameters it owns (own_params)
+  std::size_t owned_count_ = 0;                        // the parameter count own_params saw
+  bool owned_all_ = false;                             // every parameter has a step
+  std::vector<bool> needed_;                           // per tensor: its gradient is needed (find_needed)
+  std::vector<bool> requires_ = {};                    // per step: it owns a parameter needing a gradient
   std::vector<bool> final_;                            // per parameter: its gradient is final
   std::size_t frontier_ = 0;                           // every parameter from it on is final
   ops::Eltwise<B, T> add_;
