@@ -8,7 +8,7 @@
 //   OMP_NUM_THREADS=2 style_transfer_bench [--reps 7] [--warmup 2] [--format nhwc|nchw|both]
 //                                          [--height 250] [--width 333] [--divisor 1|16]
 //                                          [--conv-algorithm auto|direct|winograd]
-//                                          [--precision fp32|bf16]
+//                                          [--precision fp32|bf16] [--plan-training 1|0]
 //
 // Each figure is the median (min, max) over --reps timed repetitions of one
 // call after --warmup untimed ones. Compare with the PyTorch peer:
@@ -43,6 +43,7 @@ struct Args {
   std::string format = "both";
   ConvAlgorithm alg = ConvAlgorithm::Auto;
   ConvPrecision prec = ConvPrecision::F32;
+  int training_executor = NetOptions{}.plan_training ? 1 : 0;  // --plan-training
 };
 
 struct Stat {
@@ -71,7 +72,9 @@ void bench(const Args& a, DataFormat fmt) {
   using M = Model<Vgg19Features<D>, backend::OneDnn, float>;
   const char* name = fmt == DataFormat::NHWC ? "nhwc" : "nchw";
   M net({3, a.height, a.width}, fmt,
-        vgg19_random_options().with_conv_algorithm(a.alg).with_conv_precision(a.prec), 1,
+        vgg19_random_options().with_conv_algorithm(a.alg).with_conv_precision(a.prec).with_plan_training(
+            a.training_executor != 0),
+        1,
         /*input_gradient=*/true);
   StyleTransferOptions o;
   o.height = a.height;
@@ -124,18 +127,24 @@ int main(int argc, char** argv) {
   app.add_option("--divisor", a.divisor, "VGG-19's channel counts divided by 1 (the real net) or 16.")
       ->check(CLI::IsMember({1, 16}))
       ->capture_default_str();
+  app.add_option("--plan-training", a.training_executor,
+                 "1: the training passes through the training executor (NetOptions::plan_training); 0: the "
+                 "layer tree.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
   bench_cli::add_conv_flags(app, a.alg, a.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   std::string load;
   std::getline(std::ifstream("/proc/loadavg"), load);
   std::printf(
       "style_transfer_bench: VGG-19 (channels / %d) to conv5_1, random weights, %zux%zu, oneDNN %s "
-      "convolutions, %d OpenMP threads, %d reps after %d warm-up, conv algorithm %s; loadavg %s\n",
+      "convolutions, %d OpenMP threads, %d reps after %d warm-up, conv algorithm %s, training executor %d; "
+      "loadavg %s\n",
       a.divisor, a.height, a.width, to_string(a.prec), omp_get_max_threads(), a.reps, a.warmup,
       a.alg == ConvAlgorithm::Auto     ? "auto"
       : a.alg == ConvAlgorithm::Direct ? "direct"
                                        : "winograd",
-      load.c_str());
+      a.training_executor, load.c_str());
   try {
     for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
       if ((fmt == DataFormat::NHWC && a.format == "nchw") || (fmt == DataFormat::NCHW && a.format == "nhwc"))

@@ -112,6 +112,11 @@ TEST_CASE("The training executor trains bit for bit as the layers do on the refe
       const Tensor<double> x = make_tensor<double>(ex.input_shape(3), fmt);
       const Tensor<double> g(ex.forward(x, Mode::Train));
       CHECK(ex.backward(g).size() == (input_grad ? x.size() : 0));
+      // A second backward after the same forward gives the same gradients.
+      const Eigen::ArrayXd first = ex.parameters().grads();
+      ex.parameters().grads().setZero();
+      ex.backward(g);
+      CHECK((ex.parameters().grads() == first).all());
     }
     Model<Mixed, backend::Reference, double> ex({3, 16, 16}, fmt, NetOptions().with_plan_training(true), 2,
                                                 true);

@@ -96,7 +96,9 @@ class TrainExecutor {
 
   /// The backward of the last forward for output gradient dy: every
   /// layer's parameter gradients, and the model's input gradient (empty
-  /// where no layer computes it: the model was built without one).
+  /// where no layer computes it: the model was built without one). It may
+  /// run again after the same forward (style transfer's frozen backward),
+  /// as the layers' own backward may.
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
     rc = rc.context_only();
@@ -118,7 +120,6 @@ class TrainExecutor {
       if (sync && s.kind == Kind::Layer) report_final(k, rc);
       if (s.kind == Kind::Add) add_backward(s, rc);
     }
-    forwarded_ = false;
     const Tensor<T>* dx = grads_[std::size_t(plan_.input)].a ? resolve(plan_.input, rc) : nullptr;
     return dx ? *dx : none_;
   }
