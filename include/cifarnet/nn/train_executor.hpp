@@ -9,24 +9,31 @@
 // layer needs no code here; a ConvBatchNorm runs its two nodes as one
 // layer, with the fusions inside it). Where a tensor has several readers
 // (a block's input, read by its shortcut and its body), the executor sums
-// their gradients itself; a gradient that nothing needs (a layer that
-// computes no dx: nothing before it has parameters) ends the backward
-// there. No hand-over passes between two layers: each one runs on the
-// real context alone (RunContext::context_only). The fusions between
-// neighbouring layers that the layer tree makes are rules this executor
-// does not carry out yet; the plan it runs says so for each of them
-// (plan::apply_rules, Key::train_executor).
+// their gradients itself; a gradient that nothing needs (nothing upstream
+// has a parameter needing one, and no input gradient was asked for) is
+// dropped, and a layer with nothing to compute is skipped.
+//
+// The hand-overs between layers are the plan's rules (nn/plan_rules.hpp):
+// where one fired, the executor makes it for that one layer call, through
+// the RunContext fields the layer reads and the hooks it offers
+// (plan::PairHooks: a ConvBatchNorm's bf16 dy and bits backward, its
+// output skipped or left as a map, a pad's target for the pool before it);
+// no container negotiates anything, and each layer runs on the real
+// context otherwise (RunContext::context_only). docs/ARCHITECTURE.md, "The
+// training executor", lists what it does for each rule.
 //
 // Buffers: a sum's output and the gradients the executor forms (a ReLU's
-// masked gradient, a sum of several readers' gradients) live in its own
-// buffers, one per tensor: the layers keep pointers to their inputs until
-// backward, so nothing written in a step is reused within it.
+// masked gradient, a sum of several readers' gradients, bf16 gradient bits
+// for a sum) live in its own buffers, one per tensor: the layers keep
+// pointers to their inputs until backward, so nothing written in a step is
+// reused within it.
 #pragma once
 
 #include <algorithm>
 #include <any>
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -105,6 +112,7 @@ class TrainExecutor {
     for (Grad& g : grads_) g = Grad{};
     if (rc.params) own_params(*rc.params);
     needed_.assign(plan_.tensors.size(), true);
+    requires_.assign(steps_.size(), true);
     if (rc.params && owned_all_) find_needed(*rc.params, rc.input_grad);
     give(plan_.output, Part{&dy, nullptr}, rc);
     const bool sync = rc.grad_sync && rc.param_grads && rc.params;
@@ -171,7 +179,8 @@ class TrainExecutor {
     // bits of step grad_bits_to.
     int dx_bits_to = kNoBits, grad_bits_to = kNoBits;
     // A layer that writes its output only as its bf16 copy, and one that
-    // reads its input only through it (bn_bf16_output_alone).
+    // reads its input only through such a copy (bn_bf16_output_alone; the
+    // readers of a bf16_residual_stream).
     bool float_alone = false, bf16_in = false;
     // The layer whose kernels compute this one's output from its map
     // (bn_output_into_next_conv); a layer that takes the batch norm sums
@@ -459,7 +468,8 @@ class TrainExecutor {
     needed_[std::size_t(plan_.input)] = input_grad;
     for (std::size_t k = 0; k < steps_.size(); ++k) {
       const Step& s = steps_[k];
-      for (std::size_t id : step_params_[k]) requires_[k] = requires_[k] || P.requires_grad(id);
+      requires_[k] = std::any_of(step_params_[k].begin(), step_params_[k].end(),
+                                 [&](std::size_t id) { return P.requires_grad(id); });
       bool n = requires_[k] || needed_[std::size_t(s.in)];
       if (s.in2 >= 0) n = n || needed_[std::size_t(s.in2)];
       needed_[std::size_t(s.out)] = n;
@@ -470,7 +480,7 @@ class TrainExecutor {
     frontier_ = P.count();
   }
   void report_final(std::size_t k, RunContext<B, T>& rc) {
-    for (std::size_t id : step_params_[k]) final_[id] = true;
+    for (std::size_t id : step_params_[k]) final_.at(id) = true;
     const std::size_t before = frontier_;
     while (frontier_ > 0 && final_[frontier_ - 1]) --frontier_;
     if (frontier_ < before) rc.grad_sync->ready_from(frontier_);
@@ -554,7 +564,7 @@ class TrainExecutor {
       step_at[std::size_t(steps_[k].node)] = int(k);
     }
     root_.resize(p.tensors.size());
-    for (std::size_t t = 0; t < p.tensors.size(); ++t) root_[t] = int(t);
+    std::iota(root_.begin(), root_.end(), 0);
     for (const Step& s : steps_)
       if (s.kind == Kind::Alias) root_[std::size_t(s.out)] = root_[std::size_t(s.in)];
     for (std::size_t k = 0; k < steps_.size(); ++k) {
