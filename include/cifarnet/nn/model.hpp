@@ -180,10 +180,10 @@ class Model {
   /// The training executor that runs Mode::Train on batches of `batch`
   /// images (nn/train_executor.hpp), made on first use; null where it is
   /// off (NetOptions::plan_training). One that cannot run the plan says why
-  /// (ok(), why()); then the layers run themselves.
-  /// One per key: the batch and what the layers' answers depend on at run
-  /// time (weight gradients, the first parameter needing one, synchronized
-  /// batch norm, the input gradient), as the layer tree's decisions are.
+  /// (ok(), why()); then the layers run themselves. One per key: the batch
+  /// and what the layers' answers depend on at run time (weight gradients,
+  /// the first parameter needing one, synchronized batch norm, the input
+  /// gradient), as the layer tree's decisions are.
   TrainExecutor<B, T>* train_executor(std::size_t batch) {
     if (!options_.plan_training || batch == 0) return nullptr;
     const PlanKey key{

@@ -4,11 +4,13 @@
 //
 // Every leaf layer gets a LayerRun without code of its own
 // (detail::emit_child): its forward and its backward on plain float
-// tensors, the same calls a container makes. A layer whose node can run as part of a fused
-// operation attaches what that needs instead: a convolution a ConvRun
-// (its geometry and its weights: a Conv2d's own, a ConvBatchNorm's with
-// the batch norm folded in). Container nodes ("identity", "add") carry nothing:
-// the executor runs them itself.
+// tensors, the same calls a container makes. A layer whose node can run as
+// part of a fused operation attaches what that needs instead: in inference
+// a convolution a ConvRun (its geometry and its weights: a Conv2d's own, a
+// ConvBatchNorm's with the batch norm folded in); in training a LayerRun
+// with the PairHooks the training executor's rules call (ConvBatchNorm,
+// ChannelPad, Pool2d). Container nodes ("identity", "add") carry nothing:
+// the executors run them themselves.
 #pragma once
 
 #include <cstddef>
@@ -32,9 +34,9 @@ struct PadTarget {
 };
 
 /// What a layer offers the training executor's rules between it and its
-/// neighbours beside its forward and backward (a ConvBatchNorm's; empty
-/// functions for every other layer), each used only where a rule fired on
-/// the facts the layer recorded (nn/plan_rules.hpp).
+/// neighbours beside its forward and backward (a ConvBatchNorm's, a
+/// ChannelPad's and a Pool2d's; empty functions elsewhere), each used only
+/// where a rule fired on the facts the layers recorded (nn/plan_rules.hpp).
 template <class B, class T>
 struct PairHooks {
   /// Where its backward can read its dy from as bf16 bits (sized by the

@@ -43,8 +43,9 @@ struct Key {
   ConvPrecision precision = ConvPrecision::F32;
   std::string backend;  ///< "reference", "onednn", "cuda"
   /// A training plan that the training executor runs (nn/train_executor.hpp)
-  /// rather than the layer tree: the hand-overs between layers that only
-  /// the layer tree makes do not apply (plan::apply_rules says so).
+  /// rather than the layer tree: it carries the rules out, and the verdicts
+  /// it cannot make in its order are withdrawn with the reason
+  /// (plan::train_executor_rules).
   bool train_executor = false;
 };
 
