@@ -123,6 +123,15 @@ inline std::pair<bool, std::string> fact(const Node& n, const char* f) {
   if (!x) return {false, "'" + n.name + "' (" + n.kind + ") declares no " + f};
   return {x->ok, x->ok ? std::string() : x->why};
 }
+/// A verdict that fired, withdrawn with its reason (and off its nodes' lists).
+inline void withdraw(Plan& p, Verdict& v, std::string reason) {
+  v.fires = false;
+  v.reason = std::move(reason);
+  for (int i : v.nodes) {
+    auto& f = p.nodes[std::size_t(i)].fused;
+    f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
+  }
+}
 /// Who reads node i's output, in words (for reasons).
 inline std::string readers(const Plan& p, int i) {
   const auto& c = p.tensors[std::size_t(at(p, i).output)].consumers;
@@ -219,14 +228,10 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     const int sc = p.tensors[std::size_t(add.inputs[1])].producer;
     if (sc >= 0 && at(p, sc).kind == "identity") continue;
     if (p.fires("pooled_shortcut_gradient", add.name)) continue;  // formed in the sum itself
-    v.fires = false;
-    v.reason =
+    withdraw(
+        p, v,
         "the shortcut is neither an identity nor a pool into a pad: the training executor forms its gradient "
-        "after the body's";
-    for (int i : v.nodes) {
-      auto& f = p.nodes[std::size_t(i)].fused;
-      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
-    }
+        "after the body's");
   }
   // A batch norm's sums taken by the next block's first convolution need
   // that block's sum in the convolution's backward too (its shortcut reads
@@ -239,12 +244,8 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     for (const Node& n : p.nodes)
       if (n.kind == "add" && n.block_input == t) summed = p.fires("residual_sum_in_conv_backward", n.name);
     if (summed) continue;
-    v.fires = false;
-    v.reason = "the next block's sum is not in its first convolution's backward in the training executor";
-    for (int i : v.nodes) {
-      auto& f = p.nodes[std::size_t(i)].fused;
-      f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
-    }
+    withdraw(p, v,
+             "the next block's sum is not in its first convolution's backward in the training executor");
   }
   // The bf16 copy a batch norm writes of its output (or of the residual sum
   // it writes) handed to the layers that read that tensor, through

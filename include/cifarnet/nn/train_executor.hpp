@@ -508,6 +508,12 @@ class TrainExecutor {
     if (t.shape() != shape) t.resize(shape);
   }
 
+  // The hooks of the layer step k offers its neighbours; null where k is
+  // no step or not a layer's.
+  const plan::PairHooks<B, T>* hooks(int k) const {
+    return k >= 0 && steps_[std::size_t(k)].layer ? &steps_[std::size_t(k)].layer->pair : nullptr;
+  }
+
   int producer_node(int t) const { return plan_.tensors[std::size_t(t)].producer; }
 
   void fail(const std::string& why) {
@@ -586,14 +592,14 @@ class TrainExecutor {
       if (const plan::Verdict* v = p.verdict("bf16_branch_gradient", s.name); v && v->fires) {
         const int f =
             step_at[std::size_t(v->nodes.back())];  // the body's first layer writes bits for the sum
-        if (f < 0 || !steps_[std::size_t(f)].layer || !steps_[std::size_t(f)].layer->pair.backward_bits)
+        if (!hooks(f) || !hooks(f)->backward_bits)
           return fail("the sum '" + s.name + "' given bf16 bits by a layer that cannot write them");
         steps_[std::size_t(f)].dx_bits_to = kOwnBits;
       }
       if (p.fires("bf16_residual_gradient",
                   s.name)) {  // its masked gradient as bits into its body's last layer
         const int w = step_of[std::size_t(s.in)];
-        if (w < 0 || !steps_[std::size_t(w)].layer || !steps_[std::size_t(w)].layer->pair.dy_bits)
+        if (!hooks(w) || !hooks(w)->dy_bits)
           return fail("the sum '" + s.name + "' hands bf16 bits to a layer that cannot read them");
         s.grad_bits_to = w;
       }
@@ -613,9 +619,8 @@ class TrainExecutor {
       if (v.rule == "bn_bf16_output_alone" && v.fires) {
         const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
         const int l = step_at[std::size_t(v.nodes[1])];
-        if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
-            !steps_[std::size_t(e)].layer->pair.skip_float_output ||
-            !steps_[std::size_t(l)].layer->pair.require_bf16_input || !steps_[std::size_t(e)].copy_out)
+        if (!hooks(e) || !hooks(l) || !hooks(e)->skip_float_output || !hooks(l)->require_bf16_input ||
+            !steps_[std::size_t(e)].copy_out)
           return fail("bn_bf16_output_alone between layers without bf16 hand-overs");
         steps_[std::size_t(e)].float_alone = true;
         steps_[std::size_t(l)].bf16_in = true;
@@ -623,16 +628,13 @@ class TrainExecutor {
       if (v.rule == "bn_output_into_next_conv" && v.fires) {
         const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
         const int l = step_at[std::size_t(v.nodes[1])];
-        if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
-            !steps_[std::size_t(e)].layer->pair.defer_output ||
-            !steps_[std::size_t(l)].layer->pair.take_normalised_input)
+        if (!hooks(e) || !hooks(l) || !hooks(e)->defer_output || !hooks(l)->take_normalised_input)
           return fail("bn_output_into_next_conv between layers without the hand-over");
         steps_[std::size_t(e)].defer_to = l;
       }
       if (v.rule == "pool_into_pad" && v.fires) {
         const int pl = step_at[std::size_t(v.nodes[0])], pd = step_at[std::size_t(v.nodes[1])];
-        if (pl < 0 || pd < 0 || !steps_[std::size_t(pl)].layer || !steps_[std::size_t(pd)].layer ||
-            !steps_[std::size_t(pl)].layer->pair.pad_into || !steps_[std::size_t(pd)].layer->pair.pad_target)
+        if (!hooks(pl) || !hooks(pd) || !hooks(pl)->pad_into || !hooks(pd)->pad_target)
           return fail("pool_into_pad between layers without the hand-over");
         steps_[std::size_t(pl)].pad_step = pd;
       }
@@ -641,8 +643,7 @@ class TrainExecutor {
         const plan::Verdict* sv = p.verdict("residual_sum_in_conv_backward", add.name);
         const int f = sv && sv->fires ? step_at[std::size_t(sv->nodes.back())] : -1;
         const int pl = step_at[std::size_t(v.nodes[1])], pd = step_of[std::size_t(add.inputs[1])];
-        if (f < 0 || pl < 0 || pd < 0 || !steps_[std::size_t(pl)].layer ||
-            !steps_[std::size_t(pl)].layer->pair.pooled_gradient)
+        if (f < 0 || pd < 0 || !hooks(pl) || !hooks(pl)->pooled_gradient)
           return fail("pooled_shortcut_gradient at '" + add.name + "' without its sum or pool");
         steps_[std::size_t(f)].pooled_from = pd;
         steps_[std::size_t(f)].pooled_by = pl;
@@ -662,8 +663,7 @@ class TrainExecutor {
         for (int r : readers) {
           const int k = step_at[std::size_t(r)];
           if (p.nodes[std::size_t(r)].kind == "identity") continue;
-          if (k < 0 || !steps_[std::size_t(k)].layer ||
-              !steps_[std::size_t(k)].layer->pair.require_bf16_input)
+          if (!hooks(k) || !hooks(k)->require_bf16_input)
             return fail("bf16_residual_stream into '" + p.nodes[std::size_t(r)].name +
                         "', which reads float");
           steps_[std::size_t(k)].bf16_in = true;
@@ -679,8 +679,7 @@ class TrainExecutor {
       // the later layer's dx as bits into the earlier one's dy bits
       const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
       const int l = step_at[std::size_t(v.nodes[1])];
-      if (e < 0 || l < 0 || !steps_[std::size_t(e)].layer || !steps_[std::size_t(l)].layer ||
-          !steps_[std::size_t(e)].layer->pair.dy_bits || !steps_[std::size_t(l)].layer->pair.backward_bits)
+      if (!hooks(e) || !hooks(l) || !hooks(e)->dy_bits || !hooks(l)->backward_bits)
         return fail("bf16_dx_between_conv_bn at '" + v.rule + "' between layers without bf16 hand-overs");
       steps_[std::size_t(l)].dx_bits_to = e;
     }
