@@ -57,6 +57,15 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return rel_err(a, std::vector<double>(b.begin(), b.end()));
 }
 
+// Whether a verdict of `rule` (a hand-over between two residual blocks,
+// anchored at the earlier block's sum) fired with the node named `name` as
+// its last node: the later block's side of it.
+bool fires_into(const plan::Plan& p, const std::string& rule, const std::string& name) {
+  for (const plan::Verdict& v : p.verdicts)
+    if (v.rule == rule && v.fires && p.nodes[std::size_t(v.nodes.back())].name == name) return true;
+  return false;
+}
+
 // Two training steps of models a and b on x (a random dy each): the same
 // output, input gradient (when both compute one) and parameter gradients,
 // bit for bit.
@@ -788,15 +797,6 @@ TEST_CASE("ConvBatchNorm's bf16 hand-overs are about as accurate as the separate
   }
 }
 
-// A batch norm (or a residual block's sum) writes a bf16 copy of its output
-// in the pass that writes it (RunContext::bf16_of), and the bf16
-// convolution that reads that output next uses the copy instead of rounding
-// it with a reorder: the same bits (host::store_bf16 and the reorder round
-// alike on this CPU; see that test above). Two ResNet v1 blocks in a row
-// against the same blocks with an Identity between them, which drops the
-// copy at the boundary: the second block's first convolution rounds x
-// itself there. Inside each block the first batch norm's copy feeds the
-// second convolution in both.
 TEST_CASE("A batch norm that writes only its bf16 copy for the next ConvBatchNorm gives the same bits",
           "[backend][onednn][bf16][copy]") {
   // In Sequential<ConvBatchNorm, ConvBatchNorm> the first batch norm skips
@@ -867,7 +867,7 @@ TEST_CASE("Residual blocks' sums read the bodies' input gradients as bf16, withi
   // output) keeps the float sum.
   using Block = resnet::BlockV1<16, 16, 1>;
   using Chain = Sequential<Block, Block, Block>;
-  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
   const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
   Model<Chain, B> a({16, 8, 8}, DataFormat::NHWC, lp, 5, /*input_gradient=*/true);
   Model<Chain, B> b({16, 8, 8}, DataFormat::NHWC, fp, 5, /*input_gradient=*/true);
@@ -876,14 +876,22 @@ TEST_CASE("Residual blocks' sums read the bodies' input gradients as bf16, withi
   Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, DataFormat::NHWC);
   for (auto& v : x) v = float(rng.normal());
   bf16_close_training_steps(a, b, x, rng);
-  auto& ca = a.root().children();
-  const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
-  CHECK(std::get<0>(ca).bf16_branch_grads() == 0);
+  // The training executors' plans, and what their last step carried out.
+  const TrainExecutor<B, float>* ea = a.train_executor(8);
+  const TrainExecutor<B, float>* eb = b.train_executor(8);
+  REQUIRE(ea);
+  REQUIRE(eb);
+  const plan::Plan& pa = ea->plan();
+  INFO(plan::describe(pa));
+  const std::size_t per_block = cpu_has_bf16_kernels() ? 1 : 0;  // in the last step
+  CHECK_FALSE(pa.fires("bf16_branch_gradient", "block0/add"));
   if (backend::onednn::cpu_has_amx_convolutions()) {
-    CHECK(std::get<1>(ca).bf16_branch_grads() == steps);
-    CHECK(std::get<2>(ca).bf16_branch_grads() == steps);
+    CHECK(pa.fires("bf16_branch_gradient", "block1/add") == (per_block > 0));
+    CHECK(pa.fires("bf16_branch_gradient", "block2/add") == (per_block > 0));
+    CHECK(ea->carried("bf16_branch_gradient") == 2 * per_block);
   }
-  CHECK(std::get<1>(b.root().children()).bf16_branch_grads() == 0);
+  CHECK(eb->plan().fired("bf16_branch_gradient") == 0);
+  CHECK(eb->carried("bf16_branch_gradient") == 0);
 }
 
 TEST_CASE("Residual blocks hand the residual path's gradient back as bf16 within bf16 accuracy of float",
@@ -898,10 +906,20 @@ TEST_CASE("Residual blocks hand the residual path's gradient back as bf16 within
   // first block (input not a block's output) sums with no mask. Against the
   // same chains with NetOptions::bf16_gradients(false): the same forward,
   // gradients a bf16 rounding apart.
-  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
+  const NetOptions lp = NetOptions().with_conv_precision(ConvPrecision::BF16);
   const NetOptions fp = NetOptions(lp).with_bf16_gradients(false);
-  const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
+  const std::size_t per_pair = cpu_has_bf16_kernels() ? 1 : 0;  // in the last step
   const bool amx = backend::onednn::cpu_has_amx_convolutions();
+  // The training executors' plans (a's described), and what their last step carried out.
+  auto executors = [](auto& a, auto& b) {
+    const TrainExecutor<B, float>* ea = a.train_executor(8);
+    const TrainExecutor<B, float>* eb = b.train_executor(8);
+    REQUIRE(ea);
+    REQUIRE(eb);
+    CHECK(eb->plan().fired("bf16_residual_gradient") == 0);
+    CHECK(eb->carried("bf16_residual_gradient") == 0);
+    return ea;
+  };
   SECTION("three identity blocks") {
     using Block = resnet::BlockV1<16, 16, 1>;
     using Chain = Sequential<Block, Block, Block>;
@@ -912,18 +930,18 @@ TEST_CASE("Residual blocks hand the residual path's gradient back as bf16 within
     Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, DataFormat::NHWC);
     for (auto& v : x) v = float(rng.normal());
     const std::array<double, 2> apart = bf16_close_training_steps(a, b, x, rng);
-    auto& ca = a.root().children();
+    const TrainExecutor<B, float>* ea = executors(a, b);
+    const plan::Plan& pa = ea->plan();
+    INFO(plan::describe(pa));
     if (amx) {
-      CHECK(std::get<0>(ca).bf16_path_grads() == steps);
-      CHECK(std::get<1>(ca).bf16_path_grads() == steps);
-      CHECK(std::get<1>(ca).bf16_path_grads_out() == steps);
-      CHECK(std::get<2>(ca).bf16_path_grads_out() == steps);
-      if (steps > 0) CHECK(apart[1] > 0);
+      // block 1's sum writes block 0's output gradient as bits, block 2's block 1's
+      CHECK(pa.fires("bf16_residual_gradient", "block0/add") == (per_pair > 0));
+      CHECK(pa.fires("bf16_residual_gradient", "block1/add") == (per_pair > 0));
+      CHECK(ea->carried("bf16_residual_gradient") == 2 * per_pair);
+      if (per_pair > 0) CHECK(apart[1] > 0);
     }
-    CHECK(std::get<0>(ca).bf16_path_grads_out() == 0);  // the model's input gradient stays float
-    CHECK(std::get<2>(ca).bf16_path_grads() == 0);      // the last block's comes from the model
-    auto& cb = b.root().children();
-    CHECK(std::get<1>(cb).bf16_path_grads() + std::get<1>(cb).bf16_path_grads_out() == 0);
+    CHECK_FALSE(fires_into(pa, "bf16_residual_gradient", "block0/add"));  // the model's input gradient: float
+    CHECK_FALSE(pa.fires("bf16_residual_gradient", "block2/add"));  // the last block's comes from the model
   }
   SECTION("a downsampling block between two identity blocks") {
     using Chain =
@@ -935,13 +953,17 @@ TEST_CASE("Residual blocks hand the residual path's gradient back as bf16 within
     Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, DataFormat::NHWC);
     for (auto& v : x) v = float(rng.normal());
     bf16_close_training_steps(a, b, x, rng);
-    auto& ca = a.root().children();
-    if (amx) {
-      CHECK(std::get<0>(ca).bf16_path_grads() == steps);
-      CHECK(std::get<1>(ca).bf16_path_grads_out() == steps);
+    const TrainExecutor<B, float>* ea = executors(a, b);
+    const plan::Plan& pa = ea->plan();
+    INFO(plan::describe(pa));
+    if (amx) {  // the downsampling block's sum writes block 0's output gradient as bits
+      CHECK(pa.fires("bf16_residual_gradient", "block0/add") == (per_pair > 0));
+      CHECK(ea->carried("bf16_residual_gradient") == per_pair);
     }
-    CHECK(std::get<1>(ca).bf16_path_grads() == 0);  // pool and pad: float
-    CHECK(std::get<2>(ca).bf16_path_grads_out() == 0);
+    // the downsampling block (pool and pad) takes its gradient as float: block 2 writes no bits
+    CHECK_FALSE(pa.fires("bf16_residual_gradient", "block1/add"));
+    CHECK_FALSE(fires_into(pa, "bf16_residual_gradient", "block2/add"));
+    CHECK_FALSE(fires_into(pa, "bf16_residual_gradient", "block0/add"));  // the model's input gradient: float
   }
 }
 
@@ -950,8 +972,9 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
   // Between two blocks whose later one has an identity shortcut, the
   // earlier block writes its output only as bf16 and mask bits, and the
   // later one sums its shortcut from those bf16 values (NHWC, bf16
-  // convolutions). Model a does that, b keeps the stream float
-  // (NetOptions::bf16_residuals(false)), f runs fp32 convolutions. At this
+  // convolutions; the training executor's bf16_residual_stream). Model a
+  // does that, b keeps the stream float (NetOptions::bf16_residuals(false)),
+  // f runs fp32 convolutions on the layer tree. At this
   // toy size (batch 8 of 8x8) bf16 convolutions alone put the gradients
   // about 10 % from f's (batch norm over 512 values, ReLU masks flipping),
   // so a is checked against b's distance to f: outputs, parameter and input
@@ -960,9 +983,20 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
   // rounded). A downsampling block reads its input as bf16 too (its
   // average pool and its strided convolution), and writes its own output as
   // bf16 for an identity block after it.
-  const NetOptions on = NetOptions().with_conv_precision(ConvPrecision::BF16).with_plan_training(false);
+  const NetOptions on = NetOptions().with_conv_precision(ConvPrecision::BF16);
   const NetOptions off = NetOptions(on).with_bf16_residuals(false);
   const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
+  const bool bf16 = steps > 0;
+  // The training executors' plans (a's described), and what their last step carried out.
+  auto executors = [](auto& a, auto& b) {
+    const TrainExecutor<B, float>* ea = a.train_executor(8);
+    const TrainExecutor<B, float>* eb = b.train_executor(8);
+    REQUIRE(ea);
+    REQUIRE(eb);
+    CHECK(eb->plan().fired("bf16_residual_stream") == 0);
+    CHECK(eb->carried("bf16_residual_stream") == 0);
+    return ea;
+  };
   auto vec = [](const Tensor<float>& t) { return std::vector<float>(t.begin(), t.end()); };
   auto grads = [](auto& m) {
     const auto p = m.parameters().grads();
@@ -1005,16 +1039,20 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
     Model<Chain, B> f({16, 8, 8}, DataFormat::NHWC, NetOptions().with_plan_training(false), 5,
                       /*input_gradient=*/true);
     const double apart = run(a, b, f, 51);
-    auto& ca = a.root().children();
     if (steps > 0) CHECK(apart > 0);
-    CHECK(std::get<0>(ca).float_outputs_skipped() == steps);
-    CHECK(std::get<1>(ca).float_outputs_skipped() == steps);
-    CHECK(std::get<2>(ca).float_outputs_skipped() == 0);  // the model's output
-    CHECK(std::get<0>(ca).bf16_shortcuts() == 0);
-    CHECK(std::get<1>(ca).bf16_shortcuts() == steps);
-    CHECK(std::get<2>(ca).bf16_shortcuts() == steps);
-    auto& cb = b.root().children();
-    CHECK(std::get<0>(cb).float_outputs_skipped() + std::get<1>(cb).bf16_shortcuts() == 0);
+    const TrainExecutor<B, float>* ea = executors(a, b);
+    const plan::Plan& pa = ea->plan();
+    INFO(plan::describe(pa));
+    // Blocks 0 and 1 write their output only as bf16 (and mask bits),
+    // blocks 1 and 2 sum their shortcut from it; block 2 writes the model's
+    // output, block 0 reads the model's input.
+    CHECK(pa.fires("bf16_residual_stream", "block0/add") == bf16);
+    CHECK(pa.fires("bf16_residual_stream", "block1/add") == bf16);
+    CHECK_FALSE(pa.fires("bf16_residual_stream", "block2/add"));
+    CHECK_FALSE(fires_into(pa, "bf16_residual_stream", "block0/add"));
+    CHECK(fires_into(pa, "bf16_residual_stream", "block1/add") == bf16);
+    CHECK(fires_into(pa, "bf16_residual_stream", "block2/add") == bf16);
+    CHECK(ea->carried("bf16_residual_stream") == (bf16 ? 2 : 0));
   }
   SECTION("a downsampling block and a Repeat") {
     using Chain = Sequential<resnet::BlockV1<16, 16, 1>, resnet::BlockV1<16, 32, 2>,
@@ -1025,48 +1063,62 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
                       /*input_gradient=*/true);
     run(a, b, f, 53);
     auto& ca = a.root().children();
+    const TrainExecutor<B, float>* ea = executors(a, b);
+    const plan::Plan& pa = ea->plan();
+    INFO(plan::describe(pa));
     // The downsampling block's pool (and first convolution) read the first
     // block's output as bf16; its own sum adds the pool's float output. Its
     // strided convolution reads x only as bf16 where its weight gradient is
     // bf16 too, which a strided convolution has with AMX only (Conv2d's
     // State::bf16_dw): elsewhere the first block writes its float output.
-    const std::size_t ds_steps = backend::onednn::cpu_has_amx_convolutions() ? steps : 0;
-    CHECK(std::get<0>(ca).float_outputs_skipped() == ds_steps);
-    CHECK(std::get<1>(ca).bf16_inputs() == ds_steps);
-    CHECK(std::get<1>(ca).bf16_shortcuts() == 0);
-    CHECK(std::get<1>(ca).float_outputs_skipped() == steps);
-    auto& rep = std::get<2>(ca);
-    CHECK(rep.block(0).bf16_shortcuts() == steps);
-    CHECK(rep.block(0).float_outputs_skipped() == steps);
-    CHECK(rep.block(1).bf16_shortcuts() == steps);
-    CHECK(rep.block(1).float_outputs_skipped() == 0);
+    const bool ds = bf16 && backend::onednn::cpu_has_amx_convolutions();
+    CHECK(pa.fires("bf16_residual_stream", "block0/add") == ds);
+    CHECK(std::get<0>(std::get<1>(ca).shortcut().children()).bf16_inputs() == (ds ? steps : 0));  // the pool
+    if (ds) CHECK(std::get<0>(std::get<1>(ca).body().children()).conv().bf16_inputs() == steps);
+    // The downsampling block's output only as bf16, the Repeat's first
+    // block summing its shortcut from it; that block's output the same for
+    // the second; the second's is the model's output.
+    CHECK(pa.fires("bf16_residual_stream", "block1/add") == bf16);
+    CHECK(fires_into(pa, "bf16_residual_stream", "block2/add") == bf16);
+    CHECK(pa.fires("bf16_residual_stream", "block2/add") == bf16);
+    CHECK(fires_into(pa, "bf16_residual_stream", "block3/add") == bf16);
+    CHECK_FALSE(pa.fires("bf16_residual_stream", "block3/add"));
+    CHECK(ea->carried("bf16_residual_stream") == std::size_t(ds ? 1 : 0) + (bf16 ? 2 : 0));
   }
 }
 
+// A batch norm (or a residual block's sum) writes a bf16 copy of its output
+// in the pass that writes it, which the training executor hands to the
+// bf16 convolutions that read that output next (bf16_copy_to_readers):
+// they use the copy instead of rounding it with a reorder, the same bits
+// (host::store_bf16 and the reorder round alike on this CPU; see that test
+// above). Two ResNet v1 blocks in a row against the same blocks with an
+// Identity between them run by the layer tree (every layer on its own),
+// which hands over no copy: every convolution there rounds x itself.
 TEST_CASE("A convolution reading the bf16 copy its producer wrote gives the bits of rounding x itself",
           "[backend][onednn][bf16][copy]") {
   using Block = resnet::BlockV1<16, 16, 1>;
   // (float gradients: the chained blocks' sum would read the second body's
   // input gradient as bf16, the broken chain's does not; a float residual
   // stream: the chained second block would sum the first block's output
-  // from its bf16 copy; tests above and below)
+  // from its bf16 copy; tests above)
   const NetOptions bf16 = NetOptions()
                               .with_conv_precision(ConvPrecision::BF16)
                               .with_bf16_gradients(false)
-                              .with_bf16_residuals(false)
-                              .with_plan_training(false);
+                              .with_bf16_residuals(false);
   for (DataFormat fmt : kFormats) {
     INFO(to_string(fmt));
     Model<Sequential<Block, Block>, B> chained({16, 8, 8}, fmt, bf16, 5);
-    Model<Sequential<Block, Identity, Block>, B> broken({16, 8, 8}, fmt, bf16, 5);
+    Model<Sequential<Block, Identity, Block>, B> broken({16, 8, 8}, fmt,
+                                                        NetOptions(bf16).with_plan_training(false), 5);
     copy_parameters(chained, broken, /*same_names=*/false);  // the Identity shifts the block numbers
     Rng rng(31);
     Tensor<float> x = make_tensor<float>({8, 16, 8, 8}, fmt);
     for (auto& v : x) v = float(rng.normal());
     same_training_steps(chained, broken, x, rng);
-    // Which convolutions read a copy, per step: in both models each block's
-    // second (its batch norm's copy); the second block's first one only in
-    // the chained model (the first block's sum wrote it).
+    // Which convolutions read a copy, per step: in the chained model each
+    // block's second (its batch norm's copy) and the second block's first
+    // one (the first block's sum wrote it); none in the broken one.
     const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
     auto conv_inputs = [](auto& block, auto k) {
       return std::get<decltype(k)::value>(block.body().children()).conv().bf16_inputs();
@@ -1079,7 +1131,15 @@ TEST_CASE("A convolution reading the bf16 copy its producer wrote gives the bits
     CHECK(conv_inputs(std::get<0>(c), Second{}) == steps);
     CHECK(conv_inputs(std::get<1>(c), First{}) == steps);
     CHECK(conv_inputs(std::get<1>(c), Second{}) == steps);
+    CHECK(conv_inputs(std::get<0>(b), Second{}) == 0);
     CHECK(conv_inputs(std::get<2>(b), First{}) == 0);
-    CHECK(conv_inputs(std::get<2>(b), Second{}) == steps);
+    CHECK(conv_inputs(std::get<2>(b), Second{}) == 0);
+    // The executor's hand-overs of the last step: those three copies.
+    const TrainExecutor<B, float>* e = chained.train_executor(8);
+    REQUIRE(e);
+    INFO(plan::describe(e->plan()));
+    CHECK(e->plan().fired("bf16_copy_to_readers") == (steps > 0 ? 3 : 0));
+    CHECK(e->carried("bf16_copy_to_readers") == (steps > 0 ? 3 : 0));
+    CHECK(broken.train_executor(8) == nullptr);
   }
 }

@@ -6,9 +6,12 @@
 // input and parameter gradients, and moving statistics: the fused network on the reference backend in double
 // (rounding only) and on oneDNN in float, each against the unfused network on the reference backend in
 // double. The reference's fused fallback (ReLU and its mask applied by the layer) is also checked against
-// finite differences. The fused ResNet v1 block is compared in test_fusion_block.cpp, the whole fused ResNet
-// in test_fusion_reference.cpp (with the finite differences) and test_fusion_resnet_onednn.cpp: files of
-// their own, so that no test translation unit takes long to compile.
+// finite differences. The fused networks train through the training executor, which makes the hand-overs
+// between layers (nn/train_executor.hpp); where a test says so, the unfused side runs on the layer tree
+// (NetOptions::plan_training off: every layer on its own). The fused ResNet v1 block is compared in
+// test_fusion_block.cpp, the whole fused ResNet in test_fusion_reference.cpp (with the finite differences)
+// and test_fusion_resnet_onednn.cpp: files of their own, so that no test translation unit takes long to
+// compile.
 #include <cifarnet/backend/onednn.hpp>
 
 #include <algorithm>
@@ -74,19 +77,16 @@ TEST_CASE("Conv + batch norm run in ranges of images equals the two layers", "[n
 namespace {
 // Two models of Net on oneDNN with the same parameters, one running its
 // ConvBatchNorm backward on whole batches and one on ranges of 3 images (4
-// KiB per image of a 16x8x8 float map: ranges of 3, 3, 3 and 1), and a batch
-// of 10 inputs drawn from `rng`.
+// KiB per image of a 16x8x8 float map: ranges of 3, 3, 3 and 1), both
+// trained through the training executor (its hand-overs between layers),
+// and a batch of 10 inputs drawn from `rng`.
 // `in` and `options` for other maps and paths (the own kernels' test below:
 // ranges of 3 images whatever the image size).
 template <class Net>
 struct WholeAndRanged {
   WholeAndRanged(DataFormat fmt, std::uint64_t seed, InputShape in = {16, 8, 8}, NetOptions options = {})
-      : whole(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(0).with_plan_training(false), 3, true),
-        ranged(in, fmt,
-               NetOptions(options)
-                   .with_conv_bn_chunk_bytes(3 * 4 * in.c * in.h * in.w)
-                   .with_plan_training(false),
-               3, true),
+      : whole(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(0), 3, true),
+        ranged(in, fmt, NetOptions(options).with_conv_bn_chunk_bytes(3 * 4 * in.c * in.h * in.w), 3, true),
         rng(seed),
         x(make_tensor<float>(whole.input_shape(10), fmt)) {
     copy_parameters(whole, ranged);
@@ -160,9 +160,10 @@ TEST_CASE("ConvBatchNorm's backward in ranges of images gives the whole batch's 
 // ranges, each block's backward sum (with the previous block's ReLU mask:
 // as bits in NHWC at 16 channels, from the input's values in NCHW; none for
 // the first block, whose input is no block's output) is done by the body's
-// first layer on each range of its dx (RunContext::grad_sum), the same
-// element-wise operations as the block's own pass over the whole batch: the
-// same bits. Whole batches leave the sum to the block.
+// first layer on each range of its dx (the training executor's
+// residual_sum_in_conv_backward, plan::GradSum), the same element-wise
+// operations as the executor's own sum pass over the whole batch: the same
+// bits. Whole batches leave the sum to that pass.
 TEST_CASE("A residual block's backward sum done in its first layer's ranges gives the whole batch's bits",
           "[nn][fusion][conv_bn][residual]") {
   using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
@@ -186,15 +187,34 @@ TEST_CASE("A residual block's backward sum done in its first layer's ranges give
         CHECK(std::memcmp(R.grad(id), A.grad(id), info.size * sizeof(float)) == 0);
       }
     }
+    // Where the plan has each hand-over, and what the last step carried out.
+    const TrainExecutor<backend::OneDnn, float>* ew = whole.train_executor(10);
+    const TrainExecutor<backend::OneDnn, float>* er = ranged.train_executor(10);
+    REQUIRE(ew);
+    REQUIRE(er);
+    const plan::Plan& p = er->plan();
+    INFO(plan::describe(p));
+    CHECK(ew->plan().fired("residual_sum_in_conv_backward") == 0);
+    CHECK(ew->carried("residual_sum_in_conv_backward") == 0);
+    CHECK(p.fires("residual_sum_in_conv_backward", "block0/add"));
+    CHECK(p.fires("residual_sum_in_conv_backward", "block1/add"));
+    CHECK(p.fires("residual_sum_in_conv_backward", "block2/add"));
+    CHECK(er->carried("residual_sum_in_conv_backward") == 3);
+    // blocks 1 and 2 apply the mask of the block before them (block 0 none)
+    CHECK(p.fired("residual_mask_in_sum") == 2);
+    CHECK(p.fires("residual_mask_in_sum", "block0/add"));
+    CHECK(p.fires("residual_mask_in_sum", "block1/add"));
+    CHECK(er->carried("residual_mask_in_sum") == 2);
+    CHECK(p.fires("relu_mask_bits", "block1/add") == (fmt == DataFormat::NHWC));
+    CHECK(er->carried("relu_mask_bits") == (fmt == DataFormat::NHWC ? 2 : 0));
+    // The layers' counters over both steps: each block's first layer did
+    // its block's sum in ranges (none in whole batches), the second none.
     auto& w = whole.root().children();
     auto& r = ranged.root().children();
-    CHECK(std::get<0>(w).range_sums() == 0);
-    CHECK(std::get<2>(w).range_sums() == 0);
-    CHECK(std::get<0>(r).range_sums() == 2);
-    CHECK(std::get<1>(r).range_sums() == 2);
-    CHECK(std::get<2>(r).range_sums() == 2);
-    CHECK(std::get<2>(r).masks_input_gradient());
-    CHECK(std::get<2>(r).masks_from_bits() == (fmt == DataFormat::NHWC));
+    CHECK(std::get<0>(std::get<0>(w).body().children()).range_sums() == 0);
+    CHECK(std::get<0>(std::get<2>(w).body().children()).range_sums() == 0);
+    CHECK(std::get<0>(std::get<0>(r).body().children()).range_sums() == 2);
+    CHECK(std::get<0>(std::get<1>(r).body().children()).range_sums() == 2);
     CHECK(std::get<0>(std::get<2>(r).body().children()).range_sums() == 2);
     CHECK(std::get<1>(std::get<2>(r).body().children()).range_sums() == 0);
   }
@@ -257,23 +277,30 @@ TEST_CASE("ConvBatchNorm's backward in the own kernels gives oneDNN's gradients,
     CHECK(std::get<0>(body).deferred_outputs() == expect);
     CHECK(std::get<1>(body).normalised_inputs() == expect);
     CHECK(std::get<1>(body).deferred_outputs() == 0);  // the block's sum
+    // That hand-over in the plan, in each block, carried out in the last step.
+    const TrainExecutor<backend::OneDnn, float>* e = model->train_executor(10);
+    REQUIRE(e);
+    INFO(plan::describe(e->plan()));
+    CHECK(e->plan().fires("bn_output_into_next_conv", "block1/bn1") == (expect > 0));
+    CHECK(e->carried("bn_output_into_next_conv") == (expect > 0 ? 3 : 0));
   }
 }
 
 namespace {
-// Net on oneDNN twice from the same parameters, the own kernels on and off
-// (direct_conv_bn(false): oneDNN's kernels, every sum in a pass of its own),
-// ConvBatchNorm's backward in ranges of 4 images of the largest map (`in`,
-// 16 channels on), a batch of 6 inputs of shape `in`; two training steps,
-// the outputs, the input and parameter gradients and the moving statistics
-// equal to float rounding. Returns the model with the kernels for its counters.
+// Net on oneDNN twice from the same parameters: the own kernels on, trained
+// through the training executor (its hand-overs between layers), and off
+// (direct_conv_bn(false): oneDNN's kernels), run by the layer tree (every
+// layer on its own: every sum in a pass of its own); ConvBatchNorm's
+// backward in ranges of 4 images of the largest map (`in`, 16 channels on),
+// a batch of 6 inputs of shape `in`; two training steps, the outputs, the
+// input and parameter gradients and the moving statistics equal to float
+// rounding. Returns the model with the kernels for its counters.
 template <class Net>
 std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputShape in, std::uint64_t seed) {
-  const NetOptions o =
-      NetOptions().with_conv_bn_chunk_bytes(4 * 4 * 16 * in.h * in.w).with_plan_training(false);
+  const NetOptions o = NetOptions().with_conv_bn_chunk_bytes(4 * 4 * 16 * in.h * in.w);
   auto direct = std::make_unique<Model<Net, backend::OneDnn, float>>(in, DataFormat::NHWC, o, 3, true);
-  Model<Net, backend::OneDnn, float> plain(in, DataFormat::NHWC, NetOptions(o).with_direct_conv_bn(false), 3,
-                                           true);
+  Model<Net, backend::OneDnn, float> plain(
+      in, DataFormat::NHWC, NetOptions(o).with_direct_conv_bn(false).with_plan_training(false), 3, true);
   copy_parameters(*direct, plain);
   Rng rng(seed);
   Tensor<float> x = make_tensor<float>(direct->input_shape(6), DataFormat::NHWC);
@@ -320,8 +347,9 @@ std::unique_ptr<Model<Net, backend::OneDnn, float>> direct_against_plain(InputSh
 // block, whose first convolution (stride 2) runs in oneDNN's kernels in
 // ranges: that layer does the block's sum over each range, forming the
 // shortcut's gradient (pool and pad) from the block's output gradient on
-// the fly (Residual::pooled_sums), then takes the sums (range_bn_sums). On a CPU without AVX-512 every layer
-// runs in oneDNN's kernels and takes the sums range by range (the epilogue counters 0).
+// the fly (the executor's pooled_shortcut_gradient), then takes the sums
+// (range_bn_sums). On a CPU without AVX-512 every layer runs in oneDNN's
+// kernels and takes the sums range by range (the epilogue counters 0).
 TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue give oneDNN's gradients",
           "[nn][fusion][conv_bn][direct]") {
   using Body = Sequential<ConvBatchNorm<16, 16, 3, 1, Padding::Same, FusedRelu>, ConvBatchNorm<16, 16, 3>>;
@@ -370,11 +398,16 @@ TEST_CASE("Batch norm's backward sums taken in the next convolution's epilogue g
     auto m = direct_against_plain<Sequential<Block, Down>>({16, 16, 16}, 23);
     auto& c = m->root().children();
     auto& first = std::get<0>(std::get<1>(c).body().children());
-    CHECK(first.direct_backwards() == 0);      // stride 2
-    CHECK(first.range_sums() == 2);            // the block's sum in its ranges
-    CHECK(first.range_bn_sums() == 2);         // then the previous block's last batch norm's sums
-    CHECK(std::get<1>(c).pooled_sums() == 2);  // the shortcut's gradient formed in that sum
+    CHECK(first.direct_backwards() == 0);  // stride 2
+    CHECK(first.range_sums() == 2);        // the block's sum in its ranges
+    CHECK(first.range_bn_sums() == 2);     // then the previous block's last batch norm's sums
     CHECK(std::get<1>(std::get<0>(c).body().children()).sums_given() == 2);
+    // the shortcut's gradient formed in that sum (in the last step)
+    const TrainExecutor<backend::OneDnn, float>* e = m->train_executor(6);
+    REQUIRE(e);
+    INFO(plan::describe(e->plan()));
+    CHECK(e->plan().fires("pooled_shortcut_gradient", "block1/add"));
+    CHECK(e->carried("pooled_shortcut_gradient") == 1);
   }
 }
 
@@ -396,56 +429,82 @@ TEST_CASE("Consecutive residual blocks sum and mask the input gradient in one pa
               Sequential<Residual<Body>, ReLU, Repeat<Sequential<Residual<Body>, ReLU>, 1>>>({4, 5, 6}, 2,
                                                                                              1e-5);
 
-  // Which blocks do it, and the same bits as a chain an Identity breaks (no fused mask) on oneDNN.
+  // Which blocks do it (the training executor), and the same bits on oneDNN as a chain an Identity
+  // breaks, run by the layer tree (every layer on its own: each block its own mask pass).
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
-    // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions().with_plan_executor(false).with_plan_training(false);
-    Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, layers, 3);
-    Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken({4, 5, 6}, fmt, layers, 3);
+    Model<Sequential<Block, Block>, backend::OneDnn> chained({4, 5, 6}, fmt, NetOptions(), 3);
+    Model<Sequential<Block, Identity, Block>, backend::OneDnn> broken(
+        {4, 5, 6}, fmt, NetOptions().with_plan_training(false), 3);
     copy_parameters(chained, broken, /*same_names=*/false);  // the Identity shifts the block numbers
     Rng rng(5);
     Tensor<float> x = make_tensor<float>({3, 4, 5, 6}, fmt);
     for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
     const Tensor<float> y = chained.forward(x, Mode::Train);
     CHECK(y == broken.forward(x, Mode::Train));
-    CHECK_FALSE(std::get<0>(chained.root().children()).masks_input_gradient());
-    CHECK(std::get<1>(chained.root().children()).masks_input_gradient());
-    CHECK_FALSE(std::get<2>(broken.root().children()).masks_input_gradient());
     Tensor<float> dy = y;
     for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
     chained.backward(dy);
     broken.backward(dy);
     for (Eigen::Index i = 0; i < chained.parameters().grads().size(); ++i)
       REQUIRE(chained.parameters().grads()[i] == broken.parameters().grads()[i]);
-    chained.forward(x, Mode::Infer);  // inference: nothing to mask
-    CHECK_FALSE(std::get<1>(chained.root().children()).masks_input_gradient());
+    // Block 1 applied block 0's mask; block 0 (the model's input) none.
+    const TrainExecutor<backend::OneDnn, float>* e = chained.train_executor(3);
+    REQUIRE(e);
+    INFO(plan::describe(e->plan()));
+    CHECK(e->plan().fired("residual_mask_in_sum") == 1);
+    CHECK(e->plan().fires("residual_mask_in_sum", "block0/add"));
+    CHECK(e->carried("residual_mask_in_sum") == 1);
+    // The rule looks through the Identity (the executors alias it), so the
+    // pattern matches in the broken chain too; its plan, run by the layer
+    // tree, says why it does not fire there.
+    std::size_t matched = 0;
+    const plan::Plan bp = broken.step_plan(Mode::Train, 3);
+    CHECK(bp.fired("residual_mask_in_sum", &matched) == 0);
+    CHECK(matched == 1);
+    REQUIRE(bp.verdict("residual_mask_in_sum", "block0/add"));
+    CHECK(bp.verdict("residual_mask_in_sum", "block0/add")->reason.find("the layer tree runs the step") !=
+          std::string::npos);
+    CHECK(broken.train_executor(3) == nullptr);
+    chained.forward(x, Mode::Infer);  // inference: nothing to mask (no such rule in its plan)
+    CHECK(chained.step_plan(Mode::Infer, 3).fired("residual_mask_in_sum", &matched) == 0);
+    CHECK(matched == 0);
   }
 }
 
 namespace {
 // A residual block whose body ends in batch norm (sum and ReLU in the
-// normalising pass, RunContext::sum_out) against the same block with an
-// Identity after that batch norm (which leaves the sum to the block's own
-// pass): same parameters and input, the same values (== on floats),
-// gradients bit for bit, on oneDNN in float and with bf16 convolutions.
+// normalising pass: the training executor's residual_sum_in_bn) against the
+// same block with an Identity after that batch norm (which leaves the sum
+// to a pass of its own), run by the layer tree (every layer on its own):
+// same parameters and input, the same values (== on floats), gradients bit
+// for bit, on oneDNN in float and with bf16 convolutions.
 template <class Summed, class Separate>
 void check_fused_sum(const NetOptions& opts) {
   for (auto fmt : {DataFormat::NCHW, DataFormat::NHWC}) {
     INFO("format " << to_string(fmt));
-    // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions(opts).with_plan_executor(false).with_plan_training(false);
-    Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, layers, 3);
-    Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, layers, 3);
+    Model<Summed, backend::OneDnn> summed({16, 6, 5}, fmt, opts, 3);
+    Model<Separate, backend::OneDnn> separate({16, 6, 5}, fmt, NetOptions(opts).with_plan_training(false), 3);
     copy_parameters(summed, separate);
+    {  // The Identity breaks the pattern (the plan says so, whoever runs it).
+      const plan::Plan sp = separate.step_plan(Mode::Train, 4);
+      INFO(plan::describe(sp));
+      const plan::Verdict* apart = sp.verdict("residual_sum_in_bn", "block0/add");
+      REQUIRE(apart);
+      CHECK_FALSE(apart->fires);
+      CHECK(apart->reason.find("identity") != std::string::npos);
+    }
     Rng rng(7);
     Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, fmt);
     for (auto& v : x) v = float(rng.uniform(-1.5, 1.5));
     for (int step = 0; step < 2; ++step) {
       const Tensor<float> y = summed.forward(x, Mode::Train);
       CHECK(y == separate.forward(x, Mode::Train));
-      CHECK(summed.root().body_summed());
-      CHECK_FALSE(separate.root().body_summed());
+      const TrainExecutor<backend::OneDnn, float>* e = summed.train_executor(4);
+      REQUIRE(e);
+      INFO(plan::describe(e->plan()));
+      CHECK(e->plan().fires("residual_sum_in_bn", "block0/add"));
+      CHECK(e->carried("residual_sum_in_bn") == 1);
       Tensor<float> dy = y;
       for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
       summed.backward(dy);
@@ -454,8 +513,10 @@ void check_fused_sum(const NetOptions& opts) {
       REQUIRE(g1.size() == g2.size());
       for (Eigen::Index i = 0; i < g1.size(); ++i) REQUIRE(g1[i] == g2[i]);
     }
-    summed.forward(x, Mode::Infer);  // inference: the block's own sum
-    CHECK_FALSE(summed.root().body_summed());
+    summed.forward(x, Mode::Infer);  // inference: no such rule in its plan
+    std::size_t matched = 1;
+    CHECK(summed.step_plan(Mode::Infer, 4).fired("residual_sum_in_bn", &matched) == 0);
+    CHECK(matched == 0);
   }
 }
 }  // namespace
@@ -481,11 +542,12 @@ TEST_CASE("A residual sum added by the body's last batch norm equals the block's
 
 TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch norm wrote with its sum",
           "[nn][fusion][residual]") {
-  // ResNet's chain on oneDNN: each block's last batch norm adds the shortcut
-  // and applies the ReLU in its normalising pass and writes the mask y > 0
-  // as bits (NHWC, 16 channels); the next block's backward sum reads the
-  // bits instead of y. The same bits as a chain an Identity breaks (there the
-  // second block masks nothing and the first applies its own mask pass).
+  // ResNet's chain on oneDNN, trained through the training executor: each
+  // block's last batch norm adds the shortcut and applies the ReLU in its
+  // normalising pass and writes the mask y > 0 as bits (NHWC, 16 channels);
+  // the next block's backward sum reads the bits instead of y. The same bits
+  // as a chain Identity layers break, run by the layer tree (every layer on
+  // its own: each block applies its own mask pass).
   using Block = Residual<Sequential<ConvBatchNorm<16, 16, 3>>, Identity, FusedRelu>;
   // (bf16 gradients and the bf16 residual stream off: with them the chain's
   // sums read the bodies' input gradients as bf16 and its blocks their
@@ -496,12 +558,10 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
                                                    .with_bf16_gradients(false)
                                                    .with_bf16_residuals(false)}) {
     INFO("bf16 convolutions " << (opts.conv_precision == ConvPrecision::BF16));
-    // (the layers' own inference at the end: the plan executor would not run them)
-    const NetOptions layers = NetOptions(opts).with_plan_executor(false).with_plan_training(false);
-    Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, layers, 3,
+    Model<Sequential<Block, Block, Block>, backend::OneDnn> chained({16, 6, 5}, DataFormat::NHWC, opts, 3,
                                                                     /*input_gradient=*/true);
     Model<Sequential<Block, Identity, Block, Identity, Block>, backend::OneDnn> broken(
-        {16, 6, 5}, DataFormat::NHWC, layers, 3, /*input_gradient=*/true);
+        {16, 6, 5}, DataFormat::NHWC, NetOptions(opts).with_plan_training(false), 3, /*input_gradient=*/true);
     copy_parameters(chained, broken, /*same_names=*/false);
     Rng rng(11);
     Tensor<float> x = make_tensor<float>({4, 16, 6, 5}, DataFormat::NHWC);
@@ -509,10 +569,23 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
     for (int step = 0; step < 2; ++step) {
       const Tensor<float> y = chained.forward(x, Mode::Train);
       CHECK(y == broken.forward(x, Mode::Train));
-      CHECK_FALSE(std::get<0>(chained.root().children()).masks_from_bits());
-      CHECK(std::get<1>(chained.root().children()).masks_from_bits());
-      CHECK(std::get<2>(chained.root().children()).masks_from_bits());
-      CHECK_FALSE(std::get<2>(broken.root().children()).masks_input_gradient());
+      // Blocks 1 and 2 read the bits of the block before them; block 0 (the
+      // model's input) none.
+      const TrainExecutor<backend::OneDnn, float>* e = chained.train_executor(4);
+      REQUIRE(e);
+      const plan::Plan& p = e->plan();
+      INFO(plan::describe(p));
+      CHECK(p.fired("relu_mask_bits") == 2);
+      CHECK(p.fires("relu_mask_bits", "block0/add"));
+      CHECK(p.fires("relu_mask_bits", "block1/add"));
+      CHECK(e->carried("relu_mask_bits") == 2);
+      // The rule looks through the Identity layers (the executors alias
+      // them): the broken chain matches it too, and the layer tree that
+      // runs it fires nothing.
+      std::size_t matched = 0;
+      CHECK(broken.step_plan(Mode::Train, 4).fired("residual_mask_in_sum", &matched) == 0);
+      CHECK(matched == 2);
+      CHECK(broken.train_executor(4) == nullptr);
       Tensor<float> dy = y;
       for (auto& v : dy) v = float(rng.uniform(-0.5, 1.0));
       const Tensor<float> dx1 = chained.backward(dy);
@@ -523,9 +596,12 @@ TEST_CASE("The next block's gradient sum reads the ReLU mask as the bits batch n
       REQUIRE(dx1.size() == x.size());
       REQUIRE(dx1.size() == dx2.size());
       CHECK(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)) == 0);
+      CHECK(chained.train_executor(4)->carried("residual_mask_in_sum") == 2);  // the bits read
     }
-    chained.forward(x, Mode::Infer);  // inference: no bits
-    CHECK_FALSE(std::get<1>(chained.root().children()).masks_from_bits());
+    chained.forward(x, Mode::Infer);  // inference: no bits (no such rule in its plan)
+    std::size_t matched = 1;
+    CHECK(chained.step_plan(Mode::Infer, 4).fired("relu_mask_bits", &matched) == 0);
+    CHECK(matched == 0);
   }
 }
 
@@ -609,6 +685,9 @@ TEST_CASE("An average pool writes into the channel pad after it in place, as the
     auto& c = fused.root().children();
     CHECK(std::get<1>(c).last_in_place());
     CHECK_FALSE(std::get<1>(plain.root().children()).last_in_place());
+    const TrainExecutor<backend::OneDnn, float>* e = fused.train_executor(n);
+    REQUIRE(e);
+    CHECK(e->carried("pool_into_pad") == 1);
   }
   CHECK(std::get<0>(fused.root().children()).padded_outputs() == 3);
 }

@@ -91,6 +91,13 @@ struct BatchNorm2d : LayerBase {
     }
 
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      plan::Links<T> none;
+      return forward(x, rc, none);
+    }
+    /// forward() with the hand-overs of a training plan (plan::Links): a
+    /// residual sum to write in the same pass (k.sum), and where it writes
+    /// a bf16 copy of what it wrote, that copy left in k.
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       start(s);
       const Parameters<T>& cp = *rc.params;  // reads (a non-const access counts as a write)
@@ -113,9 +120,9 @@ struct BatchNorm2d : LayerBase {
           } else {
             infer(rc, x, mean_.data(), var_.data());
           }
-        } else if (!train_sum(rc, x.data())) {  // else a residual block's sum, in this pass
-          if constexpr (kBf16)                  // and a bf16 copy of y for a bf16 convolution after it
-            train_with_copy(rc, x.data());
+        } else if (!train_sum(rc, x.data(), k)) {  // else a residual block's sum, in this pass
+          if constexpr (kBf16)                     // and a bf16 copy of y for a bf16 convolution after it
+            train_with_copy(rc, x.data(), k);
           else if constexpr (kFused)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
                               mean_.data(), var_.data(), true);
@@ -140,7 +147,8 @@ struct BatchNorm2d : LayerBase {
     /// bf16 output of the convolution in front of it, ConvBatchNorm: the
     /// buffer must hold them until backward, which reads them again). Needs
     /// backward_bf16_ready(rc).
-    const Tensor<T>& forward_bf16(const std::uint16_t* x, const Shape& s, RunContext<B, T>& rc) {
+    const Tensor<T>& forward_bf16(const std::uint16_t* x, const Shape& s, RunContext<B, T>& rc,
+                                  plan::Links<T>& k) {
       if constexpr (kBf16) {
         if (s.c != in_.c || s.h != in_.h || s.w != in_.w)
           throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + in_.str() + " but got " +
@@ -148,11 +156,11 @@ struct BatchNorm2d : LayerBase {
         start(s);
         x_ = nullptr;
         x_bf16_ = x;
-        if (!train_sum(rc, x)) train_with_copy(rc, x);
+        if (!train_sum(rc, x, k)) train_with_copy(rc, x, k);
         skip_float_once_ = false;
         update_moving(rc, double(s.n * s.h * s.w));
       } else {
-        (void)x, (void)s, (void)rc;
+        (void)x, (void)s, (void)rc, (void)k;
         throw ConfigError("layer '" + name_ + "' (BatchNorm2d): forward_bf16 is not available here");
       }
       return y_;
@@ -223,7 +231,7 @@ struct BatchNorm2d : LayerBase {
       }
     }
     /// backward_sums with the sums taken by the layer that read this one's
-    /// output, over this dy (BnSumsOffer, in that layer's kernels'
+    /// output, over this dy (plan::BnSums, in that layer's kernels'
     /// epilogue; 2C values), on a backend with conv_bn_prologue.
     void backward_sums_given(const Tensor<T>& dy, RunContext<B, T>& rc, const double* sums) {
       if constexpr (kChunked && backend_traits<B>::conv_bn_prologue) {
@@ -297,7 +305,7 @@ struct BatchNorm2d : LayerBase {
         return 0;
     }
     /// What a later layer needs to take this layer's backward sums
-    /// (BnSumsOffer) after a float training forward: its x, the fused
+    /// (plan::BnSums) after a float training forward: its x, the fused
     /// ReLU's a, b (null without) and the batch mean; all null where
     /// backward_sums_given cannot follow (not chunkable, a bf16 forward, a
     /// backend without conv_bn_prologue).
@@ -366,9 +374,9 @@ struct BatchNorm2d : LayerBase {
     }
 
     /// Whether a training forward of a batch of `n` that takes a residual
-    /// block's sum (RunContext::sum_out) can read the shortcut as bf16 bits
+    /// block's sum (plan::SumInPass) can read the shortcut as bf16 bits
     /// and write the sum as its bf16 copy and ReLU mask alone (the residual
-    /// stream in bf16, nn/sequential.hpp): bf16 copies on, and the op's
+    /// stream in bf16, bf16_residual_stream): bf16 copies on, and the op's
     /// NHWC channel counts.
     bool sums_bf16_only(const RunContext<B, T>& rc, std::size_t n) const {
       if constexpr (kFusedSum && kBf16 && backend_traits<B>::sum_mask_bits) {
@@ -381,7 +389,7 @@ struct BatchNorm2d : LayerBase {
     }
     /// Whether a training forward writes a bf16 copy of its output (or of
     /// the residual sum it writes) beside it, for a bf16 convolution that
-    /// reads it (RunContext::bf16_of; step plans): bf16 convolutions, a CPU
+    /// reads it (bf16_copy_to_readers): bf16 convolutions, a CPU
     /// where they run in bf16, no synchronized batch norm.
     bool writes_bf16_copy(const RunContext<B, T>& rc) const {
       if constexpr (kBf16)
@@ -389,8 +397,9 @@ struct BatchNorm2d : LayerBase {
       else
         return (void)rc, false;
     }
-    /// One node in a step plan (nn/plan.hpp), with the fact whether its
-    /// training forward writes a bf16 copy of its output.
+    /// One node in a step plan (nn/plan.hpp), with the facts whether its
+    /// training forward writes a bf16 copy of its output, can add a
+    /// residual block's sum in its pass and write that sum's mask as bits.
     int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
       const int t = b.node(name_, kind, {in}, in_, plan_attrs());
       b.producer(t).facts[plan::facts::kBf16Copy] =
@@ -398,6 +407,14 @@ struct BatchNorm2d : LayerBase {
               ? plan::Fact::yes()
               : plan::Fact::no(kBf16 ? "no bf16 convolutions here, or synchronized batch norm"
                                      : "no bf16 copies with this activation on this backend");
+      b.producer(t).facts[plan::facts::kTakesSum] =
+          takes_sum(rc) ? plan::Fact::yes()
+                        : plan::Fact::no(Relu || Gelu ? "it has its own activation"
+                                         : kFusedSum  ? "inference or synchronized batch norm"
+                                                      : "no fused sum on this backend");
+      b.producer(t).facts[plan::facts::kSumMask] =
+          writes_sum_mask(b.key().batch) ? plan::Fact::yes()
+                                         : plan::Fact::no("its channel count or layout has no mask bits");
       return t;
     }
     /// Whether a training forward of a batch of `n` can write its output as
@@ -430,9 +447,9 @@ struct BatchNorm2d : LayerBase {
         return (void)rc, false;
     }
     /// The next training forward may write its output only as the bf16 copy
-    /// (RunContext::bf16_of) when it writes one, leaving y_ stale: for a
-    /// next layer that reads nothing else (Sequential asks it first,
-    /// ConvBatchNorm::reads_only_bf16_input). Reset by that forward.
+    /// when it writes one, leaving y_ stale: for a next layer that reads
+    /// nothing else (bn_bf16_output_alone, bf16_residual_stream). Reset by
+    /// that forward.
     void skip_float_output_once() { skip_float_once_ = true; }
     /// Training forwards that wrote only the bf16 copy (tests).
     std::size_t float_outputs_skipped() const { return float_outputs_skipped_; }
@@ -459,44 +476,44 @@ struct BatchNorm2d : LayerBase {
         throw ConfigError("layer '" + name_ + "' (BatchNorm2d): backward_bf16 is not available here");
       }
     }
-    // The training forward writing the residual sum a block offered
-    // (RunContext::sum_out) instead of y_, when it can: no activation of its
-    // own, no synchronized BN, a backend with fused_sum, the offer sized as
+    // The training forward writing the residual sum it was given (k.sum:
+    // residual_sum_in_bn) instead of y_, when it can: no activation of its
+    // own, no synchronized BN, a backend with fused_sum, the sum sized as
     // the output. False: nothing done.
     template <class X>
-    bool train_sum(RunContext<B, T>& rc, const X* x) {
+    bool train_sum(RunContext<B, T>& rc, const X* x, plan::Links<T>& k) {
+      plan::SumInPass<T>* sum = k.sum;
       if constexpr (kFusedSum) {
-        if (!rc.sum_out || rc.cross_replica || rc.sum_n != geom_.size()) return false;
+        if (!sum || rc.cross_replica || sum->n != geom_.size()) return false;
         const Parameters<T>& cp = *rc.params;
         std::uint16_t* yb = copy_target(rc);
         if constexpr (backend_traits<B>::sum_mask_bits) {
-          // The sum's ReLU mask as bits too, where the block asked and the op can.
+          // The sum's ReLU mask as bits too, where asked and the op can.
           std::uint16_t* mask =
-              rc.sum_mask && rc.sum_relu && decltype(op_)::writes_sum_mask(geom_) ? rc.sum_mask : nullptr;
+              sum->mask && sum->relu && decltype(op_)::writes_sum_mask(geom_) ? sum->mask : nullptr;
           // The shortcut as bf16 bits (a residual stream in bf16), and the
-          // sum as its bf16 copy and mask alone where the block allows it.
-          if (rc.sum_shortcut_bits && !yb)
+          // sum as its bf16 copy and mask alone where asked.
+          if (sum->shortcut_bits && !yb)
             throw ConfigError("layer '" + name_ + "': a bf16 shortcut needs bf16 copies (bf16 convolutions)");
-          const bool skip = rc.sum_skip_float && yb && mask && decltype(op_)::writes_bf16_only(geom_);
-          float* out = skip ? nullptr : rc.sum_out;
-          if (rc.sum_shortcut_bits)
+          const bool skip = sum->skip_float && yb && mask && decltype(op_)::writes_bf16_only(geom_);
+          float* out = skip ? nullptr : sum->out;
+          if (sum->shortcut_bits)
             op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
-                                  rc.sum_shortcut_bits, rc.sum_relu, out, mean_.data(), var_.data(), yb,
-                                  mask);
+                                  sum->shortcut_bits, sum->relu, out, mean_.data(), var_.data(), yb, mask);
           else
             op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
-                                  rc.sum_shortcut, rc.sum_relu, out, mean_.data(), var_.data(), yb, mask);
-          rc.sum_mask_done = mask != nullptr;
-          rc.sum_float_skipped = skip;
+                                  sum->shortcut, sum->relu, out, mean_.data(), var_.data(), yb, mask);
+          sum->mask_done = mask != nullptr;
+          sum->float_skipped = skip;
         } else {
-          op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
-                                rc.sum_shortcut, rc.sum_relu, rc.sum_out, mean_.data(), var_.data(), yb);
+          op_.forward_train_sum(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), sum->shortcut,
+                                sum->relu, sum->out, mean_.data(), var_.data(), yb);
         }
-        rc.sum_done = true;
-        publish_copy(rc, rc.sum_out, yb);
+        sum->done = true;
+        publish_copy(k, sum->out, yb);
         return true;
       } else {
-        (void)rc, (void)x;
+        (void)rc, (void)x, (void)sum;
         return false;
       }
     }
@@ -505,7 +522,7 @@ struct BatchNorm2d : LayerBase {
     // After skip_float_output_once(), only the bf16 copy when the op can
     // write it alone: y_ then keeps stale values (its size is right).
     template <class X>
-    void train_with_copy(RunContext<B, T>& rc, const X* x) {
+    void train_with_copy(RunContext<B, T>& rc, const X* x, plan::Links<T>& k) {
       const Parameters<T>& cp = *rc.params;
       std::uint16_t* yb = copy_target(rc);
       const bool skip =
@@ -513,12 +530,12 @@ struct BatchNorm2d : LayerBase {
       float_outputs_skipped_ += skip;
       op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
                         skip ? nullptr : y_.data(), mean_.data(), var_.data(), Relu, yb);
-      publish_copy(rc, y_.data(), yb);
+      publish_copy(k, y_.data(), yb);
     }
     // Where the training forward also writes its output as bf16, or nullptr:
     // with bf16 convolutions (NetOptions::conv_precision) on a CPU where they
-    // run in bf16, for the convolution that may read the output next
-    // (RunContext::bf16_of). The buffer lives until the next forward.
+    // run in bf16, for the convolutions that may read the output next
+    // (bf16_copy_to_readers). The buffer lives until the next forward.
     std::uint16_t* copy_target(const RunContext<B, T>& rc) {
       if constexpr (kBf16) {
         if (!bf16_copies_ || rc.cross_replica || !decltype(op_)::bf16_copies_useful()) return nullptr;
@@ -529,10 +546,10 @@ struct BatchNorm2d : LayerBase {
         return nullptr;
       }
     }
-    // Offers the copy (if any) of the tensor at `out` to the next layer.
-    static void publish_copy(RunContext<B, T>& rc, const T* out, const std::uint16_t* bits) {
-      rc.bf16_of = bits ? out : nullptr;
-      rc.bf16_bits = bits;
+    // Leaves the copy (if any) of the tensor at `out` for its readers.
+    static void publish_copy(plan::Links<T>& k, const T* out, const std::uint16_t* bits) {
+      k.copy_of = bits ? out : nullptr;
+      k.copy = bits;
     }
     // The training or inference forward's geometry, output and statistics buffers.
     void start(const Shape& s) {

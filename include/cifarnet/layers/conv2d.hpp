@@ -64,12 +64,20 @@ struct Conv2d : LayerBase {
       return {in.n, std::size_t(Out), geom_.oh, geom_.ow};
     }
 
-    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
-      prepare(x, rc);
+    /// `x_bf16`: a bf16 copy of x its writer made in the same pass, which a
+    /// bf16 convolution then reads instead of rounding x.
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc,
+                             const std::uint16_t* x_bf16 = nullptr) {
+      prepare(x, rc, x_bf16);
       ensure_shape(y_, geom_.out_shape(), fmt_);
       const Parameters<T>& params = *rc.params;
       op_.forward(*rc.device, geom_, x.data(), weights(params), Bias ? params.value(b_) : nullptr, y_.data());
       return y_;
+    }
+
+    /// forward() with the hand-overs of a training plan (plan::Links).
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
+      return forward(x, rc, k.input_bf16);
     }
 
     /// A training forward in the backend's own kernels (conv_bn_prologue,
@@ -85,7 +93,7 @@ struct Conv2d : LayerBase {
                                    const ops::BnNormMap<T>* in) {
       if constexpr (backend_traits<B>::conv_bn_prologue && !Bias) {
         if (!direct_forward_next(rc)) return nullptr;
-        prepare(x, rc);
+        prepare(x, rc, nullptr);
         if (!op_.direct_forward(geom_, algorithm_for(rc))) return nullptr;
         ensure_shape(y_, geom_.out_shape(), fmt_);
         op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats, in);
@@ -101,22 +109,22 @@ struct Conv2d : LayerBase {
     /// for it, no bias), for a batch norm that reads bf16 (ConvBatchNorm);
     /// y_ is not written. Returns the bits, or nullptr when this cannot run
     /// (nothing done: call forward()).
-    const std::uint16_t* forward_bf16(const Tensor<T>& x, RunContext<B, T>& rc) {
+    const std::uint16_t* forward_bf16(const Tensor<T>& x, RunContext<B, T>& rc, const std::uint16_t* x_bf16) {
       if constexpr (backend_traits<B>::bf16_gradients && !Bias) {
         if (!rc.training()) return nullptr;
-        prepare(x, rc);
+        prepare(x, rc, x_bf16);
         if (!op_.has_bf16_dst(*rc.device, geom_)) return nullptr;
         y_bf16_.resize(geom_.out_shape().size());
         op_.forward_bf16_dst(*rc.device, geom_, x.data(), weights(*rc.params), y_bf16_.data());
         return y_bf16_.data();
       } else {
-        (void)x, (void)rc;
+        (void)x, (void)rc, (void)x_bf16;
         return nullptr;
       }
     }
 
     /// Whether a training forward_bf16 of a batch of `n` given its producer's
-    /// bf16 copy of x (RunContext::bf16_of), and the backward after it, read
+    /// bf16 copy of x (forward's x_bf16), and the backward after it, read
     /// x only through that copy: the bf16-output kernel exists and the
     /// weight gradient (if any) reads the kept bf16 copy too. The producer
     /// may then skip its float output (Sequential, ConvBatchNorm).
@@ -322,7 +330,7 @@ struct Conv2d : LayerBase {
     /// Between backward_begin and backward_end: the input gradient of image
     /// i0 on (backward_images of the images before has written them), for
     /// ConvBatchNorm to finish a range in place while it is in cache
-    /// (RunContext::grad_sum); null where this backward computes no dx.
+    /// (plan::GradSum); null where this backward computes no dx.
     T* input_gradient_from(RunContext<B, T>& rc, std::size_t i0) {
       return this->need_dx(rc) ? dx_.data() + i0 * in_image() : nullptr;
     }
@@ -335,7 +343,7 @@ struct Conv2d : LayerBase {
 
     const ConvGeom& geometry() const { return geom_; }
     /// How many forward passes read the bf16 copy of x its producer wrote
-    /// (RunContext::bf16_of) instead of rounding x (tests).
+    /// (forward's x_bf16) instead of rounding x (tests).
     std::size_t bf16_inputs() const {
       if constexpr (backend_traits<B>::bf16_convolutions)
         return op_.bf16_inputs();
@@ -348,7 +356,7 @@ struct Conv2d : LayerBase {
    private:
     // Everything forward does before the op: input check, batch size, the
     // kept input, the algorithm and what the op keeps for backward.
-    void prepare(const Tensor<T>& x, RunContext<B, T>& rc) {
+    void prepare(const Tensor<T>& x, RunContext<B, T>& rc, const std::uint16_t* x_bf16) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       geom_.n = s.n;
       x_ = &x;
@@ -357,8 +365,9 @@ struct Conv2d : LayerBase {
       if constexpr (backend_traits<B>::conv_algorithms) op_.set_algorithm(algorithm_for(rc));
       if constexpr (backend_traits<B>::bf16_convolutions) {
         op_.set_keep_input(rc.training() && rc.param_grads);
-        // The bf16 copy of x its producer wrote in the same pass (RunContext::bf16_of).
-        op_.set_bf16_input(rc.input_bf16_of == x.data() ? rc.input_bf16 : nullptr);
+        op_.set_bf16_input(x_bf16);  // the copy of x its writer made (forward's x_bf16)
+      } else {
+        (void)x_bf16;
       }
     }
     // The algorithm a forward under rc runs with (prepare).

@@ -24,10 +24,6 @@
 //   out_channels(c)  output channels for c input channels (-1: unknown)
 //   container     true for types that only run children (Sequential,
 //                 Residual, Repeat, Identity): the profiler times leaves only
-//   handover_protocol  a container that passes RunContext's hand-overs to
-//                 its children as the library's do (a user's container
-//                 leaves it false and runs its children on the real
-//                 context only)
 //   keeps_input   the layer keeps a pointer to its input after an inference
 //                 forward (Tap); the plan executor then leaves that buffer be
 #pragma once
@@ -49,12 +45,6 @@ struct LayerBase {
   static constexpr int first_index = 1;
   static constexpr bool transparent = false;
   static constexpr bool container = false;
-  /// Whether this container passes the hand-overs of nn/context.hpp's
-  /// RunContext between its children as the library's containers do
-  /// (enter_child, offer_sum, take_sum). A container that does not say so
-  /// (a user's) gets only the real context: no offer reaches its children,
-  /// so two of its branches can never take one (detail::forward_child).
-  static constexpr bool handover_protocol = false;
   static constexpr int in_channels = -1;
   static constexpr int out_channels(int in) { return in; }
   /// Whether the layer keeps a pointer to its input after an inference
@@ -143,36 +133,6 @@ Shape build_child(N& node, const Shape& in, Scope& parent, BuildContext<T>& ctx,
   }
 }
 
-/// Whether L is a container that does not pass RunContext's hand-overs
-/// as the library's containers do (LayerBase::handover_protocol).
-template <class L>
-inline constexpr bool foreign_container = L::container && !L::handover_protocol;
-/// node.forward(in, rc) (backward: node.backward(in, rc)), where node is a
-/// child of type L: a foreign container runs on the real context alone
-/// (RunContext::context_only), and no hand-over outlives it in `rc`.
-template <class L, class N, class B, class T>
-const Tensor<T>& child_pass(N& node, const Tensor<T>& in, RunContext<B, T>& rc, bool backward) {
-  auto pass = [&](RunContext<B, T>& c) -> const Tensor<T>& {
-    return backward ? node.backward(in, c) : node.forward(in, c);
-  };
-  if constexpr (foreign_container<L>) {
-    RunContext<B, T> own = rc.context_only();
-    const Tensor<T>& out = pass(own);
-    rc = rc.context_only();
-    return out;
-  } else {
-    return pass(rc);
-  }
-}
-template <class L, class N, class B, class T>
-const Tensor<T>& forward_child(N& node, const Tensor<T>& x, RunContext<B, T>& rc) {
-  return child_pass<L>(node, x, rc, false);
-}
-template <class L, class N, class B, class T>
-const Tensor<T>& backward_child(N& node, const Tensor<T>& dy, RunContext<B, T>& rc) {
-  return child_pass<L>(node, dy, rc, true);
-}
-
 /// A layer type's static plan attributes (nn/plan.hpp): its plan_attrs()
 /// where it declares them (Conv2d, BatchNorm2d, Pool2d), else none.
 template <class L, class = void>
@@ -183,6 +143,15 @@ template <class L>
 struct PlanAttrsOf<L, std::void_t<decltype(L::plan_attrs())>> {
   static plan::Attrs get() { return L::plan_attrs(); }
 };
+/// Whether node N's forward takes the call's hand-overs (plan::Links):
+/// forward(x, rc, links), which the training executor then calls.
+template <class N, class B, class T, class = void>
+struct TakesLinks : std::false_type {};
+template <class N, class B, class T>
+struct TakesLinks<N, B, T,
+                  std::void_t<decltype(std::declval<N&>().forward(
+                      std::declval<const Tensor<T>&>(), std::declval<RunContext<B, T>&>(),
+                      std::declval<plan::Links<T>&>()))>> : std::true_type {};
 template <class N, class B, class T, class = void>
 struct HasEmit : std::false_type {};
 template <class N, class B, class T>
@@ -209,11 +178,14 @@ int emit_child(N& node, plan::Builder& b, int in, RunContext<B, T>& rc, const st
   if constexpr (!HasEmit<N, B, T>::value || !L::container)
     if (!b.producer(t).run.has_value()) {  // unless its emit() attached a run of its own
       plan::LayerRun<B, T> r;
-      r.forward = [&node](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
-        return forward_child<L>(node, x, c);
+      r.forward = [&node](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
+        if constexpr (TakesLinks<N, B, T>::value)
+          return node.forward(x, c, k);
+        else
+          return (void)k, node.forward(x, c);
       };
-      r.backward = [&node](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
-        return backward_child<L>(node, dy, c);
+      r.backward = [&node](const Tensor<T>& dy, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
+        return node.backward(dy, c);
       };
       r.keeps_input = L::keeps_input;
       r.times_itself = L::container;

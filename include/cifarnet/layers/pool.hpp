@@ -40,6 +40,12 @@ struct Pool2d : LayerBase {
       return {in.n, in.c, geom_.oh, geom_.ow};
     }
     const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
+      plan::Links<T> none;
+      return forward(x, rc, none);
+    }
+    /// forward() with the hand-overs of a training plan (plan::Links): the
+    /// bf16 copy of x, read instead of x after require_bf16_input.
+    const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
       const Shape s = detail::check_input(name_, in_, x, fmt_);
       geom_.n = s.n;
       ensure_shape(y_, {s.n, s.c, geom_.oh, geom_.ow}, fmt_);
@@ -49,11 +55,11 @@ struct Pool2d : LayerBase {
       padded_ = pad.dst != nullptr;
       if (std::exchange(expect_copy_, false)) {  // the producer skipped its float output
         if constexpr (kBf16In) {
-          if (rc.input_bf16_of == x.data() && rc.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
+          if (k.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
             if (padded_)
-              pad_forward(rc, rc.input_bf16, pad);
+              pad_forward(rc, k.input_bf16, pad);
             else
-              op_.forward_bf16_input(*rc.device, geom_, rc.input_bf16, y_.data());
+              op_.forward_bf16_input(*rc.device, geom_, k.input_bf16, y_.data());
             ++bf16_inputs_;
             return y_;
           }
@@ -69,8 +75,8 @@ struct Pool2d : LayerBase {
       return y_;
     }
 
-    // Average pooling written in place into the ChannelPad after it in a
-    // Sequential (nn/sequential.hpp; backend_traits<B>::pool_pad_in_place):
+    // Average pooling written in place into the ChannelPad after it
+    // (pool_into_pad; backend_traits<B>::pool_pad_in_place):
     // that layer's output, at its channel `before`, pixels `channels`
     // apart; y_ is then sized but not written, and the backward reads the
     // gradient from the padded one, which the ChannelPad hands on as it is.
@@ -91,10 +97,10 @@ struct Pool2d : LayerBase {
       const int t = b.node(name_, kind, {in}, geom_.out_shape(), plan_attrs());
       if (rc.training() && pool_pad_source) {  // the training executor's hooks (nn/train_executor.hpp)
         plan::LayerRun<B, T> r;
-        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
-          return forward(x, c);
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
+          return forward(x, c, k);
         };
-        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
           return backward(dy, c);
         };
         r.pair.pad_into = [this](const plan::PadTarget<T>& p) {
@@ -114,6 +120,11 @@ struct Pool2d : LayerBase {
               : plan::Fact::no(backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg
                                    ? "the pool's geometry is not one it writes into a pad"
                                    : "no in-place pooling into a pad on this backend");
+      b.producer(t).facts[plan::facts::kBf16InputOnly] =
+          reads_only_bf16_input(rc, b.key().batch)
+              ? plan::Fact::yes()
+              : plan::Fact::no(kBf16In ? "the pool reads float x here (fp32 training, or its geometry)"
+                                       : "no bf16 input for this pool on this backend");
       return t;
     }
     /// The next forward writes there (`written` then records what it wrote).
@@ -126,7 +137,7 @@ struct Pool2d : LayerBase {
     static constexpr std::size_t stride() { return std::size_t(S); }
     /// Forwards written in place into a channel pad (tests).
     std::size_t padded_outputs() const { return padded_outputs_; }
-    /// The bf16 residual stream (nn/sequential.hpp): whether a training
+    /// The bf16 residual stream (bf16_residual_stream): whether a training
     /// forward of a batch of `n` can read x only through its producer's
     /// bf16 copy (average pooling on backends with bf16 hand-overs, where
     /// the op takes bf16 x; the backward reads no x), and the demand that

@@ -58,12 +58,10 @@ struct ChannelPad : LayerBase {
       return dx_;
     }
 
-    // The average pool before it in a Sequential writes its output into
-    // this layer's output in place (nn/sequential.hpp;
-    // backend_traits<B>::pool_pad_in_place): the padding channels zeroed
+    // The average pool before it writes its output into this layer's
+    // output in place (pool_into_pad; backend_traits<B>::pool_pad_in_place): the padding channels zeroed
     // once per buffer, the pool's channels written by the pool, no pass
     // here; backward hands dy on as it is, and the pool reads its channels.
-    static constexpr bool pool_pad_target = true;
     /// For a batch of `n`: the output sized, its padding zeroed (where this
     /// buffer was not zeroed before), and where the pool writes (channel
     /// Before of the first pixel; pixels padded_channels() apart). The next forward
@@ -91,10 +89,10 @@ struct ChannelPad : LayerBase {
       const int t = b.node(name_, kind, {in}, Shape{1, in_.c + Before + After, in_.h, in_.w});
       if (rc.training()) {
         plan::LayerRun<B, T> r;
-        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c) -> const Tensor<T>& {
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
           return forward(x, c);
         };
-        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c) -> const Tensor<T>& {
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
           return backward(dy, c);
         };
         r.pair.pad_target = [this](RunContext<B, T>& c, std::size_t n) {

@@ -5,7 +5,10 @@
 // the data format, the network options (run-time repeat counts, initializer
 // overrides by name pattern) and whether the layer must
 // compute the gradient of its input (false for the first layer).
-// RunContext: train or inference mode, the arena, and the backend's device.
+// RunContext: train or inference mode, the arena, the backend's device and
+// the rest of the real context (profiler, gradient sync, cross-replica
+// sums). What neighbouring layers hand each other is not context: the
+// training executor passes it per call (plan::Links, nn/node_run.hpp).
 #pragma once
 
 #include <cstddef>
@@ -50,14 +53,15 @@ struct NetOptions {
   /// input gradient passed back between two ConvBatchNorm layers as bf16,
   /// i.e. the convolution's dx rounded to bf16 once (as bf16 autocast has
   /// its gradients; layers/conv_bn.hpp), and the residual path's gradient
-  /// passed back between blocks as bf16 (nn/sequential.hpp). False keeps
-  /// those gradients float.
+  /// passed back between blocks as bf16 (the training plan's rules
+  /// bf16_dx_between_conv_bn, bf16_branch_gradient, bf16_residual_gradient;
+  /// nn/plan_rules.hpp). False keeps those gradients float.
   bool bf16_gradients = true;
   /// With bf16 convolutions on a backend with bf16 gradients (oneDNN): a
   /// residual block's output kept only as bf16 where the next block reads
   /// nothing else (its identity shortcut summed from the bf16 copy; ResNet
-  /// stages, nn/sequential.hpp), as bf16 autocast keeps its activations.
-  /// False keeps the residual stream float.
+  /// stages: the rule bf16_residual_stream), as bf16 autocast keeps its
+  /// activations. False keeps the residual stream float.
   bool bf16_residuals = true;
   /// On a backend with chunked_conv_bn (oneDNN), a ConvBatchNorm's float
   /// backward runs a range of images at a time, each range of the
@@ -88,7 +92,8 @@ struct NetOptions {
   /// order, the residual sums and the gradients of tensors with several
   /// readers formed by the executor, the hand-overs between layers made
   /// where the plan's rules fired (explain_plan). False: the layer tree
-  /// runs itself, its containers making the same hand-overs.
+  /// runs itself, every layer on its own (no fusion between layers: the
+  /// reference the rules are tested against).
   bool plan_training = true;
 
   NetOptions& with_repeat(int n) {
@@ -211,31 +216,6 @@ class GradientSync {
   virtual void finish() = 0;
 };
 
-/// A batch norm's backward sums, offered by the layer whose training
-/// forward wrote the tensor `of` (its batch norm's output, or a residual
-/// block's sum of that output) to the layer that reads it,
-/// which forms the gradient of `of` in its backward and may take the sums
-/// over it there, while it is in cache (RunContext::bn_out; ConvBatchNorm on
-/// a backend with conv_bn_prologue). What the sums need: the batch norm's
-/// input `x`, its fused ReLU's a then b (`relu_ab`, or null) and its batch
-/// `mean`, `c` channels; through a sum followed by a ReLU (`masked`), the
-/// gradient of `of` goes through that ReLU's mask first. The reader writes
-/// `sums` (2c: Σ dy, Σ dy (x − mean)) and sets `given_for` to the gradient
-/// they are of; the offering layer uses them only for a dy at that address,
-/// once, and forgets them at its next forward.
-template <class T>
-struct BnSumsOffer {
-  const void* of = nullptr;
-  const T* x = nullptr;
-  const T* relu_ab = nullptr;
-  const T* mean = nullptr;
-  std::size_t c = 0;
-  bool masked = false;
-  std::vector<double> sums;
-  const void* given_for = nullptr;
-  const std::string* name = nullptr;  ///< the batch norm's name (where sums taken outside kernels are booked)
-};
-
 template <class B, class T>
 struct RunContext {
   Mode mode = Mode::Train;
@@ -255,118 +235,7 @@ struct RunContext {
   /// Whether the caller needs the model's input gradient (Model's
   /// input_gradient). True keeps every dx the build decided on.
   bool input_grad = true;
-  /// The residual sum's gradient through the previous block's ReLU in one
-  /// pass (nn/sequential.hpp, Residual): forward, the output a
-  /// Residual<..., FusedRelu> just wrote (`relu_out`, cleared by the
-  /// containers before each child) and whether the child now running reads
-  /// it as its input (`input_is_relu`); backward, the input gradient a block
-  /// returned already multiplied by that ReLU's mask, and the ReLU output
-  /// whose mask it was (`premasked_grad`, `premasked_by`).
-  const void* relu_out = nullptr;
-  bool input_is_relu = false;
-  const void* premasked_grad = nullptr;
-  const void* premasked_by = nullptr;
-  /// A residual block's backward sum offered to the layer that computes the
-  /// gradient of the block's input (nn/sequential.hpp, Residual): dx = dx +
-  /// `other`, then, with `mask_bits` (host/mask_bits.hpp) or `mask_relu`
-  /// (the ReLU output: > 0) set, times that ReLU's mask, in place — the
-  /// block's Eltwise::add / add_masked / add_masked_bits. A layer that
-  /// writes that gradient a range of images at a time (ConvBatchNorm on a
-  /// backend with chunked_conv_bn, layers/conv_bn.hpp) does it to each range
-  /// while the range is in cache, which saves the sum's read of dx from
-  /// memory and its own output's write, and sets `done`. `of`: the input
-  /// whose gradient it is (checked by pointer); `name`: where that time is
-  /// booked (kind "add"). Residual sets it around its body's backward only.
-  /// Instead of `other`, the other branch may be a downsampling shortcut
-  /// whose gradient was never formed (an average pool written in place
-  /// into a ChannelPad: Sequential::pooled_gradient): `pooled`, the padded
-  /// gradient at its channel `before`, `pooled_channels` a pixel, pooled by
-  /// `pooled_stride` (Eltwise::add_pooled forms it in the sum).
-  struct GradSumOffer {
-    const void* of = nullptr;
-    const T* other = nullptr;
-    const T* pooled = nullptr;
-    std::size_t pooled_channels = 0, pooled_stride = 0;
-    const std::uint16_t* mask_bits = nullptr;
-    const T* mask_relu = nullptr;
-    const std::string* name = nullptr;
-    bool done = false;
-  };
-  GradSumOffer grad_sum;
-  /// A batch norm's backward sums offered forward (BnSumsOffer): the layer
-  /// that just wrote `bn_out->of` names its offer, and the containers turn
-  /// it into `input_bn` for the child whose input that tensor is (checked by
-  /// pointer, dropped at any other boundary, as relu_out). A Residual hands
-  /// its input's offer to its body alone, with `input_bn_shared` set: its
-  /// shortcut reads that input too, so only a layer that also does the
-  /// block's gradient sum (grad_sum) may take the sums.
-  BnSumsOffer<T>* bn_out = nullptr;
-  BnSumsOffer<T>* input_bn = nullptr;
-  bool input_bn_shared = false;
-  /// A residual block's sum offered to the last layer of its body
-  /// (nn/sequential.hpp, Residual): a layer that can add `sum_shortcut` to
-  /// its own output in the pass that writes it (and ReLU with `sum_relu`)
-  /// writes the `sum_n` values into `sum_out` and sets `sum_done`; the
-  /// containers pass the offer to their last child only.
-  const T* sum_shortcut = nullptr;
-  T* sum_out = nullptr;
-  std::size_t sum_n = 0;
-  bool sum_relu = false;
-  bool sum_done = false;
-  /// With the offer, where its ReLU's mask may go as bits (backends with
-  /// sum_mask_bits; host/mask_bits.hpp): the layer that takes the offer
-  /// writes them when it can and sets `sum_mask_done`. Forward, a block
-  /// whose output has such bits names them (`relu_mask`, for the output at
-  /// `relu_mask_of`), for the next block's gradient sum (Residual).
-  std::uint16_t* sum_mask = nullptr;
-  bool sum_mask_done = false;
-  /// With the offer, the shortcut as bf16 bits instead of `sum_shortcut`
-  /// (`sum_shortcut_bits`: a residual stream kept in bf16, whose float
-  /// values were not written), and whether the sum may go out as its bf16
-  /// copy and mask bits alone (`sum_skip_float`; the layer sets
-  /// `sum_float_skipped` when it did so).
-  const std::uint16_t* sum_shortcut_bits = nullptr;
-  bool sum_skip_float = false;
-  bool sum_float_skipped = false;
-  const void* relu_mask_of = nullptr;
-  const std::uint16_t* relu_mask = nullptr;
-  /// The residual path's gradient as bf16 bits between two blocks
-  /// (Residual, with bf16 gradients): forward, a block that can take its
-  /// output's gradient as bits names the buffer they go to (`grad_bits`,
-  /// for the output at `grad_bits_of`; the body's last layer's dy buffer);
-  /// backward, the next block's sum writes its input gradient there instead
-  /// of into a float tensor and names the output it is the gradient of
-  /// (`grad_bits_by`), which the earlier block checks before reading them.
-  const void* grad_bits_of = nullptr;
-  std::uint16_t* grad_bits = nullptr;
-  const void* grad_bits_by = nullptr;
-  /// A bfloat16 copy of the tensor a layer just wrote (`bf16_of`: its
-  /// elements, `bf16_bits`: the copy, written in the same pass), for a bf16
-  /// convolution that reads that tensor next; the containers turn it into
-  /// `input_bf16` for the child whose input it is (checked by pointer,
-  /// dropped at any other boundary), and a convolution uses it only for an
-  /// x at `input_bf16_of` (layers/conv2d.hpp).
-  const T* bf16_of = nullptr;
-  const std::uint16_t* bf16_bits = nullptr;
-  const T* input_bf16_of = nullptr;
-  const std::uint16_t* input_bf16 = nullptr;
   bool training() const { return mode == Mode::Train; }
-  /// A copy with the real context only (mode, arena, device, weight
-  /// gradients, cross-replica sums, profiler, gradient sync, input
-  /// gradient) and none of the hand-overs above: what a container that
-  /// does not pass them on runs its children with (layers/layer.hpp).
-  RunContext context_only() const {
-    RunContext c;
-    c.mode = mode;
-    c.params = params;
-    c.device = device;
-    c.param_grads = param_grads;
-    c.cross_replica = cross_replica;
-    c.profiler = profiler;
-    c.grad_sync = grad_sync;
-    c.input_grad = input_grad;
-    return c;
-  }
   /// Whether a node must produce dx now, given `params_before`, the number
   /// of parameters registered before it (forward order): only if the model's
   /// input gradient is wanted or a parameter before it requires a gradient

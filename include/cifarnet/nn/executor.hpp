@@ -68,10 +68,10 @@ class InferenceExecutor {
           break;
         case Kind::Layer: {
           const Tensor<T>& in = *slots_[std::size_t(s.in)].f;
+          plan::Links<T> none;  // inference: no hand-overs between layers
           const Tensor<T>& y =
               detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false,
-                               [&]() -> const Tensor<T>& { return s.layer->forward(in, rc); });
-          rc = rc.context_only();  // no hand-over outlives a layer
+                               [&]() -> const Tensor<T>& { return s.layer->forward(in, rc, none); });
           slots_[std::size_t(s.out)] = Slot{&y, nullptr};
           break;
         }

@@ -147,7 +147,7 @@ class Model {
       if (const auto* e = train_executor(batch))
         s += e->describe();
       else
-        s += "training executor: off (NetOptions::plan_training): the layers run themselves\n";
+        s += "training executor: off (NetOptions::plan_training): the layers run themselves, unfused\n";
     } else {
       if (const auto* e = executor(batch))
         s += e->describe();
@@ -183,7 +183,7 @@ class Model {
   /// (ok(), why()); then the layers run themselves. One per key: the batch
   /// and what the layers' answers depend on at run time (weight gradients,
   /// the first parameter needing one, synchronized batch norm, the input
-  /// gradient), as the layer tree's decisions are.
+  /// gradient).
   TrainExecutor<B, T>* train_executor(std::size_t batch) {
     if (!options_.plan_training || batch == 0) return nullptr;
     const PlanKey key{
@@ -287,11 +287,9 @@ class Model {
   NodeType& root() { return *node_; }
 
  private:
-  // What the step plan decided for a step of `mode` on `n` images, written
-  // into the containers that act on it (plan::Plan::decisions), once per
-  // key: the mode, the batch, and what the layers' answers depend on at run
-  // time (weight gradients, the first parameter needing one, synchronized
-  // batch norm, the input gradient).
+  // What a training executor is made for: the mode, the batch, and what
+  // the layers' answers depend on at run time (weight gradients, the first
+  // parameter needing one, synchronized batch norm, the input gradient).
   struct PlanKey {
     Mode mode;
     std::size_t n, first_grad;
@@ -301,21 +299,6 @@ class Model {
              cross == o.cross && input_grad == o.input_grad;
     }
   };
-  void decide(Mode mode, std::size_t n) {
-    const PlanKey key{
-        mode, n, params_.first_requiring_grad(), param_grads_, cross_replica_ != nullptr, input_gradient_};
-    if (decided_ && key == decided_key_) return;
-    auto it =
-        std::find_if(decisions_.begin(), decisions_.end(), [&](const auto& d) { return d.first == key; });
-    if (it == decisions_.end()) {
-      decisions_.emplace_back(key, step_plan(mode, n).decisions());
-      it = decisions_.end() - 1;
-    }
-    for (const auto& [sink, bits] : it->second) *sink = bits;
-    decided_key_ = key;
-    decided_ = true;
-  }
-
   RunContext<B, T> run_context(Mode mode) {
     RunContext<B, T> rc;
     rc.mode = mode;
@@ -331,9 +314,6 @@ class Model {
   std::vector<std::unique_ptr<InferenceExecutor<B, T>>> executors_;  // executor(), per batch size
   std::vector<std::pair<PlanKey, std::unique_ptr<TrainExecutor<B, T>>>> train_executors_;  // train_executor()
   TrainExecutor<B, T>* trained_by_ = nullptr;  // the executor that ran the last training forward (or null)
-  std::vector<std::pair<PlanKey, std::vector<std::pair<std::uint8_t*, std::uint8_t>>>> decisions_;
-  PlanKey decided_key_{};
-  bool decided_ = false;
   DataFormat fmt_;
   NetOptions options_;
   Shape input_, output_;
@@ -487,7 +467,6 @@ const Tensor<T>& Model<Net, B, T>::forward_on_device(const Tensor<T>& x, Mode mo
     trained_by_ = e;
     return e->forward(*in, rc);
   }
-  decide(mode, s.n);
   return node_->forward(*in, rc);
 }
 

@@ -11,17 +11,105 @@
 // with the PairHooks the training executor's rules call (ConvBatchNorm,
 // ChannelPad, Pool2d). Container nodes ("identity", "add") carry nothing:
 // the executors run them themselves.
+//
+// The hand-overs between layers are explicit: the training executor passes
+// each layer call the Links its rules gave it (a bf16 copy of its input, a
+// residual sum to write, batch norm sums, a backward sum), and nothing
+// about its neighbours goes through RunContext.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/nn/context.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet::plan {
+
+/// A batch norm's backward sums, handed by the layer that wrote tensor
+/// `of` (its batch norm's output, or the residual sum that batch norm
+/// wrote) to the layer that reads it, which forms the gradient of `of` in
+/// its backward and takes the sums over it there, while it is in cache
+/// (bn_sums_in_next_conv_backward). What the sums need: the batch norm's
+/// input `x`, its fused ReLU's a then b (`relu_ab`, or null) and its batch
+/// `mean`, `c` channels; through a sum followed by a ReLU (`masked`), the
+/// gradient of `of` goes through that ReLU's mask first. The reader writes
+/// `sums` (2c: sum dy, sum dy (x - mean)) and sets `given_for` to the
+/// gradient they are of; the writer uses them only for a dy at that
+/// address, once, and forgets them at its next forward.
+template <class T>
+struct BnSums {
+  const void* of = nullptr;
+  const T* x = nullptr;
+  const T* relu_ab = nullptr;
+  const T* mean = nullptr;
+  std::size_t c = 0;
+  bool masked = false;
+  std::vector<double> sums;
+  const void* given_for = nullptr;
+  const std::string* name = nullptr;  ///< the batch norm's name (where sums taken outside kernels are booked)
+};
+
+/// The residual sum a layer writes in the pass that writes its own output
+/// (residual_sum_in_bn): out = own output + `shortcut` (or the bf16 bits
+/// `shortcut_bits`), then the ReLU with `relu`; its mask as bits into
+/// `mask` where given and the layer can; only as its bf16 copy and mask
+/// where `skip_float` (bf16_residual_stream). The layer reports what it did.
+template <class T>
+struct SumInPass {
+  const T* shortcut = nullptr;
+  const std::uint16_t* shortcut_bits = nullptr;
+  T* out = nullptr;
+  std::size_t n = 0;
+  bool relu = false;
+  std::uint16_t* mask = nullptr;
+  bool skip_float = false;
+  bool done = false, mask_done = false, float_skipped = false;  ///< set by the layer
+};
+
+/// A residual block's backward sum done by the layer that computes the
+/// gradient of the block's input (residual_sum_in_conv_backward): dx = dx
+/// + `other` (or, for a downsampling shortcut written in place into a
+/// channel pad, the pooled gradient formed from `pooled`: that pad's
+/// gradient at its channel `before`, `pooled_channels` a pixel, pooled by
+/// `pooled_stride`), then times the ReLU mask of `mask_bits` or
+/// `mask_relu` (> 0) where given, on each range of dx while it is in
+/// cache. `of`: the input whose gradient it is; `name`: where its time is
+/// booked. The layer sets `done`.
+template <class T>
+struct GradSum {
+  const void* of = nullptr;
+  const T* other = nullptr;
+  const T* pooled = nullptr;
+  std::size_t pooled_channels = 0, pooled_stride = 0;
+  const std::uint16_t* mask_bits = nullptr;
+  const T* mask_relu = nullptr;
+  const std::string* name = nullptr;
+  bool done = false;
+};
+
+/// The hand-overs of one layer call, passed explicitly by the training
+/// executor where the plan's rules fired (nn/train_executor.hpp): what the
+/// call is given (null: nothing) and what it leaves for its readers. A
+/// layer without fusions never sees one.
+template <class T>
+struct Links {
+  // forward, given
+  const std::uint16_t* input_bf16 = nullptr;  ///< the bf16 copy of the input its writer made
+  BnSums<T>* input_sums = nullptr;            ///< the sums the input's writer hands over
+  bool input_sums_shared = false;             ///< the input has another reader (a block's shortcut)
+  SumInPass<T>* sum = nullptr;                ///< the residual sum to write in the same pass
+  // forward, left for the readers
+  BnSums<T>* sums_out = nullptr;  ///< the sums over what it wrote (the output, or sum->out)
+  const T* copy_of = nullptr;     ///< a bf16 copy of what it wrote: of which tensor
+  const std::uint16_t* copy = nullptr;
+  // backward, given
+  GradSum<T>* grad_sum = nullptr;  ///< the block's sum to do on its dx
+};
 
 /// Where a pool writes its output in place into the channel pad after it:
 /// that pad's output at channel `before` of the first pixel, pixels
@@ -72,10 +160,11 @@ struct PairHooks {
 /// A layer's own forward and backward: the layer's output for input x
 /// (owned by the layer, valid until its next forward), and after a
 /// training forward, its input gradient for output gradient dy (empty where
-/// the layer computes none: nothing before it needs one).
+/// the layer computes none: nothing before it needs one), each with the
+/// call's hand-overs (Links; empty where no rule fired there).
 template <class B, class T>
 struct LayerRun {
-  using Pass = std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&)>;
+  using Pass = std::function<const Tensor<T>&(const Tensor<T>&, RunContext<B, T>&, Links<T>&)>;
   Pass forward;
   Pass backward;
   bool keeps_input = false;  ///< LayerBase::keeps_input: its input must stay as it is until the next run

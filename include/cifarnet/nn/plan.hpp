@@ -42,10 +42,9 @@ struct Key {
   DataFormat fmt = DataFormat::NCHW;
   ConvPrecision precision = ConvPrecision::F32;
   std::string backend;  ///< "reference", "onednn", "cuda"
-  /// A training plan that the training executor runs (nn/train_executor.hpp)
-  /// rather than the layer tree: it carries the rules out, and the verdicts
-  /// it cannot make in its order are withdrawn with the reason
-  /// (plan::train_executor_rules).
+  /// A training plan that the training executor runs (nn/train_executor.hpp),
+  /// carrying the rules out; false: the layer tree runs the step itself,
+  /// unfused, and no training rule fires (NetOptions::plan_training off).
   bool train_executor = false;
 };
 
@@ -86,15 +85,17 @@ inline constexpr const char* kBf16OutputAlone =
 inline constexpr const char* kBf16Dy = "bf16_dy";      ///< can take its dy as bf16 bits
 inline constexpr const char* kTakesSum = "takes_sum";  ///< can add a residual block's sum in its pass
 inline constexpr const char* kSumMask = "sum_mask";    ///< can write that sum's ReLU mask as bits
+inline constexpr const char* kBf16Sum =
+    "bf16_sum";  ///< can read that sum's shortcut as bf16 bits and write the sum as bf16 and mask alone
 inline constexpr const char* kBf16Copy =
     "bf16_copy";  ///< its training forward writes a bf16 copy of its output (or of its sum)
 inline constexpr const char* kOffersSums =
     "offers_sums";  ///< its backward sums can be taken by the next layer
-// an average pool
+// an average pool (and kBf16InputOnly)
 inline constexpr const char* kPadsInPlace = "pads_in_place";  ///< can write into the ChannelPad after it
 // a residual block's sum ("add")
 inline constexpr const char* kBf16Stream =
-    "bf16_stream";  ///< the block can read its input only as bf16 (and mask bits)
+    "bf16_stream";  ///< the block may read its input only as bf16 (and mask bits), where its readers can
 inline constexpr const char* kSkipFloat =
     "skip_float";  ///< the block can write its output as bf16 and mask bits alone
 inline constexpr const char* kSumNeeded =
@@ -136,34 +137,11 @@ struct Node {
   }
 };
 
-/// The neighbour hand-overs today's executor can make across a tensor
-/// written by one child of a container and read by the next one (the
-/// containers pair neighbouring children by their types: a Sequential or a
-/// Repeat; nn/sequential.hpp). A rule over two nodes that needs one says
-/// so where it is missing.
-enum Pairing : unsigned {
-  kConvBnPair = 1,   ///< two ConvBatchNorm
-  kPoolPadPair = 2,  ///< an average pool and the ChannelPad after it
-  kBlockPair = 4,    ///< two residual blocks (or containers starting/ending with one)
-};
-
-/// What a container does between two neighbouring children, decided by the
-/// rules (Plan::decisions) and read by the container at run time.
-enum Decision : std::uint8_t {
-  kDecideDefer = 1,      ///< bn_output_into_next_conv
-  kDecideBf16Alone = 2,  ///< bn_bf16_output_alone, bf16_residual_stream
-  kDecideBf16Dx = 4,     ///< bf16_dx_between_conv_bn
-  kDecidePoolPad = 8,    ///< pool_into_pad
-};
-
 struct TensorInfo {
-  Shape shape;                   ///< with n = the key's batch
-  std::size_t bytes = 0;         ///< of its float values
-  int producer = -1;             ///< node id, -1: the model's input
-  std::vector<int> consumers;    ///< node ids, in order
-  unsigned pairing = 0;          ///< Pairing bits, where neighbouring children write and read it
-  std::uint8_t* sink = nullptr;  ///< where the container that pairs them reads the decisions (Decision bits)
-  std::string between;           ///< those children's kinds, "a|b" (empty: not between neighbours)
+  Shape shape;                 ///< with n = the key's batch
+  std::size_t bytes = 0;       ///< of its float values
+  int producer = -1;           ///< node id, -1: the model's input
+  std::vector<int> consumers;  ///< node ids, in order
 };
 
 /// A rule's decision at one match of its pattern (`nodes`, the anchor first).
@@ -206,25 +184,6 @@ class Plan {
       if (v.rule == rule) ++m, f += v.fires;
     if (matched) *matched = m;
     return f;
-  }
-  /// What each container must do between its neighbouring children: for
-  /// every tensor with a sink, the Decision bits of the pair rules that
-  /// fired across it (0 where none did). Model writes them before a step.
-  std::vector<std::pair<std::uint8_t*, std::uint8_t>> decisions() const {
-    std::vector<std::pair<std::uint8_t*, std::uint8_t>> d;
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      if (!tensors[t].sink) continue;
-      std::uint8_t bits = 0;
-      for (const Verdict& v : verdicts) {
-        if (!v.fires || nodes[std::size_t(v.nodes[0])].output != int(t)) continue;
-        if (v.rule == "bn_output_into_next_conv") bits |= kDecideDefer;
-        if (v.rule == "bn_bf16_output_alone" || v.rule == "bf16_residual_stream") bits |= kDecideBf16Alone;
-        if (v.rule == "bf16_dx_between_conv_bn") bits |= kDecideBf16Dx;
-        if (v.rule == "pool_into_pad") bits |= kDecidePoolPad;
-      }
-      d.emplace_back(tensors[t].sink, bits);
-    }
-    return d;
   }
   /// The single consumer of tensor t, or -1 (none, or several).
   int only_consumer(int t) const {
@@ -363,16 +322,6 @@ class Builder {
     n.output = tensor(out, id);
     plan_.nodes.push_back(std::move(n));
     return plan_.nodes.back().output;
-  }
-  /// Tensor t is written by one child of a container and read by the next
-  /// one, of kinds `a` and `b`, which the executor pairs as `pairing` says.
-  /// `sink`: where that container reads what the rules decided for the
-  /// pair (Plan::decisions).
-  void between(int t, const char* a, const char* b, unsigned pairing, std::uint8_t* sink = nullptr) {
-    TensorInfo& ti = plan_.tensors.at(std::size_t(t));
-    ti.between = std::string(a) + "|" + b;
-    ti.pairing = pairing;
-    ti.sink = sink;
   }
   /// The node that wrote tensor t (for a layer to record facts on it).
   Node& producer(int t) { return plan_.nodes.at(std::size_t(plan_.tensors.at(std::size_t(t)).producer)); }

@@ -9,14 +9,14 @@
 //
 // The executors carry the verdicts out (nn/executor.hpp in inference,
 // nn/train_executor.hpp in training; docs/ARCHITECTURE.md, "The step
-// plan"); the layer tree, where it still runs itself (NetOptions::
-// plan_training off), reads the verdicts between neighbours from the plan
-// and decides the rest the same way, and tests check after real steps that
-// every verdict is what it did. The one hand-over the layer tree makes
-// that is not a rule for it is listed by not_yet_rules().
+// plan"), passing each layer call the hand-overs its verdicts give it
+// (plan::Links). Where the layer tree runs a training step itself
+// (NetOptions::plan_training off) every layer runs on its own: the
+// training rules' patterns are listed, none fires.
 #pragma once
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +32,21 @@ struct RuleInfo {
   const char* name;
   const char* saves;
 };
+
+/// The rules inside one layer (a ConvBatchNorm's two parts, a batch norm
+/// and its activation): the layer does them whoever runs it, the layer
+/// tree too. Every other rule hands something between layers, which only
+/// the executors do.
+inline bool within_layer(const std::string& rule) {
+  static const char* const r[] = {"conv_bn_fold",
+                                  "bn_activation",
+                                  "conv_bn_bf16_output",
+                                  "bn_bf16_dx_to_conv",
+                                  "bn_stats_in_conv_epilogue",
+                                  "bn_dx_in_conv_prologue",
+                                  "conv_bn_ranged_backward"};
+  return std::find(std::begin(r), std::end(r), rule) != std::end(r);
+}
 
 /// Every rule, in the order apply_rules() runs them.
 inline const std::vector<RuleInfo>& rules() {
@@ -84,16 +99,6 @@ inline const std::vector<RuleInfo>& rules() {
   return r;
 }
 
-/// Hand-overs today's executor still negotiates inside Residual and
-/// ConvBatchNorm at run time, not yet stated as rules (describe() lists them).
-inline const std::vector<std::string>& not_yet_rules() {
-  static const std::vector<std::string> r = {
-      "the bf16 copy of a batch norm's output read by the next bf16 convolution (where its output is also "
-      "written as float; with the training executor, the rule bf16_copy_to_readers)",
-  };
-  return r;
-}
-
 /// The backend's capabilities the rules read directly (the rest come as
 /// facts recorded by the layers).
 struct Caps {
@@ -131,6 +136,23 @@ inline void withdraw(Plan& p, Verdict& v, std::string reason) {
     auto& f = p.nodes[std::size_t(i)].fused;
     f.erase(std::remove(f.begin(), f.end(), v.rule), f.end());
   }
+}
+/// The tensor t is, looking through identities (the executors alias them).
+inline int through_identities(const Plan& p, int t) {
+  for (int w = p.tensors[std::size_t(t)].producer;
+       w >= 0 && at(p, w).kind == "identity" && at(p, w).inputs.size() == 1;
+       w = p.tensors[std::size_t(t)].producer)
+    t = at(p, w).inputs[0];
+  return t;
+}
+/// The residual sum of the block that reads the output of block sum i as
+/// its input (through identities: an empty Repeat between stages), or -1.
+inline int next_block(const Plan& p, int i) {
+  for (std::size_t j = std::size_t(i) + 1; j < p.nodes.size(); ++j)
+    if (p.nodes[j].kind == "add" && p.nodes[j].block_input >= 0 &&
+        through_identities(p, p.nodes[j].block_input) == at(p, i).output)
+      return int(j);
+  return -1;
 }
 /// Who reads node i's output, in words (for reasons).
 inline std::string readers(const Plan& p, int i) {
@@ -210,11 +232,10 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
   }
 }
 
-/// apply_rules for a plan the training executor runs (Key::train_executor,
-/// nn/train_executor.hpp), which makes every hand-over the layer tree makes,
-/// as the rules decided: where it orders the work otherwise, the verdicts
-/// that need the layer tree's order are withdrawn with the reason; then its
-/// own rule, a batch norm's bf16 copy to every layer that reads its output.
+/// apply_rules' last part for a plan the training executor runs
+/// (Key::train_executor, nn/train_executor.hpp): where its order of work
+/// cannot carry a verdict out, the verdict is withdrawn with the reason;
+/// then a batch norm's bf16 copy to every layer that reads its output.
 template <class MakeVerdict>
 void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
   using namespace rules_detail;
@@ -279,7 +300,12 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
 /// recorded on their nodes (Node::fused).
 inline void apply_rules(Plan& p, const Caps& caps) {
   using namespace rules_detail;
+  const bool tree = p.key.training && !p.key.train_executor;
   auto verdict = [&](const char* rule, std::vector<int> nodes, bool fires, std::string reason) {
+    if (tree && fires && !within_layer(rule)) {  // a hand-over the layer tree does not make
+      fires = false;
+      reason = "the layer tree runs the step, every layer on its own (NetOptions::plan_training is off)";
+    }
     if (fires)
       for (int i : nodes) p.nodes[std::size_t(i)].fused.push_back(rule);
     p.verdicts.push_back({rule, std::move(nodes), fires, fires ? std::string() : std::move(reason)});
@@ -357,19 +383,13 @@ inline void apply_rules(Plan& p, const Caps& caps) {
         std::string("the backend runs the ") + (n.attrs.relu ? "ReLU" : "GELU") + " as a pass of its own");
   }
   // Two ConvBatchNorm, the first one's batch norm b feeding the second one's
-  // convolution: what the executor hands between them (Sequential pairs them).
+  // convolution (its only reader): what the executor hands between them.
   for (int b = 0; b < count; ++b) {
     const Node& bn = at(p, b);
     if (bn.kind != "bn" || bn.layer.empty() || !train) continue;
-    const TensorInfo& t = p.tensors[std::size_t(bn.output)];
     const int r = p.only_consumer(bn.output);
-    std::string why;
-    if (r < 0 || !conv_of_pair(p, r))
-      why = readers(p, b) + ", not to the convolution of a ConvBatchNorm";
-    else if (!(t.pairing & kConvBnPair))
-      why = "'" + bn.name + "' and '" + at(p, r).name +
-            "' are not neighbouring children of one Sequential (the executor pairs only those)";
-    if (!why.empty()) {
+    if (r < 0 || !conv_of_pair(p, r)) {
+      const std::string why = readers(p, b) + ", not to the convolution of a ConvBatchNorm";
       if (r >= 0 && (at(p, r).kind == "identity" || conv_of_pair(p, r)))
         for (const char* rule :
              {"bn_output_into_next_conv", "bn_bf16_output_alone", "bf16_dx_between_conv_bn"})
@@ -392,13 +412,10 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     if (n.kind != "avg_pool") continue;
     const int r = p.only_consumer(n.output);
     if (r < 0 || at(p, r).kind != "channel_pad") continue;
-    if (!(p.tensors[std::size_t(n.output)].pairing & kPoolPadPair))
-      verdict("pool_into_pad", {i, r}, false, "not neighbouring children of one Sequential");
-    else
-      by_fact("pool_into_pad", {i, r}, n, facts::kPadsInPlace);
+    by_fact("pool_into_pad", {i, r}, n, facts::kPadsInPlace);
   }
-  // Residual blocks: the sum in the body's last batch norm; the bf16 stream
-  // and the ReLU mask between a block and the block reading its output.
+  // Residual blocks: the sum in the body's last batch norm; the ReLU mask
+  // of a block applied in the sum of the block reading its output.
   for (int i = 0; i < count; ++i) {
     const Node& add = at(p, i);
     if (add.kind != "add" || add.block_input < 0) continue;
@@ -416,22 +433,10 @@ inline void apply_rules(Plan& p, const Caps& caps) {
                                "), not a batch norm");
       }
     }
-    // The block that reads this block's output, if one does directly.
-    int next = -1;
-    for (int j = i + 1; j < count; ++j)
-      if (at(p, j).kind == "add" && at(p, j).block_input == add.output) next = j;
-    if (next < 0) continue;
     if (train) {
-      verdict("residual_mask_in_sum", {i, next}, add.attrs.relu, "the block has no fused ReLU");
-      const TensorInfo& t = p.tensors[std::size_t(add.output)];
-      auto [skip, wskip] = fact(add, facts::kSkipFloat);
-      auto [read, wread] = fact(at(p, next), facts::kBf16Stream);
-      std::string why =
-          !(t.pairing & kBlockPair)
-              ? "not neighbouring blocks of a Sequential or Repeat (the executor pairs only those)"
-          : !skip ? "this block: " + wskip
-                  : "the next block: " + wread;
-      verdict("bf16_residual_stream", {i, next}, (t.pairing & kBlockPair) && skip && read, why);
+      const int next = next_block(p, i);
+      if (next >= 0)
+        verdict("residual_mask_in_sum", {i, next}, add.attrs.relu, "the block has no fused ReLU");
     }
   }
   if (!train) return inference_rules(p, caps, verdict);
@@ -470,6 +475,48 @@ inline void apply_rules(Plan& p, const Caps& caps) {
               : !bits ? "the previous block: " + wbits
                       : "the previous block's batch norm: " + wbn);
     }
+  }
+  // The residual stream in bf16 between a block and the block reading its
+  // output: this block's sum (written by its body's last batch norm, with
+  // its ReLU mask as bits) written only as its bf16 copy and mask, where
+  // every reader of it can read that alone: the next block's convolutions
+  // and pools their input, its identity shortcut as the bf16 shortcut its
+  // last batch norm sums.
+  for (int i = 0; i < count; ++i) {
+    const Node& add = at(p, i);
+    if (add.kind != "add" || add.block_input < 0) continue;
+    const int next = next_block(p, i);
+    if (next < 0) continue;
+    auto [skip, wskip] = fact(add, facts::kSkipFloat);
+    auto [stream, wstream] = fact(at(p, next), facts::kBf16Stream);
+    const int body_last = p.tensors[std::size_t(add.inputs[0])].producer;
+    std::string why =
+        !skip                                  ? "this block: " + wskip
+        : !stream                              ? "the next block: " + wstream
+        : !fired_at("residual_sum_in_bn", i)   ? "this block's sum is not its batch norm's"
+        : !fired_at("relu_mask_bits", i, next) ? "this block's ReLU mask is not written as bits"
+        : !fact(at(p, body_last), facts::kBf16OutputAlone).first
+            ? "this block's last batch norm: " + fact(at(p, body_last), facts::kBf16OutputAlone).second
+            : "";
+    for (int r : p.tensors[std::size_t(add.output)].consumers) {
+      if (!why.empty()) break;
+      const Node& n = at(p, r);
+      if (n.kind == "identity" && n.output == at(p, next).inputs[1]) {  // the next block's shortcut
+        const int last = p.tensors[std::size_t(at(p, next).inputs[0])].producer;
+        if (!fired_at("residual_sum_in_bn", next))
+          why = "the next block's sum is not its batch norm's";
+        else if (!fact(at(p, last), facts::kBf16Sum).first)
+          why = "the next block's last batch norm: " + fact(at(p, last), facts::kBf16Sum).second;
+      } else if (n.kind == "conv" || n.kind == "avg_pool") {
+        auto [only, wonly] = fact(n, facts::kBf16InputOnly);
+        if (!only) why = "'" + n.name + "': " + wonly;
+      } else if (n.kind == "identity") {
+        why = "the identity '" + n.name + "' between the blocks";
+      } else {
+        why = "'" + n.name + "' (" + n.kind + ") reads it as float";
+      }
+    }
+    verdict("bf16_residual_stream", {i, next}, why.empty(), why);
   }
   for (int i = 0; i < count; ++i) {
     const Node& add = at(p, i);
@@ -529,11 +576,15 @@ inline void apply_rules(Plan& p, const Caps& caps) {
       auto [need, wneed] = fact(at(p, j), facts::kSumNeeded);
       // this block's own input: the mask as bits too, or no mask at all
       const bool own = prev < 0 || !fired_at("residual_mask_in_sum", prev, i) || mask_bits;
-      verdict("bf16_residual_gradient", {i, j}, cap && dy && need && own,
+      // the same bits go to its shortcut: an identity passes them on
+      const int sc = p.tensors[std::size_t(add.inputs[1])].producer;
+      const bool ident = sc >= 0 && at(p, sc).kind == "identity";
+      verdict("bf16_residual_gradient", {i, j}, cap && dy && need && own && ident,
               !cap    ? wcap
               : !dy   ? "its body's last batch norm: " + wdy
               : !need ? "the next block: " + wneed
-                      : "this block's own input mask is not bits");
+              : !own  ? "this block's own input mask is not bits"
+                      : "its shortcut is not an identity (it takes a float gradient)");
     }
   }
   // A batch norm's backward sums taken by the next convolution's backward:
@@ -574,16 +625,11 @@ inline void apply_rules(Plan& p, const Caps& caps) {
   train_executor_rules(p, verdict);
 }
 
-/// The plan in words with every rule (Plan::describe) and the hand-overs
-/// that are not rules yet.
+/// The plan in words with every rule (Plan::describe).
 inline std::string describe(const Plan& p) {
   std::vector<std::pair<std::string, std::string>> r;
   for (const RuleInfo& i : rules()) r.emplace_back(i.name, i.saves);
-  std::string s = p.describe(r);
-  if (p.key.training && p.key.train_executor) return s;  // the executor's rules are all above
-  s += "not yet rules (decided inside the layers at run time):\n";
-  for (const std::string& n : not_yet_rules()) s += "  " + n + "\n";
-  return s;
+  return p.describe(r);
 }
 
 }  // namespace cifarnet::plan

@@ -15,11 +15,11 @@
 //
 // The hand-overs between layers are the plan's rules (nn/plan_rules.hpp):
 // where one fired, the executor makes it for that one layer call, through
-// the RunContext fields the layer reads and the hooks it offers
-// (plan::PairHooks: a ConvBatchNorm's bf16 dy and bits backward, its
-// output skipped or left as a map, a pad's target for the pool before it);
-// no container negotiates anything, and each layer runs on the real
-// context otherwise (RunContext::context_only). docs/ARCHITECTURE.md, "The
+// the call's explicit plan::Links (a bf16 copy of the input, a residual sum
+// to write, batch norm sums, a backward sum) and the hooks the layer
+// offers (plan::PairHooks: a ConvBatchNorm's bf16 dy and bits backward,
+// its output skipped or left as a map, a pad's target for the pool before
+// it); no container negotiates anything. docs/ARCHITECTURE.md, "The
 // training executor", lists what it does for each rule.
 //
 // Buffers: a sum's output and the gradients the executor forms (a ReLU's
@@ -33,6 +33,7 @@
 #include <any>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -69,8 +70,8 @@ class TrainExecutor {
   const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc) {
     if (!ok()) throw std::logic_error("TrainExecutor::forward: " + why_);
     if (!rc.training()) throw std::logic_error("TrainExecutor::forward: the executor runs training steps");
-    rc = rc.context_only();
     values_[std::size_t(plan_.input)] = &x;
+    carried_.clear();
     std::fill(copies_.begin(), copies_.end(), nullptr);
     std::fill(offers_.begin(), offers_.end(), nullptr);
     for (Step& s : steps_) {
@@ -108,7 +109,6 @@ class TrainExecutor {
   /// as the layers' own backward may.
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
-    rc = rc.context_only();
     for (Grad& g : grads_) g = Grad{};
     if (rc.params) own_params(*rc.params);
     needed_.assign(plan_.tensors.size(), true);
@@ -130,6 +130,14 @@ class TrainExecutor {
     }
     const Tensor<T>* dx = grads_[std::size_t(plan_.input)].a ? resolve(plan_.input, rc) : nullptr;
     return dx ? *dx : none_;
+  }
+
+  /// How many times the last forward and backward (since the last forward)
+  /// carried out `rule` (nn/plan_rules.hpp) where its verdict fired, as the
+  /// layers reported it done: what tests compare with the verdicts.
+  std::size_t carried(const std::string& rule) const {
+    const auto it = carried_.find(rule);
+    return it == carried_.end() ? 0 : it->second;
   }
 
   /// The executor's steps and buffers in words (Model::explain_plan).
@@ -213,78 +221,79 @@ class TrainExecutor {
     bool premasked = false;  // a is through the ReLU mask of the sum that wrote the tensor
   };
 
-  // A layer's training forward, with what the rules give it: the bf16 copy
-  // of its input that the input's writer made (bf16_copy_to_readers), the
-  // residual sum after it to write in its own pass (residual_sum_in_bn);
-  // and what it leaves: a bf16 copy of what it wrote.
+  // A layer's training forward, with what the rules give it (plan::Links):
+  // the bf16 copy of its input that the input's writer made
+  // (bf16_copy_to_readers), the batch norm sums its writer handed over
+  // (bn_sums_in_next_conv_backward), the residual sum after it to write in
+  // its own pass (residual_sum_in_bn); and what it leaves: its batch norm
+  // sums and a bf16 copy of what it wrote.
   void layer_forward(Step& s, const Tensor<T>& in, RunContext<B, T>& rc) {
     const plan::LayerRun<B, T>& l = *s.layer;
-    if (s.float_alone) l.pair.skip_float_output();  // bn_bf16_output_alone: the earlier layer
-    if (s.bf16_in) l.pair.require_bf16_input();     // and the later one
-    if (s.defer_to >= 0)  // bn_output_into_next_conv: the earlier layer's output as the later one's map
+    if (s.float_alone) l.pair.skip_float_output(), count("bn_bf16_output_alone");  // the earlier layer
+    if (s.bf16_in) l.pair.require_bf16_input();  // the later one (or a reader of a bf16 stream)
+    if (s.defer_to >= 0) {  // bn_output_into_next_conv: the earlier layer's output as the later one's map
       steps_[std::size_t(s.defer_to)].layer->pair.take_normalised_input(l.pair.defer_output());
-    if (s.pad_step >= 0)  // pool_into_pad: the pool writes into the pad's output
+      count("bn_output_into_next_conv");
+    }
+    if (s.pad_step >= 0) {  // pool_into_pad: the pool writes into the pad's output
       l.pair.pad_into(steps_[std::size_t(s.pad_step)].layer->pair.pad_target(rc, shape_of(in, fmt_).n));
-    if (s.takes_sums && offers_[std::size_t(s.in)]) {  // bn_sums_in_next_conv_backward: the earlier's offer
-      rc.input_bn = offers_[std::size_t(s.in)];
-      rc.input_bn_shared = plan_.tensors[std::size_t(s.in)].consumers.size() > 1;
+      count("pool_into_pad");
     }
-    if (const std::uint16_t* c = copies_[std::size_t(s.in)]) {
-      rc.input_bf16_of = in.data();
-      rc.input_bf16 = c;
+    plan::Links<T> k;
+    if (s.takes_sums) {  // bn_sums_in_next_conv_backward: the earlier's sums
+      k.input_sums = offers_[std::size_t(s.in)];
+      k.input_sums_shared = plan_.tensors[std::size_t(s.in)].consumers.size() > 1;
+      if (k.input_sums) count("bn_sums_in_next_conv_backward");
     }
+    k.input_bf16 = copies_[std::size_t(s.in)];
     Step* sum = s.sum_into >= 0 ? &steps_[std::size_t(s.sum_into)] : nullptr;
+    plan::SumInPass<T> into;
     if (sum) {
       Tensor<T>& y = sum->value;
       ensure_shape(y, plan_.tensors[std::size_t(sum->out)].shape, fmt_);
-      rc.sum_shortcut = values_[std::size_t(sum->in2)]->data();
-      rc.sum_out = y.data();
-      rc.sum_n = y.size();
-      rc.sum_relu = sum->relu;
-      rc.sum_done = rc.sum_mask_done = false;
+      into.shortcut = values_[std::size_t(sum->in2)]->data();
+      into.out = y.data();
+      into.n = y.size();
+      into.relu = sum->relu;
       if (sum->wants_bits) {
         sum->mask_bits.resize(y.size() / 16);
-        rc.sum_mask = sum->mask_bits.data();
+        into.mask = sum->mask_bits.data();
       }
       // bf16_residual_stream: the shortcut (an identity) read as its bf16
       // copy; the sum written as its copy and mask bits alone
       if (sum->shortcut_bits) {
-        rc.sum_shortcut_bits = copies_[std::size_t(sum->in2)];
-        if (!rc.sum_shortcut_bits)
+        into.shortcut_bits = copies_[std::size_t(sum->in2)];
+        if (!into.shortcut_bits)
           throw std::logic_error("TrainExecutor: the sum '" + sum->name +
                                  "' has no bf16 copy of its shortcut");
       }
-      rc.sum_skip_float = sum->skip_float && sum->wants_bits;
-      rc.sum_float_skipped = false;
+      into.skip_float = sum->skip_float && sum->wants_bits;
+      k.sum = &into;
     }
-    auto pass = [&]() -> const Tensor<T>& { return l.forward(in, rc); };
+    auto pass = [&]() -> const Tensor<T>& { return l.forward(in, rc, k); };
     const Tensor<T>& out =
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), false, pass);
     values_[std::size_t(s.out)] = &out;
     if (sum) {
-      sum->summed = rc.sum_done;
-      sum->has_bits = rc.sum_done && rc.sum_mask_done;
-      sum->float_skipped = rc.sum_done && rc.sum_float_skipped;
+      sum->summed = into.done;
+      sum->has_bits = into.done && into.mask_done;
+      sum->float_skipped = into.done && into.float_skipped;
       if (sum->shortcut_bits && !sum->summed)
         throw std::logic_error("TrainExecutor: the sum '" + sum->name + "' of a bf16 shortcut was not taken");
+      if (sum->summed) count("residual_sum_in_bn");
+      if (sum->has_bits) count("relu_mask_bits");
+      if (sum->float_skipped) count("bf16_residual_stream");
     }
-    // the batch norm sums the layer offered for the tensor it wrote
-    if (rc.bn_out) {
-      if (sum && sum->summed) {
-        if (rc.bn_out->of == sum->value.data()) offers_[std::size_t(sum->out)] = rc.bn_out;
-      } else if (rc.bn_out->of == out.data()) {
-        offers_[std::size_t(s.out)] = rc.bn_out;
-      }
+    // what the layer left for the tensor it wrote (or the sum it wrote):
+    // its batch norm sums, its bf16 copy
+    const bool summed = sum && sum->summed;
+    const int t = summed ? sum->out : s.out;
+    const void* wrote = summed ? static_cast<const void*>(sum->value.data()) : out.data();
+    if (k.sums_out && k.sums_out->of == wrote) offers_[std::size_t(t)] = k.sums_out;
+    if (k.copy && s.copy_out && k.copy_of == wrote) {
+      copies_[std::size_t(t)] = k.copy;
+      count("bf16_copy_to_readers");
     }
-    // the copy the layer published, of its output or of the sum it wrote
-    if (rc.bf16_of && s.copy_out) {
-      if (sum && sum->summed) {
-        if (rc.bf16_of == sum->value.data()) copies_[std::size_t(sum->out)] = rc.bf16_bits;
-      } else if (rc.bf16_of == out.data()) {
-        copies_[std::size_t(s.out)] = rc.bf16_bits;
-      }
-    }
-    rc = rc.context_only();  // no hand-over outlives a layer
   }
 
   // y = a + b where the mask bit is set (no mask: y = a + b), each of a
@@ -352,9 +361,11 @@ class TrainExecutor {
     std::uint16_t* to = nullptr;
     if (s.dx_bits_to >= 0) {
       to = steps_[std::size_t(s.dx_bits_to)].layer->pair.dy_bits();
+      count("bf16_dx_between_conv_bn");
     } else if (s.dx_bits_to == kOwnBits) {
       s.dx_bits.resize(values_[std::size_t(s.in)]->size());
       to = s.dx_bits.data();
+      count("bf16_branch_gradient");
     }
     const int in = root_[std::size_t(s.in)];  // the tensor the input is (through aliases)
     const Grad& d = grads_[std::size_t(in)];
@@ -367,26 +378,30 @@ class TrainExecutor {
         pad && !d.a && pad->a.f && !pad->b &&
         steps_[std::size_t(s.pooled_by)].layer->pair.pooled_gradient(before, channels, stride);
     const bool sum = !to && dy && s.sum_in_backward && ((d.a.f && !d.b) || pooled);
+    plan::Links<T> k;
+    plan::GradSum<T> gs;
     if (sum) {
-      rc.grad_sum.of = values_[std::size_t(s.in)]->data();
+      gs.of = values_[std::size_t(s.in)]->data();
       if (pooled) {
-        rc.grad_sum.pooled = pad->a.f->data() + before;
-        rc.grad_sum.pooled_channels = channels;
-        rc.grad_sum.pooled_stride = stride;
+        gs.pooled = pad->a.f->data() + before;
+        gs.pooled_channels = channels;
+        gs.pooled_stride = stride;
       } else {
-        rc.grad_sum.other = d.a.f->data();
+        gs.other = d.a.f->data();
       }
-      rc.grad_sum.mask_relu = s.mask_input ? values_[std::size_t(s.in)]->data() : nullptr;
-      rc.grad_sum.name = &s.sum_name;
+      gs.mask_relu = s.mask_input ? values_[std::size_t(s.in)]->data() : nullptr;
+      gs.name = &s.sum_name;
+      k.grad_sum = &gs;
     }
     auto pass = [&]() -> const Tensor<T>& {
-      return dy && !to ? l.backward(*dy, rc) : l.pair.backward_bits(dy, rc, to);
+      return dy && !to ? l.backward(*dy, rc, k) : l.pair.backward_bits(dy, rc, to);
     };
     const Tensor<T>& dx =
         l.times_itself ? pass() : detail::profiled(rc.profiler, s.name, s.prof_kind.c_str(), true, pass);
-    const bool done = sum && rc.grad_sum.done;
-    rc = rc.context_only();  // no hand-over outlives a layer
-    if (done && pooled)      // the shortcut's gradient is in it: its pad and pool have none to pass back
+    const bool done = sum && gs.done;
+    if (done) count("residual_sum_in_conv_backward");
+    if (done && pooled) count("pooled_shortcut_gradient");
+    if (done && pooled)  // the shortcut's gradient is in it: its pad and pool have none to pass back
       grads_[std::size_t(pad_out)] = Grad{};
     if (done)  // dx is the input's whole gradient (through the mask)
       grads_[std::size_t(in)] = Grad{Part{&dx, nullptr}, Part{}, false, s.mask_input};
@@ -405,6 +420,7 @@ class TrainExecutor {
     Grad& d = grads_[std::size_t(s.out)];
     Part g;
     if (!s.relu || (d.premasked && !d.b)) {
+      if (s.relu) count("residual_mask_in_sum");  // the reader's backward applied it (mask_input)
       g = d.b ? Part{resolve(s.out, rc), nullptr} : d.a;
     } else {
       match_shape(s.masked, s.value.shape());
@@ -412,10 +428,11 @@ class TrainExecutor {
       detail::profiled(rc.profiler, s.name, "add", true, [&] {
         const std::size_t n = s.value.size();
         if (d.b && (s.has_bits || (s.mask_in_sum && !d.a.bits && !d.b.bits))) {
+          count("residual_mask_in_sum");
           if (s.has_bits) {
             std::uint16_t* yb =
                 s.grad_bits_to >= 0 ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits() : nullptr;
-            if (yb) out = Part{nullptr, yb};
+            if (yb) out = Part{nullptr, yb}, count("bf16_residual_gradient");
             sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), yb ? nullptr : s.masked.data(), yb);
           } else {
             add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), s.masked.data());
@@ -653,16 +670,20 @@ class TrainExecutor {
         const plan::Node& b = p.nodes[std::size_t(v.nodes[1])];
         const int ai = step_at[std::size_t(v.nodes[0])], bi = step_at[std::size_t(v.nodes[1])];
         const auto& readers = p.tensors[std::size_t(b.block_input)].consumers;
-        if (ai < 0 || bi < 0 || readers.size() != 2 || b.block_input != a.output)
+        if (ai < 0 || bi < 0 || b.block_input != a.output)
           return fail("bf16_residual_stream between '" + a.name + "' and '" + b.name + "' that do not meet");
         steps_[std::size_t(ai)].skip_float = true;
         // the next block reads the sum only as its copy: its identity
         // shortcut in its sum, its average pool and its body's first layer
-        const plan::Node& sc = p.nodes[std::size_t(readers[0])];
-        if (sc.kind == "identity") steps_[std::size_t(bi)].shortcut_bits = true;
         for (int r : readers) {
           const int k = step_at[std::size_t(r)];
-          if (p.nodes[std::size_t(r)].kind == "identity") continue;
+          if (p.nodes[std::size_t(r)].kind == "identity") {
+            if (p.nodes[std::size_t(r)].output != b.inputs[1])
+              return fail("bf16_residual_stream into the identity '" + p.nodes[std::size_t(r)].name +
+                          "', which is not the next block's shortcut");
+            steps_[std::size_t(bi)].shortcut_bits = true;
+            continue;
+          }
           if (!hooks(k) || !hooks(k)->require_bf16_input)
             return fail("bf16_residual_stream into '" + p.nodes[std::size_t(r)].name +
                         "', which reads float");
@@ -706,7 +727,7 @@ class TrainExecutor {
   std::vector<Step> steps_;
   std::vector<const Tensor<T>*> values_;      // per tensor, during forward and backward
   std::vector<const std::uint16_t*> copies_;  // per tensor: its bf16 copy, where its writer made one
-  std::vector<BnSumsOffer<T>*> offers_;       // per tensor: the batch norm sums its writer offered
+  std::vector<plan::BnSums<T>*> offers_;      // per tensor: the batch norm sums its writer offered
   std::vector<Grad> grads_;                   // per tensor, during backward
   std::vector<Tensor<T>> sums_;               // per tensor with several readers: their gradients' sum
   std::vector<int> root_;                     // per tensor: the tensor it is (through aliases)
@@ -720,6 +741,8 @@ class TrainExecutor {
   std::vector<bool> requires_ = {};                    // per step: it owns a parameter needing a gradient
   std::vector<bool> final_;                            // per parameter: its gradient is final
   std::size_t frontier_ = 0;                           // every parameter from it on is final
+  std::map<std::string, std::size_t> carried_;         // per rule: how often the last step carried it out
+  void count(const char* rule) { ++carried_[rule]; }
   ops::Eltwise<B, T> add_;
   ops::Relu<B, T> relu_;
 };

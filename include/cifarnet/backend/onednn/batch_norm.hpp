@@ -290,7 +290,7 @@ struct BatchNorm<backend::OneDnn, T> {
   /// backward_sums' two sums over g's images of dy (at those images, as x),
   /// with relu_ab (a then b, or null) for the ReLU's mask and `mean` as the
   /// shift, added into `sums` (2 g.c): a range of an earlier batch norm's
-  /// dy at a time, while it is in cache (ConvBatchNorm's ranges, BnSumsOffer),
+  /// dy at a time, while it is in cache (ConvBatchNorm's ranges, plan::BnSums),
   /// its sums then given (backward_sums_given). Blocked float sums into
   /// double as backward_sums; the ranges' totals added in range order.
   CIFARNET_OUTLINE void add_backward_sums(Dev& dev, const ChannelGeom& g, const float* x, const float* dy,
