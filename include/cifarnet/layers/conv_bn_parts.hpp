@@ -85,8 +85,8 @@ class ConvBnTraining : public ConvBnParts<B, T, ConvL, BnL> {
                     [&]() -> const Tensor<T>& { return bn_.forward(a, rc, k); });
   }
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc, plan::GradSum<T>*) {
-    const Tensor<T>& da =
-        profiled(rc.profiler, bn_name_, "bn", true, [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
+    const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true,
+                                   [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
     return profiled(rc.profiler, conv_name_, "conv", true,
                     [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
   }
@@ -97,11 +97,13 @@ class ConvBnTraining : public ConvBnParts<B, T, ConvL, BnL> {
     for (const char* k : {f::kBf16Output, f::kBf16Backward, f::kStatsEpilogue, f::kDirectBackward,
                           f::kRangedBackward, f::kNormalisedInput, f::kBf16InputOnly, f::kBf16Dx})
       cn.facts[k] = none;
-    cn.facts[f::kNeedsDx] = conv_.needs_input_gradient(rc) ? plan::Fact::yes()
-                                                           : plan::Fact::no("nothing before it needs a gradient");
+    cn.facts[f::kNeedsDx] = conv_.needs_input_gradient(rc)
+                                ? plan::Fact::yes()
+                                : plan::Fact::no("nothing before it needs a gradient");
     for (const char* k : {f::kBf16Sum, f::kOffersSums, f::kDeferOutput, f::kBf16Dy, f::kBf16OutputAlone})
       bnode.facts[k] = none;
-    bnode.facts[f::kSumMask] = bn_.writes_sum_mask(n) ? plan::Fact::yes() : plan::Fact::no("no mask bits here");
+    bnode.facts[f::kSumMask] =
+        bn_.writes_sum_mask(n) ? plan::Fact::yes() : plan::Fact::no("no mask bits here");
     bnode.facts[f::kBf16Copy] =
         bn_.writes_bf16_copy(rc) ? plan::Fact::yes() : plan::Fact::no("no bf16 copies on this backend");
     bnode.facts[f::kTakesSum] =
