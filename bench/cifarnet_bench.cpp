@@ -33,8 +33,9 @@
 // (Mode::Infer, batch 100, or --infer-batch: 1 for latency; through the plan
 // executor unless --plan-executor 0, so that one binary times both).
 // --plan-training 1 runs the training benchmarks through the training
-// executor (NetOptions::plan_training, nn/train_executor.hpp) instead of
-// the layer tree.
+// executor (NetOptions::plan_training, nn/train_executor.hpp, the default);
+// 0 through the layer tree, every layer on its own (no fusion between
+// layers).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -306,7 +307,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int training_executor = p.training_executor ? 1 : 0;
   app.add_option("--plan-training", training_executor,
-                 "1: training through the training executor (NetOptions::plan_training); 0: the layer tree.")
+                 "1: training through the training executor (NetOptions::plan_training); 0: the layer tree, "
+                 "every layer on its own (no fusion between layers).")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--plan-training", a.training_executor,
                  "1: the training passes through the training executor (NetOptions::plan_training); 0: the "
-                 "layer tree.")
+                 "layer tree, every layer on its own.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
   bench_cli::add_conv_flags(app, a.alg, a.prec);
