@@ -125,10 +125,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per, given, gs);
     if (direct_bn(rc))
       return backward_ranges(dy, rc, n, given, gs);  // one range: the own kernels all the same
-    const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true,
-                                   [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
-    return profiled(rc.profiler, conv_name_, "conv", true,
-                    [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
+    return this->backward_parts(dy, rc);
   }
 
   /// The facts the rules read on its two nodes, at the plan's batch `n`.

@@ -59,6 +59,13 @@ class ConvBnParts {
   std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0, range_bn_sums_ = 0;
 
  protected:
+  // The batch norm's backward, then the convolution's, each booked under its name.
+  const Tensor<T>& backward_parts(const Tensor<T>& dy, RunContext<B, T>& rc) {
+    const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true,
+                                   [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
+    return profiled(rc.profiler, conv_name_, "conv", true,
+                    [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
+  }
   static constexpr std::size_t kOut = std::size_t(ConvL::out_channels(0));
   node_t<ConvL, B, T> conv_;
   node_t<BnL, B, T> bn_;
@@ -85,10 +92,7 @@ class ConvBnTraining : public ConvBnParts<B, T, ConvL, BnL> {
                     [&]() -> const Tensor<T>& { return bn_.forward(a, rc, k); });
   }
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc, plan::GradSum<T>*) {
-    const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true,
-                                   [&]() -> const Tensor<T>& { return bn_.backward(dy, rc); });
-    return profiled(rc.profiler, conv_name_, "conv", true,
-                    [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
+    return this->backward_parts(dy, rc);
   }
   /// The facts the rules read: no pattern of the pair on this backend.
   void record_facts(plan::Node& cn, plan::Node& bnode, RunContext<B, T>& rc, std::size_t n) {
