@@ -8,7 +8,7 @@
 //   OMP_NUM_THREADS=2 build/bench/cifarnet_bench [--only resnet20,tfcnn,...] [--formats nhwc,nchw]
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
 //       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
-//       [--infer-batch 100] [--plan-executor 1|0] [--plan-training 0|1]
+//       [--infer-batch 100] [--plan-executor 1|0] [--plan-training 0|1] [--rules-off a,b|all]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -35,7 +35,9 @@
 // --plan-training 1 runs the training benchmarks through the training
 // executor (NetOptions::plan_training, nn/train_executor.hpp, the default);
 // 0 through the layer tree, every layer on its own (no fusion between
-// layers).
+// layers). --rules-off names fusion rules (nn/plan_rules.hpp) to turn off
+// (NetOptions::rules_off; all: every one): what one rule is worth is the
+// ratio of two runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,6 +82,7 @@ struct Protocol {
   std::size_t infer_batch = 100;                                    // --infer-batch
   bool executor = NetOptions{}.plan_executor;                       // --plan-executor
   bool training_executor = NetOptions{}.plan_training;              // --plan-training
+  std::vector<std::string> rules_off;                               // --rules-off
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -154,7 +157,8 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
                                       .with_conv_precision(p.prec)
                                       .with_conv_bn_chunk_bytes(p.chunk_kib * 1024)
                                       .with_direct_conv_bn(p.direct)
-                                      .with_plan_training(p.training_executor),
+                                      .with_plan_training(p.training_executor)
+                                      .with_rules_off(p.rules_off),
                                   1);
   if (p.explain) print_plan(name, fmt, net, Mode::Train, batch);
   Rng rng(2);
@@ -197,9 +201,12 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
 template <class Net>
 Result infer_bench(const std::string& name, DataFormat fmt, NetOptions opts, std::size_t batch,
                    const Protocol& p) {
-  Model<Net, backend::OneDnn> net(
-      {3, 32, 32}, fmt,
-      opts.with_conv_algorithm(p.alg).with_conv_precision(p.prec).with_plan_executor(p.executor), 1);
+  Model<Net, backend::OneDnn> net({3, 32, 32}, fmt,
+                                  opts.with_conv_algorithm(p.alg)
+                                      .with_conv_precision(p.prec)
+                                      .with_plan_executor(p.executor)
+                                      .with_rules_off(p.rules_off),
+                                  1);
   if (p.explain) print_plan(name, fmt, net, Mode::Infer, batch);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
@@ -311,6 +318,12 @@ int main(int argc, char** argv) {
                  "every layer on its own (no fusion between layers).")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();
+  std::vector<std::string> rule_choices{"all"};
+  for (const plan::RuleInfo& r : plan::rules()) rule_choices.push_back(r.name);
+  app.add_option("--rules-off", p.rules_off,
+                 "Fusion rules to turn off, comma-separated (NetOptions::rules_off; all: every one).")
+      ->delimiter(',')
+      ->check(CLI::IsMember(rule_choices));
   app.add_option("--profile", profile, "1: a per-layer profile after each training benchmark; 0: none.")
       ->check(CLI::IsMember({0, 1}))
       ->capture_default_str();

@@ -87,6 +87,7 @@ struct BatchNorm2d : LayerBase {
       mmean_ = ctx.add_param(scope, "moving_mean", {in.c}, Initializer::zeros(), false);
       mvar_ = ctx.add_param(scope, "moving_variance", {in.c}, Initializer::ones(), false);
       bf16_copies_ = kBf16 && ctx.options && ctx.options->conv_precision == ConvPrecision::BF16;
+      fuse_act_ = (kFused || kFusedGelu) && ctx.rule_on("bn_activation");
       return in;
     }
 
@@ -107,7 +108,7 @@ struct BatchNorm2d : LayerBase {
         double m = double(s.n * s.h * s.w);
         // A GELU the op does not fuse runs here on bn(x), kept in z_ for its backward.
         T* bn_out = y_.data();
-        if (Gelu && (!kFusedGelu || rc.cross_replica)) {
+        if (Gelu && !act_in_op(rc)) {
           ensure_shape(z_, s, fmt_);
           bn_out = z_.data();
         }
@@ -121,19 +122,23 @@ struct BatchNorm2d : LayerBase {
             infer(rc, x, mean_.data(), var_.data());
           }
         } else if (!train_sum(rc, x.data(), k)) {  // else a residual block's sum, in this pass
-          if constexpr (kBf16)                     // and a bf16 copy of y for a bf16 convolution after it
-            train_with_copy(rc, x.data(), k);
-          else if constexpr (kFused)
-            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
-                              mean_.data(), var_.data(), true);
-          else if constexpr (kFusedGelu)
-            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
-                              mean_.data(), var_.data(), ops::BnActivation::Gelu);
-          else
+          if (!act_fused()) {  // the activation as a pass of its own (bn_activation does not apply)
             op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), bn_out,
                               mean_.data(), var_.data());
-          if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
-          if constexpr (Gelu && !kFusedGelu) gelu_.forward(*rc.device, z_.size(), z_.data(), y_.data());
+            if (Relu) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
+            if (Gelu) gelu_.forward(*rc.device, z_.size(), z_.data(), y_.data());
+          } else if constexpr (kBf16) {  // and a bf16 copy of y for a bf16 convolution after it
+            train_with_copy(rc, x.data(), k);
+          } else if constexpr (kFused) {
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
+                              mean_.data(), var_.data(), true);
+          } else if constexpr (kFusedGelu) {
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
+                              mean_.data(), var_.data(), ops::BnActivation::Gelu);
+          } else {
+            op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
+                              mean_.data(), var_.data());
+          }
         }
         update_moving(rc, m);
       } else {
@@ -173,12 +178,12 @@ struct BatchNorm2d : LayerBase {
       // The ReLU's mask (dy where y > 0) or the GELU's derivative: fused into
       // the op, or applied here.
       const T* g = dy.data();
-      if (Relu && !(kFused && !rc.cross_replica)) {
+      if (Relu && !act_in_op(rc)) {
         ensure_shape(masked_, geom_.shape(), fmt_);
         relu_.backward(*rc.device, masked_.size(), y_.data(), dy.data(), masked_.data());
         g = masked_.data();
       }
-      if (Gelu && !(kFusedGelu && !rc.cross_replica)) {
+      if (Gelu && !act_in_op(rc)) {
         ensure_shape(masked_, geom_.shape(), fmt_);
         gelu_.backward(*rc.device, masked_.size(), z_.data(), dy.data(), masked_.data());
         g = masked_.data();
@@ -193,6 +198,9 @@ struct BatchNorm2d : LayerBase {
       if (rc.cross_replica)  // synchronized BN (ops::SyncBatchNorm)
         sync_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(),
                        *rc.cross_replica, dx_.data(), dg, db);
+      else if (!act_fused())  // the activation's backward done above
+        op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
+                     db);
       else if constexpr (kFused)
         op_.backward(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(), dx_.data(), dg,
                      db, true);
@@ -212,7 +220,7 @@ struct BatchNorm2d : LayerBase {
     /// any) fused, no synchronized batch norm.
     bool chunkable(const RunContext<B, T>& rc) const {
       if constexpr (kChunked)
-        return rc.training() && !rc.cross_replica;
+        return rc.training() && !rc.cross_replica && act_fused();
       else
         return (void)rc, false;
     }
@@ -348,9 +356,9 @@ struct BatchNorm2d : LayerBase {
     /// synchronized BN, no GELU, the ReLU (if any) fused into the op.
     bool backward_bf16_ready(const RunContext<B, T>& rc) const {
       if constexpr (kBf16)
-        return !rc.cross_replica;
+        return !rc.cross_replica && act_fused();
       else
-        return false;
+        return (void)rc, false;
     }
     /// backward() with dx written as bfloat16 bits into `dx_bf16` (the
     /// buffer of the bf16 convolution in front of it, Conv2d's bf16_dy)
@@ -393,7 +401,8 @@ struct BatchNorm2d : LayerBase {
     /// where they run in bf16, no synchronized batch norm.
     bool writes_bf16_copy(const RunContext<B, T>& rc) const {
       if constexpr (kBf16)
-        return rc.training() && bf16_copies_ && !rc.cross_replica && decltype(op_)::bf16_copies_useful();
+        return rc.training() && bf16_copies_ && act_fused() && !rc.cross_replica &&
+               decltype(op_)::bf16_copies_useful();
       else
         return (void)rc, false;
     }
@@ -423,7 +432,7 @@ struct BatchNorm2d : LayerBase {
     bool writes_bf16_alone(const RunContext<B, T>& rc, std::size_t n) const {
       if constexpr (kBf16) {
         const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
-        return bf16_copies_ && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
+        return bf16_copies_ && act_fused() && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
                decltype(op_)::writes_bf16_only(g);
       } else {
         return (void)rc, (void)n, false;
@@ -538,7 +547,8 @@ struct BatchNorm2d : LayerBase {
     // (bf16_copy_to_readers). The buffer lives until the next forward.
     std::uint16_t* copy_target(const RunContext<B, T>& rc) {
       if constexpr (kBf16) {
-        if (!bf16_copies_ || rc.cross_replica || !decltype(op_)::bf16_copies_useful()) return nullptr;
+        if (!bf16_copies_ || !act_fused() || rc.cross_replica || !decltype(op_)::bf16_copies_useful())
+          return nullptr;
         y_bits_.resize(geom_.size());
         return y_bits_.data();
       } else {
@@ -577,7 +587,12 @@ struct BatchNorm2d : LayerBase {
     // y_ = bn(x) with the given statistics (+ ReLU).
     void infer(RunContext<B, T>& rc, const Tensor<T>& x, const T* mean, const T* var) {
       const Parameters<T>& P = *rc.params;
-      if constexpr (kFused)
+      if (!act_fused()) {  // the activation as a pass of its own (bn_activation does not apply)
+        op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
+                          y_.data());
+        if (Relu) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
+        if (Gelu) gelu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
+      } else if constexpr (kFused)
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data(), true);
       else if constexpr (kFusedGelu)
@@ -586,9 +601,12 @@ struct BatchNorm2d : LayerBase {
       else
         op_.forward_infer(*rc.device, geom_, eps_, x.data(), P.value(gamma_), P.value(beta_), mean, var,
                           y_.data());
-      if constexpr (Relu && !kFused) relu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
-      if constexpr (Gelu && !kFusedGelu) gelu_.forward(*rc.device, y_.size(), y_.data(), y_.data());
     }
+    // Whether the op runs the activation in its passes (bn_activation):
+    // a backend that fuses it, and the rule on; true without an activation.
+    bool act_fused() const { return !(Relu || Gelu) || fuse_act_; }
+    // act_fused() for this pass: synchronized BN runs the activation apart.
+    bool act_in_op(const RunContext<B, T>& rc) const { return fuse_act_ && !rc.cross_replica; }
     ops::BatchNorm<B, T> op_;
     ops::Relu<B, T> relu_;  // the ReLU and its mask where the op does not fuse them
     // The GELU where the op does not fuse it (a placeholder in layers without
@@ -607,6 +625,7 @@ struct BatchNorm2d : LayerBase {
     std::vector<std::uint16_t> y_bits_;      // copy_target's buffer (host backends only)
     bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
     bool skip_float_once_ = false;           // skip_float_output_once, for the next forward
+    bool fuse_act_ = false;                  // the op fuses the ReLU or GELU and bn_activation is on (build)
     std::size_t float_outputs_skipped_ = 0, deferred_forwards_ = 0;
   };
 };

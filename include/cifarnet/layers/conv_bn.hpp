@@ -74,6 +74,7 @@ struct ConvBatchNorm : LayerBase {
       }
       if constexpr (backend_traits<B>::bf16_convolutions)
         op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
+      fold_on_ = ctx.rule_on("conv_bn_fold");
       folded_w_.assign(std::size_t(K) * std::size_t(K) * in.c * std::size_t(Out), T(0));
       folded_b_.assign(std::size_t(Out), T(0));
       return b;
@@ -108,6 +109,11 @@ struct ConvBatchNorm : LayerBase {
       const int a = b.node(conv_name, "conv", {in}, out, ConvL::plan_attrs(), conv_name);
       const int y = b.node(t_.bn_name(), "bn", {a}, out, BnL::plan_attrs(), conv_name);
       plan::Node& cn = b.producer(a);
+      if (!rc.training() && !fold_on_) {  // the two parts in turn, by the layer tree
+        cn.facts[plan::facts::kEpilogueConv] =
+            plan::Fact::no("conv_bn_fold is turned off (NetOptions::rules_off)");
+        return y;
+      }
       if (!rc.training()) {  // the plan executor runs the folded convolution itself (nn/executor.hpp)
         cn.facts[plan::facts::kEpilogueConv] = plan::Fact::yes();
         cn.run = plan::ConvRun<B, T>{
@@ -166,6 +172,7 @@ struct ConvBatchNorm : LayerBase {
    private:
     // y = conv(x, w * s) + (beta - mean * s) [+ ReLU] with the moving statistics.
     const Tensor<T>& infer(const Tensor<T>& x, RunContext<B, T>& rc) {
+      if (!fold_on_) return t_.bn().forward(t_.conv().forward(x, rc), rc);  // conv_bn_fold off
       ConvGeom g = t_.conv().geometry();
       const Shape s = detail::check_input(t_.conv_name(), Shape{1, g.ic, g.ih, g.iw}, x, g.fmt);
       g.n = s.n;
@@ -202,6 +209,7 @@ struct ConvBatchNorm : LayerBase {
     ops::Relu<B, T> relu_;  // where the convolution does not fuse it
     std::vector<T> folded_w_, folded_b_;
     std::uint64_t fold_stamp_ = 0;  // versions summed at the last fold (0: none yet)
+    bool fold_on_ = true;           // the rule conv_bn_fold (NetOptions::rules_off)
     Tensor<T> y_;
   };
 };

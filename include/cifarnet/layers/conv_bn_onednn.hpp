@@ -39,6 +39,8 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   using Base = ConvBnParts<B, T, ConvL, BnL>;
   using Base::bf16_dx_, Base::chunk_bytes_, Base::conv_, Base::conv_name_, Base::float_convs_,
       Base::hand_overs_;
+  using Base::bf16_dx_conv_on_, Base::bf16_output_on_, Base::dx_prologue_on_, Base::ranged_on_,
+      Base::stats_epilogue_on_;
   using Base::bn_, Base::bn_name_, Base::kOut;
 
  public:
@@ -70,9 +72,9 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     const std::uint16_t* lp = nullptr;
     const Tensor<T>* with_stats = nullptr;  // the convolution took the batch norm's statistics
     const Tensor<T>& a = profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
-      if (bn_.backward_bf16_ready(rc)) lp = conv_.forward_bf16(x, rc, k.input_bf16);
+      if (bf16_pair(rc)) lp = conv_.forward_bf16(x, rc, k.input_bf16);
       if (lp) return x;
-      if (float_convs_ && bn_.chunkable(rc)) {
+      if (float_convs_ && bn_.chunkable(rc) && stats_epilogue_on_) {
         stats_buf_.resize(2 * kOut);
         with_stats = conv_.forward_stats(x, rc, stats_buf_.data(), in_norm_);
       }
@@ -120,7 +122,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     // bf16 convolutions: the batch norm writes its dx as bf16 straight
     // into the buffer the convolution's backward reads (no float dx, no
     // conversion pass; the same rounding).
-    if (bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc)) return backward_io(&dy, rc, nullptr);
+    if (bf16_backward(rc)) return backward_io(&dy, rc, nullptr);
     const std::size_t n = conv_.geometry().n;
     if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per, given, gs);
     if (direct_bn(rc))
@@ -142,15 +144,21 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
                                                    : "synchronized batch norm";
     const bool chunk = float_convs_ && bn_.chunkable(rc);
     const bool bf16 = bn_.backward_bf16_ready(rc) && !float_convs_;
-    cn.facts[f::kBf16Output] = fact(bf16 && conv_.has_bf16_output(rc),
-                                    bf16 ? "no bf16-output kernel for this convolution" : bf16_why);
-    cn.facts[f::kBf16Backward] = fact(bf16 && conv_.bf16_dy(rc) != nullptr,
-                                      bf16 ? "no bf16 backward kernel for this convolution" : bf16_why);
+    cn.facts[f::kBf16Output] =
+        fact(bf16_pair(rc) && conv_.has_bf16_output(rc),
+             this->off_or(bf16_output_on_, bf16 ? "no bf16-output kernel for this convolution" : bf16_why));
+    cn.facts[f::kBf16Backward] =
+        fact(bf16_backward(rc), !bf16_pair(rc)      ? "needs conv_bn_bf16_output, which does not apply"
+                                : !bf16_dx_conv_on_ ? "turned off (NetOptions::rules_off)"
+                                                    : "no bf16 backward kernel for this convolution");
     const std::string fwd_why = conv_.direct_why_not(rc, true), bwd_why = conv_.direct_why_not(rc, false);
-    cn.facts[f::kStatsEpilogue] = fact(chunk && conv_.direct_forward_next(rc), chunk ? fwd_why : chunk_why);
-    cn.facts[f::kDirectBackward] = fact(direct_bn(rc), chunk ? bwd_why : chunk_why);
+    cn.facts[f::kStatsEpilogue] = fact(chunk && stats_epilogue_on_ && conv_.direct_forward_next(rc),
+                                       this->off_or(stats_epilogue_on_, chunk ? fwd_why : chunk_why));
+    cn.facts[f::kDirectBackward] =
+        fact(direct_bn(rc), this->off_or(dx_prologue_on_, chunk ? bwd_why : chunk_why));
     cn.facts[f::kRangedBackward] =
-        fact(range_images(rc, n) != 0, !chunk          ? chunk_why
+        fact(range_images(rc, n) != 0, !ranged_on_     ? "turned off (NetOptions::rules_off)"
+                                       : !chunk        ? chunk_why
                                        : !chunk_bytes_ ? "NetOptions::conv_bn_chunk_bytes is 0"
                                                        : "the batch fits one range of NetOptions::conv_bn_"
                                                          "chunk_bytes");
@@ -213,13 +221,13 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   /// Whether this layer's next training forward of a batch of `n` reads
   /// its input only through the previous layer's bf16 copy.
   bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
-    return bn_.backward_bf16_ready(rc) && conv_.reads_only_bf16_input(rc, n);
+    return bf16_pair(rc) && conv_.reads_only_bf16_input(rc, n);
   }
   /// Whether a training forward of a batch of `n` that takes a residual
   /// block's sum can read the shortcut as bf16 and write the sum as bf16
   /// alone (BatchNorm2d::sums_bf16_only).
   bool sums_bf16_only(RunContext<B, T>& rc, std::size_t n) {
-    return bn_.backward_bf16_ready(rc) && bn_.sums_bf16_only(rc, n);
+    return bf16_pair(rc) && bn_.sums_bf16_only(rc, n);
   }
   // The float output deferred between two ConvBatchNorm
   // (bn_output_into_next_conv), on a backend with conv_bn_prologue: the
@@ -247,7 +255,8 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   /// Whether this layer's next training forward can take its input as
   /// the previous layer's map: its own kernels run this convolution.
   bool takes_normalised_input(RunContext<B, T>& rc) const {
-    return float_convs_ && bn_.chunkable(rc) && conv_.direct_forward_next(rc) && conv_.direct_bn();
+    return float_convs_ && bn_.chunkable(rc) && stats_epilogue_on_ && conv_.direct_forward_next(rc) &&
+           direct_bn(rc);
   }
   /// The next training forward's input is `src`'s (defer_output_once was
   /// asked of that layer); the forward throws if it is not that input.
@@ -273,14 +282,11 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   /// Whether this layer's next backward can write its dx as bf16 bits
   /// (backward_bits_io).
   bool writes_bf16_dx(RunContext<B, T>& rc) {
-    return bf16_dx_ && bn_.backward_bf16_ready(rc) && conv_.bf16_dy(rc) != nullptr &&
-           conv_.writes_bf16_dx(rc);
+    return bf16_dx_ && bf16_backward(rc) && conv_.writes_bf16_dx(rc);
   }
   /// Whether this layer's next backward can take its dy as bf16 bits
   /// (bf16_dy_target, backward_bits_io).
-  bool takes_bf16_dy(RunContext<B, T>& rc) {
-    return bn_.backward_bf16_bits_ready(rc) && conv_.bf16_dy(rc) != nullptr;
-  }
+  bool takes_bf16_dy(RunContext<B, T>& rc) { return bn_.backward_bf16_bits_ready(rc) && bf16_backward(rc); }
   /// Where the layer after this one writes the bits of this layer's dy.
   std::uint16_t* bf16_dy_target() {
     const ConvGeom& g = conv_.geometry();
@@ -314,7 +320,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   // convolutions, no chunked_conv_bn, a batch norm that cannot, or a batch
   // that fits one range).
   std::size_t range_images(RunContext<B, T>& rc, std::size_t n) {
-    if (!chunk_bytes_ || !float_convs_ || !bn_.chunkable(rc)) return 0;  // chunkable: training only
+    if (!ranged_on_ || !chunk_bytes_ || !float_convs_ || !bn_.chunkable(rc)) return 0;  // training only
     const std::size_t image = sizeof(T) * std::max(conv_.in_image(), conv_.out_image()),
                       per = std::max<std::size_t>(1, chunk_bytes_ / image);
     return per < n ? per : 0;
@@ -324,7 +330,15 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   // direct_conv_bn, conv_bn_prologue): float convolutions, a batch norm
   // that can, a geometry the kernels take.
   bool direct_bn(RunContext<B, T>& rc) const {
-    return float_convs_ && bn_.chunkable(rc) && conv_.direct_bn();
+    return dx_prologue_on_ && float_convs_ && bn_.chunkable(rc) && conv_.direct_bn();
+  }
+  // Whether the pair runs in bf16 (conv_bn_bf16_output): the convolution
+  // writes its output as bf16 for the batch norm, which reads those bits.
+  bool bf16_pair(RunContext<B, T>& rc) const { return bf16_output_on_ && bn_.backward_bf16_ready(rc); }
+  // Whether the batch norm's dx goes to the convolution's backward as bf16
+  // (bn_bf16_dx_to_conv), after a bf16 pair's forward.
+  bool bf16_backward(RunContext<B, T>& rc) {
+    return bf16_pair(rc) && bf16_dx_conv_on_ && conv_.bf16_dy(rc) != nullptr;
   }
   // `given`: the layer after this one took batch norm's sums over dy
   // (sums_offer_), which then replace the pass of the sums.

@@ -44,6 +44,11 @@ class ConvBnParts {
     chunk_bytes_ = ctx.options ? ctx.options->conv_bn_chunk_bytes : NetOptions{}.conv_bn_chunk_bytes;
     float_convs_ = !ctx.options || ctx.options->conv_precision == ConvPrecision::F32;
     hand_overs_ = !ctx.options || ctx.options->direct_conv_bn;
+    bf16_output_on_ = ctx.rule_on("conv_bn_bf16_output");
+    bf16_dx_conv_on_ = ctx.rule_on("bn_bf16_dx_to_conv");
+    stats_epilogue_on_ = ctx.rule_on("bn_stats_in_conv_epilogue");
+    dx_prologue_on_ = ctx.rule_on("bn_dx_in_conv_prologue");
+    ranged_on_ = ctx.rule_on("conv_bn_ranged_backward");
     return b;
   }
   node_t<ConvL, B, T>& conv() { return conv_; }
@@ -74,6 +79,15 @@ class ConvBnParts {
   std::size_t chunk_bytes_ = 0;  // NetOptions::conv_bn_chunk_bytes
   bool float_convs_ = true;      // NetOptions::conv_precision is F32
   bool hand_overs_ = true;       // NetOptions::direct_conv_bn: the batch norm hand-overs
+  // The rules inside the pair that are on (NetOptions::rules_off): a
+  // training step of a backend with kernels for the pair asks them before
+  // taking the path each names.
+  bool bf16_output_on_ = true, bf16_dx_conv_on_ = true, stats_epilogue_on_ = true, dx_prologue_on_ = true,
+       ranged_on_ = true;
+  /// Why a rule of the pair does not apply, when `on` says it is turned off.
+  static std::string off_or(bool on, std::string why) {
+    return on ? std::move(why) : std::string("turned off (NetOptions::rules_off)");
+  }
 };
 
 /// The training step of a ConvBatchNorm on a backend without kernels for

@@ -95,6 +95,20 @@ struct NetOptions {
   /// runs itself, every layer on its own (no fusion between layers: the
   /// reference the rules are tested against).
   bool plan_training = true;
+  /// Fusion rules turned off, by name (nn/plan_rules.hpp, plan::rules();
+  /// "all": every rule): where one's pattern matches, its verdict says
+  /// "turned off (NetOptions::rules_off)" and the step runs without it (a
+  /// rule inside one layer: the layer's plain path; a hand-over between
+  /// layers: not made), and so do the rules that need it. The Model rejects
+  /// a name that is no rule. Empty: every rule that applies fires.
+  std::vector<std::string> rules_off;
+
+  /// Whether the rule `name` is not turned off (rules_off).
+  bool rule_on(const std::string& name) const {
+    for (const std::string& r : rules_off)
+      if (r == name || r == "all") return false;
+    return true;
+  }
 
   NetOptions& with_repeat(int n) {
     repeat = n;
@@ -134,6 +148,14 @@ struct NetOptions {
   }
   NetOptions& with_plan_training(bool on) {
     plan_training = on;
+    return *this;
+  }
+  NetOptions& with_rule_off(std::string name) {
+    rules_off.push_back(std::move(name));
+    return *this;
+  }
+  NetOptions& with_rules_off(std::vector<std::string> names) {
+    rules_off = std::move(names);
     return *this;
   }
 };
@@ -178,6 +200,10 @@ struct BuildContext {
   const NetOptions* options = nullptr;
   bool propagate_down = true;                         ///< does this layer need to produce dx?
   std::map<std::string, TapSlot<T>>* taps = nullptr;  ///< the model's taps (layers/tap.hpp)
+
+  /// Whether the fusion rule `name` is on (NetOptions::rules_off): a layer
+  /// asks before taking a path of its own that the rule names.
+  bool rule_on(const std::string& name) const { return !options || options->rule_on(name); }
 
   /// Registers a parameter under `scope`, applying the option overrides.
   std::size_t add_param(const Scope& scope, const std::string& leaf, std::vector<std::size_t> shape,

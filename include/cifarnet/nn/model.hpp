@@ -396,6 +396,10 @@ Model<Net, B, T>::Model(std::unique_ptr<Device<B>> device, InputShape input, Dat
     : fmt_(fmt), options_(std::move(options)), input_{1, input.c, input.h, input.w} {
   if (input.c == 0 || input.h == 0 || input.w == 0)
     throw ShapeError("model input shape " + input_.str() + " has a zero dimension");
+  for (const std::string& r : options_.rules_off)
+    if (r != "all" && !plan::is_rule(r))
+      throw ConfigError("NetOptions::rules_off: '" + r +
+                        "' is no fusion rule (the rules: " + plan::rule_names() + ", or all)");
   device_ = device ? std::move(device) : std::make_unique<Device<B>>();
   node_ = std::make_unique<NodeType>();
   BuildContext<T> ctx;
@@ -422,6 +426,7 @@ plan::Plan Model<Net, B, T>::step_plan(Mode mode, std::size_t batch) {
   key.precision = options_.conv_precision;
   key.backend = B::name;
   key.train_executor = mode == Mode::Train && options_.plan_training;
+  key.rules_off = options_.rules_off;
   RunContext<B, T> rc = run_context(mode);
   rc.param_grads = param_grads_;
   std::optional<TensorMemoryScope> memory;

@@ -46,6 +46,12 @@ struct Key {
   /// carrying the rules out; false: the layer tree runs the step itself,
   /// unfused, and no training rule fires (NetOptions::plan_training off).
   bool train_executor = false;
+  /// The rules turned off (NetOptions::rules_off; "all": every one).
+  std::vector<std::string> rules_off;
+  bool rule_on(const std::string& rule) const {
+    return std::none_of(rules_off.begin(), rules_off.end(),
+                        [&](const std::string& r) { return r == rule || r == "all"; });
+  }
 };
 
 /// A capability answer recorded by a layer when it emits its nodes: ok, or

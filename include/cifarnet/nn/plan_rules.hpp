@@ -99,6 +99,18 @@ inline const std::vector<RuleInfo>& rules() {
   return r;
 }
 
+/// Whether `name` is one of rules().
+inline bool is_rule(const std::string& name) {
+  const auto& r = rules();
+  return std::any_of(r.begin(), r.end(), [&](const RuleInfo& i) { return name == i.name; });
+}
+/// Every rule's name, comma-separated (for messages).
+inline std::string rule_names() {
+  std::string s;
+  for (const RuleInfo& i : rules()) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
+
 /// The backend's capabilities the rules read directly (the rest come as
 /// facts recorded by the layers).
 struct Caps {
@@ -306,6 +318,19 @@ inline void apply_rules(Plan& p, const Caps& caps) {
       fires = false;
       reason = "the layer tree runs the step, every layer on its own (NetOptions::plan_training is off)";
     }
+    if (!p.key.rule_on(rule)) {  // the first reason (the layers asked too: BuildContext::rule_on)
+      fires = false;
+      reason = "turned off (NetOptions::rules_off)";
+    }
+    // A hand-over that reads what another rule's hand-over leaves (the
+    // rest follow from the verdicts and facts they test).
+    static const std::pair<const char*, const char*> needs[] = {
+        {"bn_bf16_output_alone", "bf16_copy_to_readers"}, {"bf16_residual_stream", "bf16_copy_to_readers"}};
+    for (const auto& [r, q] : needs)
+      if (fires && std::string(rule) == r && !p.key.rule_on(q)) {
+        fires = false;
+        reason = std::string("needs ") + q + ", which is turned off (NetOptions::rules_off)";
+      }
     if (fires)
       for (int i : nodes) p.nodes[std::size_t(i)].fused.push_back(rule);
     p.verdicts.push_back({rule, std::move(nodes), fires, fires ? std::string() : std::move(reason)});
@@ -376,7 +401,8 @@ inline void apply_rules(Plan& p, const Caps& caps) {
   for (int i = 0; i < count; ++i) {
     const Node& n = at(p, i);
     if (n.kind != "bn" || !(n.attrs.relu || n.attrs.gelu)) continue;
-    if (!train && !n.layer.empty()) continue;  // folded: the ReLU is the convolution's post-op
+    if (!train && !n.layer.empty() && p.key.rule_on("conv_bn_fold"))
+      continue;  // folded: the ReLU is the convolution's post-op
     const bool ok = n.attrs.relu ? caps.fused_relu : caps.fused_gelu;
     verdict(
         "bn_activation", {i}, ok,

@@ -1,0 +1,334 @@
+// Every fusion rule (nn/plan_rules.hpp) against the plan without any rule
+// (NetOptions::rules_off "all"): the same network, parameters and inputs,
+// once with the rule on (and the rules it needs, nothing else) and once
+// with every rule off. The rule must fire with it and no rule without; the
+// training executor carries a rule between layers out where it fired. The
+// two steps (forward, backward, a plain SGD update, twice; or an inference
+// forward) must agree bit for bit where the rule does the same float
+// operations, else within the bounds of docs/NUMERICS.md ("One rule against
+// none"): float within 1e-4 relative (root mean square) of the reference
+// backend in double, as the plan without rules is; bf16 within 2 times
+// the error of the plan without rules plus 1e-3. A rule whose kernels this
+// CPU lacks (AVX-512 for the own kernels, AVX512-BF16 or AMX for bf16) must
+// say so in its verdict, and the test says it was not compared (WARN).
+#include <catch2/catch.hpp>
+
+#include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/reference.hpp>
+#include <cifarnet/models/resnet.hpp>
+#include <cifarnet/nn/model.hpp>
+
+#include "instances/resnet.hpp"
+#include "nn/fusion_compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace cifarnet;
+
+// CHECK, then leave the rule's case (not the test: the other rules still run).
+#define ENSURE(...)             \
+  do {                          \
+    CHECK(__VA_ARGS__);         \
+    if (!(__VA_ARGS__)) return; \
+  } while (0)
+
+namespace {
+
+// What a rule needs to run on this machine.
+enum class Needs { Nothing, OwnKernels, Bf16Cpu };
+
+bool machine_has(Needs n) {
+  switch (n) {
+    case Needs::OwnKernels:
+      return backend::onednn::direct::cpu_supported();
+    case Needs::Bf16Cpu:
+      return backend::onednn::cpu_has_bf16_convolutions();
+    default:
+      return true;
+  }
+}
+
+// One rule's comparison: the rules it needs on with it, how it is run, and
+// whether its arithmetic is the plan without rules' (bit for bit).
+struct Case {
+  const char* rule;
+  std::vector<const char*> with;
+  Mode mode;
+  ConvPrecision precision;
+  Needs needs;
+  bool exact;
+  int repeat = 1;  // blocks per stage (the ReLU mask bits go between blocks of one stage)
+};
+
+// Every rule but `on`.
+std::vector<std::string> all_but(const std::vector<std::string>& on) {
+  std::vector<std::string> off;
+  for (const plan::RuleInfo& r : plan::rules())
+    if (std::find(on.begin(), on.end(), r.name) == on.end()) off.push_back(r.name);
+  return off;
+}
+
+// The relative root-mean-square difference of a and b (b in double).
+template <class T>
+double rms(const std::vector<T>& a, const std::vector<double>& b) {
+  double e = 0, r = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r += b[i] * b[i];
+  }
+  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
+}
+
+// What a step produced: the outputs, the input gradients, the parameter
+// gradients and the parameters after each update (moving statistics too).
+template <class T>
+struct Trace {
+  std::vector<std::vector<T>> parts;
+  std::vector<std::string> names;
+  void add(const std::string& name, const T* p, std::size_t n) {
+    names.push_back(name);
+    parts.emplace_back(p, p + n);
+  }
+};
+
+// Two training steps (or one inference forward) from the model's parameters.
+template <class M>
+auto trace(M& m, Mode mode, std::size_t n, std::uint64_t seed) {
+  using T = typename M::Scalar;
+  Trace<T> t;
+  Rng rng(seed);
+  for (int step = 0; step < (mode == Mode::Train ? 2 : 1); ++step) {
+    const std::string s = "step " + std::to_string(step) + ": ";
+    Tensor<T> x = make_tensor<T>(m.input_shape(n), m.format());
+    for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = T(rng.uniform(-1.5, 1.5));
+    const Tensor<T>& y = m.forward(x, mode);
+    t.add(s + "output", y.data(), y.size());
+    if (mode == Mode::Infer) break;
+    Tensor<T> g(y.shape());
+    for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = T(rng.uniform(-0.5, 1.0));
+    const Tensor<T> dx = m.backward(g);
+    t.add(s + "input gradient", dx.data(), dx.size());
+    auto& P = m.parameters();
+    for (std::size_t id = 0; id < P.count(); ++id) {
+      const ParamInfo& i = P.info(id);
+      if (!i.trainable) continue;
+      t.add(s + i.name + " gradient", P.grad(id), i.size);
+      for (std::size_t k = 0; k < i.size; ++k) P.value(id)[k] -= T(0.05) * P.grad(id)[k];
+    }
+    for (std::size_t id = 0; id < P.count(); ++id) t.add(s + P.info(id).name, P.value(id), P.info(id).size);
+  }
+  return t;
+}
+
+// The rule's case on network Net (input `in`, batch n, NHWC).
+template <class Net>
+void check_rule(const Case& c, InputShape in, std::size_t n, NetOptions base) {
+  INFO("rule " << c.rule);
+  std::vector<std::string> on(c.with.begin(), c.with.end());
+  on.push_back(c.rule);
+  base.with_conv_precision(c.precision).with_repeat(c.repeat);
+  const auto fmt = DataFormat::NHWC;
+  Model<Net, backend::OneDnn> with(in, fmt, NetOptions(base).with_rules_off(all_but(on)), 3, true);
+  Model<Net, backend::OneDnn> none(in, fmt, NetOptions(base).with_rules_off({"all"}), 3, true);
+  const plan::Plan pw = with.step_plan(c.mode, n), pn = none.step_plan(c.mode, n);
+  INFO(plan::describe(pw));
+  // Without any rule: none fires, and where a pattern matched it says so.
+  for (const plan::RuleInfo& r : plan::rules()) {
+    INFO("without rules: " << r.name);
+    CHECK(pn.fired(r.name) == 0);
+  }
+  const plan::Verdict* off = nullptr;
+  for (const plan::Verdict& v : pn.verdicts)
+    if (v.rule == c.rule) off = &v;
+  // (no verdict: its pattern needs another rule's, which did not fire)
+  if (off) CHECK(off->reason.find("turned off (NetOptions::rules_off)") != std::string::npos);
+  if (!machine_has(c.needs)) {
+    // Not on this CPU: the verdict says why, and nothing is compared.
+    CHECK(pw.fired(c.rule) == 0);
+    const plan::Verdict* v = nullptr;
+    for (const plan::Verdict& w : pw.verdicts)
+      if (w.rule == c.rule) v = &w;
+    ENSURE(v);
+    CHECK_FALSE(v->reason.empty());
+    WARN("rule " << c.rule << " not compared: this CPU lacks its kernels (" << v->reason << ")");
+    return;
+  }
+  ENSURE(pw.fired(c.rule) > 0);
+  if (c.mode == Mode::Train) {
+    ENSURE(with.train_executor(n));
+    ENSURE(with.train_executor(n)->ok());
+    ENSURE(none.train_executor(n));
+    ENSURE(none.train_executor(n)->ok());
+  }
+  test::same_random_parameters(with, none, 17);
+  Model<Net, backend::Reference, double> ref(in, fmt, NetOptions(base).with_rules_off({"all"}), 3, true);
+  test::same_random_parameters(with, ref, 17);
+  const auto tw = trace(with, c.mode, n, 23);
+  const auto tn = trace(none, c.mode, n, 23);
+  if (c.mode == Mode::Train && !plan::within_layer(c.rule))
+    CHECK(with.train_executor(n)->carried(c.rule) == pw.fired(c.rule));
+  ENSURE(tw.parts.size() == tn.parts.size());
+  if (c.exact) {
+    for (std::size_t k = 0; k < tw.parts.size(); ++k) {
+      INFO(tw.names[k]);
+      CHECK(tw.parts[k] == tn.parts[k]);
+    }
+    return;
+  }
+  // Only the first step against double (the update then follows each
+  // model's own gradients): its outputs, input gradient, gradients as one.
+  const auto tr = trace(ref, c.mode, n, 23);
+  auto first = [](const auto& t, std::size_t k) { return t.names[k].rfind("step 0: ", 0) == 0; };
+  auto grads = [&](const auto& t) {
+    std::vector<std::decay_t<decltype(t.parts[0][0])>> g;
+    for (std::size_t k = 0; k < t.parts.size(); ++k)
+      if (first(t, k) && t.names[k].find(" gradient") != std::string::npos &&
+          t.names[k].find("input gradient") == std::string::npos)
+        g.insert(g.end(), t.parts[k].begin(), t.parts[k].end());
+    return g;
+  };
+  auto errors = [&](const auto& t) {
+    std::vector<double> e{rms(t.parts[0], tr.parts[0])};
+    if (c.mode == Mode::Train) {
+      e.push_back(rms(t.parts[1], tr.parts[1]));
+      e.push_back(rms(grads(t), grads(tr)));
+    }
+    return e;
+  };
+  const auto ew = errors(tw), en = errors(tn);
+  for (std::size_t k = 0; k < ew.size(); ++k) {
+    INFO("output, input gradient, parameter gradients: " << k << ": with the rule " << ew[k]
+                                                         << ", without rules " << en[k]);
+    if (c.precision == ConvPrecision::BF16)
+      CHECK(ew[k] <= 2 * en[k] + 1e-3);
+    else
+      CHECK(ew[k] <= (c.mode == Mode::Train ? 1e-4 : 1e-5));
+  }
+}
+
+const ConvPrecision F32 = ConvPrecision::F32, BF16 = ConvPrecision::BF16;
+const Mode Train = Mode::Train, Infer = Mode::Infer;
+
+// The rules on the CIFAR ResNet (ResNet-8 at 16x16, 4 images, ranges of one
+// image), each with the rules it needs.
+const std::vector<Case>& resnet_cases() {
+  const std::vector<const char*> act = {"bn_activation"};
+  const std::vector<const char*> own = {"bn_activation", "bn_dx_in_conv_prologue", "conv_bn_ranged_backward"};
+  const std::vector<const char*> pair = {"bn_activation", "conv_bn_bf16_output"};
+  const std::vector<const char*> pair_dx = {"bn_activation", "conv_bn_bf16_output", "bn_bf16_dx_to_conv"};
+  const std::vector<const char*> bits = {"residual_sum_in_bn", "residual_mask_in_sum", "relu_mask_bits"};
+  auto plus = [](std::vector<const char*> a, const std::vector<const char*>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  static const std::vector<Case> c = {
+      {"conv_bn_fold", {}, Infer, F32, Needs::Nothing, false},
+      {"bn_activation", {}, Train, F32, Needs::Nothing, true},
+      {"conv_bn_bf16_output", act, Train, BF16, Needs::Bf16Cpu, false},
+      {"bn_bf16_dx_to_conv", pair, Train, BF16, Needs::Bf16Cpu, false},
+      {"bn_stats_in_conv_epilogue", act, Train, F32, Needs::OwnKernels, false},
+      {"bn_dx_in_conv_prologue", act, Train, F32, Needs::OwnKernels, false},
+      {"conv_bn_ranged_backward", act, Train, F32, Needs::Nothing, false},
+      {"bn_output_into_next_conv", plus(own, {"bn_stats_in_conv_epilogue"}), Train, F32, Needs::OwnKernels,
+       false},
+      {"bn_bf16_output_alone", plus(pair, {"bf16_copy_to_readers"}), Train, BF16, Needs::Bf16Cpu, false},
+      {"bf16_dx_between_conv_bn", pair_dx, Train, BF16, Needs::Bf16Cpu, false},
+      {"pool_into_pad", {}, Train, F32, Needs::Nothing, true},
+      {"residual_sum_in_bn", {}, Train, F32, Needs::Nothing, true},
+      {"bf16_residual_stream", plus(plus(pair, bits), {"bf16_copy_to_readers", "bn_bf16_output_alone"}),
+       Train, BF16, Needs::Bf16Cpu, false, 2},
+      {"residual_mask_in_sum", {}, Train, F32, Needs::Nothing, true},
+      {"relu_mask_bits", {"residual_sum_in_bn", "residual_mask_in_sum"}, Train, F32, Needs::Nothing, true, 2},
+      {"residual_sum_in_conv_backward", own, Train, F32, Needs::Nothing, false},
+      {"pooled_shortcut_gradient", plus(own, {"residual_sum_in_conv_backward", "pool_into_pad"}), Train, F32,
+       Needs::Nothing, false},
+      {"bf16_branch_gradient", plus(pair_dx, bits), Train, BF16, Needs::Bf16Cpu, false, 2},
+      {"bf16_residual_gradient", plus(pair_dx, bits), Train, BF16, Needs::Bf16Cpu, false, 2},
+      {"bn_sums_in_next_conv_backward", plus(own, {"residual_sum_in_conv_backward"}), Train, F32,
+       Needs::Nothing, false},
+      {"bf16_copy_to_readers", act, Train, BF16, Needs::Bf16Cpu, true},
+      {"residual_sum_in_conv_epilogue", {"conv_bn_fold"}, Infer, F32, Needs::Nothing, false},
+      {"bf16_activations",
+       {"conv_bn_fold", "residual_sum_in_conv_epilogue"},
+       Infer,
+       BF16,
+       Needs::Bf16Cpu,
+       false},
+  };
+  return c;
+}
+
+// A standalone convolution and its ReLU layer (the tutorial CNN's pattern).
+using ConvRelu = Sequential<Conv2d<3, 16, 3, 1, Padding::Same, WithBias>, ReLU, GlobalAvgPool, Dense<16, 10>>;
+
+}  // namespace
+
+TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][onednn]") {
+  const NetOptions base = NetOptions().with_repeat(1).with_conv_bn_chunk_bytes(16 * 16 * 16 * 4);
+  std::set<std::string> covered;
+  for (const Case& c : resnet_cases()) {
+    check_rule<ResNetCifar<10>>(c, {3, 16, 16}, 4, base);
+    covered.insert(c.rule);
+  }
+  const Case relu{"conv_relu_post_op", {}, Mode::Infer, ConvPrecision::F32, Needs::Nothing, false};
+  check_rule<ConvRelu>(relu, {3, 16, 16}, 4, NetOptions());
+  covered.insert(relu.rule);
+  // Every rule has its case.
+  for (const plan::RuleInfo& r : plan::rules()) {
+    INFO("rule " << r.name);
+    CHECK(covered.count(r.name) == 1);
+  }
+}
+
+TEST_CASE("NetOptions::rules_off: a name that is no rule is refused, naming it", "[nn][plan][rules]") {
+  using Net = Sequential<Conv2d<3, 4, 3>, GlobalAvgPool, Dense<4, 2>>;
+  try {
+    Model<Net, backend::Reference> m({3, 8, 8}, DataFormat::NHWC, NetOptions().with_rule_off("conv_bn_fuse"));
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    const std::string w = e.what();
+    CHECK(w.find("'conv_bn_fuse'") != std::string::npos);
+    CHECK(w.find("conv_bn_fold") != std::string::npos);
+  }
+  Model<Net, backend::Reference> ok({3, 8, 8}, DataFormat::NHWC, NetOptions().with_rules_off({"all"}));
+  CHECK(ok.step_plan(Mode::Train, 2).fired("bn_activation") == 0);
+}
+
+TEST_CASE("One rule off: its verdict says so, the rules that need it do not fire, training runs",
+          "[nn][plan][rules][onednn]") {
+  const NetOptions base = NetOptions().with_repeat(1).with_conv_bn_chunk_bytes(16 * 16 * 16 * 4);
+  Model<ResNetCifar<10>, backend::OneDnn> all({3, 16, 16}, DataFormat::NHWC, base, 3, true);
+  Model<ResNetCifar<10>, backend::OneDnn> less(
+      {3, 16, 16}, DataFormat::NHWC, NetOptions(base).with_rule_off("residual_sum_in_conv_backward"), 3,
+      true);
+  const plan::Plan pa = all.step_plan(Mode::Train, 4), pl = less.step_plan(Mode::Train, 4);
+  INFO(plan::describe(pl));
+  REQUIRE(pa.fired("residual_sum_in_conv_backward") > 0);
+  REQUIRE(pa.fired("pooled_shortcut_gradient") > 0);
+  CHECK(pl.fired("residual_sum_in_conv_backward") == 0);
+  CHECK(pl.fired("pooled_shortcut_gradient") == 0);
+  CHECK(plan::describe(pl).find("turned off (NetOptions::rules_off)") != std::string::npos);
+  // The other rules stand.
+  CHECK(pl.fired("residual_sum_in_bn") == pa.fired("residual_sum_in_bn"));
+  CHECK(pl.fired("bn_activation") == pa.fired("bn_activation"));
+  REQUIRE(less.train_executor(4));
+  CHECK(less.train_executor(4)->ok());
+  test::same_random_parameters(all, less, 5);
+  Rng rng(7);
+  Tensor<float> x = make_tensor<float>(all.input_shape(4), DataFormat::NHWC);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = float(rng.uniform(-1, 1));
+  const Tensor<float> ya = all.forward(x, Mode::Train);
+  const Tensor<float> yl = less.forward(x, Mode::Train);
+  CHECK(std::equal(ya.data(), ya.data() + ya.size(), yl.data()));
+  Tensor<float> g(ya.shape());
+  for (std::size_t i = 0; i < g.size(); ++i) g.data()[i] = float(rng.uniform(-1, 1));
+  const Tensor<float> da = all.backward(g);
+  const Tensor<float> dl = less.backward(g);
+  std::vector<double> d(da.data(), da.data() + da.size());
+  CHECK(rms(std::vector<float>(dl.data(), dl.data() + dl.size()), d) < 1e-4);
+  CHECK(less.train_executor(4)->carried("residual_sum_in_conv_backward") == 0);
+}
