@@ -1,0 +1,306 @@
+// cifarnet/layers/conv2d_onednn.hpp — a Conv2d node on the oneDNN backend.
+//
+// On top of what every backend's node does (detail::ConvParts,
+// layers/conv2d_parts.hpp): the algorithm (NetOptions::conv_algorithm;
+// Auto trains weights with Direct) and the precision
+// (NetOptions::conv_precision) of its primitives; both backward passes in one
+// call; the weights handed over with their version, so the op reorders
+// them only when they changed; and what ConvBatchNorm's training on this
+// backend (layers/conv_bn_onednn.hpp) asks of its convolution: a bf16 copy of
+// x from its writer, y written as bf16 bits, dy taken and dx written as bf16,
+// the backward a range of images at a time, and the own kernels
+// (backend/onednn/direct_conv.hpp: the batch norm's statistics in the
+// forward's epilogue, its input gradient in the backward's prologue). Those
+// need a convolution without bias; with bias they say no (null, false).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cifarnet/backend/tags.hpp"
+#include "cifarnet/layers/conv2d_parts.hpp"
+
+namespace cifarnet::detail {
+
+template <class T, class L>
+class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> {
+  using B = backend::OneDnn;
+  using Base = ConvParts<B, T, L>;
+  using Base::b_, Base::Bias, Base::dx_, Base::fmt_, Base::geom_, Base::kOut, Base::name_, Base::op_,
+      Base::w_, Base::x_, Base::y_;
+
+ public:
+  Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx) {
+    const Shape out = Base::build(in, scope, ctx);
+    policy_ = ctx.options ? ctx.options->conv_algorithm : ConvAlgorithm::Auto;
+    op_.set_precision(ctx.options ? ctx.options->conv_precision : ConvPrecision::F32);
+    op_.set_direct_kernels(!ctx.options || ctx.options->direct_conv_bn);
+    return out;
+  }
+
+  /// `x_bf16`: a bf16 copy of x its writer made in the same pass, which a
+  /// bf16 convolution then reads instead of rounding x.
+  const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, const std::uint16_t* x_bf16 = nullptr) {
+    prepare(x, rc, x_bf16);
+    ensure_shape(y_, geom_.out_shape(), fmt_);
+    const Parameters<T>& params = *rc.params;
+    op_.forward(*rc.device, geom_, x.data(), weights(params), Bias ? params.value(b_) : nullptr, y_.data());
+    return y_;
+  }
+  /// forward() with the hand-overs of a training plan (plan::Links).
+  const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
+    return forward(x, rc, k.input_bf16);
+  }
+
+  /// A training forward in the own kernels (direct_bn()) that also takes
+  /// the batch norm statistics of its output (2 Out: the means, then the
+  /// biased variances, in double) image by image while each is in cache
+  /// (ops::Conv2d::forward_stats), for the batch norm after it
+  /// (ConvBatchNorm). Returns y, or nullptr where this cannot run (nothing
+  /// done: call forward()). With `in` (not null), x's values are not read:
+  /// it is an earlier batch norm's output left unwritten, given as its map
+  /// (ops::BnNormMap), whose images the op computes itself.
+  const Tensor<T>* forward_stats(const Tensor<T>& x, RunContext<B, T>& rc, double* stats,
+                                 const ops::BnNormMap<T>* in) {
+    if (!direct_forward_next(rc)) return nullptr;
+    prepare(x, rc, nullptr);
+    if (!op_.direct_forward(geom_, algorithm_for(rc))) return nullptr;
+    ensure_shape(y_, geom_.out_shape(), fmt_);
+    op_.forward_stats(*rc.device, geom_, x.data(), weights(*rc.params), y_.data(), stats, in);
+    return &y_;
+  }
+
+  /// A training forward writing y as bfloat16 bits into a buffer of this
+  /// layer (ops::Conv2d::forward_bf16_dst: bf16 convolutions with a kernel
+  /// for it, no bias), for a batch norm that reads bf16 (ConvBatchNorm);
+  /// y_ is not written. Returns the bits, or nullptr when this cannot run
+  /// (nothing done: call forward()).
+  const std::uint16_t* forward_bf16(const Tensor<T>& x, RunContext<B, T>& rc, const std::uint16_t* x_bf16) {
+    if (Bias || !rc.training()) return nullptr;
+    prepare(x, rc, x_bf16);
+    if (!op_.has_bf16_dst(*rc.device, geom_)) return nullptr;
+    y_bf16_.resize(geom_.out_shape().size());
+    op_.forward_bf16_dst(*rc.device, geom_, x.data(), weights(*rc.params), y_bf16_.data());
+    return y_bf16_.data();
+  }
+
+  /// Whether a training forward_bf16 of a batch of `n` given its producer's
+  /// bf16 copy of x (forward's x_bf16), and the backward after it, read
+  /// x only through that copy: the bf16-output kernel exists and the
+  /// weight gradient (if any) reads the kept bf16 copy too. The producer
+  /// may then skip its float output (Sequential, ConvBatchNorm).
+  bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
+    if (Bias || !rc.training()) return false;
+    ConvGeom g = geom_;
+    g.n = n;
+    return op_.has_bf16_dst(*rc.device, g) &&
+           (!this->wants_grads(rc) || op_.bf16_weights_gradient(*rc.device, g));
+  }
+
+  /// Both passes (dx, dw, db) in one call of the op.
+  const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
+    const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
+    if (!grads && !down) return dx_;
+    if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
+    op_.backward(*rc.device, geom_, x_->data(), dy.data(), weights(std::as_const(*rc.params)),
+                 down ? dx_.data() : nullptr, grads ? rc.params->grad(w_) : nullptr,
+                 grads && Bias ? rc.params->grad(b_) : nullptr);
+    return dx_;
+  }
+
+  /// Where this backward can take dy as bfloat16 (ops::Conv2d::bf16_dy:
+  /// bf16 convolutions whose passes needed now all run in bf16, no bias),
+  /// or nullptr. ConvBatchNorm's batch norm writes its dx there and then
+  /// calls backward_bf16_dy instead of backward.
+  std::uint16_t* bf16_dy(RunContext<B, T>& rc) {
+    if (Bias) return nullptr;
+    const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
+    if (!grads && !down) return nullptr;
+    return op_.bf16_dy(*rc.device, geom_, grads, down);
+  }
+  /// backward() with dy the values written into bf16_dy()'s buffer.
+  const Tensor<T>& backward_bf16_dy(RunContext<B, T>& rc) {
+    if (Bias)
+      throw ConfigError("layer '" + name_ + "' (Conv2d): backward_bf16_dy on a convolution with bias");
+    const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
+    if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
+    op_.backward_bf16_dy(*rc.device, geom_, x_->data(), weights(std::as_const(*rc.params)),
+                         down ? dx_.data() : nullptr, grads ? rc.params->grad(w_) : nullptr);
+    return dx_;
+  }
+
+  /// Whether backward_bf16_dy can write this layer's dx as bfloat16 bits
+  /// now (backward_bf16_dy_bits; ops::Conv2d::writes_bf16_dx): a dx it
+  /// must produce, whose pass runs as oneDNN's bf16 forward kernel.
+  bool writes_bf16_dx(RunContext<B, T>& rc) {
+    return !Bias && this->need_dx(rc) && op_.writes_bf16_dx(*rc.device, geom_);
+  }
+  /// backward_bf16_dy with dx written as bfloat16 bits into `dx_bits` (the
+  /// input's size) instead of dx_; needs writes_bf16_dx(rc).
+  void backward_bf16_dy_bits(RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+    if (Bias) throw ConfigError("layer '" + name_ + "' (Conv2d): a bf16 dx of a convolution with bias");
+    const bool grads = this->wants_grads(rc);
+    op_.backward_bf16_dy(*rc.device, geom_, x_->data(), weights(std::as_const(*rc.params)), dx_bits,
+                         grads ? rc.params->grad(w_) : nullptr);
+  }
+
+  // The backward a range of images at a time (ConvBatchNorm, chunked_conv_bn):
+  // each range of dy is handed from the batch norm to the convolution while
+  // it is in cache. Images are independent, so dx is backward()'s; the
+  // weight gradient is the sum of the ranges' gradients (each one pass of
+  // the op), added in range order.
+  /// Sizes the input gradient for backward_images.
+  void backward_begin(RunContext<B, T>& rc) {
+    if (this->need_dx(rc)) ensure_shape(dx_, geom_.in_shape(), fmt_);
+  }
+  /// The backward of images [i0, i1), dy_images their output gradient (a
+  /// caller's buffer of their size), ranges in order from image 0: their
+  /// input gradient into dx (backward_end), their weight gradient written
+  /// (i0 == 0) or added to the gradient.
+  void backward_images(const T* dy_images, RunContext<B, T>& rc, std::size_t i0, std::size_t i1) {
+    backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T* db) {
+      op_.backward(*rc.device, g, x, dy_images, w, dx, dw, db);
+    });
+  }
+  /// Whether backward_images_bn can run (the own kernels take this
+  /// geometry; no bias).
+  bool direct_bn() const { return !Bias && op_.direct_bn(geom_); }
+  /// One node in a step plan (nn/plan.hpp), with the fact whether the own
+  /// conv + batch norm kernels take its geometry (and why not).
+  int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
+    return this->emit_node(b, in, rc, direct_why_not(rc, false));
+  }
+  /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
+  /// words (step plans, nn/plan.hpp); empty where it is true.
+  std::string direct_why_not(const RunContext<B, T>& rc, bool forward) const {
+    if (Bias) return "the backend has no own conv + batch norm kernels";
+    if (forward && !rc.training()) return "inference";
+    return op_.direct_why_not(geom_, algorithm_for(rc), forward);
+  }
+  /// Whether a training forward_bf16 can write y as bf16 bits (step plans).
+  bool has_bf16_output(RunContext<B, T>& rc) {
+    return !Bias && rc.training() && op_.has_bf16_dst(*rc.device, geom_);
+  }
+  /// Whether the next training forward under `rc` can run forward_stats
+  /// (with the algorithm that forward will set: frozen weights keep Auto,
+  /// which may take Winograd).
+  bool direct_forward_next(const RunContext<B, T>& rc) const {
+    return !Bias && rc.training() && op_.direct_forward(geom_, algorithm_for(rc));
+  }
+  /// backward_images with dy_images the input gradient of the batch norm
+  /// after this layer, given as that batch norm's map `m` over the whole
+  /// batch (ops::BatchNorm::grad_map): the op computes each image of it in
+  /// its kernels' prologue (ConvBatchNorm). Needs direct_bn(). With `e`
+  /// (not null; pointers at the batch's first image, as m's), the op's
+  /// epilogue on each image of dx (ops::Conv2d::BnEpilogue: a residual
+  /// sum, an earlier batch norm's backward sums, added into e->sums).
+  /// With `in` (not null; at the batch's first image), x's values are not
+  /// read: the input given as an earlier batch norm's map (forward_stats).
+  template <class Map, class Epilogue>
+  void backward_images_bn(const Map& m, RunContext<B, T>& rc, std::size_t i0, std::size_t i1,
+                          const Epilogue* e, const ops::BnNormMap<T>* in) {
+    if (Bias) throw ConfigError("layer '" + name_ + "' (Conv2d): backward_images_bn is not available here");
+    Map mi = m;
+    mi.x += i0 * this->out_image();
+    mi.dy += i0 * this->out_image();
+    Epilogue ei{};
+    if (e) {  // at image i0
+      const std::size_t o = i0 * this->in_image();
+      ei = *e;
+      if (ei.other) ei.other += o;
+      if (ei.mask_bits) ei.mask_bits += o / 16;
+      if (ei.mask_relu) ei.mask_relu += o;
+      if (ei.x) ei.x += o;
+    }
+    ops::BnNormMap<T> ni{};
+    if (in) {
+      ni = *in;
+      ni.x += i0 * this->in_image();
+    }
+    backward_range(rc, i0, i1, [&](const ConvGeom& g, const T* x, const T* w, T* dx, T* dw, T*) {
+      op_.backward_images_bn(*rc.device, g, x, mi, w, dx, dw, e ? &ei : nullptr, in ? &ni : nullptr);
+    });
+  }
+  /// The input gradient backward_images wrote.
+  const Tensor<T>& backward_end() const { return dx_; }
+  /// Between backward_begin and backward_end: the input gradient of image
+  /// i0 on (backward_images of the images before has written them), for
+  /// ConvBatchNorm to finish a range in place while it is in cache
+  /// (plan::GradSum); null where this backward computes no dx.
+  T* input_gradient_from(RunContext<B, T>& rc, std::size_t i0) {
+    return this->need_dx(rc) ? dx_.data() + i0 * this->in_image() : nullptr;
+  }
+  /// How many forward passes read the bf16 copy of x its producer wrote
+  /// (forward's x_bf16) instead of rounding x (tests).
+  std::size_t bf16_inputs() const { return op_.bf16_inputs(); }
+
+ private:
+  // Everything forward does before the op: what every backend does
+  // (take_input), the algorithm and what the op keeps for backward.
+  void prepare(const Tensor<T>& x, RunContext<B, T>& rc, const std::uint16_t* x_bf16) {
+    this->take_input(x);
+    // Auto never trains weights with Winograd: a replica's result must not
+    // depend on how many images it holds (ops/conv_algorithm.hpp).
+    op_.set_algorithm(algorithm_for(rc));
+    op_.set_keep_input(rc.training() && rc.param_grads);
+    op_.set_bf16_input(x_bf16);  // the copy of x its writer made (forward's x_bf16)
+  }
+  // The algorithm a forward under rc runs with (prepare).
+  ConvAlgorithm algorithm_for(const RunContext<B, T>& rc) const {
+    return policy_ == ConvAlgorithm::Auto && rc.training() && rc.param_grads ? ConvAlgorithm::Direct
+                                                                             : policy_;
+  }
+  // The backward of images [i0, i1) through run(g, x, w, dx, dw, db): their
+  // input gradient into dx_, their weight gradient written (i0 == 0) or
+  // computed into dw_part_ and added (a later range).
+  template <class Run>
+  void backward_range(RunContext<B, T>& rc, std::size_t i0, std::size_t i1, Run&& run) {
+    const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
+    const ConvGeom g = images(i0, i1);
+    T* dw = nullptr;
+    T* db = nullptr;
+    if (grads) {
+      dw = rc.params->grad(w_);
+      if (Bias) db = rc.params->grad(b_);
+      if (i0 > 0) {  // a later range: its gradient into dw_part_, then added
+        dw_part_.resize(rc.params->info(w_).size + (Bias ? kOut : 0));
+        dw = dw_part_.data();
+        if (Bias) db = dw + rc.params->info(w_).size;
+      }
+    }
+    T* dx = down ? dx_.data() + i0 * this->in_image() : nullptr;
+    run(g, x_->data() + i0 * this->in_image(), weights(std::as_const(*rc.params)), dx, dw, db);
+    if (grads && i0 > 0) {
+      const std::size_t nw = rc.params->info(w_).size;
+      add_.add(*rc.device, nw, rc.params->grad(w_), dw_part_.data(), rc.params->grad(w_), false);
+      if (Bias)
+        add_.add(*rc.device, kOut, rc.params->grad(b_), dw_part_.data() + nw, rc.params->grad(b_), false);
+    }
+  }
+  // The geometry of images [i0, i1) of the current batch.
+  ConvGeom images(std::size_t i0, std::size_t i1) const {
+    if (i1 <= i0 || i1 > geom_.n)
+      throw ConfigError("layer '" + name_ + "' (Conv2d): images [" + std::to_string(i0) + ", " +
+                        std::to_string(i1) + ") of a batch of " + std::to_string(geom_.n));
+    ConvGeom g = geom_;
+    g.n = i1 - i0;
+    return g;
+  }
+  // The weights for the op with their version: the op keeps a copy in its
+  // primitive's layout and reorders again only when the version changed
+  // (core/params.hpp).
+  const T* weights(const Parameters<T>& params) {
+    op_.set_weights_version(params.version(w_));
+    return params.value(w_);
+  }
+
+  ConvAlgorithm policy_ = ConvAlgorithm::Auto;
+  std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output
+  Buffer<T> dw_part_;                  // backward_images: a later range's weight (and bias) gradient
+  ops::Eltwise<B, T> add_;             // which is added to the first's
+};
+
+}  // namespace cifarnet::detail
