@@ -34,38 +34,24 @@ struct Cuda {
 
 /// What a backend offers beyond the ops every backend has, declared once per
 /// backend (layers, containers and the trainer read these instead of probing
-/// the op types). A trait set to true promises the matching op interface:
+/// the op types). A trait set to true promises the matching op interface.
+/// Where a backend has whole steps of its own, the layer's step is
+/// specialized for it instead (oneDNN: layers/conv2d_onednn.hpp,
+/// batch_norm_onednn.hpp, conv_bn_onednn.hpp), and no trait is asked:
 ///   conv_algorithms     ops::Conv2d has set_algorithm(ConvAlgorithm)
 ///   bf16_convolutions   ops::Conv2d has set_precision(ConvPrecision) and
 ///                       set_keep_input(bool)
-///   joint_conv_backward ops::Conv2d has backward(dev, g, x, dy, w, dx, dw, db):
-///                       both backward passes in one call
 ///   bf16_gradients      ops::Conv2d has bf16_dy(dev, g, weights, data) and
 ///                       backward_bf16_dy(dev, g, x, w, dx, dw), and
 ///                       ops::BatchNorm has backward_bf16(...): a batch norm
 ///                       hands its input gradient to the bf16 convolution in
 ///                       front of it as bfloat16 (layers/conv_bn.hpp)
-///   fused_sum           ops::BatchNorm has forward_train_sum(...): a residual
-///                       branch added (and ReLU'd) in the normalising pass
-///                       (nn/sequential.hpp, Residual; layers/conv_bn.hpp)
 ///   sum_mask_bits       ops::BatchNorm::forward_train_sum takes a trailing
 ///                       `std::uint16_t* relu_mask` (the sum's ReLU mask as
 ///                       bits, where its writes_sum_mask(g)) and ops::Eltwise
 ///                       has add_masked_bits(...) reading it: the next
 ///                       residual block's gradient sum reads 1 bit an element
 ///                       instead of the float output (nn/sequential.hpp)
-///   chunked_conv_bn     ops::BatchNorm has backward_sums and backward_images
-///                       (dx a range of images at a time): ConvBatchNorm runs
-///                       its float backward on ranges of images that stay in
-///                       cache between its two parts, with a residual
-///                       block's backward sum in the same ranges
-///                       (layers/conv_bn.hpp)
-///   conv_bn_prologue    ops::BatchNorm has grad_map(...) (backward_images' map,
-///                       after backward_sums) and ops::Conv2d has direct_bn(g)
-///                       and backward_images_bn(...): a convolution's backward
-///                       whose output gradient is that map, computed image by
-///                       image in the convolution's own kernels (ConvBatchNorm's
-///                       ranges, layers/conv_bn.hpp; backend/onednn/direct_conv.hpp)
 ///   pool_pad_in_place   ops::Pool2d has pads_in_place(g, kind), forward_padded
 ///                       and backward_padded: average pooling that writes its
 ///                       output into (and reads its gradient from) the
@@ -93,12 +79,8 @@ template <class B>
 struct backend_traits {
   static constexpr bool conv_algorithms = false;
   static constexpr bool bf16_convolutions = false;
-  static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
-  static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
-  static constexpr bool chunked_conv_bn = false;
-  static constexpr bool conv_bn_prologue = false;
   static constexpr bool pool_pad_in_place = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;
@@ -111,12 +93,8 @@ template <>
 struct backend_traits<backend::OneDnn> {
   static constexpr bool conv_algorithms = true;
   static constexpr bool bf16_convolutions = true;
-  static constexpr bool joint_conv_backward = true;
   static constexpr bool bf16_gradients = true;
-  static constexpr bool fused_sum = true;
   static constexpr bool sum_mask_bits = true;
-  static constexpr bool chunked_conv_bn = true;
-  static constexpr bool conv_bn_prologue = true;
   static constexpr bool pool_pad_in_place = true;
   static constexpr bool fused_relu = true;
   static constexpr bool fused_gelu = true;
@@ -129,12 +107,8 @@ template <>
 struct backend_traits<backend::Cuda> {
   static constexpr bool conv_algorithms = false;
   static constexpr bool bf16_convolutions = false;
-  static constexpr bool joint_conv_backward = false;
   static constexpr bool bf16_gradients = false;
-  static constexpr bool fused_sum = false;
   static constexpr bool sum_mask_bits = false;
-  static constexpr bool chunked_conv_bn = false;
-  static constexpr bool conv_bn_prologue = false;
   static constexpr bool pool_pad_in_place = false;
   static constexpr bool fused_relu = false;
   static constexpr bool fused_gelu = false;

@@ -147,7 +147,7 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
                          grads ? rc.params->grad(w_) : nullptr);
   }
 
-  // The backward a range of images at a time (ConvBatchNorm, chunked_conv_bn):
+  // The backward a range of images at a time (ConvBatchNorm's ranges):
   // each range of dy is handed from the batch norm to the convolution while
   // it is in cache. Images are independent, so dx is backward()'s; the
   // weight gradient is the sum of the ranges' gradients (each one pass of

@@ -230,7 +230,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     return bf16_pair(rc) && bn_.sums_bf16_only(rc, n);
   }
   // The float output deferred between two ConvBatchNorm
-  // (bn_output_into_next_conv), on a backend with conv_bn_prologue: the
+  // (bn_output_into_next_conv), in the own kernels: the
   // earlier layer's batch norm (with its ReLU) takes its statistics (from
   // its convolution's epilogue) and leaves its output unwritten
   // (defer_output_once); the later layer's own kernels compute each
@@ -304,20 +304,20 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
       throw std::logic_error("layer '" + conv_name_ + "': given its dy as bf16 bits it cannot read");
     return backward_io(dy, rc, dx_bits);
   }
-  // The float backward a range of images at a time, on a backend with
-  // chunked_conv_bn (oneDNN): after the batch norm's pass of the sums, its
+  // The float backward a range of images at a time: after the batch
+  // norm's pass of the sums, its
   // dx is written a range of images at a time into a buffer of that size,
   // and the convolution's backward (both passes) reads that range from
   // cache at once: the full-size dx is neither written to memory nor read
   // back twice. Ranges hold NetOptions::conv_bn_chunk_bytes of the larger
-  // of the convolution's input and output. On a backend with
-  // conv_bn_prologue whose own kernels take the geometry (direct_bn), each
+  // of the convolution's input and output. Where the own kernels take
+  // the geometry (direct_bn), each
   // range goes to those kernels with batch norm's map instead, and they
   // compute batch norm's dx an image at a time in their prologue (whole
   // batches too, as one range: the same kernels either way).
   //
   // Images per range for a batch of n, or 0: the whole batch at once (bf16
-  // convolutions, no chunked_conv_bn, a batch norm that cannot, or a batch
+  // convolutions, a batch norm that cannot, or a batch
   // that fits one range).
   std::size_t range_images(RunContext<B, T>& rc, std::size_t n) {
     if (!ranged_on_ || !chunk_bytes_ || !float_convs_ || !bn_.chunkable(rc)) return 0;  // training only
@@ -327,7 +327,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   }
   // Whether the backward runs in the backend's own kernels with batch
   // norm's input gradient computed in their prologue (NetOptions::
-  // direct_conv_bn, conv_bn_prologue): float convolutions, a batch norm
+  // direct_conv_bn): float convolutions, a batch norm
   // that can, a geometry the kernels take.
   bool direct_bn(RunContext<B, T>& rc) const {
     return dx_prologue_on_ && float_convs_ && bn_.chunkable(rc) && conv_.direct_bn();

@@ -63,13 +63,13 @@ struct NetOptions {
   /// stages: the rule bf16_residual_stream), as bf16 autocast keeps its
   /// activations. False keeps the residual stream float.
   bool bf16_residuals = true;
-  /// On a backend with chunked_conv_bn (oneDNN), a ConvBatchNorm's float
+  /// On oneDNN (its ranged ConvBatchNorm step), a ConvBatchNorm's float
   /// backward runs a range of images at a time, each range of the
   /// convolution's input and output at most this many bytes, so that the
   /// convolution's backward reads each range of the batch norm's dx from
   /// cache (layers/conv_bn.hpp). 0: whole batches.
   std::size_t conv_bn_chunk_bytes = std::size_t(1) << 20;
-  /// On a backend with conv_bn_prologue (oneDNN), a ConvBatchNorm's float
+  /// On oneDNN (its own conv + batch norm kernels), a ConvBatchNorm's float
   /// training backward whose geometry the backend's own kernels take (3x3,
   /// stride 1, 16/32/64 channels in and out, NHWC, on a CPU with AVX-512)
   /// runs in them, in the ranges above (or the whole batch as one), batch

@@ -95,7 +95,7 @@ enum class BnActivation { None, Relu, Gelu };
 /// x a + b per channel (then max(., 0) with `relu`), x the batch norm's
 /// input (at the first image of the images meant), a and b its
 /// coefficients. A convolution that reads y computes each image of it in
-/// its own kernels' prologue (backend_traits<B>::conv_bn_prologue;
+/// its own kernels' prologue (oneDNN;
 /// ConvBatchNorm's deferred output, layers/conv_bn.hpp).
 template <class T>
 struct BnNormMap {
