@@ -584,6 +584,38 @@ std::vector<float> widen(const std::vector<std::uint16_t>& b) {
 }
 }  // namespace
 
+// Batch norm with its GELU writes the bf16 copy of y in the same pass as
+// store_bf16 of y, and y and the statistics as without the copy, in both
+// layouts, every NHWC channel-count specialisation and the generic loop.
+TEST_CASE("Batch norm with the GELU writes its bf16 copy as store_bf16 of y",
+          "[backend][onednn][bf16][bn][gelu]") {
+  Rng rng(29);
+  for (DataFormat fmt : kFormats)
+    for (std::size_t c : {std::size_t(16), std::size_t(64), std::size_t(256), std::size_t(5)}) {
+      const ChannelGeom g = ChannelGeom::make(fmt, Shape{3, c, 5, 6});
+      INFO(str(g));
+      const std::size_t n = g.size();
+      std::vector<float> x(n), gamma(c), beta(c);
+      for (auto& v : x) v = float(rng.uniform(-2, 3));
+      for (std::size_t i = 0; i < c; ++i) {
+        gamma[i] = float(rng.uniform(0.5, 1.5));
+        beta[i] = float(rng.uniform(-0.5, 0.5));
+      }
+      Device<B> dev;
+      ops::BatchNorm<B, float> a, b;
+      std::vector<float> ya(n), yb(n), ma(c), va(c), mb(c), vb(c);
+      std::vector<std::uint16_t> copy(n, 0xFFFF);
+      a.forward_train(dev, g, 1e-5, x.data(), gamma.data(), beta.data(), ya.data(), ma.data(), va.data(),
+                      ops::BnActivation::Gelu);
+      b.forward_train(dev, g, 1e-5, x.data(), gamma.data(), beta.data(), yb.data(), mb.data(), vb.data(),
+                      ops::BnActivation::Gelu, copy.data());
+      CHECK(same_bits(ya, yb));
+      CHECK(same_bits(ma, mb));
+      CHECK(same_bits(va, vb));
+      CHECK(copy == to_bits(yb));
+    }
+}
+
 // Batch norm reading x as bfloat16 bits computes what it computes from the
 // float values those bits hold (statistics, y, the ReLU's mask, dgamma,
 // dbeta, dx), and writing dx as bf16 gives store_bf16 of the float dx: every

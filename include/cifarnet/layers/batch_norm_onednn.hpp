@@ -46,7 +46,7 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
  public:
   Shape build(const Shape& in, Scope& scope, BuildContext<T>& ctx, int channels) {
     const Shape s = Base::build(in, scope, ctx, channels, true);
-    bf16_copies_ = kBits && ctx.options && ctx.options->conv_precision == ConvPrecision::BF16;
+    bf16_copies_ = ctx.options && ctx.options->conv_precision == ConvPrecision::BF16;
     return s;
   }
 
@@ -65,9 +65,8 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
       } else if (!train_sum(rc, x.data(), k)) {  // else a residual block's sum, in this pass
         if (!act_fused())                        // the activation apart (bn_activation off)
           this->train_plain(rc, x.data(), out);
-        else if (Gelu)
-          op_.forward_train(*rc.device, geom_, eps_, x.data(), cp.value(gamma_), cp.value(beta_), y_.data(),
-                            mean_.data(), var_.data(), ops::BnActivation::Gelu);
+        else if (Gelu)  // with a bf16 copy of y for a bf16 convolution after it
+          train_gelu(rc, x.data(), k);
         else  // with its ReLU, and a bf16 copy of y for a bf16 convolution after it
           train_with_copy(rc, x.data(), k);
       }
@@ -251,16 +250,13 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     return rc.training() && bf16_copies_ && act_fused() && !rc.cross_replica &&
            decltype(op_)::bf16_copies_useful();
   }
-  static const char* no_copy_why() {
-    return kBits ? "no bf16 convolutions here, or synchronized batch norm"
-                 : "no bf16 copies with this activation on this backend";
-  }
+  static const char* no_copy_why() { return "no bf16 convolutions here, or synchronized batch norm"; }
   /// Whether a training forward of a batch of `n` can write its output as
   /// its bf16 copy alone (skip_float_output_once; step plans): bf16
   /// copies, and the op's NHWC channel counts.
   bool writes_bf16_alone(const RunContext<B, T>& rc, std::size_t n) const {
     const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
-    return bf16_copies_ && act_fused() && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
+    return kBits && bf16_copies_ && act_fused() && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
            decltype(op_)::writes_bf16_only(g);
   }
   /// Whether a training forward of a batch of `n` that adds a residual
@@ -338,6 +334,16 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     float_outputs_skipped_ += skip;
     op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
                       skip ? nullptr : y_.data(), mean_.data(), var_.data(), Relu, yb);
+    publish_copy(k, y_.data(), yb);
+  }
+  // The training forward with the GELU in the op's pass, and a bf16 copy of
+  // y for a bf16 convolution after it (y is always written: no GELU output
+  // stands as its copy alone).
+  void train_gelu(RunContext<B, T>& rc, const T* x, plan::Links<T>& k) {
+    const Parameters<T>& cp = *rc.params;
+    std::uint16_t* yb = copy_target(rc);
+    op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(), mean_.data(),
+                      var_.data(), ops::BnActivation::Gelu, yb);
     publish_copy(k, y_.data(), yb);
   }
   // Where the training forward also writes its output as bf16, or nullptr:

@@ -61,11 +61,13 @@ struct BatchNorm<backend::OneDnn, T> {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
                   static_cast<const float*>(nullptr), false, y_bf16);
   }
-  /// The same with the activation `act` applied in the same pass.
+  /// The same with the activation `act` applied in the same pass (and the
+  /// bf16 copy of its output with `y_bf16`).
   CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x,
                                       const float* gamma, const float* beta, float* y, float* mean,
-                                      float* var, BnActivation act) {
-    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, act);
+                                      float* var, BnActivation act, std::uint16_t* y_bf16 = nullptr) {
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, act, static_cast<const float*>(nullptr), false,
+                  y_bf16);
   }
   /// The training forward (no activation, or the fused ReLU) of x given as
   /// bfloat16 bits: the bf16 output of the convolution in front of it
@@ -387,9 +389,6 @@ struct BatchNorm<backend::OneDnn, T> {
     }
     act_geom_ = g;
     act_ = act;
-    if (y_bf16 && act == BnActivation::Gelu)
-      throw ConfigError(
-          detail::concat(op, ": no bf16 copy of the fused GELU's output (", on::describe(g), ")"));
     sums_of_.g.reset();  // the coefficients in scratch_ are overwritten
     const double* stats = take_given(g, x);
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,

@@ -566,8 +566,10 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const DY* dy,
 }
 
 /// y[i] = gelu(x[i] a[c] + b[c]) (the fused GELU's forward), parallel over
-/// rows (NHWC) or planes (NCHW).
-inline void affine_gelu(const ChannelGeom& g, const float* x, const float* a, const float* b, float* y) {
+/// rows (NHWC) or planes (NCHW); with `y_bf16`, each row or plane of y also
+/// as bfloat16 bits there, while it is in cache (a bf16 convolution's input).
+inline void affine_gelu(const ChannelGeom& g, const float* x, const float* a, const float* b, float* y,
+                        std::uint16_t* y_bf16 = nullptr) {
   const std::size_t C = g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
@@ -581,6 +583,7 @@ inline void affine_gelu(const ChannelGeom& g, const float* x, const float* a, co
       const std::size_t c = std::size_t(u) % C;
       gelu::value_plane(len, x + base, a[c], b[c], y + base);
     }
+    if (y_bf16) host::store_bf16(y + base, y_bf16 + base, len);
   }
 }
 
@@ -625,7 +628,7 @@ inline std::size_t first_of_channel(const ChannelGeom& g, std::size_t c) {
 /// `sum_relu`): a residual branch added in the same pass (affine_sum; sum
 /// float or bf16 bits), with `sum_mask_bits` its ReLU mask as bits too
 /// (sum_mask(g) must hold). With
-/// `y_bf16` (not with the GELU), y is also written there as bfloat16 bits
+/// `y_bf16`, y is also written there as bfloat16 bits
 /// (host::store_bf16), in the same pass: the input of a bf16 convolution.
 /// With `given` (2C: the means, then the biased variances, in double), the
 /// statistics are those and there is no pass over x for them: the
@@ -673,7 +676,7 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
     if constexpr (std::is_same_v<X, float>) {
       std::copy(a, a + C, gelu_ab);
       std::copy(b, b + C, gelu_ab + C);
-      affine_gelu(g, x, a, b, y);
+      affine_gelu(g, x, a, b, y, y_bf16);
       return;
     }
   }
