@@ -264,9 +264,9 @@ const std::vector<Case>& resnet_cases() {
 
 // airbench94's pattern: standalone convolutions, a max pool, batch norms
 // with their GELU.
-using ConvGelu = Sequential<Conv2d<3, 16, 3>, MaxPool2d<2, 2, Padding::Valid>, BatchNorm2d<16, FusedGelu>,
-                            Conv2d<16, 16, 3>, BatchNorm2d<16, FusedGelu>, Conv2d<16, 16, 3>, GlobalAvgPool,
-                            Dense<16, 10>>;
+using ConvGelu = Sequential<Conv2d<3, 16, 3>, BatchNorm2d<16, FusedGelu>, Conv2d<16, 32, 3>,
+                            MaxPool2d<2, 2, Padding::Valid>, BatchNorm2d<32, FusedGelu>, Conv2d<32, 32, 3>,
+                            BatchNorm2d<32, FusedGelu>, GlobalAvgPool, Dense<32, 10>>;
 // A standalone convolution and its ReLU layer (the tutorial CNN's pattern).
 using ConvRelu = Sequential<Conv2d<3, 16, 3, 1, Padding::Same, WithBias>, ReLU, GlobalAvgPool, Dense<16, 10>>;
 
@@ -286,6 +286,10 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
   const Case gelu{"bf16_copy_to_readers", {"bn_activation"}, Mode::Train,
                   ConvPrecision::BF16,    Needs::Bf16Cpu,    false};
   check_rule<ConvGelu>(gelu, {3, 16, 16}, 4, NetOptions());
+  // The max pool's dx as the bf16 dy of the convolution before it.
+  const Case pool{"pool_bf16_dx_to_conv", {}, Mode::Train, ConvPrecision::BF16, Needs::Bf16Cpu, true};
+  check_rule<ConvGelu>(pool, {3, 16, 16}, 4, NetOptions());
+  covered.insert(pool.rule);
   const Case relu{"conv_relu_post_op", {}, Mode::Infer, ConvPrecision::F32, Needs::Nothing, false};
   check_rule<ConvRelu>(relu, {3, 16, 16}, 4, NetOptions());
   covered.insert(relu.rule);

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -170,8 +171,39 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   bool direct_bn() const { return !Bias && op_.direct_bn(geom_); }
   /// One node in a step plan (nn/plan.hpp), with the fact whether the own
   /// conv + batch norm kernels take its geometry (and why not).
+  /// In training, the hooks the training executor's rules call: its dy
+  /// taken as bf16 bits written by the max pool after it
+  /// (pool_bf16_dx_to_conv), where its backward passes run in bf16.
   int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
-    return this->emit_node(b, in, rc, direct_why_not(rc, false));
+    const int t = this->emit_node(b, in, rc, direct_why_not(rc, false));
+    if (!rc.training()) return t;
+    plan::Node& n = b.producer(t);
+    ConvGeom g = geom_;
+    g.n = b.key().batch;
+    const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
+    const bool bits = !Bias && (grads || down) && op_.bf16_dy(*rc.device, g, grads, down) != nullptr;
+    n.facts[plan::facts::kDyBits] =
+        bits ? plan::Fact::yes()
+             : plan::Fact::no(Bias ? "a convolution with bias"
+                              : !(grads || down)
+                                  ? "no backward"
+                                  : "its backward passes do not all run in bf16 (fp32 convolutions, "
+                                    "or no bf16 kernel for this geometry)");
+    plan::LayerRun<B, T> r;
+    r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
+      return forward(x, c, k);
+    };
+    r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
+      return backward(dy, c);
+    };
+    r.pair.dy_bits = [this](RunContext<B, T>& c) { return bf16_dy(c); };
+    r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
+                                  std::uint16_t* dx_bits) -> const Tensor<T>& {
+      if (dx_bits) throw std::logic_error("layer '" + name_ + "' (Conv2d): asked for its dx as bf16 bits");
+      return dy ? backward(*dy, c) : backward_bf16_dy(c);
+    };
+    n.run = std::move(r);
+    return t;
   }
   /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
   /// words (step plans, nn/plan.hpp); empty where it is true.

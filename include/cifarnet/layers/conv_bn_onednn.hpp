@@ -194,7 +194,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
 
   /// The hooks the training executor's rules call (plan::PairHooks).
   void attach(plan::LayerRun<B, T>& r) {
-    r.pair.dy_bits = [this] { return bf16_dy_target(); };
+    r.pair.dy_bits = [this](RunContext<B, T>&) { return bf16_dy_target(); };
     r.pair.skip_float_output = [this] { skip_float_output_once(); };
     r.pair.require_bf16_input = [this] { require_bf16_input(); };
     r.pair.defer_output = [this]() -> const void* {

@@ -95,7 +95,8 @@ struct Pool2d : LayerBase {
     /// write in place into a ChannelPad after it at the plan's batch.
     int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
       const int t = b.node(name_, kind, {in}, geom_.out_shape(), plan_attrs());
-      if (rc.training() && pool_pad_source) {  // the training executor's hooks (nn/train_executor.hpp)
+      if (rc.training() &&
+          (pool_pad_source || kBf16Dx)) {  // the training executor's hooks (nn/train_executor.hpp)
         plan::LayerRun<B, T> r;
         r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
           return forward(x, c, k);
@@ -112,8 +113,18 @@ struct Pool2d : LayerBase {
           before = pad_before_, channels = pad_channels_, stride = S;
           return true;
         };
+        r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
+                                      std::uint16_t* dx_bits) -> const Tensor<T>& {
+          return backward_bits(*dy, c, dx_bits);
+        };
         b.producer(t).run = std::move(r);
       }
+      b.producer(t).facts[plan::facts::kDxBits] =
+          writes_bf16_dx(rc, b.key().batch)
+              ? plan::Fact::yes()
+              : plan::Fact::no(kBf16Dx
+                                   ? "the pool's geometry is not one its own kernels take, or no dx needed"
+                                   : "no bf16 dx from this pool on this backend");
       b.producer(t).facts[plan::facts::kPadsInPlace] =
           can_pad_in_place(b.key().batch)
               ? plan::Fact::yes()
@@ -152,6 +163,31 @@ struct Pool2d : LayerBase {
       }
     }
     void require_bf16_input() { expect_copy_ = true; }
+    /// Whether a training backward of a batch of `n` can write dx as bf16
+    /// bits (max pooling on backends with bf16 hand-overs, on the own
+    /// kernels' geometries): the dy of the bf16 convolution before it
+    /// (pool_bf16_dx_to_conv).
+    bool writes_bf16_dx(const RunContext<B, T>& rc, std::size_t n) const {
+      if constexpr (kBf16Dx) {
+        ConvGeom g = geom_;
+        g.n = n;
+        return rc.training() && this->need_dx(rc) && decltype(op_)::writes_bf16_dx(g, Kind);
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
+    /// backward() with dx as float (`dx_bits` null) or written as bf16
+    /// bits there (the returned tensor is then empty): the training
+    /// executor's entry (plan::PairHooks).
+    const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+      if (!dx_bits) return backward(dy, rc);
+      if constexpr (kBf16Dx) {
+        op_.backward_bf16(*rc.device, geom_, Kind, x_->data(), dy.data(), dx_bits);
+        return none_;
+      } else {
+        throw std::logic_error("layer '" + name_ + "': a bf16 dx from a pool that cannot write one");
+      }
+    }
     /// Training forwards that read x as the bf16 copy (tests).
     std::size_t bf16_inputs() const { return bf16_inputs_; }
     const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
@@ -192,6 +228,8 @@ struct Pool2d : LayerBase {
     bool padded_ = false;  // the last forward wrote in place
     std::size_t pad_channels_ = 0, pad_before_ = 0, padded_outputs_ = 0;
     static constexpr bool kBf16In = backend_traits<B>::bf16_gradients && Kind == PoolKind::Avg;
+    static constexpr bool kBf16Dx = backend_traits<B>::bf16_gradients && Kind == PoolKind::Max;
+    Tensor<T> none_;  // backward_bits' result where dx went out as bits
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;
     const Tensor<T>* x_ = nullptr;

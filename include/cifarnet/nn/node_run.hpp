@@ -128,8 +128,9 @@ struct PadTarget {
 template <class B, class T>
 struct PairHooks {
   /// Where its backward can read its dy from as bf16 bits (sized by the
-  /// last forward): the next layer or sum writes them there.
-  std::function<std::uint16_t*()> dy_bits;
+  /// last forward; asked just before that backward): the next layer or sum
+  /// writes them there.
+  std::function<std::uint16_t*(RunContext<B, T>&)> dy_bits;
   /// Its backward with dy float (`dy`) or as the bits in dy_bits() (dy
   /// null), dx as float (returned; `dx_bits` null) or as bf16 bits into
   /// `dx_bits` (the returned tensor is then empty).

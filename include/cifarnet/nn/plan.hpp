@@ -82,7 +82,10 @@ inline constexpr const char* kEpilogueConv =
     "epilogue_conv";  ///< the plan executor runs it as ops::ConvEpilogue (its ConvRun)
 // a standalone convolution
 inline constexpr const char* kOwnKernels =
-    "own_kernels";  ///< the own conv + batch norm kernels take its geometry
+    "own_kernels";                                 ///< the own conv + batch norm kernels take its geometry
+inline constexpr const char* kDyBits = "dy_bits";  ///< its backward can read dy as bf16 bits
+// a max pool
+inline constexpr const char* kDxBits = "dx_bits";  ///< its backward can write dx as bf16 bits
 // a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy)
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels

@@ -70,6 +70,9 @@ inline const std::vector<RuleInfo>& rules() {
        "a batch norm's output written only as the bf16 copy the next convolution reads"},
       {"bf16_dx_between_conv_bn", "the input gradient between two ConvBatchNorm handed over as bf16 bits"},
       {"pool_into_pad", "the shortcut's average pool written straight into the channel pad after it"},
+      {"pool_bf16_dx_to_conv",
+       "a max pool's dx written as bf16 bits into the dy of the bf16 convolution before it: 2 bytes an "
+       "element, and no rounding pass in the convolution's backward"},
       {"residual_sum_in_bn",
        "the residual sum (and its ReLU) in the body's last batch norm pass: the sum's own pass saved"},
       {"bf16_residual_stream",
@@ -396,6 +399,17 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     verdict("bn_bf16_dx_to_conv", {c, r}, false, layers);
     verdict("bn_stats_in_conv_epilogue", {c, r}, false, why);
     verdict("bn_dx_in_conv_prologue", {c, r}, false, why);
+  }
+  // A standalone convolution read by a max pool alone (airbench94's
+  // groups): the pool's dx handed to the convolution's backward as bf16.
+  for (int c = 0; c < count && train; ++c) {
+    const Node& conv = at(p, c);
+    if (conv.kind != "conv" || !conv.layer.empty()) continue;
+    const int r = p.only_consumer(conv.output);
+    if (r < 0 || at(p, r).kind != "max_pool") continue;
+    auto [dy, wdy] = fact(conv, facts::kDyBits);
+    auto [dx, wdx] = fact(at(p, r), facts::kDxBits);
+    verdict("pool_bf16_dx_to_conv", {c, r}, dy && dx, !dy ? "the convolution: " + wdy : "the pool: " + wdx);
   }
   // A batch norm's activation in its own pass (standalone or in a ConvBatchNorm).
   for (int i = 0; i < count; ++i) {

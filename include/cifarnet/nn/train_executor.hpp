@@ -186,6 +186,7 @@ class TrainExecutor {
     // written by the last one) and its masked gradient as bits into the dy
     // bits of step grad_bits_to.
     int dx_bits_to = kNoBits, grad_bits_to = kNoBits;
+    const char* bits_rule = "";  // the rule that hands the dx bits on (dx_bits_to >= 0)
     // A layer that writes its output only as its bf16 copy, and one that
     // reads its input only through such a copy (bn_bf16_output_alone; the
     // readers of a bf16_residual_stream).
@@ -355,13 +356,13 @@ class TrainExecutor {
     const plan::LayerRun<B, T>& l = *s.layer;
     const Grad& g = grads_[std::size_t(s.out)];
     const bool dy_bits = g.a.bits && !g.b;
-    if (dy_bits && (!l.pair.dy_bits || g.a.bits != l.pair.dy_bits()))
+    if (dy_bits && (!l.pair.dy_bits || g.a.bits != l.pair.dy_bits(rc)))
       throw std::logic_error("TrainExecutor: layer '" + s.name + "' given its dy as bf16 bits elsewhere");
     const Tensor<T>* dy = dy_bits ? nullptr : resolve(s.out, rc);
     std::uint16_t* to = nullptr;
     if (s.dx_bits_to >= 0) {
-      to = steps_[std::size_t(s.dx_bits_to)].layer->pair.dy_bits();
-      count("bf16_dx_between_conv_bn");
+      to = steps_[std::size_t(s.dx_bits_to)].layer->pair.dy_bits(rc);
+      count(s.bits_rule);
     } else if (s.dx_bits_to == kOwnBits) {
       s.dx_bits.resize(values_[std::size_t(s.in)]->size());
       to = s.dx_bits.data();
@@ -431,7 +432,7 @@ class TrainExecutor {
           count("residual_mask_in_sum");
           if (s.has_bits) {
             std::uint16_t* yb =
-                s.grad_bits_to >= 0 ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits() : nullptr;
+                s.grad_bits_to >= 0 ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits(rc) : nullptr;
             if (yb) out = Part{nullptr, yb}, count("bf16_residual_gradient");
             sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), yb ? nullptr : s.masked.data(), yb);
           } else {
@@ -696,13 +697,17 @@ class TrainExecutor {
           return fail("bn_sums_in_next_conv_backward into a layer the executor does not run");
         steps_[std::size_t(l)].takes_sums = true;
       }
-      if (v.rule != "bf16_dx_between_conv_bn" || !v.fires) continue;
-      // the later layer's dx as bits into the earlier one's dy bits
+      const bool pool_bits = v.rule == "pool_bf16_dx_to_conv";
+      if ((v.rule != "bf16_dx_between_conv_bn" && !pool_bits) || !v.fires) continue;
+      // the later layer's dx as bits into the earlier one's dy bits (a
+      // ConvBatchNorm's, or a convolution's before a max pool)
       const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
       const int l = step_at[std::size_t(v.nodes[1])];
       if (!hooks(e) || !hooks(l) || !hooks(e)->dy_bits || !hooks(l)->backward_bits)
-        return fail("bf16_dx_between_conv_bn at '" + v.rule + "' between layers without bf16 hand-overs");
+        return fail(v.rule + " at '" + p.nodes[std::size_t(v.nodes[1])].name +
+                    "' between layers without bf16 hand-overs");
       steps_[std::size_t(l)].dx_bits_to = e;
+      steps_[std::size_t(l)].bits_rule = pool_bits ? "pool_bf16_dx_to_conv" : "bf16_dx_between_conv_bn";
     }
     values_.assign(p.tensors.size(), nullptr);
     copies_.assign(p.tensors.size(), nullptr);

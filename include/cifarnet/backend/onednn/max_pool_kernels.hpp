@@ -21,7 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
+#include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -77,40 +79,64 @@ inline void forward(const ConvGeom& g, const float* x, float* y, std::uint8_t* a
 /// window covers it: f then zeroes d) and k its position in that window
 /// (ky kw + kx). The backward passes of these kernels write dx through it.
 inline constexpr std::size_t kOutside = ~std::size_t(0);
+/// f(d, o, k) for each pixel of input row r (image r / ih, row r % ih), d
+/// at dxr (the row's iw C values).
+template <class F>
+inline void input_row(const ConvGeom& g, std::size_t r, float* dxr, F&& f) {
+  const std::size_t C = g.ic;
+  const std::size_t n = r / g.ih, iy = r % g.ih;
+  const std::size_t oy = iy / g.sh, ky = iy % g.sh;
+  const bool row_in = oy < g.oh && ky < g.kh;
+  for (std::size_t ix = 0; ix < g.iw; ++ix) {
+    const std::size_t ox = ix / g.sw, kx = ix % g.sw;
+    const bool in = row_in && ox < g.ow && kx < g.kw;
+    f(dxr + ix * C, in ? ((n * g.oh + oy) * g.ow + ox) * C : kOutside, std::size_t(ky * g.kw + kx));
+  }
+}
 template <class F>
 inline void each_input_pixel(const ConvGeom& g, float* dx, F&& f) {
-  const std::size_t C = g.ic;
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
 #pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
-    const std::size_t n = std::size_t(r) / g.ih, iy = std::size_t(r) % g.ih;
-    const std::size_t oy = iy / g.sh, ky = iy % g.sh;
-    const bool row_in = oy < g.oh && ky < g.kh;
-    float* dxr = dx + std::size_t(r) * g.iw * C;
-    for (std::size_t ix = 0; ix < g.iw; ++ix) {
-      const std::size_t ox = ix / g.sw, kx = ix % g.sw;
-      const bool in = row_in && ox < g.ow && kx < g.kw;
-      f(dxr + ix * C, in ? ((n * g.oh + oy) * g.ow + ox) * C : kOutside, std::size_t(ky * g.kw + kx));
-    }
-  }
+  for (std::ptrdiff_t r = 0; r < rows; ++r)
+    input_row(g, std::size_t(r), dx + std::size_t(r) * g.iw * g.ic, f);
 }
 
 /// dx from dy: each input element gets dy of its window's output where it is
 /// that window's argmax, 0 elsewhere (also outside every window). dx is
 /// written once per element. Parallel over input rows.
-inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, float* dx) {
-  const std::size_t C = g.ic;
-  each_input_pixel(g, dx, [&](float* __restrict d, std::size_t o, std::size_t pos) {
-    if (o == kOutside) {
-      for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
-      return;
-    }
-    const float* __restrict dyo = dy + o;
-    const std::uint8_t* __restrict ao = argmax + o;
-    const auto k = std::uint8_t(pos);
+// One input pixel's C values of dx (input_row's f for backward).
+inline void route(std::size_t C, const std::uint8_t* argmax, const float* dy, float* __restrict d,
+                  std::size_t o, std::size_t pos) {
+  if (o == kOutside) {
+    for (std::size_t c = 0; c < C; ++c) d[c] = 0.f;
+    return;
+  }
+  const float* __restrict dyo = dy + o;
+  const std::uint8_t* __restrict ao = argmax + o;
+  const auto k = std::uint8_t(pos);
 #pragma omp simd
-    for (std::size_t c = 0; c < C; ++c) d[c] = ao[c] == k ? dyo[c] : 0.f;
-  });
+  for (std::size_t c = 0; c < C; ++c) d[c] = ao[c] == k ? dyo[c] : 0.f;
+}
+inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, float* dx) {
+  each_input_pixel(g, dx,
+                   [&](float* d, std::size_t o, std::size_t pos) { route(g.ic, argmax, dy, d, o, pos); });
+}
+/// backward() with dx written as bfloat16 bits (host::store_bf16 of its
+/// float dx, a row at a time from a float row in cache): the dy of a bf16
+/// convolution before the pool, rounded as the convolution would round it.
+inline void backward_bf16(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, std::uint16_t* dx) {
+  const std::size_t row = g.iw * g.ic;
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
+#pragma omp parallel
+  {
+    std::vector<float> tmp(row);
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      input_row(g, std::size_t(r), tmp.data(),
+                [&](float* d, std::size_t o, std::size_t pos) { route(g.ic, argmax, dy, d, o, pos); });
+      host::store_bf16(tmp.data(), dx + std::size_t(r) * row, row);
+    }
+  }
 }
 
 }  // namespace max_pool

@@ -135,14 +135,7 @@ struct Pool2d<backend::OneDnn, T> {
     on::check_geometry(g, op, true);
     on::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
     if (kind == PoolKind::Max && on::max_pool::handles(g)) {
-      if (!argmax_geom_ || *argmax_geom_ != g || argmax_src_ != x) {  // rebuild the argmax from x
-        argmax_.resize(g.n * g.oh * g.ow * g.ic);
-        y_scratch_.resize(argmax_.size());
-        on::max_pool::forward(g, x, y_scratch_.data(), argmax_.data());
-        argmax_geom_ = g;
-        argmax_src_ = x;
-      }
-      on::max_pool::backward(g, argmax_.data(), dy, dx);
+      on::max_pool::backward(g, argmax_for(g, x), dy, dx);
       return;
     }
     if (kind == PoolKind::Avg && on::avg_pool::handles(g)) {
@@ -155,12 +148,43 @@ struct Pool2d<backend::OneDnn, T> {
     });
   }
 
+  /// Whether backward_bf16 takes g and kind: max pooling on the own
+  /// kernels' geometries (windows without overlap or padding).
+  CIFARNET_OUTLINE static bool writes_bf16_dx(const ConvGeom& g, PoolKind kind) {
+    return kind == PoolKind::Max && backend::onednn::max_pool::handles(g);
+  }
+  /// backward() with dx written as bfloat16 bits (the float dx rounded:
+  /// the dy of a bf16 convolution before the pool). Needs writes_bf16_dx.
+  CIFARNET_OUTLINE void backward_bf16(Dev&, const ConvGeom& g, PoolKind kind, const float* x, const float* dy,
+                                      std::uint16_t* dx) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d backward (bf16 dx)";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
+    if (!writes_bf16_dx(g, kind))
+      throw ConfigError(
+          detail::concat(op, ": only max pooling without overlap or padding (", on::describe(g), ")"));
+    on::max_pool::backward_bf16(g, argmax_for(g, x), dy, dx);
+  }
+
   /// Geometries whose primitives are cached now.
   CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
   /// Primitives built so far.
   CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
+  // The argmax of the last training forward of x at g, or rebuilt from x.
+  const std::uint8_t* argmax_for(const ConvGeom& g, const float* x) {
+    if (!argmax_geom_ || *argmax_geom_ != g || argmax_src_ != x) {
+      argmax_.resize(g.n * g.oh * g.ow * g.ic);
+      y_scratch_.resize(argmax_.size());
+      backend::onednn::max_pool::forward(g, x, y_scratch_.data(), argmax_.data());
+      argmax_geom_ = g;
+      argmax_src_ = x;
+    }
+    return argmax_.data();
+  }
+
   using State = backend::onednn::WorkspaceOp<dnnl::pooling_forward, dnnl::pooling_backward>;
   using Key = std::tuple<decltype(ConvGeom{}.key()), int>;
 
