@@ -23,7 +23,9 @@
 //
 // --explain prints each benchmark's step plan (Model::explain_plan: its
 // nodes, where each fusion rule fired and why it did not elsewhere) before
-// timing it, for the model, mode, layout and precision it times.
+// timing it, for the model, mode, layout and precision it times, and after
+// a training benchmark's timed steps the training executor's line again
+// (with the gradient buffers its last backward took from lifetimes).
 //
 // Benchmarks: resnet20, resnet44, resnet56 (training, batch 128: forward,
 // cross-entropy, backward, weight decay 2e-4, momentum 0.9), tfcnn (the tutorial
@@ -186,6 +188,11 @@ Result train_bench(const std::string& name, DataFormat fmt, InputShape in, NetOp
     prof.add("optimizer", "optim", false, seconds_since(t0));
   };
   Result r = time_steps(name, fmt, batch, p.steps, p, step);
+  // --explain: the executor's line again, now with the gradient buffers
+  // its last backward took from lifetimes
+  if (p.explain)
+    if (const auto* e = net.train_executor(batch))
+      std::printf("after the timed steps, %s\n", e->describe().c_str());
   if (p.profile) {
     prof.clear();
     net.set_profiler(&prof);

@@ -123,6 +123,14 @@ TEST_CASE("The training executor trains bit for bit as the layers do on the refe
     Model<Mixed, backend::Reference, double> tree({3, 16, 16}, fmt, NetOptions().with_plan_training(false), 2,
                                                   true);
     same_steps(ex, tree, 2, 13);
+    // Its gradient buffers come from lifetimes: the masked gradients of the
+    // four stage-1 blocks and the sums of their inputs' gradients share
+    // fewer buffers than one per gradient.
+    const TrainExecutor<backend::Reference, double>* e = ex.train_executor(2);
+    INFO(e->describe());
+    CHECK(e->gradient_pool_bytes() > 0);
+    CHECK(e->gradient_pool_bytes() < e->gradients_formed_bytes());
+    CHECK(e->describe().find("gradient buffers from lifetimes: ") != std::string::npos);
   }
 }
 

@@ -22,17 +22,24 @@
 // it); no container negotiates anything. docs/ARCHITECTURE.md, "The
 // training executor", lists what it does for each rule.
 //
-// Buffers: a sum's output and the gradients the executor forms (a ReLU's
-// masked gradient, a sum of several readers' gradients, bf16 gradient bits
-// for a sum) live in its own buffers, one per tensor: the layers keep
-// pointers to their inputs until backward, so nothing written in a step is
-// reused within it.
+// Buffers: a sum's output lives in the executor's buffer for that sum to
+// the end of the step (the layers keep pointers to their inputs until
+// backward, and a sum's ReLU backward reads it). The float gradients the
+// executor forms in backward (a sum's masked gradient, the sum of several
+// readers' gradients) come from a pool assigned from their lifetimes: a
+// buffer is taken when such a gradient is written and is free again once
+// every gradient that refers to it has been read (reference counts: a
+// sum's gradient goes to both its terms); a sum of two parts is formed in
+// place where its first part is a pooled buffer nothing else refers to.
+// describe() reports the pool's bytes against one buffer per gradient.
 #pragma once
 
 #include <algorithm>
 #include <any>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -110,6 +117,8 @@ class TrainExecutor {
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
     if (!forwarded_) throw std::logic_error("TrainExecutor::backward: no training forward before it");
     for (Grad& g : grads_) g = Grad{};
+    for (Pooled& b : pool_) b.refs = 0;
+    formed_ = formed_bytes_ = 0;
     if (rc.params) own_params(*rc.params);
     needed_.assign(plan_.tensors.size(), true);
     requires_.assign(steps_.size(), true);
@@ -125,6 +134,8 @@ class TrainExecutor {
       // needing one has nothing to compute (a frozen stem)
       if (s.kind == Kind::Layer && (needed_[std::size_t(root_[std::size_t(s.in)])] || requires_[k]))
         layer_backward(s, rc);
+      else if (s.kind == Kind::Layer)
+        consume(s.out);
       if (sync && s.kind == Kind::Layer) report_final(k, rc);
       if (s.kind == Kind::Add) add_backward(s, rc);
     }
@@ -139,6 +150,16 @@ class TrainExecutor {
     const auto it = carried_.find(rule);
     return it == carried_.end() ? 0 : it->second;
   }
+
+  /// The bytes of the executor's pooled gradient buffers (nn/train_executor.hpp,
+  /// "Buffers"), and those of the gradients the last backward formed in
+  /// them: what one buffer per gradient would have held.
+  std::size_t gradient_pool_bytes() const {
+    std::size_t b = 0;
+    for (const Pooled& p : pool_) b += p.t.size() * sizeof(T);
+    return b;
+  }
+  std::size_t gradients_formed_bytes() const { return formed_bytes_; }
 
   /// The executor's steps and buffers in words (Model::explain_plan).
   std::string describe() const {
@@ -158,6 +179,21 @@ class TrainExecutor {
        << " nodes: " << layers << " layers' own forward and backward, " << adds << " sums, " << aliases
        << " identities; " << fan_in
        << " tensors with several readers (their gradients summed by the executor)\n";
+    std::size_t sum_bytes = 0;
+    for (const Step& s : steps_)
+      if (s.kind == Kind::Add) sum_bytes += plan_.tensors[std::size_t(s.out)].shape.size() * sizeof(T);
+    auto mib = [](std::size_t b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1024.0 * 1024.0));
+      return std::string(buf);
+    };
+    os << "  own buffers: the sums' outputs " << mib(sum_bytes) << " (live to backward); ";
+    if (formed_bytes_ == 0)
+      os << "gradient buffers from lifetimes: no backward has run yet\n";
+    else
+      os << "gradient buffers from lifetimes: " << pool_.size() << " (" << mib(gradient_pool_bytes())
+         << ") for " << formed_ << " gradients formed in the last backward (" << mib(formed_bytes_)
+         << " with one buffer each)\n";
     return os.str();
   }
 
@@ -170,7 +206,7 @@ class TrainExecutor {
     int in = -1, in2 = -1, out = -1;  // tensor ids (in2: a sum's other term)
     bool relu = false;
     const plan::LayerRun<B, T>* layer = nullptr;
-    Tensor<T> value, masked;  // a sum's output and its masked gradient
+    Tensor<T> value;  // a sum's output
     // The rules: a layer that writes the sum after it (that step's index)
     // and whose bf16 copy goes to its readers; a sum written so in the last
     // forward; a sum whose ReLU mask goes into its readers' gradient sum.
@@ -212,15 +248,51 @@ class TrainExecutor {
   struct Part {
     const Tensor<T>* f = nullptr;
     const std::uint16_t* bits = nullptr;
+    int buf = -1;  // f is pool_[buf]
     explicit operator bool() const { return f || bits; }
   };
   // A tensor's gradient during backward: one part, or two not yet summed
   // (a tensor with several readers), the sum formed when a node reads it.
   struct Grad {
     Part a, b;
-    bool own = false;        // a is sums_[tensor]: the executor may add into it
     bool premasked = false;  // a is through the ReLU mask of the sum that wrote the tensor
   };
+  // A pooled gradient buffer and how many gradients (or the executor,
+  // while it writes one) refer to it; free at zero.
+  struct Pooled {
+    Tensor<T> t;
+    int refs = 0;
+  };
+  // A free pooled buffer of `shape` (a new one if none is free), held once.
+  template <class S>
+  int take(const S& shape) {
+    int found = -1;
+    for (std::size_t b = 0; b < pool_.size() && found < 0; ++b)
+      if (pool_[b].refs == 0 && pool_[b].t.shape() == shape) found = int(b);
+    if (found < 0) {
+      pool_.emplace_back();
+      pool_.back().t.resize(shape);
+      found = int(pool_.size()) - 1;
+    }
+    pool_[std::size_t(found)].refs = 1;
+    ++formed_;
+    formed_bytes_ += pool_[std::size_t(found)].t.size() * sizeof(T);
+    return found;
+  }
+  void hold(const Part& p) {
+    if (p.buf >= 0) ++pool_[std::size_t(p.buf)].refs;
+  }
+  void drop(const Part& p) {
+    if (p.buf >= 0) --pool_[std::size_t(p.buf)].refs;
+  }
+  // Tensor t's gradient has been read by the step that needed it: its
+  // buffers are free once nothing else refers to them.
+  void consume(int t) {
+    Grad& d = grads_[std::size_t(t)];
+    drop(d.a);
+    drop(d.b);
+    d = Grad{};
+  }
 
   // A layer's training forward, with what the rules give it (plan::Links):
   // the bf16 copy of its input that the input's writer made
@@ -326,7 +398,8 @@ class TrainExecutor {
   }
 
   // Tensor t's gradient as one float tensor: two parts are summed first,
-  // into the executor's buffer for t.
+  // in place into the first where it is a pooled buffer that nothing else
+  // refers to, else into a buffer taken from the pool.
   const Tensor<T>* resolve(int t, RunContext<B, T>& rc) {
     Grad& d = grads_[std::size_t(t)];
     if (!d.b) {
@@ -335,13 +408,16 @@ class TrainExecutor {
                                " is bf16 bits, for a reader that takes float");
       return d.a.f;
     }
-    Tensor<T>& acc = sums_[std::size_t(t)];
-    if (!d.own) match_shape(acc, values_[std::size_t(t)]->shape());
+    const bool in_place = d.a.buf >= 0 && pool_[std::size_t(d.a.buf)].refs == 1;
+    const int b = in_place ? d.a.buf : take(values_[std::size_t(t)]->shape());
+    Tensor<T>& acc = pool_[std::size_t(b)].t;
     detail::profiled(rc.profiler, names_[std::size_t(t)], kinds_[std::size_t(t)].c_str(), true, [&] {
       sum_parts(rc, acc.size(), d.a, d.b, nullptr, acc.data(), nullptr);
       return 0;
     });
-    d = Grad{Part{&acc, nullptr}, Part{}, true, false};
+    if (!in_place) drop(d.a);
+    drop(d.b);
+    d = Grad{Part{&acc, nullptr, b}, Part{}, false};
     return d.a.f;
   }
 
@@ -402,11 +478,13 @@ class TrainExecutor {
     const bool done = sum && gs.done;
     if (done) count("residual_sum_in_conv_backward");
     if (done && pooled) count("pooled_shortcut_gradient");
+    consume(s.out);
     if (done && pooled)  // the shortcut's gradient is in it: its pad and pool have none to pass back
-      grads_[std::size_t(pad_out)] = Grad{};
-    if (done)  // dx is the input's whole gradient (through the mask)
-      grads_[std::size_t(in)] = Grad{Part{&dx, nullptr}, Part{}, false, s.mask_input};
-    else if (to)
+      consume(pad_out);
+    if (done) {  // dx is the input's whole gradient (through the mask)
+      consume(in);
+      grads_[std::size_t(in)] = Grad{Part{&dx, nullptr}, Part{}, s.mask_input};
+    } else if (to)
       give(s.in, Part{nullptr, to}, rc);
     else if (dx.size())
       give(s.in, Part{&dx, nullptr}, rc);
@@ -420,29 +498,37 @@ class TrainExecutor {
   void add_backward(Step& s, RunContext<B, T>& rc) {
     Grad& d = grads_[std::size_t(s.out)];
     Part g;
+    int mb = -1;  // the pooled buffer taken for the masked gradient
     if (!s.relu || (d.premasked && !d.b)) {
       if (s.relu) count("residual_mask_in_sum");  // the reader's backward applied it (mask_input)
-      g = d.b ? Part{resolve(s.out, rc), nullptr} : d.a;
+      if (d.b) resolve(s.out, rc);
+      g = d.a;
     } else {
-      match_shape(s.masked, s.value.shape());
-      Part out{&s.masked, nullptr};
+      const bool in_sum = d.b && (s.has_bits || (s.mask_in_sum && !d.a.bits && !d.b.bits));
+      std::uint16_t* yb = in_sum && s.has_bits && s.grad_bits_to >= 0
+                              ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits(rc)
+                              : nullptr;
+      Part out{nullptr, yb};
+      if (!yb) {
+        mb = take(s.value.shape());  // held until given to both terms
+        out = Part{&pool_[std::size_t(mb)].t, nullptr, mb};
+      }
+      T* masked = out.f ? pool_[std::size_t(mb)].t.data() : nullptr;
       detail::profiled(rc.profiler, s.name, "add", true, [&] {
         const std::size_t n = s.value.size();
-        if (d.b && (s.has_bits || (s.mask_in_sum && !d.a.bits && !d.b.bits))) {
+        if (in_sum) {
           count("residual_mask_in_sum");
           if (s.has_bits) {
-            std::uint16_t* yb =
-                s.grad_bits_to >= 0 ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits(rc) : nullptr;
-            if (yb) out = Part{nullptr, yb}, count("bf16_residual_gradient");
-            sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), yb ? nullptr : s.masked.data(), yb);
+            if (yb) count("bf16_residual_gradient");
+            sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), masked, yb);
           } else {
-            add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), s.masked.data());
+            add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), masked);
           }
         } else {
           if (s.float_skipped)
             throw std::logic_error("TrainExecutor: the sum '" + s.name +
                                    "' kept only its bf16 copy and mask bits, and its gradient has one part");
-          relu_.backward(*rc.device, n, s.value.data(), resolve(s.out, rc)->data(), s.masked.data());
+          relu_.backward(*rc.device, n, s.value.data(), resolve(s.out, rc)->data(), masked);
         }
         return 0;
       });
@@ -450,6 +536,8 @@ class TrainExecutor {
     }
     give(s.in, g, rc);
     give(s.in2, g, rc);
+    consume(s.out);
+    if (mb >= 0) --pool_[std::size_t(mb)].refs;  // the hold taken while writing it
   }
 
   // Gradient synchronization overlapped with backward (GradientSync): the
@@ -511,6 +599,7 @@ class TrainExecutor {
     t = root_[std::size_t(t)];
     if (!needed_[std::size_t(t)]) return;  // nothing upstream needs it
     Grad& d = grads_[std::size_t(t)];
+    hold(g);
     if (!d.a) {
       d.a = g;
     } else if (!d.b) {
@@ -713,7 +802,6 @@ class TrainExecutor {
     copies_.assign(p.tensors.size(), nullptr);
     offers_.assign(p.tensors.size(), nullptr);
     grads_.assign(p.tensors.size(), Grad{});
-    sums_.resize(p.tensors.size());
     // A gradient sum is booked as part of the backward of the layer that
     // wrote the tensor (the model's input: of its first reader).
     names_.resize(p.tensors.size());
@@ -730,14 +818,15 @@ class TrainExecutor {
   DataFormat fmt_;
   std::string why_;
   std::vector<Step> steps_;
-  std::vector<const Tensor<T>*> values_;      // per tensor, during forward and backward
-  std::vector<const std::uint16_t*> copies_;  // per tensor: its bf16 copy, where its writer made one
-  std::vector<plan::BnSums<T>*> offers_;      // per tensor: the batch norm sums its writer offered
-  std::vector<Grad> grads_;                   // per tensor, during backward
-  std::vector<Tensor<T>> sums_;               // per tensor with several readers: their gradients' sum
-  std::vector<int> root_;                     // per tensor: the tensor it is (through aliases)
-  std::vector<std::string> names_, kinds_;    // where a tensor's gradient sum is booked
-  Tensor<T> none_;                            // backward's result where no input gradient was formed
+  std::vector<const Tensor<T>*> values_;       // per tensor, during forward and backward
+  std::vector<const std::uint16_t*> copies_;   // per tensor: its bf16 copy, where its writer made one
+  std::vector<plan::BnSums<T>*> offers_;       // per tensor: the batch norm sums its writer offered
+  std::vector<Grad> grads_;                    // per tensor, during backward
+  std::deque<Pooled> pool_;                    // gradient buffers from lifetimes (take, consume)
+  std::size_t formed_ = 0, formed_bytes_ = 0;  // gradients the last backward formed in pooled buffers
+  std::vector<int> root_;                      // per tensor: the tensor it is (through aliases)
+  std::vector<std::string> names_, kinds_;     // where a tensor's gradient sum is booked
+  Tensor<T> none_;                             // backward's result where no input gradient was formed
   bool forwarded_ = false;
   std::vector<std::vector<std::size_t>> step_params_;  // per step: the parameters it owns (own_params)
   std::size_t owned_count_ = 0;                        // the parameter count own_params saw
