@@ -243,7 +243,13 @@ class BnTraining : public BnBase<B, T, Relu, Gelu> {
   bool writes_bf16_copy(const RunContext<B, T>&) const { return false; }
   bool takes_sum(const RunContext<B, T>&) const { return false; }
   bool writes_sum_mask(std::size_t) const { return false; }
+  bool writes_bf16_dx(const RunContext<B, T>&) const { return false; }
+  const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+    if (dx_bits) throw ConfigError("layer '" + this->name_ + "' (BatchNorm2d): no bf16 dx on this backend");
+    return backward(dy, rc);
+  }
   static const char* no_copy_why() { return "no bf16 copies on this backend"; }
+  static const char* no_dx_bits_why() { return "no bf16 gradients on this backend"; }
   static const char* no_sum_why() {
     return Relu || Gelu ? "it has its own activation" : "no fused sum on this backend";
   }
@@ -305,6 +311,22 @@ struct BatchNorm2d : LayerBase {
       n.facts[plan::facts::kSumMask] = this->writes_sum_mask(b.key().batch)
                                            ? plan::Fact::yes()
                                            : plan::Fact::no("its channel count or layout has no mask bits");
+      n.facts[plan::facts::kDxBits] =
+          this->writes_bf16_dx(rc) ? plan::Fact::yes() : plan::Fact::no(Step::no_dx_bits_why());
+      if (this->writes_bf16_dx(rc)) {  // the training executor's hook (nn/train_executor.hpp)
+        plan::LayerRun<B, T> r;
+        r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
+          return Step::forward(x, c, k);
+        };
+        r.backward = [this](const Tensor<T>& dy, RunContext<B, T>& c, plan::Links<T>&) -> const Tensor<T>& {
+          return Step::backward(dy, c);
+        };
+        r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
+                                      std::uint16_t* dx_bits) -> const Tensor<T>& {
+          return this->backward_bits(*dy, c, dx_bits);
+        };
+        n.run = std::move(r);
+      }
       return t;
     }
   };

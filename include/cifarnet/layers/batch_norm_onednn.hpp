@@ -232,6 +232,36 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     run_backward_bf16(dy, rc, dx_bf16);
   }
 
+  /// Whether a training backward can write dx as bf16 bits, for the bf16
+  /// convolution in front of it (bn_bf16_dx_to_standalone_conv): bf16
+  /// convolutions on a CPU where they run in bf16, the activation in the
+  /// op's passes, no synchronized batch norm.
+  bool writes_bf16_dx(const RunContext<B, T>& rc) const {
+    return rc.training() && bf16_copies_ && act_fused() && !rc.cross_replica &&
+           decltype(op_)::bf16_copies_useful();
+  }
+  static const char* no_dx_bits_why() {
+    return "no bf16 convolutions here, its activation in a pass of its own, or synchronized batch norm";
+  }
+  /// backward() with dx as float (`dx_bits` null) or written as bf16 bits
+  /// there (the returned tensor is then empty): the training executor's
+  /// entry (plan::PairHooks). The bits are the float dx rounded as the
+  /// convolution would round it.
+  const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+    if (!dx_bits) return backward(dy, rc);
+    if (!writes_bf16_dx(rc) || !x_)
+      throw ConfigError("layer '" + name_ + "' (BatchNorm2d): a bf16 dx where it cannot write one");
+    if constexpr (Gelu) {
+      const T* g = this->act_backward(dy, rc);  // dy itself (the GELU in the op); sizes dx_ for u
+      auto [dg, db] = grad_targets(rc);
+      op_.backward_bf16_gelu(*rc.device, geom_, eps_, x_->data(), g, std::as_const(*rc.params).value(gamma_),
+                             mean_.data(), var_.data(), dx_.data(), dx_bits, dg, db);
+    } else {
+      run_backward_bf16(dy.data(), rc, dx_bits);
+    }
+    return none_;
+  }
+
   /// Whether a training forward of a batch of `n` that takes a residual
   /// block's sum (plan::SumInPass) can read the shortcut as bf16 bits
   /// and write the sum as its bf16 copy and ReLU mask alone (the residual
@@ -375,6 +405,7 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   }
 
   const std::uint16_t* x_bf16_ = nullptr;  // forward_bf16's x (then x_ is null)
+  Tensor<T> none_;                         // backward_bits' result where dx went out as bits
   std::vector<std::uint16_t> y_bits_;      // copy_target's buffer
   bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
   bool skip_float_once_ = false;           // skip_float_output_once, for the next forward

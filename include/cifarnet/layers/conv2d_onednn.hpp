@@ -51,10 +51,24 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     op_.forward(*rc.device, geom_, x.data(), weights(params), Bias ? params.value(b_) : nullptr, y_.data());
     return y_;
   }
-  /// forward() with the hand-overs of a training plan (plan::Links).
+  /// forward() with the hand-overs of a training plan (plan::Links): the
+  /// bf16 copy of x its writer made; after skip_float_output_once, y
+  /// written only as bf16 bits, left in k as the copy of y_ (whose values
+  /// are then stale) for the max pool after it (conv_bf16_output_to_pool).
   const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
-    return forward(x, rc, k.input_bf16);
+    if (!std::exchange(bf16_alone_once_, false)) return forward(x, rc, k.input_bf16);
+    const std::uint16_t* bits = forward_bf16(x, rc, k.input_bf16);
+    if (!bits) throw ConfigError("layer '" + name_ + "' (Conv2d): asked for a bf16 output it cannot write");
+    ensure_shape(y_, geom_.out_shape(), fmt_);
+    k.copy = bits;
+    k.copy_of = y_.data();
+    ++bf16_outputs_alone_;
+    return y_;
   }
+  /// The next training forward writes y only as bf16 bits (forward(x, rc, k)).
+  void skip_float_output_once() { bf16_alone_once_ = true; }
+  /// Training forwards that wrote y only as bf16 bits (tests).
+  std::size_t bf16_outputs_alone() const { return bf16_outputs_alone_; }
 
   /// A training forward in the own kernels (direct_bn()) that also takes
   /// the batch norm statistics of its output (2 Out: the means, then the
@@ -172,8 +186,10 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   /// One node in a step plan (nn/plan.hpp), with the fact whether the own
   /// conv + batch norm kernels take its geometry (and why not).
   /// In training, the hooks the training executor's rules call: its dy
-  /// taken as bf16 bits written by the max pool after it
-  /// (pool_bf16_dx_to_conv), where its backward passes run in bf16.
+  /// taken as bf16 bits written by the max pool or batch norm after it
+  /// (pool_bf16_dx_to_conv, bn_bf16_dx_to_standalone_conv), where its
+  /// backward passes run in bf16; its output written as bf16 alone for the
+  /// max pool after it (conv_bf16_output_to_pool).
   int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
     const int t = this->emit_node(b, in, rc, direct_why_not(rc, false));
     if (!rc.training()) return t;
@@ -182,6 +198,12 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     g.n = b.key().batch;
     const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
     const bool bits = !Bias && (grads || down) && op_.bf16_dy(*rc.device, g, grads, down) != nullptr;
+    n.facts[plan::facts::kBf16OutputAlone] =
+        !Bias && op_.has_bf16_dst(*rc.device, g)
+            ? plan::Fact::yes()
+            : plan::Fact::no(
+                  Bias ? "a convolution with bias"
+                       : "no bf16 kernel with a bf16 output for this geometry (or fp32 convolutions)");
     n.facts[plan::facts::kDyBits] =
         bits ? plan::Fact::yes()
              : plan::Fact::no(Bias ? "a convolution with bias"
@@ -197,6 +219,7 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
       return backward(dy, c);
     };
     r.pair.dy_bits = [this](RunContext<B, T>& c) { return bf16_dy(c); };
+    r.pair.skip_float_output = [this] { skip_float_output_once(); };
     r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
                                   std::uint16_t* dx_bits) -> const Tensor<T>& {
       if (dx_bits) throw std::logic_error("layer '" + name_ + "' (Conv2d): asked for its dx as bf16 bits");
@@ -331,8 +354,10 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
 
   ConvAlgorithm policy_ = ConvAlgorithm::Auto;
   std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output
-  Buffer<T> dw_part_;                  // backward_images: a later range's weight (and bias) gradient
-  ops::Eltwise<B, T> add_;             // which is added to the first's
+  bool bf16_alone_once_ = false;       // skip_float_output_once, for the next forward
+  std::size_t bf16_outputs_alone_ = 0;
+  Buffer<T> dw_part_;       // backward_images: a later range's weight (and bias) gradient
+  ops::Eltwise<B, T> add_;  // which is added to the first's
 };
 
 }  // namespace cifarnet::detail

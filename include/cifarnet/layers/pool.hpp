@@ -56,7 +56,9 @@ struct Pool2d : LayerBase {
       if (std::exchange(expect_copy_, false)) {  // the producer skipped its float output
         if constexpr (kBf16In) {
           if (k.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
-            if (padded_)
+            if constexpr (Kind == PoolKind::Max)  // the argmax kept for the float x it stands for
+              op_.forward_bf16_input(*rc.device, geom_, rc.training(), k.input_bf16, y_.data(), x.data());
+            else if (padded_)
               pad_forward(rc, k.input_bf16, pad);
             else
               op_.forward_bf16_input(*rc.device, geom_, k.input_bf16, y_.data());
@@ -148,11 +150,12 @@ struct Pool2d : LayerBase {
     static constexpr std::size_t stride() { return std::size_t(S); }
     /// Forwards written in place into a channel pad (tests).
     std::size_t padded_outputs() const { return padded_outputs_; }
-    /// The bf16 residual stream (bf16_residual_stream): whether a training
-    /// forward of a batch of `n` can read x only through its producer's
-    /// bf16 copy (average pooling on backends with bf16 hand-overs, where
-    /// the op takes bf16 x; the backward reads no x), and the demand that
-    /// the next forward does (it throws if the copy is not offered).
+    /// Whether a training forward of a batch of `n` can read x only through
+    /// its producer's bf16 copy (pooling on backends with bf16 hand-overs,
+    /// where the op takes bf16 x; the backward reads no x: the bf16 residual
+    /// stream's average pool, bf16_residual_stream; a max pool after a bf16
+    /// convolution, conv_bf16_output_to_pool), and the demand that the next
+    /// forward does (it throws if the copy is not offered).
     bool reads_only_bf16_input(RunContext<B, T>& rc, std::size_t n) {
       if constexpr (kBf16In) {
         ConvGeom g = geom_;
@@ -227,7 +230,7 @@ struct Pool2d : LayerBase {
     Padded pad_next_;      // pad_into_once, for the next forward
     bool padded_ = false;  // the last forward wrote in place
     std::size_t pad_channels_ = 0, pad_before_ = 0, padded_outputs_ = 0;
-    static constexpr bool kBf16In = backend_traits<B>::bf16_gradients && Kind == PoolKind::Avg;
+    static constexpr bool kBf16In = backend_traits<B>::bf16_gradients;
     static constexpr bool kBf16Dx = backend_traits<B>::bf16_gradients && Kind == PoolKind::Max;
     Tensor<T> none_;  // backward_bits' result where dx went out as bits
     ops::Pool2d<B, T> op_;

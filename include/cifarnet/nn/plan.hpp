@@ -84,9 +84,10 @@ inline constexpr const char* kEpilogueConv =
 inline constexpr const char* kOwnKernels =
     "own_kernels";                                 ///< the own conv + batch norm kernels take its geometry
 inline constexpr const char* kDyBits = "dy_bits";  ///< its backward can read dy as bf16 bits
-// a max pool
+// a max pool, a standalone batch norm
 inline constexpr const char* kDxBits = "dx_bits";  ///< its backward can write dx as bf16 bits
-// a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy)
+// a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy; a standalone
+// convolution: kBf16OutputAlone)
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels
 inline constexpr const char* kBf16OutputAlone =

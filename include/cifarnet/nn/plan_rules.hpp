@@ -70,9 +70,15 @@ inline const std::vector<RuleInfo>& rules() {
        "a batch norm's output written only as the bf16 copy the next convolution reads"},
       {"bf16_dx_between_conv_bn", "the input gradient between two ConvBatchNorm handed over as bf16 bits"},
       {"pool_into_pad", "the shortcut's average pool written straight into the channel pad after it"},
+      {"conv_bf16_output_to_pool",
+       "a standalone bf16 convolution's output written only as bf16 for the max pool that alone reads it: "
+       "half the bytes written and read, no float output"},
       {"pool_bf16_dx_to_conv",
        "a max pool's dx written as bf16 bits into the dy of the bf16 convolution before it: 2 bytes an "
        "element, and no rounding pass in the convolution's backward"},
+      {"bn_bf16_dx_to_standalone_conv",
+       "a standalone batch norm's dx (with its ReLU or GELU) written as bf16 bits into the dy of the bf16 "
+       "convolution before it: 2 bytes an element, and no rounding pass in the convolution's backward"},
       {"residual_sum_in_bn",
        "the residual sum (and its ReLU) in the body's last batch norm pass: the sum's own pass saved"},
       {"bf16_residual_stream",
@@ -401,15 +407,30 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     verdict("bn_dx_in_conv_prologue", {c, r}, false, why);
   }
   // A standalone convolution read by a max pool alone (airbench94's
-  // groups): the pool's dx handed to the convolution's backward as bf16.
+  // groups): its output written as bf16 alone, which the pool reads.
   for (int c = 0; c < count && train; ++c) {
     const Node& conv = at(p, c);
     if (conv.kind != "conv" || !conv.layer.empty()) continue;
     const int r = p.only_consumer(conv.output);
     if (r < 0 || at(p, r).kind != "max_pool") continue;
+    auto [out, wout] = fact(conv, facts::kBf16OutputAlone);
+    auto [in, win] = fact(at(p, r), facts::kBf16InputOnly);
+    verdict("conv_bf16_output_to_pool", {c, r}, out && in,
+            !out ? "the convolution: " + wout : "the pool: " + win);
+  }
+  // A standalone convolution read by a max pool or a standalone batch norm
+  // alone (airbench94's groups): the reader's dx handed to the
+  // convolution's backward as bf16.
+  for (int c = 0; c < count && train; ++c) {
+    const Node& conv = at(p, c);
+    if (conv.kind != "conv" || !conv.layer.empty()) continue;
+    const int r = p.only_consumer(conv.output);
+    const bool pool = r >= 0 && at(p, r).kind == "max_pool";
+    if (r < 0 || (!pool && (at(p, r).kind != "bn" || !at(p, r).layer.empty()))) continue;
     auto [dy, wdy] = fact(conv, facts::kDyBits);
     auto [dx, wdx] = fact(at(p, r), facts::kDxBits);
-    verdict("pool_bf16_dx_to_conv", {c, r}, dy && dx, !dy ? "the convolution: " + wdy : "the pool: " + wdx);
+    verdict(pool ? "pool_bf16_dx_to_conv" : "bn_bf16_dx_to_standalone_conv", {c, r}, dy && dx,
+            !dy ? "the convolution: " + wdy : (pool ? "the pool: " : "the batch norm: ") + wdx);
   }
   // A batch norm's activation in its own pass (standalone or in a ConvBatchNorm).
   for (int i = 0; i < count; ++i) {

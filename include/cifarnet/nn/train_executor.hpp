@@ -224,9 +224,12 @@ class TrainExecutor {
     int dx_bits_to = kNoBits, grad_bits_to = kNoBits;
     const char* bits_rule = "";  // the rule that hands the dx bits on (dx_bits_to >= 0)
     // A layer that writes its output only as its bf16 copy, and one that
-    // reads its input only through such a copy (bn_bf16_output_alone; the
-    // readers of a bf16_residual_stream).
+    // reads its input only through such a copy (bn_bf16_output_alone or
+    // conv_bf16_output_to_pool, the rule in alone_rule; the readers of a
+    // bf16_residual_stream).
     bool float_alone = false, bf16_in = false;
+    const char* alone_rule = "bn_bf16_output_alone";
+    bool copy_is_rule = true;  // copy_out is bf16_copy_to_readers' (not the copy alone_rule leaves)
     // The layer whose kernels compute this one's output from its map
     // (bn_output_into_next_conv); a layer that takes the batch norm sums
     // of the layer before it in its backward (bn_sums_in_next_conv_backward).
@@ -244,6 +247,7 @@ class TrainExecutor {
     bool wants_bits = false, has_bits = false;
   };
   static constexpr int kNoBits = -1, kOwnBits = -2;
+  static constexpr const char* kConvToPool = "conv_bf16_output_to_pool";
   // A part of a gradient: a float tensor or bf16 bits (of the tensor's size).
   struct Part {
     const Tensor<T>* f = nullptr;
@@ -302,7 +306,7 @@ class TrainExecutor {
   // sums and a bf16 copy of what it wrote.
   void layer_forward(Step& s, const Tensor<T>& in, RunContext<B, T>& rc) {
     const plan::LayerRun<B, T>& l = *s.layer;
-    if (s.float_alone) l.pair.skip_float_output(), count("bn_bf16_output_alone");  // the earlier layer
+    if (s.float_alone) l.pair.skip_float_output(), count(s.alone_rule);  // the earlier layer
     if (s.bf16_in) l.pair.require_bf16_input();  // the later one (or a reader of a bf16 stream)
     if (s.defer_to >= 0) {  // bn_output_into_next_conv: the earlier layer's output as the later one's map
       steps_[std::size_t(s.defer_to)].layer->pair.take_normalised_input(l.pair.defer_output());
@@ -365,7 +369,7 @@ class TrainExecutor {
     if (k.sums_out && k.sums_out->of == wrote) offers_[std::size_t(t)] = k.sums_out;
     if (k.copy && s.copy_out && k.copy_of == wrote) {
       copies_[std::size_t(t)] = k.copy;
-      count("bf16_copy_to_readers");
+      if (s.copy_is_rule) count("bf16_copy_to_readers");
     }
   }
 
@@ -732,6 +736,15 @@ class TrainExecutor {
         steps_[std::size_t(e)].float_alone = true;
         steps_[std::size_t(l)].bf16_in = true;
       }
+      if (v.rule == kConvToPool && v.fires) {  // the convolution's copy alone, which the pool reads
+        const int e = step_at[std::size_t(v.nodes[0])], l = step_at[std::size_t(v.nodes[1])];
+        if (!hooks(e) || !hooks(l) || !hooks(e)->skip_float_output || !hooks(l)->require_bf16_input)
+          return fail("conv_bf16_output_to_pool between layers without bf16 hand-overs");
+        steps_[std::size_t(e)].float_alone = steps_[std::size_t(e)].copy_out = true;
+        steps_[std::size_t(e)].alone_rule = kConvToPool;
+        steps_[std::size_t(e)].copy_is_rule = false;
+        steps_[std::size_t(l)].bf16_in = true;
+      }
       if (v.rule == "bn_output_into_next_conv" && v.fires) {
         const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
         const int l = step_at[std::size_t(v.nodes[1])];
@@ -786,17 +799,20 @@ class TrainExecutor {
           return fail("bn_sums_in_next_conv_backward into a layer the executor does not run");
         steps_[std::size_t(l)].takes_sums = true;
       }
-      const bool pool_bits = v.rule == "pool_bf16_dx_to_conv";
-      if ((v.rule != "bf16_dx_between_conv_bn" && !pool_bits) || !v.fires) continue;
+      const bool conv_bits = v.rule == "pool_bf16_dx_to_conv" || v.rule == "bn_bf16_dx_to_standalone_conv";
+      if ((v.rule != "bf16_dx_between_conv_bn" && !conv_bits) || !v.fires) continue;
       // the later layer's dx as bits into the earlier one's dy bits (a
-      // ConvBatchNorm's, or a convolution's before a max pool)
+      // ConvBatchNorm's, or a standalone convolution's before a max pool or
+      // a batch norm)
       const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
       const int l = step_at[std::size_t(v.nodes[1])];
       if (!hooks(e) || !hooks(l) || !hooks(e)->dy_bits || !hooks(l)->backward_bits)
         return fail(v.rule + " at '" + p.nodes[std::size_t(v.nodes[1])].name +
                     "' between layers without bf16 hand-overs");
       steps_[std::size_t(l)].dx_bits_to = e;
-      steps_[std::size_t(l)].bits_rule = pool_bits ? "pool_bf16_dx_to_conv" : "bf16_dx_between_conv_bn";
+      steps_[std::size_t(l)].bits_rule = !conv_bits                         ? "bf16_dx_between_conv_bn"
+                                         : v.rule == "pool_bf16_dx_to_conv" ? "pool_bf16_dx_to_conv"
+                                                                            : "bn_bf16_dx_to_standalone_conv";
     }
     values_.assign(p.tensors.size(), nullptr);
     copies_.assign(p.tensors.size(), nullptr);

@@ -218,6 +218,19 @@ struct BatchNorm<backend::OneDnn, T> {
                  relu ? BnActivation::Relu : BnActivation::None);
   }
 
+  /// backward() with the fused GELU (float x and dy) and dx written as
+  /// bfloat16 bits into dx_bf16 (host::store_bf16's rounding): the output
+  /// gradient of the bf16 convolution in front of this batch norm
+  /// (bn_bf16_dx_to_standalone_conv). `u` (g.size() floats) receives
+  /// dy gelu'(z) in the pass of the sums, read by the pass of dx.
+  CIFARNET_OUTLINE void backward_bf16_gelu(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+                                           const float* dy, const float* gamma, const float* mean,
+                                           const float* var, float* u, std::uint16_t* dx_bf16, float* dgamma,
+                                           float* dbeta) {
+    backend::onednn::require("BatchNorm backward (GELU, bf16 dx)", {{u, "u"}, {dx_bf16, "dx_bf16"}});
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, u, dx_bf16, dgamma, dbeta, BnActivation::Gelu);
+  }
+
   /// backward() (no activation, or the fused ReLU; float x and dy) in two
   /// parts: backward_sums (the pass of the sums: dgamma, dbeta and the
   /// coefficients of dx), then backward_images for ranges of images, each
@@ -406,9 +419,9 @@ struct BatchNorm<backend::OneDnn, T> {
     static constexpr const char* op = "BatchNorm backward";
     (void)dev;
     check_backward(op, g, x, dy, gamma, mean, var, dgamma, dbeta, act);
-    if (act == BnActivation::Gelu && (dx_bf16 || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
-      throw ConfigError(
-          detail::concat(op, ": the fused GELU takes float x and dx only (", on::describe(g), ")"));
+    if (act == BnActivation::Gelu && (!dx || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
+      throw ConfigError(detail::concat(op, ": the fused GELU takes float x and dy, and a float dx (",
+                                       on::describe(g), ")"));
     sums_of_.g.reset();
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
                                   act == BnActivation::Relu ? relu_ab_.data() : nullptr, scratch_,

@@ -798,8 +798,8 @@ void input_gradient_images(const ChannelGeom& g, const X* x, const DY* dy, const
 ///   dx = gamma inv / m * (m dyr - dbeta - xhat dgamma)
 /// evaluated per element as A dyr + B (x - mean) + D with per-channel A, B, D.
 /// The GELU's dyr is computed once, in the pass of the sums, into dx, which
-/// the second pass then overwrites in place. With `dx_bf16` (not with the
-/// GELU), dx goes there as bfloat16 and dx is not touched. dy is float, or
+/// the second pass then overwrites in place. With `dx_bf16`, dx goes there
+/// as bfloat16 and dx is not touched (with the GELU it holds dyr). dy is float, or
 /// (not with the GELU) bfloat16 bits: the bf16 input gradient of the
 /// convolution after this batch norm, widened exactly (widen).
 template <class X, class DY>

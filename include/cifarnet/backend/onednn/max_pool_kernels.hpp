@@ -40,8 +40,11 @@ inline bool handles(const ConvGeom& g) {
 }
 
 /// y = max over each window; with `argmax`, the window position (ky kw + kx)
-/// of each output's maximum. Parallel over output rows.
-inline void forward(const ConvGeom& g, const float* x, float* y, std::uint8_t* argmax) {
+/// of each output's maximum. Parallel over output rows. x is float or
+/// bfloat16 bits (a bf16 convolution's output, widened exactly: the max of
+/// the widened values is the widened max).
+template <class X>
+inline void forward(const ConvGeom& g, const X* x, float* y, std::uint8_t* argmax) {
   const std::size_t C = g.ic;
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
 #pragma omp parallel for schedule(static)
@@ -56,18 +59,22 @@ inline void forward(const ConvGeom& g, const float* x, float* y, std::uint8_t* a
         for (std::size_t c = 0; c < C; ++c) ao[c] = 0;
       for (std::size_t ky = 0; ky < g.kh; ++ky)
         for (std::size_t kx = 0; kx < g.kw; ++kx) {
-          const float* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
+          const X* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
           const auto k = std::uint8_t(ky * g.kw + kx);
           if (ao) {
 #pragma omp simd
             for (std::size_t c = 0; c < C; ++c) {
-              const bool win = xi[c] > yo[c];
-              yo[c] = win ? xi[c] : yo[c];
+              const float v = host::widen(xi[c]);
+              const bool win = v > yo[c];
+              yo[c] = win ? v : yo[c];
               ao[c] = win ? k : ao[c];
             }
           } else {
 #pragma omp simd
-            for (std::size_t c = 0; c < C; ++c) yo[c] = xi[c] > yo[c] ? xi[c] : yo[c];
+            for (std::size_t c = 0; c < C; ++c) {
+              const float v = host::widen(xi[c]);
+              yo[c] = v > yo[c] ? v : yo[c];
+            }
           }
         }
     }

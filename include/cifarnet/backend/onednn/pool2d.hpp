@@ -48,14 +48,7 @@ struct Pool2d<backend::OneDnn, T> {
     on::check_geometry(g, op, true);
     on::require(op, {{x, "x"}, {y, "y"}});
     if (kind == PoolKind::Max && on::max_pool::handles(g)) {
-      std::uint8_t* a = nullptr;
-      if (training) {
-        argmax_.resize(g.n * g.oh * g.ow * g.ic);
-        argmax_geom_ = g;
-        argmax_src_ = x;
-        a = argmax_.data();
-      }
-      on::max_pool::forward(g, x, y, a);
+      max_forward(g, training, x, y, x);
       return;
     }
     if (kind == PoolKind::Avg && on::avg_pool::handles(g)) {
@@ -68,10 +61,11 @@ struct Pool2d<backend::OneDnn, T> {
     });
   }
 
-  /// Whether forward_bf16_input takes g and kind: average pooling on the
-  /// own kernel's geometries (windows without overlap or padding).
+  /// Whether forward_bf16_input takes g and kind: average or max pooling on
+  /// the own kernels' geometries (windows without overlap or padding).
   CIFARNET_OUTLINE static bool reads_bf16_input(const ConvGeom& g, PoolKind kind) {
-    return kind == PoolKind::Avg && backend::onednn::avg_pool::handles(g);
+    return kind == PoolKind::Avg ? backend::onednn::avg_pool::handles(g)
+                                 : backend::onednn::max_pool::handles(g);
   }
   /// The training or inference forward of average pooling with x given as
   /// bfloat16 bits (a residual stream kept in bf16: ResNet's shortcut pool
@@ -87,6 +81,23 @@ struct Pool2d<backend::OneDnn, T> {
       throw ConfigError(
           detail::concat(op, ": only average pooling without overlap or padding (", on::describe(g), ")"));
     on::avg_pool::forward(g, x, y);
+  }
+  /// The forward of max pooling with x given as bfloat16 bits (the output
+  /// of a bf16 convolution written as bf16 alone: conv_bf16_output_to_pool),
+  /// widened exactly; in training it records the argmax for backward() and
+  /// backward_bf16(), which are then called with `src`, the float tensor x
+  /// stands for (its values unwritten: the backward reads only the argmax).
+  /// Needs reads_bf16_input(g, Max).
+  CIFARNET_OUTLINE void forward_bf16_input(Dev&, const ConvGeom& g, bool training, const std::uint16_t* x,
+                                           float* y, const float* src) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d forward (max, bf16 x)";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {y, "y"}, {src, "src"}});
+    if (!reads_bf16_input(g, PoolKind::Max))
+      throw ConfigError(
+          detail::concat(op, ": only max pooling without overlap or padding (", on::describe(g), ")"));
+    max_forward(g, training, x, y, src);
   }
 
   /// Whether forward_padded / backward_padded take g and kind: average
@@ -173,6 +184,20 @@ struct Pool2d<backend::OneDnn, T> {
   CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
+  // The own kernels' max pooling of x (float or bf16 bits); in training its
+  // argmax recorded for the float tensor `src` (x itself, or what x's bits
+  // stand for).
+  template <class X>
+  void max_forward(const ConvGeom& g, bool training, const X* x, float* y, const float* src) {
+    std::uint8_t* a = nullptr;
+    if (training) {
+      argmax_.resize(g.n * g.oh * g.ow * g.ic);
+      argmax_geom_ = g;
+      argmax_src_ = src;
+      a = argmax_.data();
+    }
+    backend::onednn::max_pool::forward(g, x, y, a);
+  }
   // The argmax of the last training forward of x at g, or rebuilt from x.
   const std::uint8_t* argmax_for(const ConvGeom& g, const float* x) {
     if (!argmax_geom_ || *argmax_geom_ != g || argmax_src_ != x) {
