@@ -1,7 +1,8 @@
 #!/bin/bash
-# The step plan with its rules in one place (7ab83e9: rules turnable off,
+# The step plan with its rules in one place (0044638: rules turnable off,
 # the layers' oneDNN specializations, airbench94's bf16_copy_to_readers with
-# GELU and pool_bf16_dx_to_conv, gradient buffers from lifetimes) against
+# GELU, pool_bf16_dx_to_conv, conv_bf16_output_to_pool,
+# bn_bf16_dx_to_standalone_conv, gradient buffers from lifetimes) against
 # 7636c9f's binary (the layer tree's RunContext side channels, the issue's
 # starting point), alternated, 3 rounds, one session:
 # ResNet-20 and ResNet-56 training in fp32 and bf16, airbench94's step in

@@ -1,5 +1,5 @@
 #!/bin/bash
-# VGG-19's Gatys step at 7ab83e9 (style_transfer_bench: forward to conv5_1, losses, the
+# VGG-19's Gatys step at 0044638 (style_transfer_bench: forward to conv5_1, losses, the
 # backward with frozen weights) of this commit against 7636c9f's binary,
 # alternated, 3 rounds, NHWC, fp32 and bf16; both binaries' defaults.
 # Usage: bash gatys.sh <base style_transfer_bench> <new style_transfer_bench> > gatys.txt
