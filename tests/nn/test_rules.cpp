@@ -335,7 +335,20 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
     }
   }
   const Case relu{"conv_relu_post_op", {}, Mode::Infer, ConvPrecision::F32, Needs::Nothing, false};
-  check_rule<ConvRelu>(relu, {3, 16, 16}, 4, NetOptions());
+  check_rule<ConvRelu>(relu, {3, 16, 16}, 4, NetOptions().with_conv_algorithm(ConvAlgorithm::Direct));
+  {
+    // Where the convolution's own forward takes Winograd (Auto at a batch
+    // of 4 or fewer), the layer runs itself and the verdict says why; at 8
+    // the executor's convolution takes the ReLU.
+    Model<ConvRelu, backend::OneDnn> m({3, 16, 16}, DataFormat::NHWC, NetOptions(), 3, true);
+    const plan::Plan small = m.step_plan(Mode::Infer, 4), large = m.step_plan(Mode::Infer, 8);
+    INFO(plan::describe(small));
+    CHECK(small.fired(relu.rule) == 0);
+    const plan::Verdict* v = small.verdict(relu.rule, "conv1");
+    ENSURE(v);
+    CHECK(v->reason.find("Winograd") != std::string::npos);
+    CHECK(large.fired(relu.rule) == 1);
+  }
   covered.insert(relu.rule);
   // Every rule has its case.
   for (const plan::RuleInfo& r : plan::rules()) {

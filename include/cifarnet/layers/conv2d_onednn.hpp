@@ -192,7 +192,22 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   /// max pool after it (conv_bf16_output_to_pool).
   int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
     const int t = this->emit_node(b, in, rc, direct_why_not(rc, false));
-    if (!rc.training()) return t;
+    if (!rc.training()) {
+      // Where this layer's own forward takes Winograd (fp32 3x3 stride 1,
+      // asked or Auto at a batch <= 4: VGG-19's style transfer), it runs
+      // itself: oneDNN 2.6 has no Winograd on the plain layouts the plan
+      // executor's convolution uses (ops::ConvEpilogue), and its direct
+      // kernel took 0.157 s against Winograd's 0.132 s for VGG-19's
+      // forward at 250x333 (docs/BENCHMARKS.md, 2026-12-03).
+      if (winograd_forward(b.key().batch)) {
+        plan::Node& n = b.producer(t);
+        n.run.reset();
+        n.facts[plan::facts::kEpilogueConv] = plan::Fact::no(
+            "its own forward runs Winograd here (fp32 3x3 stride 1, conv_algorithm Winograd, or Auto at a "
+            "batch of 4 or fewer), which the plan executor's convolution cannot");
+      }
+      return t;
+    }
     plan::Node& n = b.producer(t);
     ConvGeom g = geom_;
     g.n = b.key().batch;
@@ -227,6 +242,14 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     };
     n.run = std::move(r);
     return t;
+  }
+  /// Whether an inference forward of a batch of `n` runs Winograd (as
+  /// ops::Conv2d decides it: fp32 3x3 stride-1, Winograd asked, or Auto
+  /// with n <= 4).
+  bool winograd_forward(std::size_t n) const {
+    const bool shape = geom_.kh == 3 && geom_.kw == 3 && geom_.sh == 1 && geom_.sw == 1;
+    return shape && op_.precision() == ConvPrecision::F32 &&
+           (policy_ == ConvAlgorithm::Winograd || (policy_ == ConvAlgorithm::Auto && n <= 4));
   }
   /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
   /// words (step plans, nn/plan.hpp); empty where it is true.
