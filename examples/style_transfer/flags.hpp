@@ -14,7 +14,7 @@ namespace style_transfer {
 
 struct Flags {
   std::string content, style, output_dir = "style_transfer_out", vgg_mat = cifarnet::kVgg19MatFile;
-  std::string data_format = "channels_last", resize = "area", make_test_mat;
+  std::string data_format = "channels_last", resize = "area", make_test_mat, precision = "fp32";
   bool random_weights = false, fresh = false, explain_plan = false;
   int width_divisor = 1;
   std::size_t keep_checkpoints = 5;

@@ -178,6 +178,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the initial noise (and of --random-weights).")
       ->capture_default_str();
+  app.add_option("--precision", f.precision,
+                 "Arithmetic of the convolutions and the Gram products: fp32, or bf16 (bf16 factors with "
+                 "fp32 accumulation; the image, Adam and the losses' sums stay fp32; needs AVX-512, fp32 "
+                 "elsewhere).")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--data-format", f.data_format, "channels_last (NHWC) or channels_first (NCHW) activations.")
       ->check(CLI::IsMember({"channels_last", "channels_first"}))
       ->capture_default_str();

@@ -42,9 +42,10 @@ using VggModel = cifarnet::Model<cifarnet::Vgg19Features<D>, cifarnet::backend::
 template <int D>
 std::unique_ptr<VggModel<D>> make_net(const Flags& f) {
   using namespace cifarnet;
+  NetOptions o = f.random_weights ? vgg19_random_options() : NetOptions{};
+  if (f.precision == "bf16") o.with_conv_precision(ConvPrecision::BF16);
   return std::make_unique<VggModel<D>>(InputShape{3, f.opt.height, f.opt.width},
-                                       parse_data_format(f.data_format),
-                                       f.random_weights ? vgg19_random_options() : NetOptions{}, f.opt.seed,
+                                       parse_data_format(f.data_format), o, f.opt.seed,
                                        /*input_gradient=*/true);
 }
 
@@ -73,6 +74,11 @@ int run_net(const Flags& f, const cifarnet::Image& content, const cifarnet::Imag
     std::cout << "VGG-19 weights: " << f.vgg_mat << " (conv1_1 ... conv5_1"
               << (D > 1 ? ", channel counts / " + std::to_string(D) : std::string()) << ")\n";
   }
+  if (f.precision == "bf16")
+    std::cout << (backend::onednn::cpu_has_bf16_convolutions()
+                      ? "--precision bf16: bf16 convolutions and Gram products (fp32 image, Adam and sums)\n"
+                      : "--precision bf16 asked, but oneDNN has no bf16 kernels on this CPU (it needs "
+                        "AVX-512): fp32\n");
   StyleTransfer<M> st(net, f.opt, content, style);
 
   io::CheckpointManager ckpt(f.output_dir + "/checkpoints", f.keep_checkpoints);

@@ -5,7 +5,9 @@
 # and checks the seed's log (steps 1-5 and 10), that the loss fell from
 # step 1 to step 10, that outputs/9.png (the seed's 0-based name of the
 # 10th iteration) decodes as a 64x48 RGB image, and that a checkpoint was
-# written at the end.
+# written at the end; then the same 10 iterations with --precision bf16
+# (bf16 convolutions and Gram products where the CPU has them, which it
+# says): the loss falls there too.
 # Usage: smoke_style_transfer.sh <style_transfer> <png_info> <work dir>
 set -u
 prog=$1 png_info=$2 work=$3
@@ -33,4 +35,13 @@ echo "$png: $info (width height channels mean)"
 set -- $info
 [ "$1 $2 $3" = "64 48 3" ] || fail "$png is $1x$2 with $3 channels, expected 64x48 RGB"
 ls "$work/out/checkpoints" | grep -q "\.safetensors$" || fail "no checkpoint in $work/out/checkpoints"
-echo "PASS: 10 iterations, loss $first -> $last, $png decodes as 64x48 RGB"
+
+run "$work/bf16.log" "$prog" --vgg-mat "$mat" --output-dir "$work/out_bf16" --iterations 10 --height 48 \
+  --width 64 --fresh --precision bf16 || fail "style_transfer --precision bf16 exited with $?"
+need "$work/bf16.log" "^--precision bf16" "the arithmetic line of --precision bf16"
+need "$work/bf16.log" "^done: step 10, 10 iterations this run" "the final line of --precision bf16"
+bf_first=$(awk '$1 == "Step" { cur = $2 } $1 == "Loss:" && cur == 1 { print $2; exit }' "$work/bf16.log")
+bf_last=$(awk '$1 == "Step" { cur = $2 } $1 == "Loss:" && cur == 10 { print $2; exit }' "$work/bf16.log")
+echo "--precision bf16 loss: step 1 $bf_first, step 10 $bf_last"
+less "$bf_last" "$bf_first" 0 || fail "--precision bf16: the loss did not fall from step 1 ($bf_first) to step 10 ($bf_last)"
+echo "PASS: 10 iterations, loss $first -> $last, $png decodes as 64x48 RGB; bf16 loss $bf_first -> $bf_last"

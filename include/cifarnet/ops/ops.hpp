@@ -34,6 +34,9 @@
 //  Gemm        run(dev, ta, tb, m, n, k, alpha, a, b, beta, c)   row-major
 //                  C (m×n) = alpha·op(A)·op(B) + beta·C, op(A) m×k (A stored k×m when ta),
 //                  op(B) k×n (B stored n×k when tb); beta = 0 ignores C's contents
+//              run_bf16(same arguments)   A and B rounded to bfloat16, products summed
+//                  in float (reference: in T; oneDNN: its bf16 matmul where the CPU has bf16
+//                  kernels, else run()); optional: a backend without it runs run()
 //  Eltwise     add(dev, n, a, b, y, relu)   y = a + b, then max(., 0) when relu
 //                                           (y may alias a or b; NaN propagates)
 //              add_masked(dev, n, a, b, m, y)   y = a + b where m > 0, else 0: a sum's

@@ -11,18 +11,24 @@
 // gradients are ADDED, scaled, into a caller's buffer (several losses share
 // a tap's gradient). Matrix products go through the backend's ops::Gemm:
 // xtensor-blas on the reference backend (any BLAS scalar), dnnl_sgemm on
-// oneDNN, cuBLAS on CUDA.
+// oneDNN, cuBLAS on CUDA. With ConvPrecision::BF16 the per-step products (G
+// and dE/dF) take their factors rounded to bfloat16 and sum in float
+// (Gemm::run_bf16: oneDNN's bf16 matmul, as PyTorch's bf16 autocast does
+// for torch.mm); a backend without run_bf16 (CUDA) stays in float.
+// NUMERICS.md states the measured error.
 #pragma once
 
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "cifarnet/backend/reference/gemm.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/tensor.hpp"
+#include "cifarnet/ops/conv_algorithm.hpp"
 
 namespace cifarnet::vision {
 
@@ -30,16 +36,23 @@ namespace detail {
 /// ops::Gemm<B, T> on `dev` (the model's device: GatysLoss passes it), or
 /// when null on this thread's own default device of backend B (made once per
 /// thread on first use: for CUDA the process's GPU, Device<Cuda>()).
+template <class Op, class = void>
+struct HasBf16Gemm : std::false_type {};
+template <class Op>
+struct HasBf16Gemm<Op, std::void_t<decltype(&Op::run_bf16)>> : std::true_type {};
+
 template <class B, class T>
 void gemm(Device<B>* dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          const T* b, T beta, T* c) {
-  thread_local ops::Gemm<B, T> op;  // stateless
-  if (dev) {
-    op.run(*dev, ta, tb, m, n, k, alpha, a, b, beta, c);
-    return;
-  }
+          const T* b, T beta, T* c, ConvPrecision prec = ConvPrecision::F32) {
+  thread_local ops::Gemm<B, T> op;  // keeps only per-geometry caches
+  auto call = [&](Device<B>& d) {
+    if constexpr (HasBf16Gemm<ops::Gemm<B, T>>::value)
+      if (prec == ConvPrecision::BF16) return op.run_bf16(d, ta, tb, m, n, k, alpha, a, b, beta, c);
+    op.run(d, ta, tb, m, n, k, alpha, a, b, beta, c);
+  };
+  if (dev) return call(*dev);
   thread_local Device<B> own;
-  op.run(own, ta, tb, m, n, k, alpha, a, b, beta, c);
+  call(own);
 }
 }  // namespace detail
 
@@ -59,17 +72,19 @@ Shape single_example(const Tensor<T>& f, DataFormat fmt, const char* what) {
 }  // namespace detail
 
 /// G = FᵀF (N x N, row-major) of one example's activation in format `fmt`,
-/// computed on `dev` (null: the thread's default device of B).
+/// computed on `dev` (null: the thread's default device of B), with F
+/// rounded to bfloat16 when `prec` is BF16 (see the file comment).
 template <class B, class T>
-void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g, Device<B>* dev = nullptr) {
+void gram_matrix(const Tensor<T>& f, DataFormat fmt, std::vector<T>& g, Device<B>* dev = nullptr,
+                 ConvPrecision prec = ConvPrecision::F32) {
   const Shape s = detail::single_example(f, fmt, "gram_matrix");
   const auto [M, N] = gram_dims(s);
   g.resize(N * N);
   // NHWC stores F as (M, N): G = FᵀF. NCHW stores Fᵀ as (N, M): G = Fᵀ(Fᵀ)ᵀ.
   if (fmt == DataFormat::NHWC)
-    detail::gemm<B, T>(dev, true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(dev, true, false, N, N, M, T(1), f.data(), f.data(), T(0), g.data(), prec);
   else
-    detail::gemm<B, T>(dev, false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data());
+    detail::gemm<B, T>(dev, false, true, N, N, M, T(1), f.data(), f.data(), T(0), g.data(), prec);
 }
 
 /// A style target: the style image's Gram matrix at one layer, with the
@@ -115,17 +130,19 @@ double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, dou
 /// One layer's style loss E = Σ(G − A)² / (2·N·M)² with G = FᵀF. With `df`,
 /// adds scale·dE/dF = scale·4·F(G − A) / (2·N·M)² into it. `work` is scratch
 /// space (N x N), kept by the caller so steady-state steps do not allocate.
-/// Products run on `dev` (null: the thread's default device of B).
+/// Products run on `dev` (null: the thread's default device of B), in
+/// bfloat16 when `prec` is BF16 (the file comment; A stays as given).
 template <class B, class T>
 double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>& target, std::vector<T>& work,
-                        T* df = nullptr, double scale = 1.0, Device<B>* dev = nullptr) {
+                        T* df = nullptr, double scale = 1.0, Device<B>* dev = nullptr,
+                        ConvPrecision prec = ConvPrecision::F32) {
   const Shape s = detail::single_example(f, fmt, "style_layer_loss");
   const auto [M, N] = gram_dims(s);
   if (M != target.m || N != target.n || target.a.size() != N * N)
     throw ShapeError(cifarnet::detail::concat("style_layer_loss: the activation has M = ", M, ", N = ", N,
                                               " but the style target has M = ", target.m,
                                               ", N = ", target.n));
-  gram_matrix<B>(f, fmt, work, dev);
+  gram_matrix<B>(f, fmt, work, dev, prec);
   const double denom = 2.0 * double(N) * double(M);
   double sum = 0;
   for (std::size_t i = 0; i < N * N; ++i) {
@@ -135,9 +152,9 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
   if (df) {
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
-      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df);
+      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df, prec);
     else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
-      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df);
+      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df, prec);
   }
   return sum / (denom * denom);
 }

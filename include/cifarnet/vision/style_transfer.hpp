@@ -10,7 +10,9 @@
 // gradients injected at the taps and the weights frozen, returning
 // d(total)/d(image). Images passed in and out are always (1, H, W, 3)
 // channels-last (TF's layout, and the checkpoint's), mean already
-// subtracted; the model may use either data format.
+// subtracted; the model may use either data format. With the model's
+// ConvPrecision::BF16 the Gram products of every step (G and dE/dF) run in
+// bfloat16 too (vision/losses.hpp); the style targets A stay float.
 //
 // StyleTransfer<M> owns the image as a one-tensor arena "input/Variable"
 // (the seed's TF variable name) and an Adam optimizer (TF semantics), and
@@ -160,9 +162,9 @@ class GatysLoss {
         content_loss(model_.activation(opt_.content_layer), content_target_, tg[0], opt_.content_weight);
     for (std::size_t i = 0; i < opt_.style_layers.size(); ++i) {
       const double w = opt_.style_layer_weights[i];
-      p.style +=
-          w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(), targets_[i],
-                                  work_, tg[i + 1], opt_.style_weight * w, &model_.device());
+      p.style += w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(),
+                                         targets_[i], work_, tg[i + 1], opt_.style_weight * w,
+                                         &model_.device(), model_.options().conv_precision);
     }
     if (backward) {
       const Shape out = model_.output_shape(1);

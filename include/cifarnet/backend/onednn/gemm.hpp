@@ -1,12 +1,21 @@
-// cifarnet/backend/onednn/gemm.hpp — row-major matrix products through
-// dnnl_sgemm (multi-threaded, float; builds no primitive, nothing to cache).
-// ops::Dense<OneDnn> and the style-transfer Gram matrices use it.
+// cifarnet/backend/onednn/gemm.hpp — row-major matrix products: run() through
+// dnnl_sgemm (multi-threaded, float; builds no primitive, nothing to cache),
+// run_bf16() with A and B rounded to bfloat16 and the products summed in
+// float, through a oneDNN matmul primitive (AMX or AVX512-BF16 kernels),
+// cached per geometry. ops::Dense<OneDnn> and the style-transfer Gram
+// matrices use them.
 #pragma once
 
 #include <dnnl.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <dnnl.hpp>
+#include <vector>
 
+#include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -27,6 +36,93 @@ struct Gemm<backend::OneDnn, T> {
                                         backend::onednn::status_name(st), " = ", int(st), ", ", m, "x", n,
                                         "x", k, ")"));
   }
+
+  /// The product of run() with A and B rounded to bfloat16 (to nearest even,
+  /// as store_bf16) and multiplied and summed in float: oneDNN's bf16 matmul
+  /// (brgemm on AMX or AVX512-BF16). `a == b` (a Gram matrix) is rounded
+  /// once. Where oneDNN has no bf16 kernels (cpu_has_bf16_convolutions()
+  /// false, as for ConvPrecision::BF16 convolutions) it is run(), in float.
+  CIFARNET_OUTLINE void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
+                                 float alpha, const float* a, const float* b, float beta, float* c,
+                                 const char* who = "Gemm (bf16)") {
+    if (!backend::onednn::cpu_has_bf16_convolutions() || m == 0 || n == 0 || k == 0) {
+      run(dev, ta, tb, m, n, k, alpha, a, b, beta, c, who);  // (an empty product is only C's scaling)
+      return;
+    }
+    const bool same = a == b;
+    a_.resize(m * k);
+    round_all(a, a_.data(), m * k);
+    if (!same) {
+      b_.resize(k * n);
+      round_all(b, b_.data(), k * n);
+    }
+    using dt = dnnl::memory::data_type;
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::dim M = backend::onednn::dim(m), N = backend::onednn::dim(n),
+                            K = backend::onednn::dim(k);
+    // op(A) (m x k) stored k x m when ta: strides {1, m}; op(B) likewise.
+    const Key key{ta, tb, m, n, k, alpha, beta, dev.engine.get()};
+    Entry* e = nullptr;
+    for (Entry& x : cache_)
+      if (x.key == key) e = &x;
+    if (!e) {
+      if (cache_.size() >= kMaxEntries) cache_.clear();
+      const dnnl::memory::desc ad({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1}),
+          bd({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1}), cd({M, N}, dt::f32, dims{N, 1});
+      dnnl::primitive_attr attr;
+      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+      if (beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+      }
+      const auto pd = backend::onednn::guarded(who, [&] {
+        return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, dev.engine);
+      });
+      cache_.push_back(Entry{key, dnnl::matmul(pd), ad, bd, cd});
+      e = &cache_.back();
+    }
+    backend::onednn::guarded(who, [&] {
+      e->prim.execute(dev.stream,
+                      {{DNNL_ARG_SRC, dnnl::memory(e->a, dev.engine, a_.data())},
+                       {DNNL_ARG_WEIGHTS, dnnl::memory(e->b, dev.engine, same ? a_.data() : b_.data())},
+                       {DNNL_ARG_DST, dnnl::memory(e->c, dev.engine, c)}});
+      dev.stream.wait();
+      return 0;
+    });
+  }
+
+ private:
+  struct Key {
+    bool ta = false, tb = false;
+    std::size_t m = 0, n = 0, k = 0;
+    float alpha = 0, beta = 0;
+    dnnl_engine_t engine = nullptr;
+    bool operator==(const Key& o) const {
+      return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && alpha == o.alpha &&
+             beta == o.beta && engine == o.engine;
+    }
+  };
+  // One primitive per geometry in use (the style losses alternate five);
+  // emptied when it would pass kMaxEntries.
+  struct Entry {
+    Key key;
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c;
+  };
+  static constexpr std::size_t kMaxEntries = 32;
+  // n floats to bfloat16 bits, over the OpenMP threads in whole 4 KiB pieces.
+  static void round_all(const float* in, std::uint16_t* out, std::size_t n) {
+    constexpr std::size_t kPiece = 2048;
+    const long pieces = long((n + kPiece - 1) / kPiece);
+#pragma omp parallel for schedule(static) if (pieces > 16)
+    for (long p = 0; p < pieces; ++p) {
+      const std::size_t i = std::size_t(p) * kPiece;
+      backend::host::store_bf16(in + i, out + i, std::min(kPiece, n - i));
+    }
+  }
+  std::vector<std::uint16_t> a_, b_;
+  std::vector<Entry> cache_;
 };
 
 }  // namespace ops

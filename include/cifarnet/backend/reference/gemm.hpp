@@ -1,6 +1,7 @@
 // cifarnet/backend/reference/gemm.hpp — row-major matrix products through
 // xtensor-blas (xt::linalg::dot: any BLAS scalar, so double for the
-// gradient checks).
+// gradient checks). run_bf16: the same with A and B rounded to bfloat16
+// first (the oneDNN backend's bf16 product, computed in T).
 #pragma once
 
 #include <xtensor-blas/xlinalg.hpp>
@@ -8,7 +9,9 @@
 
 #include <array>
 #include <cstddef>
+#include <vector>
 
+#include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -32,6 +35,15 @@ struct Gemm<backend::Reference, T> {
       prod = xt::linalg::dot(A, Bm);
     const T* p = prod.data();
     for (std::size_t i = 0; i < m * n; ++i) c[i] = alpha * p[i] + (beta == T(0) ? T(0) : beta * c[i]);
+  }
+
+  /// run() of A and B each rounded to the nearest bfloat16 (via float).
+  void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
+                const T* b, T beta, T* c) {
+    std::vector<T> ra(a, a + m * k), rb(b, b + k * n);
+    for (T& v : ra) v = T(backend::host::round_to_bf16(float(v)));
+    for (T& v : rb) v = T(backend::host::round_to_bf16(float(v)));
+    run(dev, ta, tb, m, n, k, alpha, ra.data(), rb.data(), beta, c);
   }
 
  private:
