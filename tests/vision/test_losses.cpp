@@ -156,18 +156,18 @@ TEST_CASE(
 
 namespace {
 /// The Gatys losses and image gradient of a small VGG-shaped net (20x26,
-/// NHWC) on the reference backend in double and on oneDNN in float with
-/// the convolution precision `prec` (same weights and image).
+/// format `fmt`) on the reference backend in double and on oneDNN in float
+/// with the convolution precision `prec` (same weights and image).
 struct GatysPair {
   LossParts ref, dnn;
   double grad_err = 0;  ///< relative L2 error of oneDNN's image gradient
 };
-GatysPair gatys_against_reference(ConvPrecision prec) {
+GatysPair gatys_against_reference(ConvPrecision prec, DataFormat fmt = DataFormat::NHWC) {
   const std::size_t H = 20, W = 26;
   using R = Model<Vgg19Features<32>, backend::Reference, double>;
   using O = Model<Vgg19Features<32>, backend::OneDnn, float>;
-  R ref({3, H, W}, DataFormat::NHWC, vgg19_random_options(), 8, true);
-  O dnn({3, H, W}, DataFormat::NHWC, vgg19_random_options().with_conv_precision(prec), 8, true);
+  R ref({3, H, W}, fmt, vgg19_random_options(), 8, true);
+  O dnn({3, H, W}, fmt, vgg19_random_options().with_conv_precision(prec), 8, true);
   randomize(ref, 8);
   auto& pr = ref.parameters();
   auto& po = dnn.parameters();
@@ -253,7 +253,7 @@ TEST_CASE("bf16 Gram products: oneDNN's run_bf16 is the product of the rounded f
       CHECK(scaled_error(g, g32, scale) < 8e-3);
       CHECK(scaled_error(g, g32, scale) > 0);  // it did round
     } else {
-      CHECK(g == g32);  // no bf16 kernels: the float product
+      CHECK((g == g32));  // no bf16 kernels: the float product
     }
     // Gradient: dF (M x N) = 0.5·dF + 0.25·F·W, accumulated as the loss does.
     std::vector<float> d(M * N, 1.0f), d32(M * N, 1.0f);
@@ -268,8 +268,27 @@ TEST_CASE("bf16 Gram products: oneDNN's run_bf16 is the product of the rounded f
       CHECK(scaled_error(d, dr, ds) < 2e-6);
       CHECK(scaled_error(d, d32, ds) < 8e-3);
     } else {
-      CHECK(d == d32);
+      CHECK((d == d32));
     }
+    // The loss's order: the Gram product, then the gradient reusing F's
+    // rounding (`reuse`), in both operand positions (NHWC: F is A; NCHW: Fᵀ
+    // is B): the same bits as rounding afresh.
+    std::vector<float> again(M * N, 1.0f);
+    op.run_bf16(dev, true, false, N, N, M, 1.0f, f.data(), f.data(), 0.0f, g.data());
+    op.run_bf16(dev, false, false, M, N, N, 0.25f, f.data(), w.data(), 0.5f, again.data(), true);
+    CHECK((again == d));  // (parenthesised: no printout of the vectors)
+    std::vector<float> wt(N * N), dt(N * M, 1.0f), dt_again(N * M, 1.0f);  // (Wᵀ·Fᵀ = (F·W)ᵀ)
+    for (std::size_t i = 0; i < N; ++i)
+      for (std::size_t j = 0; j < N; ++j) wt[j * N + i] = w[i * N + j];
+    op.run_bf16(dev, false, true, N, M, N, 0.25f, wt.data(), f.data(), 0.5f, dt.data());
+    op.run_bf16(dev, true, false, N, N, M, 1.0f, f.data(), f.data(), 0.0f, g.data());
+    op.run_bf16(dev, false, true, N, M, N, 0.25f, wt.data(), f.data(), 0.5f, dt_again.data(), true);
+    CHECK((dt_again == dt));
+    double te = 0;  // the transposed form is the same product
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j)
+        te = std::max(te, std::fabs(double(dt[j * M + i]) - double(d[i * N + j])) / ds[i * N + j]);
+    CHECK(te < 2e-6);
   }
 }
 
@@ -279,12 +298,15 @@ TEST_CASE("Gatys losses with bf16 products on oneDNN against the reference (doub
   // products) against the reference in double: measured 0.44 % (content),
   // 0.58 % (style) and 0.96 % (the image gradient's relative L2 error);
   // bounds 2 %, 2 % and 3 % (NUMERICS.md, "Gatys in bf16").
-  const GatysPair p = gatys_against_reference(ConvPrecision::BF16);
-  INFO("content " << p.dnn.content << " vs " << p.ref.content << ", style " << p.dnn.style << " vs "
-                  << p.ref.style << ", gradient relative L2 error " << p.grad_err);
-  CHECK(p.dnn.content == Approx(p.ref.content).epsilon(2e-2));
-  CHECK(p.dnn.style == Approx(p.ref.style).epsilon(2e-2));
-  CHECK(p.grad_err < 3e-2);
+  for (const DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+    const GatysPair p = gatys_against_reference(ConvPrecision::BF16, fmt);
+    INFO(to_string(fmt) << ": content " << p.dnn.content << " vs " << p.ref.content << ", style "
+                        << p.dnn.style << " vs " << p.ref.style << ", gradient relative L2 error "
+                        << p.grad_err);
+    CHECK(p.dnn.content == Approx(p.ref.content).epsilon(2e-2));
+    CHECK(p.dnn.style == Approx(p.ref.style).epsilon(2e-2));
+    CHECK(p.grad_err < 3e-2);
+  }
 }
 
 TEST_CASE("GatysLoss refuses layers that are not taps and images of the wrong size", "[vision][loss]") {

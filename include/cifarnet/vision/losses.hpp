@@ -43,11 +43,11 @@ struct HasBf16Gemm<Op, std::void_t<decltype(&Op::run_bf16)>> : std::true_type {}
 
 template <class B, class T>
 void gemm(Device<B>* dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          const T* b, T beta, T* c, ConvPrecision prec = ConvPrecision::F32) {
+          const T* b, T beta, T* c, ConvPrecision prec = ConvPrecision::F32, bool reuse = false) {
   thread_local ops::Gemm<B, T> op;  // keeps only per-geometry caches
   auto call = [&](Device<B>& d) {
     if constexpr (HasBf16Gemm<ops::Gemm<B, T>>::value)
-      if (prec == ConvPrecision::BF16) return op.run_bf16(d, ta, tb, m, n, k, alpha, a, b, beta, c);
+      if (prec == ConvPrecision::BF16) return op.run_bf16(d, ta, tb, m, n, k, alpha, a, b, beta, c, reuse);
     op.run(d, ta, tb, m, n, k, alpha, a, b, beta, c);
   };
   if (dev) return call(*dev);
@@ -149,12 +149,12 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
     work[i] -= target.a[i];  // work = G − A (symmetric)
     sum += double(work[i]) * double(work[i]);
   }
-  if (df) {
+  if (df) {  // (F is as the Gram product above rounded it: reused)
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
-      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df, prec);
+      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df, prec, true);
     else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
-      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df, prec);
+      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df, prec, true);
   }
   return sum / (denom * denom);
 }

@@ -40,21 +40,32 @@ struct Gemm<backend::OneDnn, T> {
   /// The product of run() with A and B rounded to bfloat16 (to nearest even,
   /// as store_bf16) and multiplied and summed in float: oneDNN's bf16 matmul
   /// (brgemm on AMX or AVX512-BF16). `a == b` (a Gram matrix) is rounded
-  /// once. Where oneDNN has no bf16 kernels (cpu_has_bf16_convolutions()
+  /// once. With `reuse`, the caller promises that a factor with the pointer
+  /// and size of one rounded by the call before (on this op) has not changed
+  /// since: its rounding is reused (the style gradient after its Gram
+  /// matrix). Where oneDNN has no bf16 kernels (cpu_has_bf16_convolutions()
   /// false, as for ConvPrecision::BF16 convolutions) it is run(), in float.
   CIFARNET_OUTLINE void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                                  float alpha, const float* a, const float* b, float beta, float* c,
-                                 const char* who = "Gemm (bf16)") {
+                                 bool reuse = false, const char* who = "Gemm (bf16)") {
     if (!backend::onednn::cpu_has_bf16_convolutions() || m == 0 || n == 0 || k == 0) {
       run(dev, ta, tb, m, n, k, alpha, a, b, beta, c, who);  // (an empty product is only C's scaling)
       return;
     }
-    const bool same = a == b;
-    a_.resize(m * k);
-    round_all(a, a_.data(), m * k);
-    if (!same) {
-      b_.resize(k * n);
-      round_all(b, b_.data(), k * n);
+    auto held = [&](const float* p, std::size_t count) {
+      for (int i = 0; i < 2; ++i)
+        if (reuse && held_[i].src == p && held_[i].count == count) return i;
+      return -1;
+    };
+    int ia = held(a, m * k), ib = a == b ? ia : held(b, k * n);
+    if (ia < 0) {
+      ia = ib >= 0 ? 1 - ib : 0;
+      held_[ia].round(a, m * k);
+      if (a == b) ib = ia;
+    }
+    if (ib < 0) {
+      ib = 1 - ia;
+      held_[ib].round(b, k * n);
     }
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
@@ -83,10 +94,9 @@ struct Gemm<backend::OneDnn, T> {
       e = &cache_.back();
     }
     backend::onednn::guarded(who, [&] {
-      e->prim.execute(dev.stream,
-                      {{DNNL_ARG_SRC, dnnl::memory(e->a, dev.engine, a_.data())},
-                       {DNNL_ARG_WEIGHTS, dnnl::memory(e->b, dev.engine, same ? a_.data() : b_.data())},
-                       {DNNL_ARG_DST, dnnl::memory(e->c, dev.engine, c)}});
+      e->prim.execute(dev.stream, {{DNNL_ARG_SRC, dnnl::memory(e->a, dev.engine, held_[ia].bits.data())},
+                                   {DNNL_ARG_WEIGHTS, dnnl::memory(e->b, dev.engine, held_[ib].bits.data())},
+                                   {DNNL_ARG_DST, dnnl::memory(e->c, dev.engine, c)}});
       dev.stream.wait();
       return 0;
     });
@@ -111,17 +121,27 @@ struct Gemm<backend::OneDnn, T> {
     dnnl::memory::desc a, b, c;
   };
   static constexpr std::size_t kMaxEntries = 32;
-  // n floats to bfloat16 bits, over the OpenMP threads in whole 4 KiB pieces.
-  static void round_all(const float* in, std::uint16_t* out, std::size_t n) {
-    constexpr std::size_t kPiece = 2048;
-    const long pieces = long((n + kPiece - 1) / kPiece);
+  // A factor rounded to bfloat16 bits (over the OpenMP threads in 4 KiB
+  // pieces), with the pointer and size it came from.
+  struct Rounded {
+    const float* src = nullptr;
+    std::size_t count = 0;
+    std::vector<std::uint16_t> bits;
+    void round(const float* in, std::size_t n) {
+      src = in;
+      count = n;
+      bits.resize(n);
+      std::uint16_t* out = bits.data();
+      constexpr std::size_t kPiece = 2048;
+      const long pieces = long((n + kPiece - 1) / kPiece);
 #pragma omp parallel for schedule(static) if (pieces > 16)
-    for (long p = 0; p < pieces; ++p) {
-      const std::size_t i = std::size_t(p) * kPiece;
-      backend::host::store_bf16(in + i, out + i, std::min(kPiece, n - i));
+      for (long p = 0; p < pieces; ++p) {
+        const std::size_t i = std::size_t(p) * kPiece;
+        backend::host::store_bf16(in + i, out + i, std::min(kPiece, n - i));
+      }
     }
-  }
-  std::vector<std::uint16_t> a_, b_;
+  };
+  Rounded held_[2];
   std::vector<Entry> cache_;
 };
 

@@ -37,9 +37,10 @@ struct Gemm<backend::Reference, T> {
     for (std::size_t i = 0; i < m * n; ++i) c[i] = alpha * p[i] + (beta == T(0) ? T(0) : beta * c[i]);
   }
 
-  /// run() of A and B each rounded to the nearest bfloat16 (via float).
+  /// run() of A and B each rounded to the nearest bfloat16 (via float);
+  /// `reuse` (oneDNN's cache of rounded factors) changes nothing here.
   void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-                const T* b, T beta, T* c) {
+                const T* b, T beta, T* c, bool /*reuse*/ = false) {
     std::vector<T> ra(a, a + m * k), rb(b, b + k * n);
     for (T& v : ra) v = T(backend::host::round_to_bf16(float(v)));
     for (T& v : rb) v = T(backend::host::round_to_bf16(float(v)));
