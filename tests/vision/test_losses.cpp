@@ -121,37 +121,45 @@ TEST_CASE(
     "The gradient of the total loss w.r.t. the image matches finite differences through a VGG-shaped net",
     "[vision][loss][gradcheck]") {
   const std::size_t H = 18, W = 22;
-  for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
-    INFO("format " << to_string(fmt));
-    using M = Model<Vgg19Features<32>, backend::Reference, double>;
-    M net({3, H, W}, fmt, vgg19_random_options(), 3, /*input_gradient=*/true);
-    randomize(net, 3);
-    GatysLoss<M> loss(net, small_options(H, W));
-    loss.set_content(centred<double>(builtin_content_image(H, W)).data());
-    loss.set_style(centred<double>(builtin_style_image(H, W)).data());
-    Rng rng(5);
-    std::vector<double> x(H * W * 3), g(x.size());
-    for (auto& v : x) v = rng.uniform(-100, 100);
-    const LossParts p = loss.evaluate(x.data(), g.data());
-    CHECK(p.content > 0);
-    CHECK(p.style > 0);
-    CHECK(p.tv > 0);
-    CHECK(p.total == Approx(0.01 * p.content + p.style + 0.05 * p.tv));
-    CHECK((net.parameters().grads() == 0).all());  // frozen weights: no weight gradient computed
-    const double eps = 1e-4;
-    for (int k = 0; k < 40; ++k) {
-      const std::size_t i = std::size_t(rng.uniform_int(x.size()));
-      const double keep = x[i];
-      x[i] = keep + eps;
-      const double fp = loss.evaluate(x.data()).total;
-      x[i] = keep - eps;
-      const double fm = loss.evaluate(x.data()).total;
-      x[i] = keep;
-      const double numeric = (fp - fm) / (2 * eps);
-      INFO("pixel " << i << ": analytic " << g[i] << " numeric " << numeric);
-      CHECK(g[i] == Approx(numeric).epsilon(1e-5).margin(1e-7 * std::fabs(p.total)));
+  // The seed's layers, and layers that repeat (the content layer is a style
+  // layer, a style layer is listed twice): a tap's first loss writes its
+  // gradient, the others add to it.
+  StyleTransferOptions repeat = small_options(H, W);
+  repeat.content_layer = "conv4_1";
+  repeat.style_layers = {"conv1_1", "conv4_1", "conv1_1"};
+  repeat.style_layer_weights = {0.5, 1.0, 2.0};
+  for (const StyleTransferOptions& o : {small_options(H, W), repeat})
+    for (auto fmt : {DataFormat::NHWC, DataFormat::NCHW}) {
+      INFO("format " << to_string(fmt) << ", content layer " << o.content_layer);
+      using M = Model<Vgg19Features<32>, backend::Reference, double>;
+      M net({3, H, W}, fmt, vgg19_random_options(), 3, /*input_gradient=*/true);
+      randomize(net, 3);
+      GatysLoss<M> loss(net, o);
+      loss.set_content(centred<double>(builtin_content_image(H, W)).data());
+      loss.set_style(centred<double>(builtin_style_image(H, W)).data());
+      Rng rng(5);
+      std::vector<double> x(H * W * 3), g(x.size());
+      for (auto& v : x) v = rng.uniform(-100, 100);
+      const LossParts p = loss.evaluate(x.data(), g.data());
+      CHECK(p.content > 0);
+      CHECK(p.style > 0);
+      CHECK(p.tv > 0);
+      CHECK(p.total == Approx(0.01 * p.content + p.style + 0.05 * p.tv));
+      CHECK((net.parameters().grads() == 0).all());  // frozen weights: no weight gradient computed
+      const double eps = 1e-4;
+      for (int k = 0; k < 40; ++k) {
+        const std::size_t i = std::size_t(rng.uniform_int(x.size()));
+        const double keep = x[i];
+        x[i] = keep + eps;
+        const double fp = loss.evaluate(x.data()).total;
+        x[i] = keep - eps;
+        const double fm = loss.evaluate(x.data()).total;
+        x[i] = keep;
+        const double numeric = (fp - fm) / (2 * eps);
+        INFO("pixel " << i << ": analytic " << g[i] << " numeric " << numeric);
+        CHECK(g[i] == Approx(numeric).epsilon(1e-5).margin(1e-7 * std::fabs(p.total)));
+      }
     }
-  }
 }
 
 namespace {

@@ -9,13 +9,11 @@
 // F and P are one example's activations (batch 1) in the network's data
 // format; A is the style image's Gram matrix. Losses are summed in double;
 // gradients are ADDED, scaled, into a caller's buffer (several losses share
-// a tap's gradient). Matrix products go through the backend's ops::Gemm:
-// xtensor-blas on the reference backend (any BLAS scalar), dnnl_sgemm on
-// oneDNN, cuBLAS on CUDA. With ConvPrecision::BF16 the per-step products (G
-// and dE/dF) take their factors rounded to bfloat16 and sum in float
-// (Gemm::run_bf16: oneDNN's bf16 matmul, as PyTorch's bf16 autocast does
-// for torch.mm); a backend without run_bf16 (CUDA) stays in float.
-// NUMERICS.md states the measured error.
+// a tap's gradient), or with `add` false written there (a tap's first). Matrix products go through the
+// backend's ops::Gemm: xtensor-blas on the reference backend (any BLAS scalar), dnnl_sgemm on oneDNN, cuBLAS
+// on CUDA. With ConvPrecision::BF16 the per-step products (G and dE/dF) take their factors rounded to
+// bfloat16 and sum in float (Gemm::run_bf16: oneDNN's bf16 matmul, as PyTorch's bf16 autocast does for
+// torch.mm); a backend without run_bf16 (CUDA) stays in float. NUMERICS.md states the measured error.
 #pragma once
 
 #include <array>
@@ -106,9 +104,11 @@ GramTarget<T> make_gram_target(const Tensor<T>& f, DataFormat fmt, Device<B>* de
 }
 
 /// Content loss Σ(F − P)² / (4·size(P)). With `df`, adds scale·dL/dF =
-/// scale·(F − P) / (2·size(P)) into it (same shape as F).
+/// scale·(F − P) / (2·size(P)) into it (same shape as F); with `add` false
+/// writes it there instead (the tap's first loss: no zeroing pass first).
 template <class T>
-double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, double scale = 1.0) {
+double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, double scale = 1.0,
+                    bool add = true) {
   if (f.shape() != p.shape())
     throw ShapeError("content_loss: the activation and the content target differ in shape");
   const std::size_t size = p.size();
@@ -122,20 +122,24 @@ double content_loss(const Tensor<T>& f, const Tensor<T>& p, T* df = nullptr, dou
   }
   if (df) {
     const T k = T(scale / (2.0 * double(size)));
-    for (std::size_t i = 0; i < size; ++i) df[i] += k * (pf[i] - pp[i]);
+    if (add)
+      for (std::size_t i = 0; i < size; ++i) df[i] += k * (pf[i] - pp[i]);
+    else
+      for (std::size_t i = 0; i < size; ++i) df[i] = k * (pf[i] - pp[i]);
   }
   return sum / (4.0 * double(size));
 }
 
 /// One layer's style loss E = Σ(G − A)² / (2·N·M)² with G = FᵀF. With `df`,
-/// adds scale·dE/dF = scale·4·F(G − A) / (2·N·M)² into it. `work` is scratch
+/// adds scale·dE/dF = scale·4·F(G − A) / (2·N·M)² into it (`add` false:
+/// writes it there, as content_loss). `work` is scratch
 /// space (N x N), kept by the caller so steady-state steps do not allocate.
 /// Products run on `dev` (null: the thread's default device of B), in
 /// bfloat16 when `prec` is BF16 (the file comment; A stays as given).
 template <class B, class T>
 double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>& target, std::vector<T>& work,
                         T* df = nullptr, double scale = 1.0, Device<B>* dev = nullptr,
-                        ConvPrecision prec = ConvPrecision::F32) {
+                        ConvPrecision prec = ConvPrecision::F32, bool add = true) {
   const Shape s = detail::single_example(f, fmt, "style_layer_loss");
   const auto [M, N] = gram_dims(s);
   if (M != target.m || N != target.n || target.a.size() != N * N)
@@ -152,9 +156,9 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
   if (df) {  // (F is as the Gram product above rounded it: reused)
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
-      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(1), df, prec, true);
+      detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(add), df, prec, true);
     else  // dFᵀ (N x M) += alpha·(G − A)·Fᵀ
-      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(1), df, prec, true);
+      detail::gemm<B, T>(dev, false, false, N, M, N, alpha, work.data(), f.data(), T(add), df, prec, true);
   }
   return sum / (denom * denom);
 }

@@ -151,20 +151,27 @@ class GatysLoss {
     const bool backward = grad != nullptr;
     forward(image, backward ? Mode::Train : Mode::Infer);
     model_.clear_tap_gradients();
+    // Each involved tap's gradient: the first loss at a tap writes it, later
+    // ones (layers may repeat: content = a style layer) add to it.
     std::vector<T*> tg(opt_.style_layers.size() + 1, nullptr);
+    std::vector<bool> first(tg.size(), true);
     if (backward) {
-      // Zero every involved tap's gradient first: layers may repeat (content = a style layer).
-      tg[0] = zeroed_tap(opt_.content_layer);
-      for (std::size_t i = 0; i < opt_.style_layers.size(); ++i) tg[i + 1] = zeroed_tap(opt_.style_layers[i]);
+      tg[0] = model_.tap_gradient(opt_.content_layer).data();
+      for (std::size_t i = 0; i < opt_.style_layers.size(); ++i) {
+        tg[i + 1] = model_.tap_gradient(opt_.style_layers[i]).data();
+        for (std::size_t j = 0; j <= i; ++j) first[i + 1] = first[i + 1] && tg[j] != tg[i + 1];
+      }
     }
     LossParts p;
     p.content =
-        content_loss(model_.activation(opt_.content_layer), content_target_, tg[0], opt_.content_weight);
+        content_loss(model_.activation(opt_.content_layer), content_target_, tg[0], opt_.content_weight,
+                     /*add=*/!first[0]);
     for (std::size_t i = 0; i < opt_.style_layers.size(); ++i) {
       const double w = opt_.style_layer_weights[i];
-      p.style += w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(),
-                                         targets_[i], work_, tg[i + 1], opt_.style_weight * w,
-                                         &model_.device(), model_.options().conv_precision);
+      p.style +=
+          w * style_layer_loss<B>(model_.activation(opt_.style_layers[i]), model_.format(), targets_[i],
+                                  work_, tg[i + 1], opt_.style_weight * w, &model_.device(),
+                                  model_.options().conv_precision, /*add=*/!first[i + 1]);
     }
     if (backward) {
       const Shape out = model_.output_shape(1);
@@ -204,11 +211,6 @@ class GatysLoss {
         for (std::size_t xx = 0; xx < W; ++xx)
           for (std::size_t c = 0; c < 3; ++c) grad[(y * W + xx) * 3 + c] = d[(c * H + y) * W + xx];
     }
-  }
-  T* zeroed_tap(const std::string& name) {
-    Tensor<T>& g = model_.tap_gradient(name);
-    std::fill(g.begin(), g.end(), T(0));
-    return g.data();
   }
 
   M& model_;
