@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gatys step side by side: style_transfer_bench built at 450fe42 (Gram
-# products in float) and at 540b8b9 (in bf16 with --precision bf16),
+# products in float) and a later build (540b8b9 in the first try, 3763a35:
+# in bf16 with --precision bf16, F rounded once, no zeroing of the taps),
 # alternated with the order swapped every round, 3 rounds, 2 OpenMP threads,
-# bf16 then fp32 (fp32 is the same code in both: a control).
+# bf16 then fp32 (fp32 differs only by the taps no longer zeroed).
 #   bash run.sh <old style_transfer_bench> <new style_transfer_bench>
 set -eu
 old=$1 new=$2
