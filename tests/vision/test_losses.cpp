@@ -192,10 +192,14 @@ GatysPair gatys_against_reference(ConvPrecision prec, DataFormat fmt = DataForma
   Rng rng(2);
   std::vector<double> xd(H * W * 3), gd(xd.size());
   std::vector<float> xf(xd.size()), gf(xd.size());
-  for (std::size_t i = 0; i < xd.size(); ++i) xf[i] = float(xd[i] = double(float(rng.uniform(-60, 60))));
+  // Two steps' images: the second evaluation is compared (nothing of the
+  // first may leak into it, such as a product's stale rounding).
   GatysPair p;
-  p.ref = lr.evaluate(xd.data(), gd.data());
-  p.dnn = lo.evaluate(xf.data(), gf.data());
+  for (int step = 0; step < 2; ++step) {
+    for (std::size_t i = 0; i < xd.size(); ++i) xf[i] = float(xd[i] = double(float(rng.uniform(-60, 60))));
+    p.ref = lr.evaluate(xd.data(), gd.data());
+    p.dnn = lo.evaluate(xf.data(), gf.data());
+  }
   double num = 0, den = 0;
   for (std::size_t i = 0; i < gd.size(); ++i) {
     num += (double(gf[i]) - gd[i]) * (double(gf[i]) - gd[i]);
@@ -292,7 +296,20 @@ TEST_CASE("bf16 Gram products: oneDNN's run_bf16 is the product of the rounded f
     op.run_bf16(dev, true, false, N, N, M, 1.0f, f.data(), f.data(), 0.0f, g.data());
     op.run_bf16(dev, false, true, N, M, N, 0.25f, wt.data(), f.data(), 0.5f, dt_again.data(), true);
     CHECK((dt_again == dt));
-    double te = 0;  // the transposed form is the same product
+    // Only the call just before is reused: W, rounded two calls ago and
+    // changed in place since (as the loss's G − A buffer is from layer to
+    // layer and step to step), is rounded afresh.
+    std::vector<float> fresh(M * N, 1.0f), reused(M * N, 1.0f);
+    op.run_bf16(dev, false, false, M, N, N, 0.25f, f.data(), w.data(), 0.5f, reused.data());  // F and W
+    op.run_bf16(dev, true, false, N, N, M, 1.0f, f.data(), f.data(), 0.0f, g.data());         // F alone
+    for (float& v : w) v = -v;                                                                // W changes
+    ops::Gemm<backend::OneDnn, float>().run_bf16(dev, false, false, M, N, N, 0.25f, f.data(), w.data(), 0.5f,
+                                                 fresh.data());
+    std::fill(reused.begin(), reused.end(), 1.0f);
+    op.run_bf16(dev, false, false, M, N, N, 0.25f, f.data(), w.data(), 0.5f, reused.data(), true);
+    CHECK((reused == fresh));
+    for (float& v : w) v = -v;  // back to W
+    double te = 0;              // the transposed form is the same product
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j)
         te = std::max(te, std::fabs(double(dt[j * M + i]) - double(d[i * N + j])) / ds[i * N + j]);

@@ -9,11 +9,14 @@
 // F and P are one example's activations (batch 1) in the network's data
 // format; A is the style image's Gram matrix. Losses are summed in double;
 // gradients are ADDED, scaled, into a caller's buffer (several losses share
-// a tap's gradient), or with `add` false written there (a tap's first). Matrix products go through the
-// backend's ops::Gemm: xtensor-blas on the reference backend (any BLAS scalar), dnnl_sgemm on oneDNN, cuBLAS
-// on CUDA. With ConvPrecision::BF16 the per-step products (G and dE/dF) take their factors rounded to
-// bfloat16 and sum in float (Gemm::run_bf16: oneDNN's bf16 matmul, as PyTorch's bf16 autocast does for
-// torch.mm); a backend without run_bf16 (CUDA) stays in float. NUMERICS.md states the measured error.
+// a tap's gradient), or with `add` false written there (a tap's first).
+// Matrix products go through the backend's ops::Gemm: xtensor-blas on the
+// reference backend (any BLAS scalar), dnnl_sgemm on oneDNN, cuBLAS on
+// CUDA. With ConvPrecision::BF16 the per-step products (G and dE/dF) take
+// their factors rounded to bfloat16 and sum in float (Gemm::run_bf16:
+// oneDNN's bf16 matmul, as PyTorch's bf16 autocast does for torch.mm); a
+// backend without run_bf16 (CUDA) stays in float. NUMERICS.md states the
+// measured error.
 #pragma once
 
 #include <array>
@@ -153,7 +156,7 @@ double style_layer_loss(const Tensor<T>& f, DataFormat fmt, const GramTarget<T>&
     work[i] -= target.a[i];  // work = G − A (symmetric)
     sum += double(work[i]) * double(work[i]);
   }
-  if (df) {  // (F is as the Gram product above rounded it: reused)
+  if (df) {  // (F as the Gram product just above rounded it: reused; G − A rounded afresh)
     const T alpha = T(scale * 4.0 / (denom * denom));
     if (fmt == DataFormat::NHWC)  // dF (M x N) += alpha·F (M x N)·(G − A)
       detail::gemm<B, T>(dev, false, false, M, N, N, alpha, f.data(), work.data(), T(add), df, prec, true);

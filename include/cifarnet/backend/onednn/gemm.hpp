@@ -40,11 +40,13 @@ struct Gemm<backend::OneDnn, T> {
   /// The product of run() with A and B rounded to bfloat16 (to nearest even,
   /// as store_bf16) and multiplied and summed in float: oneDNN's bf16 matmul
   /// (brgemm on AMX or AVX512-BF16). `a == b` (a Gram matrix) is rounded
-  /// once. With `reuse`, the caller promises that a factor with the pointer
-  /// and size of one rounded by the call before (on this op) has not changed
-  /// since: its rounding is reused (the style gradient after its Gram
-  /// matrix). Where oneDNN has no bf16 kernels (cpu_has_bf16_convolutions()
-  /// false, as for ConvPrecision::BF16 convolutions) it is run(), in float.
+  /// once. With `reuse`, the caller promises that the factors of the call
+  /// just before this one (on this op) have not changed since: a factor with
+  /// the pointer and size of one of them takes its rounding from that call
+  /// (the style gradient after its Gram matrix); every other factor, even
+  /// one an older call rounded, is rounded afresh. Where oneDNN has no bf16
+  /// kernels (cpu_has_bf16_convolutions() false, as for ConvPrecision::BF16
+  /// convolutions) it is run(), in float.
   CIFARNET_OUTLINE void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k,
                                  float alpha, const float* a, const float* b, float beta, float* c,
                                  bool reuse = false, const char* who = "Gemm (bf16)") {
@@ -52,9 +54,10 @@ struct Gemm<backend::OneDnn, T> {
       run(dev, ta, tb, m, n, k, alpha, a, b, beta, c, who);  // (an empty product is only C's scaling)
       return;
     }
+    const unsigned long long previous = calls_++;  // the slots this call uses get the new number
     auto held = [&](const float* p, std::size_t count) {
       for (int i = 0; i < 2; ++i)
-        if (reuse && held_[i].src == p && held_[i].count == count) return i;
+        if (reuse && held_[i].call == previous && held_[i].src == p && held_[i].count == count) return i;
       return -1;
     };
     int ia = held(a, m * k), ib = a == b ? ia : held(b, k * n);
@@ -67,6 +70,7 @@ struct Gemm<backend::OneDnn, T> {
       ib = 1 - ia;
       held_[ib].round(b, k * n);
     }
+    held_[ia].call = held_[ib].call = calls_;
     using dt = dnnl::memory::data_type;
     using dims = dnnl::memory::dims;
     const dnnl::memory::dim M = backend::onednn::dim(m), N = backend::onednn::dim(n),
@@ -126,6 +130,7 @@ struct Gemm<backend::OneDnn, T> {
   struct Rounded {
     const float* src = nullptr;
     std::size_t count = 0;
+    unsigned long long call = 0;  ///< the run_bf16 call that last used it
     std::vector<std::uint16_t> bits;
     void round(const float* in, std::size_t n) {
       src = in;
@@ -142,6 +147,7 @@ struct Gemm<backend::OneDnn, T> {
     }
   };
   Rounded held_[2];
+  unsigned long long calls_ = 0;  ///< run_bf16 calls so far (that reached the matmul)
   std::vector<Entry> cache_;
 };
 

@@ -38,7 +38,7 @@ struct Gemm<backend::Reference, T> {
   }
 
   /// run() of A and B each rounded to the nearest bfloat16 (via float);
-  /// `reuse` (oneDNN's cache of rounded factors) changes nothing here.
+  /// `reuse` (oneDNN's reuse of the last call's rounding) changes nothing here.
   void run_bf16(Dev& dev, bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
                 const T* b, T beta, T* c, bool /*reuse*/ = false) {
     std::vector<T> ra(a, a + m * k), rb(b, b + k * n);
