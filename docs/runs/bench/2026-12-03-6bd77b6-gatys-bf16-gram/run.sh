@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gatys step side by side: style_transfer_bench built at 450fe42 (Gram
-# products in float) and a later build (540b8b9 in the first try, 3763a35:
+# products in float) and a later build (540b8b9 in the first try, 3763a35
+# with a stale reuse of G - A, 6bd77b6: the fix;
 # in bf16 with --precision bf16, F rounded once, no zeroing of the taps),
 # alternated with the order swapped every round, 3 rounds, 2 OpenMP threads,
 # bf16 then fp32 (fp32 differs only by the taps no longer zeroed).
