@@ -243,13 +243,13 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     n.run = std::move(r);
     return t;
   }
-  /// Whether an inference forward of a batch of `n` runs Winograd (as
-  /// ops::Conv2d decides it: fp32 3x3 stride-1, Winograd asked, or Auto
-  /// with n <= 4).
+  /// Whether an inference forward of a batch of `n` runs Winograd: the op's
+  /// rule under this layer's policy (what an inference call sets), float.
   bool winograd_forward(std::size_t n) const {
-    const bool shape = geom_.kh == 3 && geom_.kw == 3 && geom_.sh == 1 && geom_.sw == 1;
-    return shape && op_.precision() == ConvPrecision::F32 &&
-           (policy_ == ConvAlgorithm::Winograd || (policy_ == ConvAlgorithm::Auto && n <= 4));
+    ConvGeom g = geom_;
+    g.n = n;
+    return op_.precision() == ConvPrecision::F32 &&
+           ops::Conv2d<backend::OneDnn, T>::want_winograd(policy_, g);
   }
   /// Why direct_bn() (forward: direct_forward_next(rc)) is false, in
   /// words (step plans, nn/plan.hpp); empty where it is true.

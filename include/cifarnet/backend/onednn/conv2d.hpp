@@ -153,6 +153,14 @@ struct Conv2d<backend::OneDnn, T> {
     return s && s->wino;
   }
 
+  /// Winograd for this geometry under the policy `a` (oneDNN may still
+  /// refuse): 3x3 stride 1, asked, or Auto at a batch of 4 or fewer. Float
+  /// calls only (bf16 ones are direct).
+  CIFARNET_OUTLINE static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
+    const bool shape_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1;
+    return shape_ok && (a == ConvAlgorithm::Winograd || (a == ConvAlgorithm::Auto && g.n <= 4));
+  }
+
   /// The arithmetic of the calls that follow (default F32).
   CIFARNET_OUTLINE void set_precision(ConvPrecision p) { prec_ = p; }
   CIFARNET_OUTLINE ConvPrecision precision() const { return prec_; }
@@ -584,12 +592,6 @@ struct Conv2d<backend::OneDnn, T> {
 
   CIFARNET_OUTLINE Key key(const ConvGeom& g) const {
     return std::tuple_cat(g.key(), std::make_tuple(int(alg_), int(prec_)));
-  }
-
-  // Winograd for this geometry under the policy `a` (oneDNN may still refuse).
-  CIFARNET_OUTLINE static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
-    const bool shape_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1;
-    return shape_ok && (a == ConvAlgorithm::Winograd || (a == ConvAlgorithm::Auto && g.n <= 4));
   }
 
   // Each pass records whether it runs in bf16 (`lp`: it reads bf16 copies).

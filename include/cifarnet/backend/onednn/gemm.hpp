@@ -7,7 +7,6 @@
 #pragma once
 
 #include <dnnl.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
