@@ -7,6 +7,7 @@
 // errors come out as cifarnet exceptions naming the op.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -731,6 +732,61 @@ TEST_CASE("The residual sum's ReLU mask as bits: batch norm writes y > 0, add_ma
                     Catch::Contains("needs the sum's ReLU"));
   CHECK_THROWS_WITH(add_op.add_masked_bits(dev, 17, v.data(), v.data(), bits.data(), v.data()),
                     Catch::Contains("not a multiple"));
+}
+
+TEST_CASE(
+    "The masked passes' branch-free selects give the ternary's bits on NaN, infinities, -0 and denormals",
+    "[backend][onednn][eltwise]") {
+  // host::keep_if replaces `c ? v : 0.f` in the masked passes so that they
+  // vectorize without mask registers (AVX2); add_masked_word has its own
+  // AVX2 and AVX-512 paths. Each against the plain ternary, element by
+  // element, on operands where a select could go wrong.
+  const float denorm = std::numeric_limits<float>::denorm_min(),
+              nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special{0.f, -0.f, denorm, -denorm, nan, -nan, inf, -inf, 1.f, -1.f, 1e-30f, 3.f};
+  const std::size_t k = special.size(), n = k * k * 16;  // every pair of operands, a multiple of 16
+  std::vector<float> a(n), b(n), m(n);
+  std::vector<std::uint16_t> bits(n / 16);
+  Rng rng = Rng::stream(7, 41);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = special[i % k];
+    b[i] = special[(i / k) % k];
+    m[i] = special[(i * 7 + i / 5) % k];  // the mask's own values: > 0 or not, NaN among them
+  }
+  for (std::size_t w = 0; w < n / 16; ++w) bits[w] = std::uint16_t(rng.uniform_int(0x10000));
+  auto ternary = [](bool c, float v) { return c ? v : 0.f; };
+  // The same bits, or both NaN: which NaN a sum of two NaNs gives depends on
+  // the order the compiler puts the operands in (x86 returns the first).
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+        return false;
+    return true;
+  };
+  std::vector<float> want(n), want_bits(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    want[i] = ternary(m[i] > 0.f, a[i] + b[i]);
+    want_bits[i] = ternary((bits[i / 16] >> (i % 16)) & 1u, a[i] + b[i]);
+    CHECK(same(std::vector<float>{backend::host::keep_if(m[i] > 0.f, a[i] + b[i])},
+               std::vector<float>{want[i]}));
+  }
+  Device<B> dev;
+  ops::Eltwise<B, float> add_op;
+  auto y = poisoned(n), y_bits = poisoned(n), in_place = a;
+  add_op.add_masked(dev, n, a.data(), b.data(), m.data(), y.data());
+  add_op.add_masked_bits(dev, n, a.data(), b.data(), bits.data(), y_bits.data());
+  add_op.add_masked_bits(dev, n, in_place.data(), b.data(), bits.data(), in_place.data());
+  CHECK(same(y, want));
+  CHECK(same(y_bits, want_bits));
+  CHECK(same(in_place, want_bits));
+  // Batch norm's recomputed ReLU mask: 1 or 0 (+0) as the ternary, so dy
+  // times it keeps a NaN or infinite dy NaN where the ReLU is off.
+  for (float x : special)
+    for (float bb : {0.f, -0.f, -1.f, 1.f, nan}) {
+      const float got = backend::onednn::bn::relu_on(x, 1.f, bb), expect = x * 1.f + bb > 0.f ? 1.f : 0.f;
+      CHECK(same_bits(std::vector<float>{got}, std::vector<float>{expect}));
+    }
 }
 
 TEST_CASE("The fused ReLU's mask recomputed in BatchNorm's backward is the forward's (y > 0), bit for bit",

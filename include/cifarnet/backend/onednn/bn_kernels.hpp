@@ -138,7 +138,7 @@ using host::widen;
 /// forward, read by both backward passes).
 /// 1 or 0 as a float (dy times it: the masked gradient, NaN dy staying NaN as
 /// with a stored mask).
-inline float relu_on(float x, float a, float b) { return x * a + b > 0.f ? 1.f : 0.f; }
+inline float relu_on(float x, float a, float b) { return host::keep_if(x * a + b > 0.f, 1.f); }
 
 /// bn(x) = x a + b per channel: a = gamma / sqrt(var + eps), b = beta - mean a
 /// (the training forward's coefficients from the batch statistics, the

@@ -88,7 +88,7 @@ struct Eltwise<backend::OneDnn, T> {
         [&](std::size_t i0, std::size_t i1) {
           backend::host::prefetch_ahead(m + i0);
 #pragma omp simd
-          for (std::size_t i = i0; i < i1; ++i) y[i] = m[i] > 0.f ? a[i] + b[i] : 0.f;
+          for (std::size_t i = i0; i < i1; ++i) y[i] = backend::host::keep_if(m[i] > 0.f, a[i] + b[i]);
         },
         a, b);
   }
@@ -149,25 +149,37 @@ struct Eltwise<backend::OneDnn, T> {
         const float* __restrict p = pooled + ((n * OH + oy) * OW + ox) * channels;
         const float* __restrict ai = a + i;
         float* __restrict yi = y + i;
+        // The pooled term of channel c: p[c] / count inside a window, else
+        // 0 (p is not read there). `in` is tested outside the loops and the
+        // masks applied with keep_if, so each loop vectorizes without mask
+        // registers (host/mask_bits.hpp).
+        auto pooled_at = [&](std::size_t c) { return in ? p[c] / count : 0.f; };
         if (bits) {
           for (std::size_t c0 = 0; c0 < C; c0 += 16) {
             const std::uint16_t w = bits[(i + c0) / 16];
+            if (in) {
 #pragma omp simd
-            for (std::size_t l = 0; l < 16; ++l) {
-              const float b = in ? p[c0 + l] / count : 0.f;
-              yi[c0 + l] = (w >> l & 1u) ? ai[c0 + l] + b : 0.f;
+              for (std::size_t l = 0; l < 16; ++l)
+                yi[c0 + l] = backend::host::keep_if(w >> l & 1u, ai[c0 + l] + p[c0 + l] / count);
+            } else {
+#pragma omp simd
+              for (std::size_t l = 0; l < 16; ++l)
+                yi[c0 + l] = backend::host::keep_if(w >> l & 1u, ai[c0 + l] + 0.f);
             }
           }
         } else if (mask_relu) {
           const float* __restrict m = mask_relu + i;
+          if (in) {
 #pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) {
-            const float b = in ? p[c] / count : 0.f;
-            yi[c] = m[c] > 0.f ? ai[c] + b : 0.f;
+            for (std::size_t c = 0; c < C; ++c)
+              yi[c] = backend::host::keep_if(m[c] > 0.f, ai[c] + p[c] / count);
+          } else {
+#pragma omp simd
+            for (std::size_t c = 0; c < C; ++c) yi[c] = backend::host::keep_if(m[c] > 0.f, ai[c] + 0.f);
           }
         } else {
 #pragma omp simd
-          for (std::size_t c = 0; c < C; ++c) yi[c] = ai[c] + (in ? p[c] / count : 0.f);
+          for (std::size_t c = 0; c < C; ++c) yi[c] = ai[c] + pooled_at(c);
         }
       }
     }
