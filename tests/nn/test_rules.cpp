@@ -9,7 +9,7 @@
 // none"): float within 1e-4 relative (root mean square) of the reference
 // backend in double, as the plan without rules is; bf16 within 2 times
 // the error of the plan without rules plus 1e-3. A rule whose kernels this
-// CPU lacks (AVX-512 for the own kernels, AVX512-BF16 or AMX for bf16) must
+// CPU lacks (AVX-512 or AVX2 for the own kernels, AVX512-BF16 or AMX for bf16) must
 // say so in its verdict, and the test says it was not compared (WARN).
 #include <catch2/catch.hpp>
 

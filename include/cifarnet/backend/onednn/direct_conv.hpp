@@ -26,21 +26,29 @@
 // pixels left out of the first and last kernel column), not multiplied by
 // zeros of a padded copy (at 8x8, 16 % of the work).
 //
-// Kernels (AVX-512, compiled with a target attribute and used where oneDNN
-// reports avx512_core, so the library builds for any x86-64, and without
-// them elsewhere):
+// Kernels, in AVX-512 where oneDNN reports avx512_core, else in AVX2 + FMA
+// where it reports avx2 (each compiled with a target attribute, so the
+// library builds for any x86-64, and without them elsewhere; the bodies are
+// written once over the vector width in direct_conv_kernels.hpp):
 // - backward data: dx = the forward of dy with the weights flipped in (kh,
-//   kw) and transposed in (ci, co), register tiles of P pixels x Q blocks of
-//   16 output channels: C=16 P=16 Q=1, C=32 and 64 P=8 Q=2; each input
-//   element broadcast, the weights loaded as vectors, summed over (kh, kw,
-//   ci) in that order.
+//   kw) and transposed in (ci, co), register tiles of P pixels x Q vectors
+//   of output channels (AVX-512: C=16 P=16 Q=1, C=32 and 64 P=8 Q=2; AVX2:
+//   C=16 and 32 P=6 Q=2, C=64 P=8 Q=1, a row's last tile shorter where P
+//   does not divide its width); each input element broadcast, the weights
+//   loaded as vectors, summed over (kh, kw, ci) in that order.
 // - weight gradient: per kernel row, 3 kernel columns of accumulators over
-//   a row of pixels: for 16 channels a vector of 16 input channels times dy
-//   broadcast per output channel, 8 output channels at a time; for 32 and
-//   64, CI input channels broadcast times Q vectors of output channels (32:
-//   CI=4 Q=2, 64: CI=2 Q=4). Each thread sums its images into its own
-//   gradient, and the threads' gradients are added in thread order: the
-//   result depends on the thread count, not on timing.
+//   a row of pixels: CI input channels broadcast times Q vectors of output
+//   channels (AVX-512 32: CI=4 Q=2, 64: CI=2 Q=4; AVX2 16: CI=4 Q=1, 32 and
+//   64: CI=2 Q=2), or for AVX-512's 16 channels a vector of 16 input
+//   channels times dy broadcast per output channel, 8 output channels at a
+//   time. Each thread sums its images into its own gradient, and the
+//   threads' gradients are added in thread order: the result depends on the
+//   thread count, not on timing, and not on the instruction set (every
+//   output adds its products in the same order in both).
+// On a 2-core AMD EPYC Zen 2 (AVX2) the AVX2 kernels with batch norm's
+// passes inside them made ResNet-20's fp32 training step about 1.1x as
+// fast as oneDNN's AVX2 kernels with those passes on their own
+// (docs/BENCHMARKS.md).
 #pragma once
 
 #include <omp.h>
@@ -56,6 +64,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cifarnet/backend/host/mask_bits.hpp"
@@ -81,32 +90,48 @@ using BnEpilogue = bn::GradEpilogue;
 /// there.
 using NormMap = ops::BnNormMap<float>;
 
-/// Whether the CPU runs the kernels (x86-64 with AVX-512 as oneDNN's
-/// avx512_core).
-inline bool cpu_supported() {
-  if (!CIFARNET_DIRECT_X86) return false;
-  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core);
-  return (isa & core) == core;
+/// The instruction set the kernels run in here: AVX-512 where oneDNN
+/// reports avx512_core, else AVX2 (with FMA) where it reports avx2, else
+/// none (the kernels do not run). oneDNN's answer follows its
+/// ONEDNN_MAX_CPU_ISA variable, so `ONEDNN_MAX_CPU_ISA=AVX2` runs the AVX2
+/// kernels on an AVX-512 CPU (the tests do, tests/backend/CMakeLists.txt).
+enum class Isa { None, Avx2, Avx512 };
+inline Isa cpu_isa() {
+  if (!CIFARNET_DIRECT_X86) return Isa::None;
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), core = unsigned(dnnl::cpu_isa::avx512_core),
+                 avx2 = unsigned(dnnl::cpu_isa::avx2);
+  if ((isa & core) == core) return Isa::Avx512;
+  if ((isa & avx2) == avx2) return Isa::Avx2;
+  return Isa::None;
 }
+/// The instruction set's name, for messages.
+inline const char* isa_name(Isa i) { return i == Isa::Avx512 ? "AVX-512" : i == Isa::Avx2 ? "AVX2" : "none"; }
 
-/// Pixels per register tile of the backward-data kernel for C channels.
-constexpr std::size_t tile_pixels(std::size_t c) { return c == 16 ? 16 : 8; }
+/// Whether the CPU runs the kernels (x86-64 with AVX-512 or AVX2).
+inline bool cpu_supported() { return cpu_isa() != Isa::None; }
+
+/// Pixels per register tile of the AVX-512 forward (and backward-data)
+/// kernel for C channels: its row width must be a multiple of it. The AVX2
+/// kernel ends a row with a shorter tile where needed (any width): 1.
+constexpr std::size_t tile_pixels(Isa isa, std::size_t c) { return isa == Isa::Avx2 ? 1 : c == 16 ? 16 : 8; }
 
 /// Whether backward_images runs `g`: float NHWC, 3x3, stride 1, padding 1
 /// on every side, 16, 32 or 64 channels in and out, rows a multiple of the
 /// tile, on a CPU with the kernels.
 inline bool supports(const ConvGeom& g) {
+  const Isa isa = cpu_isa();
   const bool shape = g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 &&
                      g.pt == 1 && g.pb == 1 && g.pl == 1 && g.pr == 1 && g.ic == g.oc &&
                      (g.ic == 16 || g.ic == 32 || g.ic == 64) && g.oh == g.ih && g.ow == g.iw && g.ih >= 2 &&
-                     g.iw % tile_pixels(g.ic) == 0;
-  return shape && cpu_supported();
+                     g.iw >= 2;
+  return shape && isa != Isa::None && g.iw % tile_pixels(isa, g.ic) == 0;
 }
 
 /// Why backward_images does not run `g` (supports(g) false), in words; empty
 /// when it does.
 inline std::string why_not(const ConvGeom& g) {
-  if (!cpu_supported()) return "this CPU has no AVX-512 (the own kernels need it)";
+  const Isa isa = cpu_isa();
+  if (isa == Isa::None) return "this CPU has neither AVX-512 nor AVX2 (the own kernels need one)";
   if (g.fmt != DataFormat::NHWC) return "NCHW (the own kernels are NHWC)";
   if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pt != 1 || g.pb != 1 || g.pl != 1 || g.pr != 1)
     return std::to_string(g.kh) + "x" + std::to_string(g.kw) + " stride " + std::to_string(g.sh) +
@@ -114,162 +139,86 @@ inline std::string why_not(const ConvGeom& g) {
   if (g.ic != g.oc || !(g.ic == 16 || g.ic == 32 || g.ic == 64))
     return std::to_string(g.ic) + " -> " + std::to_string(g.oc) +
            " channels (the own kernels: 16, 32 or 64, in = out)";
-  if (g.ih < 2 || g.iw % tile_pixels(g.ic) != 0)
-    return "width " + std::to_string(g.iw) + " (the own kernels: a multiple of " +
-           std::to_string(tile_pixels(g.ic)) + ")";
+  if (g.ih < 2 || g.iw < 2 || g.iw % tile_pixels(isa, g.ic) != 0)
+    return std::to_string(g.ih) + "x" + std::to_string(g.iw) + " (the own " + isa_name(isa) +
+           " kernels: at least 2 rows and columns, the width a multiple of " +
+           std::to_string(tile_pixels(isa, g.ic)) + ")";
   return {};
 }
 
 #if CIFARNET_DIRECT_X86
 namespace kernels {
 
-#define CIFARNET_AVX512 __attribute__((target("avx512f")))
+// The kernel bodies (direct_conv_kernels.hpp) once per instruction set.
+namespace avx512 {
+#define CIFARNET_DK __attribute__((target("avx512f")))
+struct Vec {
+  using V = __m512;
+  static constexpr int L = 16;
+  CIFARNET_DK static V load(const float* p) { return _mm512_loadu_ps(p); }
+  CIFARNET_DK static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  CIFARNET_DK static V set1(float f) { return _mm512_set1_ps(f); }
+  CIFARNET_DK static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  CIFARNET_DK static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  CIFARNET_DK static V zero() { return _mm512_setzero_ps(); }
+};
+#include "cifarnet/backend/onednn/direct_conv_kernels.hpp"  // NOLINT(build/include): included per ISA
+#undef CIFARNET_DK
+}  // namespace avx512
+namespace avx2 {
+#define CIFARNET_DK __attribute__((target("avx2,fma")))
+struct Vec {
+  using V = __m256;
+  static constexpr int L = 8;
+  CIFARNET_DK static V load(const float* p) { return _mm256_loadu_ps(p); }
+  CIFARNET_DK static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  CIFARNET_DK static V set1(float f) { return _mm256_set1_ps(f); }
+  CIFARNET_DK static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  CIFARNET_DK static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  CIFARNET_DK static V zero() { return _mm256_setzero_ps(); }
+};
+#include "cifarnet/backend/onednn/direct_conv_kernels.hpp"  // NOLINT(build/include): included per ISA
+#undef CIFARNET_DK
+}  // namespace avx2
 
-// One output tile of the forward (here: dx from dy and the flipped weights)
-// at row h, pixels [w0, w0 + P), channel blocks [g Q, g Q + Q): the taps on
-// the padding skipped (Left / Right: the tile holds the row's first / last
-// pixel).
-template <int C, int P, int Q, bool Left, bool Right>
-CIFARNET_AVX512 inline void tile(int h, int w0, int g, int H, int W, const float* __restrict x,
-                                 const float* __restrict w, float* __restrict y) {
-  __m512 acc[P * Q];
-#pragma GCC unroll 64
-  for (int i = 0; i < P * Q; ++i) acc[i] = _mm512_setzero_ps();
-  const int kh0 = h == 0 ? 1 : 0, kh1 = h == H - 1 ? 2 : 3;
-  for (int kh = kh0; kh < kh1; ++kh) {
-    const float* xrow = x + std::size_t(h + kh - 1) * std::size_t(W) * C;
-#pragma GCC unroll 3
-    for (int kw = 0; kw < 3; ++kw) {
-      const int p0 = (Left && kw == 0) ? 1 : 0, p1 = (Right && kw == 2) ? P - 1 : P;
-      const int x0 = w0 + kw - 1;  // the input column of pixel 0 (-1 only where pixel 0 is skipped)
-      const float* wt = w + std::size_t((kh * 3 + kw) * C) * C + g * 16 * Q;
-#pragma GCC unroll 4
-      for (int ci = 0; ci < C; ++ci) {
-        __m512 wv[Q];
-#pragma GCC unroll 8
-        for (int q = 0; q < Q; ++q) wv[q] = _mm512_loadu_ps(wt + ci * C + 16 * q);
-#pragma GCC unroll 32
-        for (int p = 0; p < P; ++p) {
-          if (p < p0 || p >= p1) continue;
-          const __m512 b = _mm512_set1_ps(xrow[std::ptrdiff_t(x0 + p) * C + ci]);
-#pragma GCC unroll 8
-          for (int q = 0; q < Q; ++q) acc[p * Q + q] = _mm512_fmadd_ps(b, wv[q], acc[p * Q + q]);
-        }
-      }
-    }
+// Each instruction set's tiles for C channels: the forward's P pixels x Q
+// vectors (32 AVX-512 registers: 16 accumulators; 16 AVX2 registers: 12,
+// or 8 where 8 x 8 images make 6-pixel tiles leave a short one), the weight
+// gradient's 3 kernel columns x CI input channels x Q vectors (AVX-512, 16
+// channels: one vector of input channels times 8 output channels). The
+// AVX2 shapes were the fastest of those tried on a Zen 2 EPYC, one thread
+// (forward 16/32 channels: 6 x 2 about 1.15x 4 x 2's rate).
+struct Avx512 {
+  template <int C>
+  static void forward(int H, int W, const float* x, const float* w, float* y) {
+    avx512::forward_image<C, int(tile_pixels(Isa::Avx512, C)), C == 16 ? 1 : 2, false>(H, W, x, w, y);
   }
-#pragma GCC unroll 32
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 8
-    for (int q = 0; q < Q; ++q)
-      _mm512_storeu_ps(y + (std::size_t(h) * W + w0 + p) * C + g * 16 * Q + 16 * q, acc[p * Q + q]);
-}
-
-// The forward of one H x W image: y = conv(x, w), w HWIO (C x C).
-template <int C, int P, int Q>
-CIFARNET_AVX512 void forward_image(int H, int W, const float* x, const float* w, float* y) {
-  for (int h = 0; h < H; ++h)
-    for (int w0 = 0; w0 < W; w0 += P)
-      for (int g = 0; g < C / (16 * Q); ++g) {
-        const bool l = w0 == 0, r = w0 + P == W;
-        if (l && r)
-          tile<C, P, Q, true, true>(h, w0, g, H, W, x, w, y);
-        else if (l)
-          tile<C, P, Q, true, false>(h, w0, g, H, W, x, w, y);
-        else if (r)
-          tile<C, P, Q, false, true>(h, w0, g, H, W, x, w, y);
-        else
-          tile<C, P, Q, false, false>(h, w0, g, H, W, x, w, y);
-      }
-}
-
-// Weight gradient, 32 or 64 channels: acc[kw][i][q] += x[h+kh-1][w+kw-1][ci0+i]
-// dy[h][w][g 16Q + 16q] for one pixel w, kernel columns [KW0, KW1).
-template <int C, int CI, int Q, int KW0, int KW1>
-CIFARNET_AVX512 inline void wgrad_pixel(const float* __restrict xr, const float* __restrict dr, int w,
-                                        __m512* acc) {
-  __m512 d[Q];
-#pragma GCC unroll 8
-  for (int q = 0; q < Q; ++q) d[q] = _mm512_loadu_ps(dr + w * C + 16 * q);
-#pragma GCC unroll 3
-  for (int kw = KW0; kw < KW1; ++kw)
-#pragma GCC unroll 16
-    for (int i = 0; i < CI; ++i) {
-      const __m512 b = _mm512_set1_ps(xr[(w + kw - 1) * C + i]);
-#pragma GCC unroll 8
-      for (int q = 0; q < Q; ++q)
-        acc[(kw * CI + i) * Q + q] = _mm512_fmadd_ps(b, d[q], acc[(kw * CI + i) * Q + q]);
-    }
-}
-template <int C, int CI, int Q>
-CIFARNET_AVX512 void wgrad_image(int H, int W, const float* __restrict x, const float* __restrict dy,
-                                 float* __restrict dw) {
-  for (int kh = 0; kh < 3; ++kh)
-    for (int ci0 = 0; ci0 < C; ci0 += CI)
-      for (int g = 0; g < C / (16 * Q); ++g) {
-        __m512 acc[3 * CI * Q];
-#pragma GCC unroll 64
-        for (int i = 0; i < 3 * CI * Q; ++i) acc[i] = _mm512_setzero_ps();
-        const int h0 = kh == 0 ? 1 : 0, h1 = kh == 2 ? H - 1 : H;
-        for (int h = h0; h < h1; ++h) {
-          const float* xr = x + std::size_t(h + kh - 1) * std::size_t(W) * C + ci0;
-          const float* dr = dy + std::size_t(h) * std::size_t(W) * C + g * 16 * Q;
-          wgrad_pixel<C, CI, Q, 1, 3>(xr, dr, 0, acc);
-          for (int w = 1; w < W - 1; ++w) wgrad_pixel<C, CI, Q, 0, 3>(xr, dr, w, acc);
-          wgrad_pixel<C, CI, Q, 0, 2>(xr, dr, W - 1, acc);
-        }
-        for (int kw = 0; kw < 3; ++kw)
-          for (int i = 0; i < CI; ++i)
-            for (int q = 0; q < Q; ++q) {
-              float* o = dw + (std::size_t((kh * 3 + kw) * C) + ci0 + i) * C + g * 16 * Q + 16 * q;
-              _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[(kw * CI + i) * Q + q]));
-            }
-      }
-}
-
-// Weight gradient, 16 channels: acc[kw][j] (16 input channels) += x[h+kh-1][w+kw-1][:]
-// dy[h][w][co0 + j] for one pixel w, T output channels from co0.
-template <int T, int KW0, int KW1>
-CIFARNET_AVX512 inline void wgrad16_pixel(const float* __restrict xr, const float* __restrict dr, int w,
-                                          __m512* acc) {
-  __m512 xv[3];
-#pragma GCC unroll 3
-  for (int kw = KW0; kw < KW1; ++kw) xv[kw] = _mm512_loadu_ps(xr + (w + kw - 1) * 16);
-#pragma GCC unroll 16
-  for (int j = 0; j < T; ++j) {
-    const __m512 b = _mm512_set1_ps(dr[w * 16 + j]);
-#pragma GCC unroll 3
-    for (int kw = KW0; kw < KW1; ++kw) acc[kw * T + j] = _mm512_fmadd_ps(xv[kw], b, acc[kw * T + j]);
+  template <int C>
+  static void wgrad(int H, int W, const float* x, const float* dy, float* dw) {
+    if constexpr (C == 16)
+      avx512::wgrad_row_image<8>(H, W, x, dy, dw);
+    else if constexpr (C == 32)
+      avx512::wgrad_image<32, 4, 2>(H, W, x, dy, dw);
+    else
+      avx512::wgrad_image<64, 2, 4>(H, W, x, dy, dw);
   }
-}
-template <int T>
-CIFARNET_AVX512 void wgrad16_image(int H, int W, const float* __restrict x, const float* __restrict dy,
-                                   float* __restrict dw) {
-  for (int kh = 0; kh < 3; ++kh)
-    for (int co0 = 0; co0 < 16; co0 += T) {
-      __m512 acc[3 * T];
-#pragma GCC unroll 64
-      for (int i = 0; i < 3 * T; ++i) acc[i] = _mm512_setzero_ps();
-      const int h0 = kh == 0 ? 1 : 0, h1 = kh == 2 ? H - 1 : H;
-      for (int h = h0; h < h1; ++h) {
-        const float* xr = x + std::size_t(h + kh - 1) * std::size_t(W) * 16;
-        const float* dr = dy + std::size_t(h) * std::size_t(W) * 16 + co0;
-        wgrad16_pixel<T, 1, 3>(xr, dr, 0, acc);
-        for (int w = 1; w < W - 1; ++w) wgrad16_pixel<T, 0, 3>(xr, dr, w, acc);
-        wgrad16_pixel<T, 0, 2>(xr, dr, W - 1, acc);
-      }
-      // acc[kw][j] holds dw[kh][kw][0..15][co0 + j] (HWIO): added column by column.
-      for (int kw = 0; kw < 3; ++kw)
-        for (int j = 0; j < T; ++j) {
-          alignas(64) float v[16];
-          _mm512_store_ps(v, acc[kw * T + j]);
-          float* o = dw + std::size_t((kh * 3 + kw) * 16) * 16 + co0 + j;
-          for (int i = 0; i < 16; ++i) o[i * 16] += v[i];
-        }
-    }
-}
-
-#undef CIFARNET_AVX512
+};
+struct Avx2 {
+  template <int C>
+  static void forward(int H, int W, const float* x, const float* w, float* y) {
+    if constexpr (C == 64)
+      avx2::forward_image<64, 8, 1, true>(H, W, x, w, y);
+    else
+      avx2::forward_image<C, 6, 2, true>(H, W, x, w, y);
+  }
+  template <int C>
+  static void wgrad(int H, int W, const float* x, const float* dy, float* dw) {
+    if constexpr (C == 16)
+      avx2::wgrad_image<16, 4, 1>(H, W, x, dy, dw);
+    else
+      avx2::wgrad_image<C, 2, 2>(H, W, x, dy, dw);
+  }
+};
 
 // The epilogue on one image of dx just computed (dx: that image; off: its
 // offset from the range's first element): the residual sum in place, then
@@ -281,7 +230,7 @@ void epilogue(std::size_t rows, const BnEpilogue& e, std::size_t off, float* dx,
     const float* o = e.other + off;
     if (e.mask_relu) {
       const float* m = e.mask_relu + off;
-      for (std::size_t i = 0; i < n; ++i) dx[i] = m[i] > 0.f ? dx[i] + o[i] : 0.f;
+      for (std::size_t i = 0; i < n; ++i) dx[i] = host::keep_if(m[i] > 0.f, dx[i] + o[i]);
     } else {
       for (std::size_t i = 0; i < n; i += 16)
         host::add_masked_word(dx + i, o + i,
@@ -310,7 +259,7 @@ void normalise(std::size_t rows, const NormMap& in, std::size_t off, float* xn) 
 // One image's forward for C channels (image at `off`): its input normalised
 // into xn first where given as a map (`in`), then y; with `s`, its batch
 // norm sums (shifted by its first pixel) into s (2C).
-template <int C>
+template <class K, int C>
 void forward_one(int H, int W, const float* x, const NormMap* in, std::size_t off, const float* w, float* y,
                  float* xn, double* s) {
   const std::size_t rows = std::size_t(H) * W;
@@ -319,7 +268,7 @@ void forward_one(int H, int W, const float* x, const NormMap* in, std::size_t of
     normalise<C>(rows, *in, off, xn);
     xi = xn;
   }
-  forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, xi, w, y + off);
+  K::template forward<C>(H, W, xi, w, y + off);
   const float* none = nullptr;
   if (s)
     bn::nhwc_sums<bn::SumKind::Stats, std::size_t(C)>(0, rows, y + off, none, nullptr, y + off, s, s + C,
@@ -330,7 +279,7 @@ void forward_one(int H, int W, const float* x, const NormMap* in, std::size_t of
 // (if any; then the epilogue `e` on it, if any) and this thread's weight
 // gradient (if any; its input x, or with `in` that image normalised into
 // xn first).
-template <int C>
+template <class K, int C>
 void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
            float* dw, float* dyc, const BnEpilogue* e, double* esums, const NormMap* in, float* xn) {
   const std::size_t rows = std::size_t(H) * W;
@@ -350,20 +299,31 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
     bn::input_gradient_row<C>(C, m.x + at, m.dy + at, m.relu_ab ? ra : nullptr, rb, mc, ac, bc, dc,
                               dyc + r * C);
   }
-  if (dx) forward_image<C, int(tile_pixels(C)), C == 16 ? 1 : 2>(H, W, dyc, wf, dx);
+  if (dx) K::template forward<C>(H, W, dyc, wf, dx);
   if (dx && e) epilogue<C>(rows, *e, off, dx, esums);
   if (dw && in) {
     normalise<C>(rows, *in, off, xn);
     x = xn;
   }
-  if (dw) {
-    if constexpr (C == 16)
-      wgrad16_image<8>(H, W, x, dyc, dw);
-    else if constexpr (C == 32)
-      wgrad_image<32, 4, 2>(H, W, x, dyc, dw);
+  if (dw) K::template wgrad<C>(H, W, x, dyc, dw);
+}
+
+// f(K{}, std::integral_constant<int, C>{}) for the instruction set's
+// kernels K (Avx512 or Avx2) and the channel count c (16, 32 or 64).
+template <class F>
+void dispatch(bool avx512, int c, F&& f) {
+  auto on = [&](auto k) {
+    if (c == 16)
+      f(k, std::integral_constant<int, 16>{});
+    else if (c == 32)
+      f(k, std::integral_constant<int, 32>{});
     else
-      wgrad_image<64, 2, 4>(H, W, x, dyc, dw);
-  }
+      f(k, std::integral_constant<int, 64>{});
+  };
+  if (avx512)
+    on(Avx512{});
+  else
+    on(Avx2{});
 }
 
 }  // namespace kernels
@@ -403,6 +363,7 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
   const std::size_t image = std::size_t(H) * W * C, rows = std::size_t(H) * W;
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
   const int nt = omp_get_max_threads();
+  const bool avx512 = cpu_isa() == Isa::Avx512;
   if (stats) sc.stats.assign(g.n * 2 * std::size_t(C), 0.0);
   if (in) sc.xn.resize(std::size_t(nt) * image);
 #pragma omp parallel num_threads(nt)
@@ -412,12 +373,9 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const std::size_t off = std::size_t(i) * image;
       double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
-      if (C == 16)
-        kernels::forward_one<16>(H, W, x, in, off, w, y, xn, s);
-      else if (C == 32)
-        kernels::forward_one<32>(H, W, x, in, off, w, y, xn, s);
-      else
-        kernels::forward_one<64>(H, W, x, in, off, w, y, xn, s);
+      kernels::dispatch(avx512, C, [&](auto k, auto c) {
+        kernels::forward_one<decltype(k), decltype(c)::value>(H, W, x, in, off, w, y, xn, s);
+      });
     }
   }
   if (!stats) return;
@@ -468,6 +426,7 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
   const int nt = omp_get_max_threads();
+  const bool avx512 = cpu_isa() == Isa::Avx512;
   sc.dyc.resize(std::size_t(nt) * image);
   if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
   const bool sums = e && e->sums;
@@ -487,12 +446,9 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
       const std::size_t off = std::size_t(i) * image;
       float* di = dx ? dx + off : nullptr;
       const float* xi = xin ? nullptr : x + off;
-      if (C == 16)
-        kernels::image<16>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
-      else if (C == 32)
-        kernels::image<32>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
-      else
-        kernels::image<64>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
+      kernels::dispatch(avx512, C, [&](auto k, auto c) {
+        kernels::image<decltype(k), decltype(c)::value>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
+      });
     }
   }
   if (sums) {
