@@ -16,8 +16,9 @@
 // arithmetic might raise an FP exception the source did not ask for), and a
 // loop with a branch is not vectorized where there are no mask registers:
 // on AVX2 every masked pass of the step ran one element at a time (ResNet-20
-// fp32 training 1.38x faster with the selects written this way, on a 2-core
-// AMD EPYC Zen 2: docs/BENCHMARKS.md). AVX-512 vectorized them with masks.
+// fp32 training about 1.3x as fast with the selects written this way, on a
+// 2-core AMD EPYC Zen 2: docs/BENCHMARKS.md). AVX-512 vectorized them with
+// masks.
 #pragma once
 
 #include <cstddef>

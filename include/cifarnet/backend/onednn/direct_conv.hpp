@@ -46,9 +46,9 @@
 //   thread count, not on timing, and not on the instruction set (every
 //   output adds its products in the same order in both).
 // On a 2-core AMD EPYC Zen 2 (AVX2) the AVX2 kernels with batch norm's
-// passes inside them made ResNet-20's fp32 training step about 1.1x as
-// fast as oneDNN's AVX2 kernels with those passes on their own
-// (docs/BENCHMARKS.md).
+// passes inside them made the fp32 training step 1.08x (ResNet-56) to
+// 1.28x (ResNet-20) as fast as oneDNN's AVX2 kernels with those passes on
+// their own (medians of three rounds on a noisy VM: docs/BENCHMARKS.md).
 #pragma once
 
 #include <omp.h>
@@ -187,7 +187,8 @@ struct Vec {
 // gradient's 3 kernel columns x CI input channels x Q vectors (AVX-512, 16
 // channels: one vector of input channels times 8 output channels). The
 // AVX2 shapes were the fastest of those tried on a Zen 2 EPYC, one thread
-// (forward 16/32 channels: 6 x 2 about 1.15x 4 x 2's rate).
+// (forward 16/32 channels: 6 x 2 1.2x 4 x 2's rate; docs/runs/bench/
+// 2026-12-03-avx2-masked-selects/probes/).
 struct Avx512 {
   template <int C>
   static void forward(int H, int W, const float* x, const float* w, float* y) {

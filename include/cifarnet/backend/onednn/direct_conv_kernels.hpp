@@ -56,10 +56,11 @@ CIFARNET_DK inline void tile(int h, int w0, int g, int H, int W, const float* __
       Vec::store(y + (std::size_t(h) * W + w0 + p) * C + g * L * Q + L * q, acc[p * Q + q]);
 }
 
-// The tiles of row h at pixels [w0, w0 + P) (R = P) or of its last R < P
-// pixels, channel group g.
+// The tile of row h at pixels [w0, w0 + P), channel group g, with the
+// row's edges it holds.
 template <int C, int P, int Q>
-CIFARNET_DK inline void row_tile(int h, int w0, int g, int H, int W, const float* x, const float* w, float* y) {
+CIFARNET_DK inline void row_tile(int h, int w0, int g, int H, int W, const float* x, const float* w,
+                                 float* y) {
   const bool l = w0 == 0, r = w0 + P == W;
   if (l && r)
     tile<C, P, Q, true, true>(h, w0, g, H, W, x, w, y);
