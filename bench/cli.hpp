@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -17,9 +18,18 @@
 namespace bench_cli {
 
 /// Parses argv into `app`; nullopt to go on, else the exit code for main.
+/// In a build with CIFARNET_BENCH_OPTIMIZATION set (bench/CMakeLists.txt:
+/// CI's check that the benchmarks run) it says so first, on stderr.
 inline std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
+#ifdef CIFARNET_BENCH_OPTIMIZED_AT
+    std::fprintf(
+        stderr,
+        "note: built with CIFARNET_BENCH_OPTIMIZATION=%s (a build that only checks the benchmarks run): "
+        "its times are not the library's\n",
+        CIFARNET_BENCH_OPTIMIZED_AT);
+#endif
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;

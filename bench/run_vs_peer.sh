@@ -32,6 +32,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
+# A build whose benchmarks CI compiled at another level (scripts/test.sh
+# sets CIFARNET_BENCH_OPTIMIZATION) gives no figures.
+if grep -qE '^CIFARNET_BENCH_OPTIMIZATION:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  echo "run_vs_peer: $BUILD was configured with $(grep '^CIFARNET_BENCH_OPTIMIZATION:' "$BUILD/CMakeCache.txt") (CI's check build): reconfigure with -DCIFARNET_BENCH_OPTIMIZATION= for figures" >&2
+  exit 2
+fi
 ONLY=${2:-resnet20,resnet56,infer20,infer56,gatys,rss}
 PEER=${PEER:-../shared/bench/peer_torch2.py}
 PEER_PY=${PEER_PY:-.venv-peer/bin/python}

@@ -16,6 +16,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
+# A build whose benchmarks CI compiled at another level (scripts/test.sh
+# sets CIFARNET_BENCH_OPTIMIZATION) gives no figures.
+if grep -qE '^CIFARNET_BENCH_OPTIMIZATION:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  echo "speedrun_vs_peer: $BUILD was configured with $(grep '^CIFARNET_BENCH_OPTIMIZATION:' "$BUILD/CMakeCache.txt") (CI's check build): reconfigure with -DCIFARNET_BENCH_OPTIMIZATION= for figures" >&2
+  exit 2
+fi
 DATA=${DATA:-../shared/data/cifar-10-batches-bin}
 PRECISION=${PRECISION:-fp32}
 RUNS=${RUNS:-1}

@@ -70,6 +70,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/host/unroll.hpp"
 #include "cifarnet/core/error.hpp"
 
 #if defined(__x86_64__)
@@ -485,14 +486,14 @@ class WeightGrad {
       for (std::size_t cb = 0; cb < ic; cb += 16) {
         __m512i v[16];
         if (np == 32 && dense) {
-#pragma GCC unroll 16
+          CIFARNET_UNROLL(16)
           for (int q = 0; q < 16; ++q) {
             const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q * ic + cb));
             const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (q + 16) * ic + cb));
             v[q] = join(lo, hi);
           }
         } else if (np == 32) {
-#pragma GCC unroll 16
+          CIFARNET_UNROLL(16)
           for (int q = 0; q < 16; ++q) {
             const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q] + cb));
             const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q + 16] + cb));
@@ -513,33 +514,33 @@ class WeightGrad {
         // a bit of the register number for a bit of the lane number (the
         // 16-, 32- and 64-bit unpacks rotate the lane bits below as well);
         // after the four, v[q] lane l is pixel l of channel chan[q].
-#pragma GCC unroll 16
+        CIFARNET_UNROLL(16)
         for (int q = 0; q < 16; q += 2) {
           const __m512i a = v[q], h = v[q + 1];
           v[q] = _mm512_unpacklo_epi16(a, h);
           v[q + 1] = _mm512_unpackhi_epi16(a, h);
         }
-#pragma GCC unroll 16
+        CIFARNET_UNROLL(16)
         for (int q = 0; q < 16; ++q) {
           if (q & 2) continue;
           const __m512i a = v[q], h = v[q + 2];
           v[q] = _mm512_mask_unpacklo_epi32(a, 0xffff, a, h);  // (mask forms: GCC bug 105593)
           v[q + 2] = _mm512_mask_unpackhi_epi32(a, 0xffff, a, h);
         }
-#pragma GCC unroll 16
+        CIFARNET_UNROLL(16)
         for (int q = 0; q < 16; ++q) {
           if (q & 4) continue;
           const __m512i a = v[q], h = v[q + 4];
           v[q] = _mm512_mask_unpacklo_epi64(a, 0xff, a, h);
           v[q + 4] = _mm512_mask_unpackhi_epi64(a, 0xff, a, h);
         }
-#pragma GCC unroll 16
+        CIFARNET_UNROLL(16)
         for (int q = 0; q < 8; ++q) {
           const __m512i a = v[q], h = v[q + 8];
           v[q] = _mm512_permutex2var_epi64(a, ilo, h);
           v[q + 8] = _mm512_permutex2var_epi64(a, ihi, h);
         }
-#pragma GCC unroll 16
+        CIFARNET_UNROLL(16)
         for (int q = 0; q < 16; ++q) {
           // Register bits 0..3 hold channel bits 2, 1, 0, 3.
           const int ch = (q >> 2 & 1) | (q >> 1 & 1) << 1 | (q & 1) << 2 | (q & 8);
