@@ -9,6 +9,8 @@
 // container, and the rules' verdicts with their reasons.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference.hpp>
 #include <cifarnet/models/resnet.hpp>
@@ -87,6 +89,30 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
       const Tensor<float> x = random_input<float>({c.batch, 3, c.side, c.side}, fmt, 13);
       REQUIRE(ex.executor(c.batch));
       REQUIRE(ex.executor(c.batch)->ok());
+      // The stage convolutions in the own kernels where they run (NHWC, a
+      // batch of at least one image per thread); the stem's 3 channels not.
+      const plan::Plan& p = ex.executor(c.batch)->plan();
+      INFO(plan::describe(p));
+      std::size_t matched = 0;
+      const std::size_t own = p.fired("conv_epilogue_in_registers", &matched);
+      CHECK(matched == std::size_t(6 * c.n + 1));  // every convolution
+      const plan::Verdict* stem = p.verdict("conv_epilogue_in_registers", "stem/conv1");
+      const plan::Verdict* body = p.verdict("conv_epilogue_in_registers", "stage1/block0/conv2");
+      REQUIRE(stem);
+      REQUIRE(body);
+      CHECK_FALSE(stem->fires);
+      // (the AVX2 kernels only: on AVX-512 oneDNN's runs, and says so)
+      const bool kernels = backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2 &&
+                           std::size_t(omp_get_max_threads()) <= c.batch;
+      if (fmt == DataFormat::NCHW) {
+        CHECK(own == 0);
+        CHECK(body->reason == "NCHW (the own kernels are NHWC)");
+      } else if (kernels) {
+        CHECK(stem->reason == "3 -> 16 channels (the own kernels: 16, 32 or 64, in = out)");
+        CHECK(body->fires);  // with the block's residual sum and ReLU
+        CHECK(body->nodes.size() == 2);
+        CHECK(own == std::size_t(6 * c.n - 2));  // the stage convolutions but the two with stride 2
+      }
       const Tensor<float>& y = ex.forward(x, Mode::Infer);
       const Tensor<double>& yr = ref.forward(as_double(x), Mode::Infer);
       CHECK(test::rel_err(y, yr) <= 1e-5);

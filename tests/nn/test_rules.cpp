@@ -13,6 +13,8 @@
 // say so in its verdict, and the test says it was not compared (WARN).
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/reference.hpp>
 #include <cifarnet/models/resnet.hpp>
@@ -39,12 +41,16 @@ using namespace cifarnet;
 namespace {
 
 // What a rule needs to run on this machine.
-enum class Needs { Nothing, OwnKernels, Bf16Cpu };
+enum class Needs { Nothing, OwnKernels, OwnInference, Bf16Cpu };
 
 bool machine_has(Needs n) {
   switch (n) {
     case Needs::OwnKernels:
       return backend::onednn::direct::cpu_supported();
+    case Needs::OwnInference:  // AVX2 (ConvEpilogue::own_kernel_why_not), a batch of 4 gives each thread
+                               // images
+      return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2 &&
+             omp_get_max_threads() <= 4;
     case Needs::Bf16Cpu:
       return backend::onednn::cpu_has_bf16_convolutions();
     default:
@@ -255,6 +261,12 @@ const std::vector<Case>& resnet_cases() {
        Needs::Nothing, false},
       {"bf16_copy_to_readers", act, Train, BF16, Needs::Bf16Cpu, true},
       {"residual_sum_in_conv_epilogue", {"conv_bn_fold"}, Infer, F32, Needs::Nothing, false},
+      {"conv_epilogue_in_registers",
+       {"conv_bn_fold", "residual_sum_in_conv_epilogue"},
+       Infer,
+       F32,
+       Needs::OwnInference,
+       false},
       {"bf16_activations",
        {"conv_bn_fold", "residual_sum_in_conv_epilogue"},
        Infer,

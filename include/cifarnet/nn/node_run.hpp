@@ -26,7 +26,9 @@
 
 #include "cifarnet/core/tensor.hpp"
 #include "cifarnet/nn/context.hpp"
+#include "cifarnet/nn/plan.hpp"
 #include "cifarnet/ops/geometry.hpp"
+#include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet::plan {
 
@@ -198,5 +200,16 @@ struct ConvRun {
   ConvGeom geom;
   std::function<FoldedWeights<T>(RunContext<B, T>&)> weights;
 };
+
+/// The fact facts::kOwnForward of a convolution of geometry `g` (n unset)
+/// that the executor runs at the plan's key: whether the backend's own
+/// inference kernels take it (ops::ConvEpilogue::own_kernel_why_not).
+template <class B, class T>
+Fact own_forward_fact(ConvGeom g, const Key& k) {
+  g.n = k.batch;
+  g.fmt = k.fmt;
+  const std::string why = ops::ConvEpilogue<B, T>::own_kernel_why_not(g, k.precision == ConvPrecision::BF16);
+  return why.empty() ? Fact::yes() : Fact::no(why);
+}
 
 }  // namespace cifarnet::plan

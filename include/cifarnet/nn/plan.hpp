@@ -80,6 +80,8 @@ inline constexpr const char* kNeedsDx = "needs_dx";               ///< its backw
 // a convolution in inference (standalone or of a ConvBatchNorm)
 inline constexpr const char* kEpilogueConv =
     "epilogue_conv";  ///< the plan executor runs it as ops::ConvEpilogue (its ConvRun)
+inline constexpr const char* kOwnForward =
+    "own_forward";  ///< ops::ConvEpilogue's own kernels take it (own_kernel_why_not)
 // a standalone convolution
 inline constexpr const char* kOwnKernels =
     "own_kernels";                                 ///< the own conv + batch norm kernels take its geometry

@@ -101,6 +101,9 @@ inline const std::vector<RuleInfo>& rules() {
       {"residual_sum_in_conv_epilogue",
        "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
        "saved"},
+      {"conv_epilogue_in_registers",
+       "inference, float: the convolution in the backend's own kernels, its bias, residual sum and ReLU "
+       "added to each register tile before it is stored (no copy of the sum's term first)"},
       {"bf16_activations",
        "inference with bf16 convolutions: an output kept as bf16 where only bf16 convolutions read it: "
        "half the bytes, no rounding pass in the next convolution"},
@@ -186,7 +189,8 @@ inline std::string readers(const Plan& p, int i) {
 }  // namespace rules_detail
 
 /// The plan executor's rules (nn/executor.hpp, inference): a folded
-/// convolution takes the residual sum after it into its epilogue; with bf16
+/// convolution takes the residual sum after it into its epilogue; a
+/// convolution runs in the backend's own kernels where they take it; with bf16
 /// convolutions, the outputs that only such convolutions read stay bf16.
 template <class Verdict>
 void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
@@ -216,6 +220,14 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
                                                 : "";
     verdict("residual_sum_in_conv_epilogue", {c, c + 1, a}, why.empty(), why);
     if (why.empty()) sum_taken[std::size_t(a)] = true, last[std::size_t(c)] = a;
+  }
+  // Each convolution the executor runs, in the backend's own kernels where
+  // they take it (its fact: geometry, float products, batch vs threads).
+  for (int c = 0; c < count; ++c) {
+    const int l = last[std::size_t(c)];
+    if (l < 0) continue;
+    auto [ok, why] = fact(at(p, c), facts::kOwnForward);
+    verdict("conv_epilogue_in_registers", l == c ? std::vector<int>{c} : std::vector<int>{c, l}, ok, why);
   }
   if (p.key.precision != ConvPrecision::BF16) return;
   // Who reads tensor t, looking through identities: a convolution the

@@ -14,13 +14,25 @@
 // while the caller's buffer and version are the same (version 0: always
 // reordered). Float accumulation; the bias, the sum and the ReLU in float
 // before the one rounding of a bf16 output.
+//
+// Where the plan says so (`own`: the rule conv_epilogue_in_registers, which
+// asks own_kernel_why_not), a float 3x3 stride-1 convolution of 16, 32 or
+// 64 channels runs in the own kernels instead (direct_conv.hpp,
+// forward_inference): the caller's HWIO weights as they are, the bias, the
+// sum and the ReLU added to each register tile before it is stored, the
+// sum's term read where it is (no copy into y first).
 #pragma once
+
+#include <omp.h>
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/backend/onednn/direct_conv.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -34,13 +46,21 @@ struct ConvEpilogue<backend::OneDnn, T> {
   /// convolutions: AVX-512 cores; elsewhere float).
   static bool bf16_storage() { return backend::onednn::cpu_has_bf16_convolutions(); }
 
+  /// Why forward's `own` cannot run `g` here (empty: it can): the own
+  /// kernels' geometry, float products, at least as many images as threads.
+  static std::string own_kernel_why_not(const ConvGeom& g, bool bf16) {
+    return backend::onednn::direct::inference_why_not(g, bf16 && bf16_storage(), omp_get_max_threads());
+  }
+
   /// y = [relu](conv(x, w) + b [+ s]): x, s and y float, or bf16 bits where
   /// x_bf16 / s_bf16 / y_bf16; `bf16`: bf16 products (else float; then none
   /// may be bf16); s null: no sum; s == y: y holds the term (in place;
   /// then s_bf16 == y_bf16), else it is copied into y first; b may be null.
+  /// `own`: in the own kernels (own_kernel_why_not(g, bf16) empty; float
+  /// activations).
   CIFARNET_OUTLINE void forward(Device<backend::OneDnn>& dev, const ConvGeom& g, const void* x, bool x_bf16,
                                 const T* w, const T* b, std::uint64_t version, bool bf16, const void* s,
-                                bool s_bf16, void* y, bool y_bf16, bool relu) {
+                                bool s_bf16, void* y, bool y_bf16, bool relu, bool own = false) {
     namespace on = backend::onednn;
     on::require("ConvEpilogue", {{x, "x"}, {w, "w"}, {y, "y"}});
     on::check_geometry(g, "ConvEpilogue", false);
@@ -49,6 +69,16 @@ struct ConvEpilogue<backend::OneDnn, T> {
           "ConvEpilogue: bf16 activations need bf16 products on a CPU with bf16 convolutions (" +
           on::describe(g) + ")");
     bf16 = bf16 && bf16_storage();
+    if (own) {
+      const std::string why = own_kernel_why_not(g, bf16);
+      if (!why.empty() || x_bf16 || y_bf16 || (s && s_bf16))
+        throw std::logic_error("ConvEpilogue: asked for the own kernels where they do not run (" +
+                               (why.empty() ? std::string("bf16 activations") : why) + "; " +
+                               on::describe(g) + ")");
+      on::direct::forward_inference(g, static_cast<const float*>(x), w, b, static_cast<const float*>(s),
+                                    static_cast<float*>(y), relu);
+      return;
+    }
     if (s == y && s_bf16 != y_bf16)
       throw ConfigError("ConvEpilogue: a sum in place must have the output's type (" + on::describe(g) + ")");
     const bool sum = s != nullptr, sum_bf16 = sum && s_bf16;

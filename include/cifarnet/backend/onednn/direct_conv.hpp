@@ -3,7 +3,9 @@
 // 16, 32 or 64 channels in and out (ResNet's stage convolutions), whose
 // output gradient is a batch norm's input gradient computed image by image
 // in the kernels' prologue (ops::Conv2d::backward_images_bn, ConvBatchNorm),
-// and for its training forward (ops::Conv2d::forward_stats). Around the
+// and for its training forward (ops::Conv2d::forward_stats), and its
+// inference forward with a bias, residual sum and ReLU epilogue in the
+// registers (ops::ConvEpilogue, forward_inference). Around the
 // kernels, image by image while each is in cache: in the backward's
 // epilogue a residual block's gradient sum and an earlier batch norm's
 // backward sums (bn::GradEpilogue); in the forward's epilogue the batch
@@ -68,6 +70,7 @@
 #include <vector>
 
 #include "cifarnet/backend/host/mask_bits.hpp"
+#include "cifarnet/backend/host/unroll.hpp"
 #include "cifarnet/backend/onednn/bn_kernels.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/ops/geometry.hpp"
@@ -146,6 +149,18 @@ inline std::string why_not(const ConvGeom& g) {
   return {};
 }
 
+/// What the forward kernel does to each register tile of sums before it
+/// stores it, in inference (forward_inference): + bias[c] (if any), + the
+/// residual term at the same place (an image laid out as y; may be y
+/// itself), then the ReLU if relu, as 0 > v ? 0 : v (a NaN stays NaN, as
+/// the reference backend's ReLU keeps it; oneDNN 2.6's AVX2 ReLU post-op
+/// gives 0 for it).
+struct StoreEpilogue {
+  const float* bias = nullptr;
+  const float* sum = nullptr;
+  bool relu = false;
+};
+
 #if CIFARNET_DIRECT_X86
 namespace kernels {
 
@@ -160,6 +175,7 @@ struct Vec {
   CIFARNET_DK static V set1(float f) { return _mm512_set1_ps(f); }
   CIFARNET_DK static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   CIFARNET_DK static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  CIFARNET_DK static V max(V a, V b) { return _mm512_max_ps(a, b); }  // a > b ? a : b
   CIFARNET_DK static V zero() { return _mm512_setzero_ps(); }
 };
 #include "cifarnet/backend/onednn/direct_conv_kernels.hpp"  // NOLINT(build/include): included per ISA
@@ -175,6 +191,7 @@ struct Vec {
   CIFARNET_DK static V set1(float f) { return _mm256_set1_ps(f); }
   CIFARNET_DK static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   CIFARNET_DK static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  CIFARNET_DK static V max(V a, V b) { return _mm256_max_ps(a, b); }  // a > b ? a : b
   CIFARNET_DK static V zero() { return _mm256_setzero_ps(); }
 };
 #include "cifarnet/backend/onednn/direct_conv_kernels.hpp"  // NOLINT(build/include): included per ISA
@@ -191,8 +208,9 @@ struct Vec {
 // 2026-12-03-avx2-masked-selects/probes/).
 struct Avx512 {
   template <int C>
-  static void forward(int H, int W, const float* x, const float* w, float* y) {
-    avx512::forward_image<C, int(tile_pixels(Isa::Avx512, C)), C == 16 ? 1 : 2, false>(H, W, x, w, y);
+  static void forward(int H, int W, const float* x, const float* w, float* y,
+                      const StoreEpilogue* o = nullptr) {
+    avx512::forward_image<C, int(tile_pixels(Isa::Avx512, C)), C == 16 ? 1 : 2, false>(H, W, x, w, y, o);
   }
   template <int C>
   static void wgrad(int H, int W, const float* x, const float* dy, float* dw) {
@@ -206,11 +224,12 @@ struct Avx512 {
 };
 struct Avx2 {
   template <int C>
-  static void forward(int H, int W, const float* x, const float* w, float* y) {
+  static void forward(int H, int W, const float* x, const float* w, float* y,
+                      const StoreEpilogue* o = nullptr) {
     if constexpr (C == 64)
-      avx2::forward_image<64, 8, 1, true>(H, W, x, w, y);
+      avx2::forward_image<64, 8, 1, true>(H, W, x, w, y, o);
     else
-      avx2::forward_image<C, 6, 2, true>(H, W, x, w, y);
+      avx2::forward_image<C, 6, 2, true>(H, W, x, w, y, o);
   }
   template <int C>
   static void wgrad(int H, int W, const float* x, const float* dy, float* dw) {
@@ -402,6 +421,53 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
   }
 #else
   (void)x, (void)w, (void)y, (void)sc, (void)stats, (void)in;  // supports() is false off x86-64
+#endif
+}
+
+/// Why forward_inference does not run `g` with `threads` threads, in
+/// words; empty when it does: supports(g), float products, the AVX2
+/// kernels, and at least as many images as threads (the kernels give each
+/// thread whole images; oneDNN's splits one image among them, the faster
+/// way to run a batch of one). On a 2-core Zen 2 EPYC the AVX2 forward ran
+/// 1.4-1.5x oneDNN 2.6's AVX2 inference convolution at 16 channels, 1.0-1.7x
+/// at 32, 0.9-1.6x at 64 (a noisy VM; one thread: 1.5x, 1.0-1.2x, 1.0x;
+/// docs/runs/bench/2026-12-03-avx2-inference-kernel/probes/). On AVX-512
+/// the two were not compared in inference: oneDNN's kernel runs there.
+inline std::string inference_why_not(const ConvGeom& g, bool bf16, int threads) {
+  if (bf16) return "bf16 products (the own kernels are float)";
+  std::string why = why_not(g);
+  if (!why.empty()) return why;
+  if (cpu_isa() == Isa::Avx512)
+    return "AVX-512: oneDNN's kernel (the own forward not measured against it in inference there)";
+  if (g.n < std::size_t(threads))
+    return "a batch of " + std::to_string(g.n) + " on " + std::to_string(threads) +
+           " threads (the own kernels give each thread whole images)";
+  return {};
+}
+
+/// The inference forward of g.n images (supports(g)): y = [max(., 0)]
+/// (conv(x, w) + b [+ s]), w HWIO, b (may be null) per output channel, s
+/// (may be null; may be y itself) the residual sum's other term laid out as
+/// y, each thread a fixed share of the images, the bias, sum and ReLU added
+/// to each register tile before it is stored (StoreEpilogue).
+inline void forward_inference(const ConvGeom& g, const float* x, const float* w, const float* b,
+                              const float* s, float* y, bool relu) {
+  if (!supports(g)) throw std::logic_error("direct::forward_inference: a geometry the kernels do not run");
+#if CIFARNET_DIRECT_X86
+  const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
+  const std::size_t image = std::size_t(H) * W * C;
+  const std::ptrdiff_t n = std::ptrdiff_t(g.n);
+  const bool avx512 = cpu_isa() == Isa::Avx512;
+#pragma omp parallel for schedule(static) num_threads(omp_get_max_threads())
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    const std::size_t off = std::size_t(i) * image;
+    const StoreEpilogue o{b, s ? s + off : nullptr, relu};
+    kernels::dispatch(avx512, C, [&](auto k, auto c) {
+      decltype(k)::template forward<decltype(c)::value>(H, W, x + off, w, y + off, &o);
+    });
+  }
+#else
+  (void)x, (void)w, (void)b, (void)s, (void)y, (void)relu;     // supports() is false off x86-64
 #endif
 }
 
