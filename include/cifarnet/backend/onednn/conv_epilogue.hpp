@@ -47,7 +47,8 @@ struct ConvEpilogue<backend::OneDnn, T> {
   static bool bf16_storage() { return backend::onednn::cpu_has_bf16_convolutions(); }
 
   /// Why forward's `own` cannot run `g` here (empty: it can): the own
-  /// kernels' geometry, float products, at least as many images as threads.
+  /// kernels' geometry, float products, the AVX2 kernels, at least as many
+  /// images as threads (direct::inference_why_not).
   static std::string own_kernel_why_not(const ConvGeom& g, bool bf16) {
     return backend::onednn::direct::inference_why_not(g, bf16 && bf16_storage(), omp_get_max_threads());
   }

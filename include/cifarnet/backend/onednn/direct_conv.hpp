@@ -429,7 +429,7 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
 /// kernels, and at least as many images as threads (the kernels give each
 /// thread whole images; oneDNN's splits one image among them, the faster
 /// way to run a batch of one). On a 2-core Zen 2 EPYC the AVX2 forward ran
-/// 1.4-1.5x oneDNN 2.6's AVX2 inference convolution at 16 channels, 1.0-1.7x
+/// 1.4-1.6x oneDNN 2.6's AVX2 inference convolution at 16 channels, 1.0-1.7x
 /// at 32, 0.9-1.6x at 64 (a noisy VM; one thread: 1.5x, 1.0-1.2x, 1.0x;
 /// docs/runs/bench/2026-12-03-avx2-inference-kernel/probes/). On AVX-512
 /// the two were not compared in inference: oneDNN's kernel runs there.
