@@ -55,22 +55,19 @@ CIFARNET_DK inline void tile(int h, int w0, int g, int H, int W, const float* __
       }
     }
   }
-  if (!o) {
-    CIFARNET_UNROLL(32)
-    for (int p = 0; p < P; ++p) CIFARNET_UNROLL(8)
-    for (int q = 0; q < Q; ++q)
-      Vec::store(y + (std::size_t(h) * W + w0 + p) * C + g * L * Q + L * q, acc[p * Q + q]);
-    return;
-  }
   CIFARNET_UNROLL(32)
-  for (int p = 0; p < P; ++p) CIFARNET_UNROLL(8)
-  for (int q = 0; q < Q; ++q) {
-    const std::size_t at = (std::size_t(h) * W + w0 + p) * C + g * L * Q + L * q;
-    typename Vec::V v = acc[p * Q + q];
-    if (o->bias) v = Vec::add(v, Vec::load(o->bias + g * L * Q + L * q));
-    if (o->sum) v = Vec::add(v, Vec::load(o->sum + at));
-    if (o->relu) v = Vec::max(Vec::zero(), v);
-    Vec::store(y + at, v);
+  for (int p = 0; p < P; ++p) {
+    CIFARNET_UNROLL(8)
+    for (int q = 0; q < Q; ++q) {
+      const std::size_t at = (std::size_t(h) * W + w0 + p) * C + g * L * Q + L * q;
+      typename Vec::V v = acc[p * Q + q];
+      if (o) {
+        if (o->bias) v = Vec::add(v, Vec::load(o->bias + g * L * Q + L * q));
+        if (o->sum) v = Vec::add(v, Vec::load(o->sum + at));
+        if (o->relu) v = Vec::max(Vec::zero(), v);
+      }
+      Vec::store(y + at, v);
+    }
   }
 }
 
@@ -134,11 +131,13 @@ CIFARNET_DK inline void wgrad_pixel(const float* __restrict xr, const float* __r
   CIFARNET_UNROLL(8)
   for (int q = 0; q < Q; ++q) d[q] = Vec::load(dr + w * C + Vec::L * q);
   CIFARNET_UNROLL(3)
-  for (int kw = KW0; kw < KW1; ++kw) CIFARNET_UNROLL(16)
-  for (int i = 0; i < CI; ++i) {
-    const typename Vec::V b = Vec::set1(xr[(w + kw - 1) * C + i]);
-    CIFARNET_UNROLL(8)
-    for (int q = 0; q < Q; ++q) acc[(kw * CI + i) * Q + q] = Vec::fma(b, d[q], acc[(kw * CI + i) * Q + q]);
+  for (int kw = KW0; kw < KW1; ++kw) {
+    CIFARNET_UNROLL(16)
+    for (int i = 0; i < CI; ++i) {
+      const typename Vec::V b = Vec::set1(xr[(w + kw - 1) * C + i]);
+      CIFARNET_UNROLL(8)
+      for (int q = 0; q < Q; ++q) acc[(kw * CI + i) * Q + q] = Vec::fma(b, d[q], acc[(kw * CI + i) * Q + q]);
+    }
   }
 }
 template <int C, int CI, int Q>
