@@ -70,12 +70,13 @@ struct ConvEpilogue<backend::OneDnn, T> {
           "ConvEpilogue: bf16 activations need bf16 products on a CPU with bf16 convolutions (" +
           on::describe(g) + ")");
     bf16 = bf16 && bf16_storage();
-    if (own) {
-      const std::string why = own_kernel_why_not(g, bf16);
-      if (!why.empty() || x_bf16 || y_bf16 || (s && s_bf16))
+    if (own) {  // the plan asked own_kernel_why_not; here only what the kernels need (no strings per call)
+      if (bf16 || x_bf16 || y_bf16 || (s && s_bf16) || !on::direct::supports(g)) {
+        const std::string why = own_kernel_why_not(g, bf16);
         throw std::logic_error("ConvEpilogue: asked for the own kernels where they do not run (" +
                                (why.empty() ? std::string("bf16 activations") : why) + "; " +
                                on::describe(g) + ")");
+      }
       on::direct::forward_inference(g, static_cast<const float*>(x), w, b, static_cast<const float*>(s),
                                     static_cast<float*>(y), relu);
       return;
