@@ -1,82 +1,58 @@
 // cifarnet/backend/onednn/lrn.hpp — local response normalization across
-// channels on oneDNN (float), in TensorFlow's form
+// channels for the oneDNN backend (float), in TensorFlow's form
 // y_c = x_c / (bias + alpha * sum_{|j-c| <= r} x_j^2)^beta.
-// oneDNN divides alpha by the window size, so it gets local_size = 2r + 1 and
-// alpha * (2r + 1); k = bias.
 //
-// oneDNN 2.6 workaround: its AVX-512 nhwc LRN backward crashes (SIGSEGV)
-// for local_size 1 (depth_radius 0). With a window of one channel LRN is
-// elementwise, so the op then describes the buffer as nchw whatever its
-// format; the result is the same element for element.
-//
-// Backward reads x (y is not needed). Where the chosen implementation keeps a
-// workspace, the op holds the one of the last forward(training = true) per
-// geometry with the x it came from, exactly like max pooling (pool2d.hpp):
-// backward with another x first recomputes the forward. dx is overwritten.
+// The op runs the project's own loops (onednn/lrn_kernels.hpp), not oneDNN's
+// primitive: oneDNN 2.6 has JIT kernels for a window of 5 channels only, and
+// even there its backward is the reference implementation. On a 2-core AVX2
+// EPYC at batch 32 (64 channels, 12x12, one thread; probe in
+// docs/runs/bench/2026-12-03-lrn-kernels/): the tutorial's window of 9,
+// oneDNN 6.2-6.9 ms forward and 46-49 ms backward, these loops 0.47-0.57 ms
+// and 0.76-0.89 ms; a window of 5 in NCHW is the one case where oneDNN's JIT
+// forward is faster (0.18 against 0.43 ms), its backward still 26 ms. The
+// tutorial CNN trains 2.6-3.0x faster for it (same docs/runs directory).
+// The backward recomputes the normalizer from x (no workspace, no state
+// between the passes); y and dx may alias x or dy.
 #pragma once
 
-#include <tuple>
+#include <omp.h>
+
+#include <vector>
 
 #include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/backend/onednn/lrn_kernels.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
 namespace ops {
 
-/// LRN with oneDNN primitives cached per (ChannelGeom, LrnParams) (float).
+/// LRN in the own loops of onednn/lrn_kernels.hpp (float).
 template <class T>
 struct Lrn<backend::OneDnn, T> {
   CIFARNET_ONEDNN_FLOAT_ONLY(Lrn, T);
   using Dev = Device<backend::OneDnn>;
 
   /// y = lrn(x).
-  CIFARNET_OUTLINE void forward(Dev& dev, const ChannelGeom& g, const LrnParams& p, bool training,
+  CIFARNET_OUTLINE void forward(Dev&, const ChannelGeom& g, const LrnParams& p, bool /*training*/,
                                 const float* x, float* y) {
-    namespace on = backend::onednn;
     static constexpr const char* op = "Lrn forward";
     check(g, p, op);
-    on::require(op, {{x, "x"}, {y, "y"}});
-    on::guarded(op, [&] {
-      state(dev, g, p).forward(cache_, dev, training, x, y);
-      dev.stream.wait();
-    });
+    backend::onednn::require(op, {{x, "x"}, {y, "y"}});
+    const int threads = this->threads();
+    backend::onednn::lrn::forward(g, p, x, y, scratch(g, p, threads), threads);
   }
 
   /// dx from x and dy.
-  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, const LrnParams& p, const float* x,
+  CIFARNET_OUTLINE void backward(Dev&, const ChannelGeom& g, const LrnParams& p, const float* x,
                                  const float* /*y*/, const float* dy, float* dx) {
-    namespace on = backend::onednn;
     static constexpr const char* op = "Lrn backward";
     check(g, p, op);
-    on::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
-    on::guarded(op, [&] {
-      state(dev, g, p).backward(cache_, dev, x, dy, dx);
-      dev.stream.wait();
-    });
+    backend::onednn::require(op, {{x, "x"}, {dy, "dy"}, {dx, "dx"}});
+    const int threads = this->threads();
+    backend::onednn::lrn::backward(g, p, x, dy, dx, scratch(g, p, threads), threads);
   }
-
-  /// Geometries (with their LRN parameters) whose primitives are cached now.
-  CIFARNET_OUTLINE std::size_t cached_geometries() const { return cache_.size(); }
-  /// Primitives built so far.
-  CIFARNET_OUTLINE std::size_t primitive_builds() const { return cache_.builds(); }
 
  private:
-  using State = backend::onednn::WorkspaceOp<dnnl::lrn_forward, dnnl::lrn_backward>;
-  using Key = std::tuple<decltype(ChannelGeom{}.key()), std::size_t, double, double, double>;
-
-  CIFARNET_OUTLINE static State make_state(const ChannelGeom& g, const LrnParams& p,
-                                           const dnnl::engine& eng) {
-    namespace on = backend::onednn;
-    const auto data = on::act_desc(p.depth_radius == 0 ? DataFormat::NCHW : g.fmt, g.n, g.c, g.h, g.w);
-    const on::dim size = on::dim(2 * p.depth_radius + 1);
-    const float alpha = float(p.alpha * double(size)), beta = float(p.beta), k = float(p.bias);
-    const auto alg = dnnl::algorithm::lrn_across_channels;
-    using lf = dnnl::lrn_forward;
-    return State(lf::desc(dnnl::prop_kind::forward_training, alg, data, size, alpha, beta, k),
-                 lf::desc(dnnl::prop_kind::forward_inference, alg, data, size, alpha, beta, k),
-                 dnnl::lrn_backward::desc(alg, data, data, size, alpha, beta, k), data, data, eng);
-  }
-
   CIFARNET_OUTLINE static void check(const ChannelGeom& g, const LrnParams& p, const char* op) {
     backend::onednn::check_geometry(g, op);
     if (!(p.bias > 0.0) || !(p.alpha >= 0.0) || !(p.beta >= 0.0))
@@ -84,12 +60,16 @@ struct Lrn<backend::OneDnn, T> {
                                        p.bias, ", alpha=", p.alpha, ", beta=", p.beta, ")"));
   }
 
-  CIFARNET_OUTLINE State& state(Dev& dev, const ChannelGeom& g, const LrnParams& p) {
-    return cache_.get(dev.engine, Key{g.key(), p.depth_radius, p.bias, p.alpha, p.beta},
-                      [&] { return make_state(g, p, dev.engine); });
+  static int threads() { return omp_get_max_threads() < 1 ? 1 : omp_get_max_threads(); }
+
+  /// Every thread's scratch, grown (never shrunk) to what g needs.
+  CIFARNET_OUTLINE float* scratch(const ChannelGeom& g, const LrnParams& p, int threads) {
+    const std::size_t need = std::size_t(threads) * backend::onednn::lrn::scratch_floats(g, p.depth_radius);
+    if (scratch_.size() < need) scratch_.resize(need);
+    return scratch_.data();
   }
 
-  backend::onednn::PrimitiveCache<Key, State> cache_;
+  std::vector<float> scratch_;
 };
 
 }  // namespace ops
