@@ -17,6 +17,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "cifarnet/backend/onednn/common.hpp"
@@ -60,7 +61,7 @@ struct Lrn<backend::OneDnn, T> {
                                        p.bias, ", alpha=", p.alpha, ", beta=", p.beta, ")"));
   }
 
-  static int threads() { return omp_get_max_threads() < 1 ? 1 : omp_get_max_threads(); }
+  static int threads() { return std::max(1, omp_get_max_threads()); }
 
   /// Every thread's scratch, grown (never shrunk) to what g needs.
   CIFARNET_OUTLINE float* scratch(const ChannelGeom& g, const LrnParams& p, int threads) {
