@@ -32,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 using namespace cifarnet;
@@ -172,6 +173,93 @@ TEST_CASE("The kernels' element functions are the CPU optimizers' and loss's ari
   }
 }
 
+TEST_CASE("A multi-tensor pass's chunk table covers each range once, in order, and refuses overlaps",
+          "[backend][cuda][kernels]") {
+  using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+  CHECK(cu::kTensorChunk == 16 * cu::KernelLibrary::kThreads);
+  const Ranges ranges{{100, 100}, {0, 10000}, {20000, 20001}, {10000, 12000}};
+  const auto t = cu::chunk_ranges(ranges, 4096);
+  const std::vector<std::pair<long long, long long>> want{
+      {0, 4096}, {4096, 8192}, {8192, 10000}, {20000, 20001}, {10000, 12000}};
+  REQUIRE(t.size() == want.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    INFO("chunk " << i);
+    CHECK(t[i].begin == want[i].first);
+    CHECK(t[i].end == want[i].second);
+  }
+  CHECK(cu::chunk_ranges({}).empty());
+  CHECK(cu::chunk_ranges({{5, 5}, {9, 3}}).empty());
+  // Adjacent ranges are fine; overlapping ones would update an element twice at once.
+  CHECK(cu::chunk_ranges({{0, 10}, {10, 20}}, 4).size() == 6);
+  CHECK_THROWS_WITH(cu::chunk_ranges({{30, 40}, {0, 10}, {5, 20}}),
+                    Catch::Contains("[0, 10) and [5, 20) overlap"));
+  CHECK_THROWS_AS(cu::chunk_ranges({{0, 10}}, 0), BackendError);
+}
+
+TEST_CASE("The multi-tensor weight decay kernel, emulated block by block, is the CPU WeightDecay's",
+          "[backend][cuda][kernels]") {
+  // cn_multi_decay's work as the GPU does it: each chunk one block of 256
+  // threads (shared::decay_chunk_lane per thread), the threads' sums added
+  // in the kernel's tree, one partial per chunk, the partials added in
+  // chunk order when read back. The gradients must be the CPU pass's bits;
+  // the sum of squares differs from the CPU's element order only by
+  // rounding in double.
+  Net net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 3);
+  auto& P = net.parameters();
+  const std::size_t n = std::size_t(P.values().size());
+  const auto grads0 = random_vec(n, 11, 0.1);
+  P.for_each([&](const ParamInfo& p, float*, float* g) {
+    if (g) std::memcpy(g, grads0.data() + (g - P.grads().data()), p.size * sizeof(float));
+  });
+  const double wd = 2e-4;
+  std::vector<std::pair<std::size_t, std::size_t>>
+      ranges;  // the conv and dense weights, as the ResNet decays
+  P.for_each([&](const ParamInfo& p, float* v, float* g) {
+    if (g && p.name.size() > 8 && p.name.compare(p.name.size() - 8, 8, "/weights") == 0) {
+      const std::size_t off = std::size_t(v - P.values().data());
+      ranges.emplace_back(off, off + p.size);
+    }
+  });
+  REQUIRE(ranges.size() == 8);  // ResNet-8's seven convolutions and its dense layer
+  std::vector<float> g(P.grads().data(), P.grads().data() + n);
+  const float* v = P.values().data();
+
+  optim::WeightDecay<float> cpu(P, optim::WeightDecayOptions(wd).decay(optim::Selection({"*/weights"})));
+  const double cpu_term = cpu.apply(P);
+
+  const auto table = cu::chunk_ranges(ranges);
+  CHECK(table.size() > ranges.size());  // ranges longer than a chunk
+  const int lanes = int(cu::KernelLibrary::kThreads);
+  std::vector<double> partial(table.size());
+  for (std::size_t c = 0; c < table.size(); ++c) {
+    std::vector<double> acc(static_cast<std::size_t>(lanes));
+    for (int t = 0; t < lanes; ++t)
+      acc[std::size_t(t)] =
+          cu::shared::decay_chunk_lane(g.data(), v, table[c].begin, table[c].end, float(wd), t, lanes);
+    for (int k = lanes / 2; k > 0; k /= 2)
+      for (int t = 0; t < k; ++t) acc[std::size_t(t)] += acc[std::size_t(t + k)];
+    partial[c] = acc[0];
+  }
+  double sum = 0;
+  for (double s : partial) sum += s;
+  CHECK(std::memcmp(g.data(), P.grads().data(), n * sizeof(float)) == 0);
+  double in_order = 0;  // the CPU pass's order: element by element, range by range
+  for (const auto& r : ranges)
+    for (std::size_t i = r.first; i < r.second; ++i) in_order += double(v[i]) * double(v[i]);
+  CHECK(sum == Approx(in_order).epsilon(1e-13));
+  CHECK(double(float(wd * (sum / 2))) == cpu_term);  // the term TF reports: rounded to float
+  // Every element of a decayed range was decayed once, and nothing else was touched.
+  std::vector<int> hits(n, 0);
+  for (const auto& ch : table)
+    for (long long i = ch.begin; i < ch.end; ++i) ++hits[std::size_t(i)];
+  std::size_t decayed = 0;
+  for (const auto& r : ranges) decayed += r.second - r.first;
+  std::size_t once = 0, more = 0;
+  for (int h : hits) once += h == 1, more += h > 1;
+  CHECK(once == decayed);
+  CHECK(more == 0);
+}
+
 TEST_CASE("NVRTC compiles every kernel to PTX without a GPU, with no fused f32 multiply-add",
           "[backend][cuda][kernels]") {
   const int arch = cu::nvrtc_target(75);
@@ -203,6 +291,23 @@ TEST_CASE("Every CUDA kernel matches the CPU implementation", "[backend][cuda][k
   const float sc = clip * std::min(1.0f / use, 1.0f / clip);
   for (auto& v : ref) v *= sc;
   CHECK(rel(g.data(), ref.data(), n) < 1e-6);
+
+  // Weight decay of several ranges (one launch over a chunk table; a range
+  // longer than a chunk, a short one, a gap): the gradients bit for bit, the
+  // term against the host's sum in double.
+  {
+    const std::vector<std::pair<std::size_t, std::size_t>> ranges{
+        {0, 3 * cu::kTensorChunk + 17}, {n / 2, n / 2 + 5}, {n - 1000, n}};
+    std::vector<float> gd = y, gref = y;
+    double want = 0;
+    for (const auto& r : ranges)
+      for (std::size_t i = r.first; i < r.second; ++i) {
+        want += double(x[i]) * double(x[i]);
+        cu::shared::decay_grad(gref[i], x[i], 2e-4f);
+      }
+    CHECK(cu::weight_decay_ranges(dev, ranges, gd.data(), x.data(), 2e-4f) == Approx(want).epsilon(1e-12));
+    CHECK(std::memcmp(gd.data(), gref.data(), n * sizeof(float)) == 0);
+  }
 
   std::vector<float> var = x, acc = y, var_ref = x, acc_ref = y;
   cu::momentum_update(dev, var.data(), acc.data(), y.data(), n, 0.1f, 0.9f, true);

@@ -311,7 +311,8 @@ struct Arena<backend::Cuda, float> {
     if (!on_device(d, {g, v})) return host(d, true).weight_decay(d, begin, end, g, v, wd);
     return backend::cuda::weight_decay_ranges(d, {{begin, end}}, g, v, wd);
   }
-  /// Every decayed range in one pass with one read back (WeightDecay).
+  /// Every decayed range in one launch (a multi-tensor kernel over a chunk
+  /// table uploaded once) with one read back (WeightDecay).
   double weight_decay_ranges(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
                              const T* v, T wd) {
     return decay(d, ranges, g, v, wd, nullptr, {}, &d.readback_now()).get();
@@ -380,7 +381,8 @@ struct Arena<backend::Cuda, float> {
   Pending decay(Dev& d, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g, const T* v,
                 T wd, PendingFinish finish, const PendingArgs& args, backend::cuda::Readback* area) {
     if (on_device(d, {g, v}))
-      return backend::cuda::weight_decay_ranges_deferred(d, ranges, g, v, wd, finish, args, area);
+      return backend::cuda::weight_decay_ranges_deferred(d, decay_table_, ranges, g, v, wd, finish, args,
+                                                         area);
     auto& h = host(d, true);
     double s = 0;
     for (const auto& r : ranges) s += h.weight_decay(d, r.first, r.second, g, v, wd);
@@ -394,6 +396,7 @@ struct Arena<backend::Cuda, float> {
     return op_;
   }
   backend::host::ArenaOp<float> op_;
+  backend::cuda::DeviceChunkTable decay_table_;  // the decayed ranges' chunks: one launch per weight decay
 };
 
 }  // namespace ops

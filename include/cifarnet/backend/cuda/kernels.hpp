@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -87,6 +88,21 @@ CIFARNET_CUDA_SHARED(
     }
     /* L2 weight decay's gradient: g += wd * var. */
     CN_FN void decay_grad(float& g, float var, float wd) { g += wd * var; }
+    /* One block's work in a multi-tensor pass: elements [begin, end) of an
+       arena, read from a table in device memory (chunk_ranges). */
+    struct TensorChunk { long long begin, end; };
+    /* One thread's share of a chunk of a multi-tensor weight decay: the
+       elements begin + lane, begin + lane + lanes, ... below end get
+       g += wd * v; returns the sum of their v * v (double, in that order). */
+    CN_FN double decay_chunk_lane(float* g, const float* v, long long begin, long long end, float wd,
+                                  int lane, int lanes) {
+      double s = 0;
+      for (long long i = begin + lane; i < end; i += lanes) {
+        s += double(v[i]) * double(v[i]);
+        decay_grad(g[i], v[i], wd);
+      }
+      return s;
+    }
     /* One row of the mean sparse softmax cross-entropy over a batch of n:
        returns the row's loss (double, as the CPU loss) and writes
        d(mean loss)/d(logits) when dz is not null (n: the batch size). */
@@ -702,6 +718,25 @@ extern "C" __global__ void cn_bn_dx(const float* x, const float* dy, const float
                           stats[3 * c + ch]);
   }
 }
+/* Multi-tensor L2 weight decay: block b takes chunks b, b + gridDim.x, ...
+   of the table; g += wd * v over each, and partial[c] = chunk c's sum of
+   v * v (double: the threads' shares added in a fixed tree, the order
+   tests emulate on the host). blockDim.x must be 256. */
+extern "C" __global__ void cn_multi_decay(const shared::TensorChunk* chunks, int count, float* g, const float* v,
+                                          float wd, double* partial) {
+  __shared__ double acc[256];
+  for (int c = blockIdx.x; c < count; c += gridDim.x) {
+    const shared::TensorChunk ch = chunks[c];
+    acc[threadIdx.x] = shared::decay_chunk_lane(g, v, ch.begin, ch.end, wd, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+      if (threadIdx.x < k) acc[threadIdx.x] += acc[threadIdx.x + k];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[c] = acc[0];
+    __syncthreads();
+  }
+}
 /* count images, one thread per byte of the whole batch. */
 extern "C" __global__ void cn_image_to_float(const unsigned char* src, float* dst, long long count, int c, int h,
                                              int w, int nchw) {
@@ -733,6 +768,7 @@ inline const std::vector<std::string>& kernel_names() {
                                               "cn_adam",
                                               "cn_ema",
                                               "cn_decay_grad",
+                                              "cn_multi_decay",
                                               "cn_scale",
                                               "cn_sum_squares",
                                               "cn_softmax_xent",
@@ -782,6 +818,7 @@ CN_PARAM_NAME(float)
 CN_PARAM_NAME(double)
 CN_PARAM_NAME(const double*)
 CN_PARAM_NAME(shared::PoolShape)
+CN_PARAM_NAME(const shared::TensorChunk*)
 #undef CN_PARAM_NAME
 
 /// A kernel of the program with its parameter types P...: launch() converts
@@ -801,6 +838,8 @@ inline constexpr Kernel<float*, float*, const float*, ll, float, float, int> mom
 inline constexpr Kernel<float*, float*, float*, const float*, ll, float, float, float, float> adam{"cn_adam"};
 inline constexpr Kernel<float*, const float*, ll, float> ema{"cn_ema"};
 inline constexpr Kernel<float*, const float*, ll, float> decay_grad{"cn_decay_grad"};
+inline constexpr Kernel<const shared::TensorChunk*, int, float*, const float*, float, double*> multi_decay{
+    "cn_multi_decay"};
 inline constexpr Kernel<float*, ll, float> scale{"cn_scale"};
 inline constexpr Kernel<const float*, ll, double*> sum_squares{"cn_sum_squares"};
 inline constexpr Kernel<const float*, const int*, ll, int, double, double*, float*, int*> softmax_xent{
@@ -844,6 +883,7 @@ inline std::vector<std::pair<std::string, std::vector<std::string>>> all() {
   add_one(adam);
   add_one(ema);
   add_one(decay_grad);
+  add_one(multi_decay);
   add_one(scale);
   add_one(sum_squares);
   add_one(softmax_xent);
@@ -1190,43 +1230,123 @@ inline double sum_squares(Dev& dev, const float* x, std::size_t n) {
   return sum_squares_deferred(dev, x, n, &dev.readback_now()).get();
 }
 
-/// L2 weight decay of several ranges [begin, end) of an arena: g += wd · v
-/// on each, and the sum over all of Σ v² (double) as a Pending: each range's
-/// per-block partial sums side by side in the read-back area, added on the
-/// host in range order. `finish` (null: none) turns that sum into the value,
-/// given `args`.
-inline Pending weight_decay_ranges_deferred(Dev& dev,
+// ------------------------------------------------- multi-tensor passes
+// A pass over many parameters of an arena in one launch: the host cuts the
+// parameters' ranges into a table of chunks (one block's work each), puts
+// the table in device memory once, and the kernel reads it there; so a
+// step's weight decay is one launch whatever the number of decayed
+// variables (it was two per variable), and a captured CUDA graph replays the
+// same launch unchanged.
+
+static_assert(sizeof(shared::TensorChunk) == 2 * sizeof(long long) &&
+                  std::is_trivially_copyable<shared::TensorChunk>::value,
+              "the chunk table is copied to the device byte for byte: its layout must be NVRTC's");
+
+/// Elements per chunk of a multi-tensor pass: 16 per thread of a block.
+inline constexpr std::size_t kTensorChunk = std::size_t(16) * KernelLibrary::kThreads;
+
+/// The chunk table of a multi-tensor pass over `ranges` [begin, end) of an
+/// arena: each range cut into chunks of at most `chunk` elements from its
+/// first element on, the ranges in the given order, empty ones skipped.
+/// Overlapping ranges are a BackendError naming both (chunks run in
+/// parallel: an element in two ranges would be updated twice at once).
+inline std::vector<shared::TensorChunk> chunk_ranges(
+    const std::vector<std::pair<std::size_t, std::size_t>>& ranges, std::size_t chunk = kTensorChunk) {
+  if (chunk == 0) throw BackendError("chunk_ranges: a chunk of 0 elements");
+  std::vector<std::pair<std::size_t, std::size_t>> sorted;
+  for (const auto& r : ranges)
+    if (r.second > r.first) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].first < sorted[i - 1].second)
+      throw BackendError(cifarnet::detail::concat("multi-tensor pass: ranges [", sorted[i - 1].first, ", ",
+                                                  sorted[i - 1].second, ") and [", sorted[i].first, ", ",
+                                                  sorted[i].second, ") overlap"));
+  std::vector<shared::TensorChunk> table;
+  for (const auto& r : ranges)
+    for (std::size_t b = r.first; b < r.second; b += chunk)
+      table.push_back({static_cast<long long>(b), static_cast<long long>(std::min(r.second, b + chunk))});
+  return table;
+}
+
+/// A chunk table in device memory (chunk_ranges), built and uploaded again
+/// only when the ranges or the GPU change: an owner that runs the same pass
+/// every step (ops::Arena's weight decay) uploads it once.
+class DeviceChunkTable {
+ public:
+  /// The table of `ranges` on dev's GPU, uploaded on dev's stream when new.
+  const shared::TensorChunk* get(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
+    if (ordinal_ != dev.ordinal() || ranges != ranges_) {
+      std::vector<shared::TensorChunk> chunks = chunk_ranges(ranges);
+      if (ordinal_ != dev.ordinal() || device_.size() < chunks.size()) {
+        if (ordinal_ == dev.ordinal()) dev.sync();  // a pass queued before may still read the old table
+        device_ = DeviceBuffer<shared::TensorChunk>(dev.ordinal(), std::max<std::size_t>(chunks.size(), 1));
+      }
+      ordinal_ = dev.ordinal();
+      ranges_ = ranges;
+      chunks_ = std::move(chunks);
+      if (!chunks_.empty()) {
+        const DeviceGuard guard(dev.ordinal());
+        copy_to_device(dev, device_.data(), chunks_.data(), chunks_.size() * sizeof(shared::TensorChunk),
+                       "multi-tensor chunk table");
+        dev.sync();  // the host table may change before the copy would have read it
+      }
+    }
+    return device_.data();
+  }
+  /// The table's chunks as last built (host copy).
+  const std::vector<shared::TensorChunk>& chunks() const { return chunks_; }
+
+ private:
+  std::vector<std::pair<std::size_t, std::size_t>> ranges_;
+  std::vector<shared::TensorChunk> chunks_;
+  DeviceBuffer<shared::TensorChunk> device_;
+  int ordinal_ = -1;
+};
+
+/// L2 weight decay of several ranges [begin, end) of an arena in one launch
+/// (cn_multi_decay over `table`'s chunks): g += wd · v on each, and the sum
+/// over all of Σ v² (double) as a Pending: one partial sum per chunk in the
+/// read-back area, added on the host in chunk order (so in range order).
+/// `finish` (null: none) turns that sum into the value, given `args`.
+inline Pending weight_decay_ranges_deferred(Dev& dev, DeviceChunkTable& table,
                                             const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                                             float* g, const float* v, float wd,
                                             PendingFinish finish = nullptr, const PendingArgs& args = {},
                                             Readback* area = nullptr) {
   Readback& rb = area ? *area : dev.readback();
-  constexpr std::size_t kBlocks = 256;
-  std::size_t extent = 0, total_blocks = 0;
-  for (const auto& r : ranges) {
-    if (r.second <= r.first) continue;
-    extent = std::max(extent, r.second);
-    total_blocks +=
-        std::min(kBlocks, (r.second - r.first + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
-  }
-  if (total_blocks == 0) return Pending::ready(finish ? finish(0.0, nullptr, args) : 0.0);
+  std::size_t extent = 0;
+  for (const auto& r : ranges)
+    if (r.second > r.first) extent = std::max(extent, r.second);
+  if (extent == 0) return Pending::ready(finish ? finish(0.0, nullptr, args) : 0.0);
+  const shared::TensorChunk* chunks = table.get(dev, ranges);
+  const std::size_t count = table.chunks().size();
+  if (count > std::size_t(std::numeric_limits<int>::max()))
+    throw BackendError(cifarnet::detail::concat("multi-tensor weight decay: ", count, " chunks (at most ",
+                                                std::numeric_limits<int>::max(), ")"));
   Staging st(dev);
   const float* dv = st.in(v, extent);
   float* dg = st.inout(g, extent);
-  const auto room = rb.reserve(total_blocks * sizeof(double));
-  double* partial = static_cast<double*>(room.device);
-  auto& lib = KernelLibrary::get(dev);
-  std::size_t at = 0;
-  for (const auto& r : ranges) {
-    if (r.second <= r.first) continue;
-    const std::size_t n = r.second - r.first;
-    lib.launch(dev, kernel::sum_squares, n, kBlocks, dv + r.first, static_cast<long long>(n), partial + at);
-    lib.launch(dev, kernel::decay_grad, n, KernelLibrary::kMaxBlocks, dg + r.first, dv + r.first,
-               static_cast<long long>(n), wd);
-    at += std::min(kBlocks, (n + KernelLibrary::kThreads - 1) / KernelLibrary::kThreads);
-  }
+  const auto room = rb.reserve(count * sizeof(double));
+  // One block per chunk up to the grid limit of the other kernels; blocks
+  // take further chunks in turn.
+  KernelLibrary::get(dev).launch_grid(dev, kernel::multi_decay,
+                                      dim3(unsigned(std::min(count, KernelLibrary::kMaxBlocks))), chunks,
+                                      static_cast<int>(count), dg, dv, wd, static_cast<double*>(room.device));
   st.finish();
-  return Pending::on(rb, room.generation, room.offset, total_blocks, finish, args);
+  return Pending::on(rb, room.generation, room.offset, count, finish, args);
+}
+
+/// The same without an owner's table (a one-off call: uploads its own).
+inline Pending weight_decay_ranges_deferred(Dev& dev,
+                                            const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                            float* g, const float* v, float wd,
+                                            PendingFinish finish = nullptr, const PendingArgs& args = {},
+                                            Readback* area = nullptr) {
+  DeviceChunkTable table;
+  Pending p = weight_decay_ranges_deferred(dev, table, ranges, g, v, wd, finish, args, area);
+  dev.sync();  // the kernel reads the table: done before the table's memory goes
+  return p;
 }
 
 /// weight_decay_ranges_deferred, read back and waited for: Σ v².
