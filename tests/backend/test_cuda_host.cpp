@@ -719,3 +719,142 @@ TEST_CASE("The input ring uploads on a copy stream the compute stream waits for,
     CHECK_FALSE(plain.pinned());
   }
 }
+
+namespace {
+/// A stand-in GPU for BasicTensorCache: streams are names, an event is done
+/// when the test says its stream has got that far, malloc hands out fake
+/// addresses (and fails when told to); every call is logged.
+struct FakeTensorApi {
+  using Stream = std::string;
+  struct Event {
+    int id = -1;  // -1: not yet made (made on first record, as the runtime's)
+  };
+  static inline std::vector<std::string> log;
+  static inline std::map<int, std::pair<std::string, int>> recorded;  // event -> (stream, position)
+  static inline std::map<std::string, int> queued, completed;         // per stream: work queued / done
+  static inline int next_event = 0;
+  static inline std::uintptr_t next_address = 0x1000;
+  static inline int fail_mallocs = 0;  // the next n mallocs fail
+  static void reset() {
+    log.clear();
+    recorded.clear();
+    queued.clear();
+    completed.clear();
+    next_event = 0;
+    next_address = 0x1000;
+    fail_mallocs = 0;
+  }
+  static void record(Event& e, const Stream& s, int) {
+    if (e.id < 0) e.id = next_event++;
+    recorded[e.id] = {s, queued[s]};
+    log.push_back("record e" + std::to_string(e.id) + " on " + s);
+  }
+  static bool done(Event& e) { return completed[recorded[e.id].first] >= recorded[e.id].second; }
+  static void wait(Event& e) {
+    log.push_back("host waits e" + std::to_string(e.id));
+    auto& c = completed[recorded[e.id].first];
+    c = std::max(c, recorded[e.id].second);
+  }
+  static void sync_device(int) {
+    log.push_back("device sync");
+    for (auto& [s, n] : queued) completed[s] = n;
+  }
+  static void* try_malloc(int, std::size_t bytes, std::string* why) {
+    if (fail_mallocs > 0) {
+      --fail_mallocs;
+      *why = "out of memory";
+      log.push_back("malloc " + std::to_string(bytes) + " failed");
+      return nullptr;
+    }
+    log.push_back("malloc " + std::to_string(bytes));
+    const std::uintptr_t a = next_address;
+    next_address += bytes;
+    return reinterpret_cast<void*>(a);
+  }
+  static void free(int, void* p) noexcept {
+    log.push_back("free " + std::to_string(reinterpret_cast<std::uintptr_t>(p)));
+  }
+  /// Work queued on stream s (a kernel reading a tensor), and the GPU reaching it.
+  static void enqueue(const std::string& s) { ++queued[s]; }
+  static void finish(const std::string& s) { completed[s] = queued[s]; }
+};
+}  // namespace
+
+TEST_CASE("Tensor memory reuses a freed block once its streams are past it, never waiting for the device",
+          "[backend][cuda][host][memory]") {
+  using Api = FakeTensorApi;
+  Api::reset();
+  cu::BasicTensorCache<Api> cache(0);
+  cache.attach("compute");
+  cache.attach("copy");
+
+  void* a = cache.allocate(1000);  // rounded to 1024
+  CHECK(Api::log == std::vector<std::string>{"malloc 1024"});
+  Api::enqueue("compute");  // a kernel still reading a
+  cache.deallocate(a, 1000);
+  CHECK(cache.cached_bytes() == 1024);
+  CHECK(cache.pending_blocks() == 1);
+  // The compute stream has not got past a's last use: a new block, no wait.
+  void* b = cache.allocate(1000);
+  CHECK(b != a);
+  // The copy stream's event is done at once (nothing queued there); the compute stream's is not.
+  Api::finish("compute");
+  CHECK(cache.pending_blocks() == 0);
+  CHECK(cache.allocate(1024) == a);  // the same rounded size
+  CHECK(cache.cached_bytes() == 0);
+  // The steady state of a loop: free, then the same sizes again, no malloc.
+  const std::size_t made = cache.mallocs();
+  for (int step = 0; step < 5; ++step) {
+    Api::enqueue("compute");
+    cache.deallocate(a, 1000);
+    cache.deallocate(b, 1000);
+    Api::finish("compute");
+    a = cache.allocate(1000);
+    b = cache.allocate(1000);
+  }
+  CHECK(cache.mallocs() == made);
+  // A different size is never handed a block of another size.
+  void* c = cache.allocate(4096);
+  CHECK(c != a);
+  CHECK(c != b);
+  for (const auto& line : Api::log) CHECK(line.find("sync") == std::string::npos);
+  for (const auto& line : Api::log) CHECK(line.find("host waits") == std::string::npos);
+  // Events are reused, not made per free: two streams, at most a few pending frees at a time.
+  CHECK(Api::next_event <= 6);
+
+  SECTION("out of memory: waits for the pending blocks, frees the cache, tries once more") {
+    Api::enqueue("compute");
+    cache.deallocate(c, 4096);  // pending on the compute stream
+    Api::log.clear();
+    Api::fail_mallocs = 1;
+    void* d = cache.allocate(8192);
+    CHECK(d != nullptr);
+    REQUIRE(Api::log.size() == 4);
+    CHECK(Api::log[0] == "malloc 8192 failed");
+    CHECK(Api::log[1].rfind("host waits e", 0) == 0);  // the compute stream's event of c
+    CHECK(Api::log[2] == "free " + std::to_string(reinterpret_cast<std::uintptr_t>(c)));
+    CHECK(Api::log[3] == "malloc 8192");
+    CHECK(cache.cached_bytes() == 0);
+    Api::fail_mallocs = 2;
+    CHECK_THROWS_WITH(cache.allocate(512), Catch::Contains("512 bytes for a tensor on GPU 0: out of memory"));
+  }
+  SECTION("with no stream attached (every Device gone) a free waits for the device, as cudaFree would") {
+    cache.detach("compute");
+    cache.detach("copy");
+    Api::log.clear();
+    cache.deallocate(c, 4096);
+    CHECK(Api::log == std::vector<std::string>{"device sync"});
+    CHECK(cache.allocate(4096) == c);
+  }
+  SECTION("closed (the process is ending): the cache is freed, later frees go straight back") {
+    cache.deallocate(c, 4096);
+    Api::log.clear();
+    cache.close();
+    CHECK(Api::log ==
+          std::vector<std::string>{"free " + std::to_string(reinterpret_cast<std::uintptr_t>(c))});
+    Api::log.clear();
+    cache.deallocate(a, 1000);
+    CHECK(Api::log ==
+          std::vector<std::string>{"free " + std::to_string(reinterpret_cast<std::uintptr_t>(a))});
+  }
+}

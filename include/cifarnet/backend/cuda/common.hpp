@@ -269,6 +269,40 @@ class PinnedBytes {
   std::size_t n_ = 0;
 };
 
+/// Attaches / detaches a stream to GPU `ordinal`'s tensor memory (its
+/// frees then mark that stream; defined after DeviceTensorMemory).
+inline void attach_tensor_stream(int ordinal, cudaStream_t s);
+inline void detach_tensor_stream(int ordinal, cudaStream_t s) noexcept;
+
+/// A cudaEvent_t without timing, made on first get() on the calling
+/// thread's current device; movable.
+class RuntimeEvent {
+ public:
+  RuntimeEvent() = default;
+  RuntimeEvent(const RuntimeEvent&) = delete;
+  RuntimeEvent& operator=(const RuntimeEvent&) = delete;
+  RuntimeEvent(RuntimeEvent&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  RuntimeEvent& operator=(RuntimeEvent&& o) noexcept {
+    if (this != &o) {
+      if (e_) (void)cudaEventDestroy(e_);
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  ~RuntimeEvent() {
+    if (e_) (void)cudaEventDestroy(e_);
+  }
+  cudaEvent_t get() {
+    if (!e_) check(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate");
+    return e_;
+  }
+  /// The event, null when never made.
+  cudaEvent_t made() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
 /// The CUDA runtime as BasicInputRing's API: a copy stream and events,
 /// both made on first use on the ring's device, and host memory that is
 /// page-locked when it can be (else pageable, pinned() false).
@@ -279,13 +313,22 @@ struct RuntimeRingApi {
     Stream(const Stream&) = delete;
     Stream& operator=(const Stream&) = delete;
     ~Stream() {
-      if (s_) on_device_noexcept(ordinal_, [&] { (void)cudaStreamDestroy(s_); });
+      if (!s_) return;
+      detach_tensor_stream(ordinal_, s_);
+      on_device_noexcept(ordinal_, [&] { (void)cudaStreamDestroy(s_); });
     }
     cudaStream_t get() {
       if (!s_) {
         const DeviceGuard guard(ordinal_);
         check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking),
               "cudaStreamCreate (the input copy stream)");
+        try {
+          attach_tensor_stream(ordinal_, s_);  // it writes the model's input tensors
+        } catch (...) {
+          (void)cudaStreamDestroy(s_);
+          s_ = nullptr;
+          throw;
+        }
       }
       return s_;
     }
@@ -294,22 +337,7 @@ struct RuntimeRingApi {
     int ordinal_;
     cudaStream_t s_ = nullptr;
   };
-  class Event {
-   public:
-    Event() = default;
-    Event(const Event&) = delete;
-    Event& operator=(const Event&) = delete;
-    ~Event() {
-      if (e_) (void)cudaEventDestroy(e_);
-    }
-    cudaEvent_t get() {  // made on the current device: the ring's (its caller holds a guard)
-      if (!e_) check(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate");
-      return e_;
-    }
-
-   private:
-    cudaEvent_t e_ = nullptr;
-  };
+  using Event = RuntimeEvent;  // made on the ring's device: its caller holds a guard
   class HostBytes {
    public:
     HostBytes() = default;
@@ -340,91 +368,65 @@ struct RuntimeRingApi {
   }
 };
 
+/// The CUDA runtime as BasicTensorCache's API (backend/cuda/host_config.hpp).
+struct RuntimeTensorApi {
+  using Stream = cudaStream_t;
+  using Event = RuntimeEvent;
+  static void record(Event& e, Stream s, int ordinal) {
+    const DeviceGuard guard(ordinal);  // the event is made on the stream's GPU
+    check(cudaEventRecord(e.get(), s), "cudaEventRecord (a freed tensor)");
+  }
+  /// cudaEventQuery: not ready is false; an error (a failed GPU) counts as
+  /// done, and is left for the next call that checks.
+  static bool done(Event& e) {
+    if (!e.made()) return true;
+    const cudaError_t r = cudaEventQuery(e.made());
+    if (r == cudaErrorNotReady) return false;
+    if (r != cudaSuccess) (void)cudaGetLastError();
+    return true;
+  }
+  static void wait(Event& e) {
+    if (e.made()) check(cudaEventSynchronize(e.made()), "cudaEventSynchronize (a freed tensor)");
+  }
+  static void sync_device(int ordinal) noexcept {
+    on_device_noexcept(ordinal, [&] { (void)cudaDeviceSynchronize(); });
+  }
+  static void* try_malloc(int ordinal, std::size_t bytes, std::string* why) {
+    const DeviceGuard guard(ordinal);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    if (why) *why = detail::concat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+    return nullptr;
+  }
+  static void free(int ordinal, void* p) noexcept {
+    on_device_noexcept(ordinal, [&] { (void)cudaFree(p); });
+  }
+};
+
 /// Tensors in one GPU's memory: the TensorMemory a CUDA model's layers
-/// allocate from (core/tensor_memory.hpp). A caching allocator, as
-/// PyTorch's: a freed block is kept for the next request of the same size
-/// (sizes rounded up to 512 bytes), so a training loop whose batch size
-/// changes (the last partial batch, evaluation batches) reaches a steady
-/// state after one pass at each size instead of fragmenting the driver's
-/// heap with cudaFree/cudaMalloc pairs. When cudaMalloc fails the cached
-/// blocks are freed and it is tried once more. A block is given back after
-/// the GPU has finished with it (the device is synchronised, as cudaFree
-/// would): two models on one GPU run on two streams.
+/// allocate from (core/tensor_memory.hpp), over BasicTensorCache: freed
+/// blocks are kept per size and reused once events on the GPU's attached
+/// streams show it is past their last use (no device-wide wait on a free);
+/// two models on one GPU run on two streams, and both are attached.
 class DeviceTensorMemory final : public TensorMemory {
  public:
-  explicit DeviceTensorMemory(int ordinal) : ordinal_(ordinal) {}
-  void* allocate(std::size_t bytes) override {
-    const std::size_t size = round(bytes);
-    const std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(size);
-    if (it != free_.end()) {
-      void* p = it->second;
-      free_.erase(it);
-      cached_ -= size;
-      return p;
-    }
-    const DeviceGuard guard(ordinal_);
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, size);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      release_cached_locked();
-      e = cudaMalloc(&p, size);
-    }
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw BackendError(detail::concat("CUDA cudaMalloc of ", size, " bytes for a tensor on GPU ", ordinal_,
-                                        ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-    }
-    return p;
-  }
-  void deallocate(void* p, std::size_t bytes) noexcept override {
-    on_device_noexcept(ordinal_, [&] { (void)cudaDeviceSynchronize(); });
-    const std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) {  // the process is ending: no cache any more
-      on_device_noexcept(ordinal_, [&] { (void)cudaFree(p); });
-      return;
-    }
-    try {
-      free_.emplace(round(bytes), p);
-      cached_ += round(bytes);
-    } catch (...) {  // no memory for the cache's node: free it instead
-      on_device_noexcept(ordinal_, [&] { (void)cudaFree(p); });
-    }
-  }
-  /// Bytes held in freed blocks, ready for reuse.
-  std::size_t cached_bytes() const {
-    const std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
-  /// Frees the cached blocks (cudaFree).
-  void release_cached() {
-    const std::lock_guard<std::mutex> lock(mu_);
-    release_cached_locked();
-  }
-  /// At exit, before the CUDA runtime's own teardown: frees the cache, and
-  /// blocks freed later go straight back (no leak at exit, which
-  /// compute-sanitizer's leak check would report).
-  void close() {
-    const std::lock_guard<std::mutex> lock(mu_);
-    release_cached_locked();
-    closed_ = true;
-  }
+  explicit DeviceTensorMemory(int ordinal) : cache_(ordinal) {}
+  void* allocate(std::size_t bytes) override { return cache_.allocate(bytes); }
+  void deallocate(void* p, std::size_t bytes) noexcept override { cache_.deallocate(p, bytes); }
+  /// A stream whose work may use this GPU's tensors (BasicTensorCache::attach).
+  void attach(cudaStream_t s) { cache_.attach(s); }
+  void detach(cudaStream_t s) noexcept { cache_.detach(s); }
+  /// Bytes held in freed blocks, ready for reuse or pending.
+  std::size_t cached_bytes() const { return cache_.cached_bytes(); }
+  /// Waits for the pending blocks and frees every cached one (cudaFree).
+  void release_cached() { cache_.release_cached(); }
+  /// At exit: frees the cache; blocks freed later go straight back.
+  void close() noexcept { cache_.close(); }
 
  private:
-  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
-  void release_cached_locked() noexcept {
-    on_device_noexcept(ordinal_, [&] {
-      for (auto& [size, p] : free_) (void)cudaFree(p);
-    });
-    free_.clear();
-    cached_ = 0;
-  }
-  int ordinal_;
-  mutable std::mutex mu_;
-  std::multimap<std::size_t, void*> free_;  // size -> freed block
-  std::size_t cached_ = 0;
-  bool closed_ = false;
+  BasicTensorCache<RuntimeTensorApi> cache_;
 };
 
 /// GPU `ordinal`'s tensor memory: one per GPU for the whole process (it
@@ -441,6 +443,14 @@ inline DeviceTensorMemory& device_tensor_memory(int ordinal) {
   auto& m = (*all)[ordinal];
   if (!m) m = std::make_unique<DeviceTensorMemory>(ordinal);
   return *m;
+}
+
+inline void attach_tensor_stream(int ordinal, cudaStream_t s) { device_tensor_memory(ordinal).attach(s); }
+inline void detach_tensor_stream(int ordinal, cudaStream_t s) noexcept {
+  try {
+    device_tensor_memory(ordinal).detach(s);
+  } catch (...) {  // no memory for the map's node: it was never attached
+  }
 }
 
 /// True if CUDA can dereference `p` on the device (device or managed memory).
@@ -596,6 +606,7 @@ struct Device<backend::Cuda> {
     const cu::DeviceGuard guard(ordinal);
     cu::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     try {
+      cu::attach_tensor_stream(ordinal, stream_);  // this model's tensors are used on it
       cu::check(cudnnCreate(&cudnn_), "cudnnCreate");
       cu::check(cudnnSetStream(cudnn_, stream_), "cudnnSetStream");
       cu::check(cublasCreate(&cublas_), "cublasCreate");
@@ -734,7 +745,10 @@ struct Device<backend::Cuda> {
       buffers_.clear();
       mirrors_.clear();
       mirror_buffers_.clear();
-      if (stream_) (void)cudaStreamDestroy(stream_);
+      if (stream_) {
+        backend::cuda::detach_tensor_stream(ordinal_, stream_);
+        (void)cudaStreamDestroy(stream_);
+      }
     });
     cublas_ = nullptr;
     cudnn_ = nullptr;

@@ -21,7 +21,10 @@
 //  - the lazily synchronised host mirror of a device buffer (the parameter
 //    arena, optimizer slots): its state machine over the same copy API;
 //  - the read-back area where a step's host values wait for one copy, and
-//    the pinned input ring (copy stream, events) over the same kind of API.
+//    the pinned input ring (copy stream, events) over the same kind of API;
+//  - the block cache of a GPU's tensor memory: freed blocks reused once
+//    events say the GPU is past their last use, over an allocation and
+//    event API.
 #pragma once
 
 #include <atomic>
@@ -783,6 +786,183 @@ class BasicInputRing {
   bool used_[kSlots] = {};
   std::size_t next_ = 0, last_ = 0;
   std::uint64_t uploads_ = 0;
+};
+
+/// The block cache of one GPU's tensor memory (DeviceTensorMemory,
+/// backend/cuda/common.hpp), as PyTorch's caching allocator: a freed block
+/// is kept for the next request of its size (rounded up to 512 bytes) so a
+/// training loop reaches a steady state without cudaMalloc/cudaFree pairs.
+/// A freed block may still be in use by work queued on a stream, so it is
+/// handed out again only when the GPU has passed the point where it was
+/// freed: deallocate records an event on every attached stream (each
+/// Device's compute stream, its input copy stream), and allocate takes a
+/// block of the size whose events have all completed (asked, never waited
+/// for) or else makes a new one. Nothing waits for the device on the step's
+/// path (it did: a device-wide synchronisation on every free). When the GPU
+/// is out of memory, the cache waits for the pending blocks, frees every
+/// cached one and tries once more. With no stream attached (every Device
+/// gone) a free waits for the whole device first.
+///
+/// `Api`, the CUDA runtime (RuntimeTensorApi) or a stand-in in tests:
+///   Stream                                  a stream handle (copyable, ==)
+///   Event                                   movable; made lazily on use
+///   record(Event&, Stream, int ordinal)     records it on the stream
+///   done(Event&) -> bool                    completed? (never waits)
+///   wait(Event&)                            waits for it on the host
+///   sync_device(int ordinal)                waits for the whole device
+///   try_malloc(int ordinal, size_t, std::string* why) -> void*  (null: failed, `why` says)
+///   free(int ordinal, void*)
+/// Thread-safe (one mutex).
+template <class Api>
+class BasicTensorCache {
+ public:
+  using Stream = typename Api::Stream;
+  using Event = typename Api::Event;
+
+  explicit BasicTensorCache(int ordinal) : ordinal_(ordinal) {}
+  BasicTensorCache(const BasicTensorCache&) = delete;
+  BasicTensorCache& operator=(const BasicTensorCache&) = delete;
+  ~BasicTensorCache() { close(); }
+
+  /// Streams whose queued work may use this GPU's tensors: a free records
+  /// an event on each. A Device attaches its streams when it makes them and
+  /// detaches them before destroying them.
+  void attach(Stream s) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    streams_.push_back(s);
+  }
+  void detach(Stream s) noexcept {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < streams_.size(); ++i)
+      if (streams_[i] == s) {
+        streams_.erase(streams_.begin() + std::ptrdiff_t(i));
+        return;
+      }
+  }
+
+  void* allocate(std::size_t bytes) {
+    const std::size_t size = round(bytes);
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {  // freed longest ago first
+      Block& b = blocks_[i];
+      if (b.size != size || !finished(b)) continue;
+      void* p = b.p;
+      blocks_.erase(blocks_.begin() + std::ptrdiff_t(i));
+      cached_ -= size;
+      return p;
+    }
+    std::string why;
+    void* p = Api::try_malloc(ordinal_, size, &why);
+    if (!p) {  // out of memory: wait for the pending blocks and give every cached one back
+      release_locked();
+      p = Api::try_malloc(ordinal_, size, &why);
+    }
+    if (!p)
+      throw BackendError(cifarnet::detail::concat("CUDA cudaMalloc of ", size, " bytes for a tensor on GPU ",
+                                                  ordinal_, ": ", why));
+    ++mallocs_;
+    return p;
+  }
+
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    if (!p) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {  // the process is ending: no cache any more
+      Api::free(ordinal_, p);
+      return;
+    }
+    try {
+      Block b{p, round(bytes), {}};
+      if (streams_.empty()) {
+        Api::sync_device(ordinal_);  // no stream to mark: nothing left queued may touch it
+      } else {
+        for (const Stream& s : streams_) {
+          b.events.push_back(spare_event());
+          Api::record(b.events.back(), s, ordinal_);
+        }
+      }
+      blocks_.push_back(std::move(b));
+      cached_ += round(bytes);
+    } catch (...) {  // no memory for the cache's node, or an event failed: the old, safe way
+      Api::sync_device(ordinal_);
+      Api::free(ordinal_, p);
+    }
+  }
+
+  /// Bytes held in freed blocks (pending or ready).
+  std::size_t cached_bytes() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  /// Freed blocks whose events have not all completed yet (asked now).
+  std::size_t pending_blocks() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    std::size_t n = 0;
+    for (Block& b : blocks_) n += finished(b) ? 0 : 1;
+    return n;
+  }
+  /// Blocks made by try_malloc so far (tests: a steady state makes none).
+  std::size_t mallocs() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return mallocs_;
+  }
+  /// Waits for the pending blocks and frees every cached one.
+  void release_cached() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    release_locked();
+  }
+  /// At exit, before the CUDA runtime's own teardown: frees the cache, and
+  /// blocks freed later go straight back (no leak at exit, which
+  /// compute-sanitizer's leak check would report).
+  void close() noexcept {
+    const std::lock_guard<std::mutex> lock(mu_);
+    release_locked();
+    closed_ = true;
+  }
+
+ private:
+  struct Block {
+    void* p;
+    std::size_t size;
+    std::vector<Event> events;  // one per stream attached when it was freed
+  };
+  static std::size_t round(std::size_t bytes) { return (bytes + 511) / 512 * 512; }
+  /// Whether the GPU is past every event of b (those done go back to the
+  /// spare events).
+  bool finished(Block& b) {
+    while (!b.events.empty() && Api::done(b.events.back())) {
+      spare_.push_back(std::move(b.events.back()));
+      b.events.pop_back();
+    }
+    return b.events.empty();
+  }
+  Event spare_event() {
+    if (spare_.empty()) return Event();
+    Event e = std::move(spare_.back());
+    spare_.pop_back();
+    return e;
+  }
+  void release_locked() noexcept {
+    for (Block& b : blocks_) {
+      for (Event& e : b.events) {
+        try {
+          if (!Api::done(e)) Api::wait(e);
+        } catch (...) {  // a failed GPU: cudaFree below waits for it anyway
+        }
+      }
+      Api::free(ordinal_, b.p);
+    }
+    blocks_.clear();
+    cached_ = 0;
+  }
+
+  int ordinal_;
+  mutable std::mutex mu_;
+  std::vector<Stream> streams_;
+  std::vector<Block> blocks_;  // freed blocks, oldest first
+  std::vector<Event> spare_;   // completed events, for the next frees
+  std::size_t cached_ = 0, mallocs_ = 0;
+  bool closed_ = false;
 };
 
 }  // namespace cifarnet::backend::cuda
