@@ -166,12 +166,16 @@ TEST_CASE("measure_pass picks an engine the options allow, its plan rebuilds, a 
         CHECK_FALSE(e.runtime_compiled);
       }
     CHECK(found);
-    const cu::ConvExecPlan plan = cu::build_plan(graph, props, c);
+    cu::ConvExecPlan plan = cu::build_plan(graph, props, c);
     REQUIRE(bool(plan));
     void* ws = dev.workspace(plan.workspace);
     CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK(plan.packs.builds() == 1);  // the same addresses: the first call's variant pack
     CHECK_THROWS_WITH(cu::execute(dev.cudnn(), plan, p, x.data() + 1, w.data(), y.data(), ws),
                       Catch::Contains("16-byte aligned"));
+    CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK(plan.packs.builds() == 2);
   }
   dev.sync();
 }

@@ -790,6 +790,14 @@ TEST_CASE("Tensor memory reuses a freed block once its streams are past it, neve
 
   void* a = cache.allocate(1000);  // rounded to 1024
   CHECK(Api::log == std::vector<std::string>{"malloc 1024"});
+  // Its blocks are known as device memory without a driver query (is_device_pointer).
+  const auto at = [](void* p, std::ptrdiff_t off) {
+    return static_cast<const void*>(static_cast<char*>(p) + off);
+  };
+  CHECK(cache.owns(a));
+  CHECK(cache.owns(at(a, 1023)));
+  CHECK_FALSE(cache.owns(at(a, 1024)));
+  CHECK_FALSE(cache.owns(at(a, -1)));
   Api::enqueue("compute");  // a kernel still reading a
   cache.deallocate(a, 1000);
   CHECK(cache.cached_bytes() == 1024);
@@ -849,12 +857,42 @@ TEST_CASE("Tensor memory reuses a freed block once its streams are past it, neve
   SECTION("closed (the process is ending): the cache is freed, later frees go straight back") {
     cache.deallocate(c, 4096);
     Api::log.clear();
+    CHECK(cache.owns(c));  // cached: still device memory
     cache.close();
     CHECK(Api::log ==
           std::vector<std::string>{"free " + std::to_string(reinterpret_cast<std::uintptr_t>(c))});
+    CHECK_FALSE(cache.owns(c));
     Api::log.clear();
     cache.deallocate(a, 1000);
     CHECK(Api::log ==
           std::vector<std::string>{"free " + std::to_string(reinterpret_cast<std::uintptr_t>(a))});
   }
+}
+
+TEST_CASE("A convolution plan's variant pack is built again only when an address changes",
+          "[backend][cuda][host]") {
+  cu::PackCache<std::string> cache;  // a stand-in pack: the addresses it was built for
+  float x[4], w[4], y[4], ws[4], other[4];
+  int built = 0;
+  const auto build = [&](const char* what) {
+    return [&built, what] {
+      ++built;
+      return std::string(what);
+    };
+  };
+  CHECK(cache.get({x, w, y, ws}, build("a")) == "a");
+  // The same addresses step after step: the first pack, no build.
+  for (int step = 0; step < 5; ++step) CHECK(cache.get({x, w, y, ws}, build("b")) == "a");
+  CHECK(built == 1);
+  // Any one address moving (a new batch size, another workspace) builds anew.
+  CHECK(cache.get({x, w, other, ws}, build("c")) == "c");
+  CHECK(cache.get({x, w, other, other}, build("d")) == "d");
+  CHECK(cache.get({x, w, y, ws}, build("e")) == "e");
+  CHECK(built == 4);
+  CHECK(cache.builds() == 4);
+  // A build that throws (a misaligned tensor) leaves no pack behind: the next call builds.
+  CHECK_THROWS(cache.get({other, w, y, ws}, []() -> std::string { throw BackendError("misaligned"); }));
+  CHECK(cache.get({other, w, y, ws}, build("f")) == "f");
+  CHECK(cache.get({x, w, y, ws}, build("g")) == "g");
+  CHECK(built == 6);
 }

@@ -424,25 +424,48 @@ class DeviceTensorMemory final : public TensorMemory {
   void release_cached() { cache_.release_cached(); }
   /// At exit: frees the cache; blocks freed later go straight back.
   void close() noexcept { cache_.close(); }
+  /// Whether `p` points into one of its blocks (no driver query).
+  bool owns(const void* p) const { return cache_.owns(p); }
 
  private:
   BasicTensorCache<RuntimeTensorApi> cache_;
 };
 
+namespace memory_detail {
+/// Every GPU's tensor memory, by ordinal, with the mutex that guards the map.
+struct TensorMemories {
+  std::mutex mu;
+  std::map<int, std::unique_ptr<DeviceTensorMemory>> all;
+};
+inline TensorMemories& tensor_memories() {
+  static auto* m = new TensorMemories;  // never freed: it outlives every tensor
+  return *m;
+}
+}  // namespace memory_detail
+
 /// GPU `ordinal`'s tensor memory: one per GPU for the whole process (it
 /// outlives every tensor, static ones included).
 inline DeviceTensorMemory& device_tensor_memory(int ordinal) {
-  static std::mutex mu;
-  static auto* all = new std::map<int, std::unique_ptr<DeviceTensorMemory>>;  // never freed: see above
-  const std::lock_guard<std::mutex> lock(mu);
-  if (all->empty())  // registered after the CUDA runtime's own exit handler, so it runs before it
+  auto& t = memory_detail::tensor_memories();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  if (t.all.empty())  // registered after the CUDA runtime's own exit handler, so it runs before it
     std::atexit([] {
-      const std::lock_guard<std::mutex> l(mu);
-      for (auto& [ordinal, memory] : *all) memory->close();
+      auto& m = memory_detail::tensor_memories();
+      const std::lock_guard<std::mutex> l(m.mu);
+      for (auto& [ordinal, memory] : m.all) memory->close();
     });
-  auto& m = (*all)[ordinal];
+  auto& m = t.all[ordinal];
   if (!m) m = std::make_unique<DeviceTensorMemory>(ordinal);
   return *m;
+}
+
+/// Whether `p` points into a block of some GPU's tensor memory.
+inline bool in_tensor_memory(const void* p) {
+  auto& t = memory_detail::tensor_memories();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  for (const auto& [ordinal, memory] : t.all)
+    if (memory->owns(p)) return true;
+  return false;
 }
 
 inline void attach_tensor_stream(int ordinal, cudaStream_t s) { device_tensor_memory(ordinal).attach(s); }
@@ -454,8 +477,11 @@ inline void detach_tensor_stream(int ordinal, cudaStream_t s) noexcept {
 }
 
 /// True if CUDA can dereference `p` on the device (device or managed memory).
+/// The backend's own tensors (the pointers most ops see) are known from the
+/// tensor memory's blocks without asking the driver.
 inline bool is_device_pointer(const void* p) {
   if (!p) return false;
+  if (in_tensor_memory(p)) return true;
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -54,7 +54,7 @@ struct Conv2d<backend::Cuda, float> {
     float* dy = st.out(y, g.out_shape().size());
     float* wk = to_filter(dev, p, dw);
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
-    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::Forward)];
+    cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::Forward)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::Forward, xin, wk, dy, dev.workspace(e.workspace));
     if (db) cu::add_channel_bias(dev, g.fmt, g.n, g.oc, g.oh * g.ow, db, dy);
     st.finish();
@@ -69,7 +69,7 @@ struct Conv2d<backend::Cuda, float> {
     float* ddx = st.out(dx, g.in_shape().size());
     float* wk = to_filter(dev, p, dw);
     float* target = p.pad.on ? dev.buffer(kPaddedSlot, p.pad.size) : ddx;
-    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardData)];
+    cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardData)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardData, target, wk, ddy, dev.workspace(e.workspace));
     if (p.pad.on) cu::unpad(dev, p.pad, target, p.x, ddx);  // the interior of the padded gradient is dx
     st.finish();
@@ -85,7 +85,7 @@ struct Conv2d<backend::Cuda, float> {
     float* ddb = db ? st.out(db, g.oc) : nullptr;
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
     float* dwk = dev.buffer(kFilterSlot, weights_size(g));
-    const cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardFilter)];
+    cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardFilter)];
     cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardFilter, xin, dwk, ddy, dev.workspace(e.workspace));
     cu::transform(dev, p.filter_as_tensor, dwk, p.hwio, ddw);  // filter layout back to HWIO
     if (ddb) cu::channel_sum(dev, g.fmt, g.n, g.oc, g.oh * g.ow, ddy, ddb);

@@ -345,6 +345,7 @@ inline std::vector<EngineInfo> offered_engines(const ConvGraph& g, const GraphDe
 struct ConvExecPlan {
   GraphDesc plan;
   std::size_t workspace = 0;
+  PackCache<GraphDesc> packs;  ///< the last call's variant pack (execute)
   explicit operator bool() const { return bool(plan); }
 };
 
@@ -383,10 +384,9 @@ inline ConvExecPlan build_plan(const ConvGraph& g, const GraphDesc& props, const
   return p;
 }
 
-/// Runs `plan` of a convolution pass on x, w, y (device pointers, 16-byte
-/// aligned as the tensors were declared) on the handle's stream.
-inline cudnnStatus_t try_execute(cudnnHandle_t h, const ConvExecPlan& plan, const void* x, const void* w,
-                                 const void* y, void* workspace) {
+/// The variant pack binding a convolution plan's tensors x, w, y (device
+/// pointers) and its workspace.
+inline GraphDesc variant_pack(const void* x, const void* w, const void* y, void* workspace) {
   GraphDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   const std::int64_t uids[3] = {kUidX, kUidW, kUidY};
   void* ptrs[3] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
@@ -394,20 +394,34 @@ inline cudnnStatus_t try_execute(cudnnHandle_t h, const ConvExecPlan& plan, cons
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs, "variant pack pointers")
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "variant pack workspace");
   pack.finalize("cudnnBackendFinalize (variant pack)");
+  return pack;
+}
+
+/// Runs `plan` of a convolution pass on x, w, y with a variant pack made
+/// for this call (measuring: each candidate plan runs a few times).
+inline cudnnStatus_t try_execute(cudnnHandle_t h, const ConvExecPlan& plan, const void* x, const void* w,
+                                 const void* y, void* workspace) {
+  const GraphDesc pack = variant_pack(x, w, y, workspace);
   return cudnnBackendExecute(h, plan.plan.get(), pack.get());
 }
 
-/// try_execute that throws a BackendError naming the pass, after checking
-/// the alignment the plan was built for.
-inline void execute(cudnnHandle_t h, const ConvExecPlan& plan, ConvPass pass, const void* x, const void* w,
+/// Runs `plan` of a convolution pass on x, w, y (device pointers, 16-byte
+/// aligned as the tensors were declared) on the handle's stream, with the
+/// plan's cached variant pack while the addresses are those of its last
+/// call (PackCache); a BackendError names the pass, or the misaligned
+/// tensor.
+inline void execute(cudnnHandle_t h, ConvExecPlan& plan, ConvPass pass, const void* x, const void* w,
                     const void* y, void* workspace) {
-  for (const void* p : {x, w, y})
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-      throw BackendError(
-          cifarnet::detail::concat("CUDA Conv2d ", pass_name(pass), ": a tensor at ", p,
-                                   " is not 16-byte aligned (the convolution plans are built for "
-                                   "16-byte aligned device tensors)"));
-  check(try_execute(h, plan, x, w, y, workspace), pass_name(pass));
+  const GraphDesc& pack = plan.packs.get({x, w, y, workspace}, [&] {
+    for (const void* p : {x, w, y})  // checked when an address is new
+      if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+        throw BackendError(
+            cifarnet::detail::concat("CUDA Conv2d ", pass_name(pass), ": a tensor at ", p,
+                                     " is not 16-byte aligned (the convolution plans are built for "
+                                     "16-byte aligned device tensors)"));
+    return variant_pack(x, w, y, workspace);
+  });
+  check(cudnnBackendExecute(h, plan.plan.get(), pack.get()), pass_name(pass));
 }
 
 /// The graph API's counterpart of cudnnFind*: builds a plan for every engine

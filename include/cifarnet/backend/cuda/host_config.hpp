@@ -24,9 +24,11 @@
 //    the pinned input ring (copy stream, events) over the same kind of API;
 //  - the block cache of a GPU's tensor memory: freed blocks reused once
 //    events say the GPU is past their last use, over an allocation and
-//    event API.
+//    event API;
+//  - the cache of a cuDNN plan's last variant pack (its tensors' addresses).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -860,15 +862,32 @@ class BasicTensorCache {
     if (!p)
       throw BackendError(cifarnet::detail::concat("CUDA cudaMalloc of ", size, " bytes for a tensor on GPU ",
                                                   ordinal_, ": ", why));
+    try {
+      owned_[reinterpret_cast<std::uintptr_t>(p)] = reinterpret_cast<std::uintptr_t>(p) + size;
+    } catch (...) {
+      Api::free(ordinal_, p);
+      throw;
+    }
     ++mallocs_;
     return p;
+  }
+
+  /// Whether `p` points into a block this cache holds (handed out or
+  /// cached): device memory, known without asking the driver.
+  bool owns(const void* p) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto it = owned_.upper_bound(a);
+    if (it == owned_.begin()) return false;
+    --it;
+    return a < it->second;
   }
 
   void deallocate(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     const std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {  // the process is ending: no cache any more
-      Api::free(ordinal_, p);
+      give_back(p);
       return;
     }
     try {
@@ -885,7 +904,7 @@ class BasicTensorCache {
       cached_ += round(bytes);
     } catch (...) {  // no memory for the cache's node, or an event failed: the old, safe way
       Api::sync_device(ordinal_);
-      Api::free(ordinal_, p);
+      give_back(p);
     }
   }
 
@@ -950,19 +969,59 @@ class BasicTensorCache {
         } catch (...) {  // a failed GPU: cudaFree below waits for it anyway
         }
       }
-      Api::free(ordinal_, b.p);
+      give_back(b.p);
     }
     blocks_.clear();
     cached_ = 0;
   }
 
+  void give_back(void* p) noexcept {
+    owned_.erase(reinterpret_cast<std::uintptr_t>(p));
+    Api::free(ordinal_, p);
+  }
+
   int ordinal_;
   mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::uintptr_t> owned_;  // every block held: begin -> end
   std::vector<Stream> streams_;
   std::vector<Block> blocks_;  // freed blocks, oldest first
   std::vector<Event> spare_;   // completed events, for the next frees
   std::size_t cached_ = 0, mallocs_ = 0;
   bool closed_ = false;
+};
+
+/// The variant pack of a cuDNN execution plan's last call. cuDNN binds a
+/// plan to its tensors' addresses and workspace through a finalized
+/// descriptor, which takes a create, three attributes and a finalize to
+/// build (host work on every call, ahead of the launch); a layer's tensors
+/// stay put from step to step, so its op keeps the pack of the last call
+/// and builds a new one only when an address changes. `Pack` is the
+/// descriptor (GraphDesc) or a stand-in in tests.
+template <class Pack>
+class PackCache {
+ public:
+  /// The addresses a pack binds: x, w, y and the workspace.
+  using Key = std::array<const void*, 4>;
+  /// The pack for `key`: the cached one, or build()'s (kept when it returns).
+  template <class Build>
+  Pack& get(const Key& key, Build&& build) {
+    if (!valid_ || key != key_) {
+      valid_ = false;  // a build that throws leaves no pack
+      pack_ = build();
+      key_ = key;
+      valid_ = true;
+      ++builds_;
+    }
+    return pack_;
+  }
+  /// Packs built so far.
+  std::size_t builds() const { return builds_; }
+
+ private:
+  Pack pack_{};
+  Key key_{};
+  bool valid_ = false;
+  std::size_t builds_ = 0;
 };
 
 }  // namespace cifarnet::backend::cuda
