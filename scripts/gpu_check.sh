@@ -11,7 +11,8 @@
 # ResNet-20 step (staged, and with a device-resident parameter arena: both
 # printed at the end); then ResNet-8 once more under compute-sanitizer's
 # memcheck; then ResNet-20/56 training and inference images/s, cifarnet
-# beside PyTorch on the same GPU where torch is installed.
+# beside PyTorch on the same GPU where torch is installed, and one table of
+# the training ratios per precision (scripts/gpu_table.sh).
 # Without a GPU every case prints "SKIPPED: ..." (ctest: Not Run); here a
 # case skipped for want of any GPU is a failure, since a GPU is what this
 # script is for (the two-GPU towers case is skipped on a one-GPU machine).
@@ -71,22 +72,39 @@ if [ "$rc" = 0 ]; then
     rc=1
   fi
 fi
-# Speed beside the peer on the same GPU: bench/cuda/gpu_bench (cifarnet,
-# backend::Cuda as it is) and bench/peer_torch_gpu.py (PyTorch eager and
-# torch.compile, fp32 with TF32 off) when a torch with CUDA is installed;
-# both say so when they cannot measure. Figures only, no pass/fail.
+# Speed beside the peer on the same GPU, one run: bench/cuda/gpu_bench
+# (cifarnet, backend::Cuda as it is: fp32, then TF32 convolutions for the
+# training benchmarks) and bench/peer_torch_gpu.py (PyTorch at fp32, TF32 and
+# bf16 autocast; eager, torch.compile, max-autotune, reduce-overhead) when a
+# torch with CUDA is installed; both upload each step's batch from pinned
+# host memory. Both say so when they cannot measure. Then one table
+# (scripts/gpu_table.sh): per network and precision, the ratio to the
+# peer's best mode. Figures only, no pass/fail.
+SPEED_LOG=/tmp/gpu_speed_$$.log
+: > "$SPEED_LOG"
 GPU_BENCH=${GPU_BENCH:-$DIR/gpu_bench}
 [ -x "$GPU_BENCH" ] || GPU_BENCH=build/bench/gpu_bench
 if [ -x "$GPU_BENCH" ]; then
-  echo "=== images/s on this GPU: cifarnet (bench/cuda/gpu_bench)"
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$GPU_BENCH" --reps 5 --steps 10 --warmup 10 || rc=1
+  echo "=== images/s on this GPU: cifarnet (bench/cuda/gpu_bench)" | tee -a "$SPEED_LOG"
+  for extra in "" "--tf32 --only resnet20,resnet56"; do
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$GPU_BENCH" --reps 5 --steps 10 --warmup 10 $extra \
+      > "$SPEED_LOG.one" 2>&1 || rc=1
+    tee -a "$SPEED_LOG" < "$SPEED_LOG.one"
+  done
+  rm -f "$SPEED_LOG.one"
 else
   echo "gpu_check: no gpu_bench (cmake --build build --target gpu_bench): cifarnet's GPU speed not measured"
 fi
-echo "=== images/s on this GPU: PyTorch (bench/peer_torch_gpu.py)"
-# PEER_ARGS narrows it (say "--only resnet20,resnet56": torch.compile takes a while per model).
+echo "=== images/s on this GPU: PyTorch (bench/peer_torch_gpu.py)" | tee -a "$SPEED_LOG"
+# PEER_ARGS narrows it (say "--only resnet20,resnet56 --modes eager,compile": each compiled mode takes a
+# while per model).
 # shellcheck disable=SC2086
-${PEER_PY:-python3} bench/peer_torch_gpu.py --reps 5 --steps 10 --warmup 10 ${PEER_ARGS:-} 2>&1 | grep -v '^W[0-9]' || true
+${PEER_PY:-python3} bench/peer_torch_gpu.py --reps 5 --steps 10 --warmup 10 ${PEER_ARGS:-} 2>&1 |
+  grep -v '^W[0-9]' | tee -a "$SPEED_LOG" || true
+echo "=== one table: cifarnet against PyTorch's best mode, training at batch 128 (scripts/gpu_table.sh)"
+bash scripts/gpu_table.sh "$SPEED_LOG" || true
+rm -f "$SPEED_LOG"
 if grep -q "SKIPPED: the CUDA backend needs a GPU" /tmp/gpu_check_$$.log; then
   echo "gpu_check: cases were skipped for want of a GPU"
   rc=1

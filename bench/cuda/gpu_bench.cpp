@@ -5,7 +5,10 @@
 // the block); median, min and max over repetitions.
 //
 //   build/bench/cuda/gpu_bench [--only resnet20,resnet56,infer20,infer56] [--formats nhwc,nchw]
-//       [--reps 5] [--steps 10] [--warmup 10] [--batch 128] [--infer-batch 100] [--staged]
+//       [--reps 5] [--steps 10] [--warmup 10] [--batch 128] [--infer-batch 100] [--staged] [--tf32]
+//
+// Each line: <bench> <layout> <precision: fp32 or tf32> batch <n> <images/s> img/s ...
+// (scripts/gpu_table.sh reads them beside the PyTorch peer's).
 //
 // A training step is train::Trainer's: forward, softmax cross-entropy (loss
 // and d/dlogits), backward, then weight decay 2e-4 and momentum 0.9 through
@@ -38,6 +41,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Protocol {
   int reps = 5, steps = 10, warmup = 10;
+  bool tf32 = false;  ///< TF32 tensor-core math allowed for the convolutions
 };
 
 void sync() {
@@ -57,8 +61,8 @@ void time_steps(const std::string& name, DataFormat fmt, std::size_t batch, cons
   }
   std::sort(per.begin(), per.end());
   const double med = per[per.size() / 2];
-  std::printf("%-9s %-5s batch %3zu  %9.1f img/s  [%.1f - %.1f]  (%.2f ms/step)\n", name.c_str(),
-              fmt == DataFormat::NHWC ? "nhwc" : "nchw", batch, double(batch) / med,
+  std::printf("%-9s %-5s %-5s batch %3zu  %9.1f img/s  [%.1f - %.1f]  (%.2f ms/step)\n", name.c_str(),
+              fmt == DataFormat::NHWC ? "nhwc" : "nchw", p.tf32 ? "tf32" : "fp32", batch, double(batch) / med,
               double(batch) / per.back(), double(batch) / per.front(), med * 1e3);
   std::fflush(stdout);
 }
@@ -67,6 +71,7 @@ using Net = Model<ResNetCifar<>, backend::Cuda>;
 
 void time_training(int depth, DataFormat fmt, std::size_t batch, const Protocol& p, bool staged) {
   Net net({3, 32, 32}, fmt, resnet_options(depth), 1);
+  if (p.tf32) backend::add_conv_options(net.device(), false, true);  // before the first op chooses engines
   if (staged)
     net.set_device_activations(false);
   else
@@ -91,6 +96,7 @@ void time_training(int depth, DataFormat fmt, std::size_t batch, const Protocol&
 
 void time_inference(int depth, DataFormat fmt, std::size_t batch, const Protocol& p, bool staged) {
   Net net({3, 32, 32}, fmt, resnet_options(depth), 1);
+  if (p.tf32) backend::add_conv_options(net.device(), false, true);
   if (staged) net.set_device_activations(false);
   Rng rng(3);
   Tensor<float> x = make_tensor<float>({batch, 3, 32, 32}, fmt);
@@ -114,6 +120,9 @@ int main(int argc, char** argv) {
   app.add_option("--infer-batch", infer_batch, "Inference batch")->check(CLI::PositiveNumber);
   bool staged = false;
   app.add_flag("--staged", staged, "Every tensor on the host, staged by each op (the debugging path)");
+  app.add_flag("--tf32", p.tf32,
+               "Allow TF32 tensor-core math in the convolutions (CIFARNET_CUDA_TF32's option; the "
+               "precision column says tf32)");
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   // Flags are checked before the GPU is looked for, so a typo fails everywhere.
   std::vector<DataFormat> fmts;
