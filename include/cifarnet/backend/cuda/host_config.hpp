@@ -890,8 +890,9 @@ class BasicTensorCache {
       give_back(p);
       return;
     }
+    const std::size_t size = round(bytes);
     try {
-      Block b{p, round(bytes), {}};
+      Block b{p, size, {}};
       if (streams_.empty()) {
         Api::sync_device(ordinal_);  // no stream to mark: nothing left queued may touch it
       } else {
@@ -901,7 +902,7 @@ class BasicTensorCache {
         }
       }
       blocks_.push_back(std::move(b));
-      cached_ += round(bytes);
+      cached_ += size;
     } catch (...) {  // no memory for the cache's node, or an event failed: the old, safe way
       Api::sync_device(ordinal_);
       give_back(p);

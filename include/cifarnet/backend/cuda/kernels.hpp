@@ -488,19 +488,29 @@ extern "C" __global__ void cn_decay_grad(float* g, const float* var, long long n
 extern "C" __global__ void cn_scale(float* x, long long n, float s) {
   CN_LOOP(n) x[i] = x[i] * s;
 }
+/* The sum of every thread's v over the block, in a fixed tree (acc[t] +=
+   acc[t + k] for k = blockDim.x / 2, ..., 1; tests emulate this order);
+   acc: blockDim.x shared doubles, free again when it returns. Every thread
+   of the block must call it. */
+__device__ inline double cn_block_sum(double* acc, double v) {
+  acc[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) acc[threadIdx.x] += acc[threadIdx.x + k];
+    __syncthreads();
+  }
+  const double total = acc[0];
+  __syncthreads();
+  return total;
+}
 /* partial[b] = sum of x[i]^2 (in double) over the elements block b visits;
    blockDim.x must be 256. */
 extern "C" __global__ void cn_sum_squares(const float* x, long long n, double* partial) {
   __shared__ double acc[256];
   double s = 0;
   CN_LOOP(n) s += double(x[i]) * double(x[i]);
-  acc[threadIdx.x] = s;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) acc[threadIdx.x] += acc[threadIdx.x + k];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = acc[0];
+  const double total = cn_block_sum(acc, s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 /* One thread per example; loss[i] is example i's loss; bad[0] counts labels
    outside [0, k). */
@@ -727,14 +737,9 @@ extern "C" __global__ void cn_multi_decay(const shared::TensorChunk* chunks, int
   __shared__ double acc[256];
   for (int c = blockIdx.x; c < count; c += gridDim.x) {
     const shared::TensorChunk ch = chunks[c];
-    acc[threadIdx.x] = shared::decay_chunk_lane(g, v, ch.begin, ch.end, wd, threadIdx.x, blockDim.x);
-    __syncthreads();
-    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-      if (threadIdx.x < k) acc[threadIdx.x] += acc[threadIdx.x + k];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[c] = acc[0];
-    __syncthreads();
+    const double total =
+        cn_block_sum(acc, shared::decay_chunk_lane(g, v, ch.begin, ch.end, wd, threadIdx.x, blockDim.x));
+    if (threadIdx.x == 0) partial[c] = total;
   }
 }
 /* count images, one thread per byte of the whole batch. */
