@@ -36,6 +36,12 @@ namespace {
 using Net = Model<ResNetCifar<>, backend::OneDnn>;
 using Recipe = optim::Chain<optim::WeightDecay, optim::Momentum>;
 const double kLr = 0.05, kWd = 2e-4;
+// Two asynchronous workers: stale gradients under momentum 0.9 act as extra
+// momentum, and at kLr the end of an 80-step run depends on the interleaving
+// (2.89 -> 0.58 .. 1.93 in 10 runs, 3.16 once under ctest -j3 on 2 cores).
+// At 0.01 the loss fell to 0.22 .. 1.22 in 16 runs, 8 of them with both
+// cores busy with other work.
+const double kAsyncLr = 0.01;
 // BN moving statistics that move visibly in a short run.
 const NetOptions kOpts = resnet_options(8, 0.5);
 
@@ -147,12 +153,12 @@ struct WorkerRun {
 /// (barrier on `workers`), the chief fetches the final state and saves it to
 /// `ckpt`; then finish().
 WorkerRun work(dist::Communicator& c, dist::Communicator& workers, Net& net, const dist::PsRoles& roles,
-               const std::vector<train::Batch>& batches, std::int64_t max_steps,
-               io::CheckpointManager* ckpt) {
+               const std::vector<train::Batch>& batches, std::int64_t max_steps, io::CheckpointManager* ckpt,
+               double lr = kLr) {
   dist::ParameterServerClient<float> client(c, net.parameters(), roles);
   Recipe opt(net.parameters(), optim::WeightDecayOptions(kWd), optim::MomentumOptions().momentum(0.9));
   train::Trainer<Net> t(net, train::TrainerOptions().max_steps(max_steps));
-  t.set_optimizer(opt, [](std::int64_t) { return kLr; });
+  t.set_optimizer(opt, [lr](std::int64_t) { return lr; });
   client.expect_slots(opt);
   WorkerRun r;
   cifarnet::StateDict d;
@@ -339,7 +345,7 @@ TEST_CASE("Two workers train asynchronously against one server: loss falls, a ch
       ps_end = st.global_step;
     } else {
       const double before = roles.is_chief() && phase == 0 ? train_loss(net, batches) : 0.0;
-      const WorkerRun r = work(w, wc, net, roles, batches, target, &mgr);
+      const WorkerRun r = work(w, wc, net, roles, batches, target, &mgr, kAsyncLr);
       CHECK(r.stats.updates > 0);
       std::printf("worker %d, phase %d: %lld updates, %lld of them stale (mean %.2f, max %lld)\n",
                   roles.worker_index(), phase, static_cast<long long>(r.stats.updates),
@@ -351,7 +357,7 @@ TEST_CASE("Two workers train asynchronously against one server: loss falls, a ch
           // against the servers' final ones (now in `net`).
           const double after = train_loss(net, batches);
           std::printf("chief: loss on the training batches %.4f -> %.4f\n", before, after);
-          CHECK(after < 0.9 * before);  // measured 2.89 -> 1.36, 1.64, 1.93, 2.23 (timing decides)
+          CHECK(after < 0.9 * before);  // the timing decides how far: see kAsyncLr
           saved_step = io::global_step(r.final_state).value();
           CHECK(saved_step >= kSteps);
           REQUIRE(mgr.latest());
