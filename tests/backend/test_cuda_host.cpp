@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <regex>
@@ -895,4 +896,251 @@ TEST_CASE("A convolution plan's variant pack is built again only when an address
   CHECK(cache.get({other, w, y, ws}, build("f")) == "f");
   CHECK(cache.get({x, w, y, ws}, build("g")) == "g");
   CHECK(built == 6);
+}
+
+namespace {
+
+/// A stand-in GPU for the launch queue: one stream whose kernels are host
+/// functions. Launched, a kernel runs at once (the stream is in order);
+/// while the stream captures, it is recorded into the graph being made; a
+/// graph's launch runs its kernels in order. Every launch is logged.
+struct QueueGpu {
+  std::vector<std::string> log;
+  bool capturing = false, invalid = false;
+  std::vector<std::function<void()>> recording;
+  void kernel(const std::string& name, std::function<void()> f) {
+    if (capturing) {
+      recording.push_back(std::move(f));
+      return;
+    }
+    log.push_back(name);
+    f();
+  }
+  /// A call that cannot be captured (a host wait, say): it invalidates a capture.
+  void uncapturable() {
+    if (capturing) invalid = true;
+  }
+};
+
+struct FakeGraphApi {
+  using Stream = QueueGpu*;
+  struct Graph {
+    std::vector<std::function<void()>> kernels;
+  };
+  static inline int instantiated = 0;
+  static void begin_capture(Stream s) {
+    REQUIRE_FALSE(s->capturing);
+    s->capturing = true;
+    s->invalid = false;
+    s->recording.clear();
+  }
+  static Graph end_capture(Stream s) {
+    s->capturing = false;
+    if (s->invalid)
+      throw BackendError("CUDA cudaStreamEndCapture: operation not permitted when stream is capturing");
+    ++instantiated;
+    return Graph{std::move(s->recording)};
+  }
+  static void end_capture_noexcept(Stream s) { s->capturing = false; }
+  static void launch(Graph& g, Stream s) {
+    s->log.push_back("graph of " + std::to_string(g.kernels.size()));
+    for (auto& k : g.kernels) k();
+  }
+};
+
+using Queue = cu::BasicLaunchQueue<FakeGraphApi>;
+
+/// One "step": y = a·x + b over `v`, then v *= c, as `n` kernels each
+/// queued with its signature (the kernel's name, the data's address, its
+/// scalars), the way KernelLibrary queues a launch.
+void step_work(Queue& q, std::vector<double>& v, double a, double b, double c, int n = 4) {
+  for (int k = 0; k < n; ++k) {
+    const bool affine = k % 2 == 0;
+    cu::LaunchSignature sig;
+    sig.add(affine ? 1 : 2).add(v.data()).add(a).add(b).add(c);
+    double* p = v.data();
+    const std::size_t len = v.size();
+    q.submit(affine ? "affine" : "scale", sig, [=](QueueGpu* s) {
+      s->kernel(affine ? "affine" : "scale", [=] {
+        for (std::size_t i = 0; i < len; ++i) p[i] = affine ? a * p[i] + b : c * p[i];
+      });
+    });
+  }
+}
+
+/// The same step run directly in double, for the expected values.
+void step_reference(std::vector<double>& v, double a, double b, double c, int n = 4) {
+  for (int k = 0; k < n; ++k)
+    for (double& x : v) x = k % 2 == 0 ? a * x + b : c * x;
+}
+
+}  // namespace
+
+TEST_CASE("The launch queue replays a segment as one graph only when its signatures repeat",
+          "[backend][cuda][host]") {
+  QueueGpu gpu;
+  std::vector<double> v = {1, 2, 3}, ref = v;
+  SECTION("graphs off: every item runs when submitted") {
+    Queue q(&gpu, false);
+    step_work(q, v, 2, 1, 0.5);
+    CHECK(q.empty());
+    CHECK(gpu.log.size() == 4);
+    step_reference(ref, 2, 1, 0.5);
+    CHECK(v == ref);
+    CHECK(q.stats().submitted == 0);
+  }
+  SECTION("first sight item by item, second sight captured and launched, then one launch a step") {
+    Queue q(&gpu, true);
+    const int instantiated = FakeGraphApi::instantiated;
+    for (int step = 0; step < 5; ++step) {
+      INFO("step " << step);
+      gpu.log.clear();
+      step_work(q, v, 0.5, 1, 2);
+      CHECK(q.queued() == 4);
+      CHECK(gpu.log.empty());  // queued, nothing ran yet
+      CHECK(v == ref);
+      q.flush();
+      step_reference(ref, 0.5, 1, 2);
+      CHECK(v == ref);  // the same values whichever way it ran
+      if (step == 0)
+        CHECK(gpu.log == std::vector<std::string>{"affine", "scale", "affine", "scale"});
+      else
+        CHECK(gpu.log == std::vector<std::string>{"graph of 4"});
+    }
+    CHECK(FakeGraphApi::instantiated == instantiated + 1);
+    CHECK(q.stats().eager_segments == 1);
+    CHECK(q.stats().captures == 1);
+    CHECK(q.stats().replays == 3);
+    CHECK(q.stats().replayed_items == 12);
+    CHECK(q.stats().last_eager.find("first sight of the segment of 4 items from 'affine' to 'scale'") !=
+          std::string::npos);
+  }
+  SECTION("a changed scalar or pointer never replays the stale graph") {
+    Queue q(&gpu, true);
+    for (int step = 0; step < 3; ++step) {  // captured at step 1, replayed at 2
+      step_work(q, v, 0.5, 1, 2);
+      q.flush();
+      step_reference(ref, 0.5, 1, 2);
+    }
+    gpu.log.clear();
+    step_work(q, v, 0.5, 1, 3);  // a new learning rate, say
+    q.flush();
+    step_reference(ref, 0.5, 1, 3);
+    CHECK(v == ref);
+    CHECK(gpu.log.size() == 4);           // first sight of this signature: item by item
+    std::vector<double> w = v, wref = v;  // other memory, the same scalars
+    gpu.log.clear();
+    step_work(q, w, 0.5, 1, 2);
+    q.flush();
+    step_reference(wref, 0.5, 1, 2);
+    CHECK(w == wref);
+    CHECK(v == ref);  // the graph of v's step did not run
+    CHECK(gpu.log.size() == 4);
+  }
+  SECTION("segments that alternate (two input slots) each get their graph") {
+    Queue q(&gpu, true);
+    std::vector<double> w = {4, 5}, wref = w;
+    for (int step = 0; step < 8; ++step) {
+      std::vector<double>& x = step % 2 ? w : v;
+      std::vector<double>& r = step % 2 ? wref : ref;
+      step_work(q, x, 1.5, -1, 0.25);
+      q.flush();
+      step_reference(r, 1.5, -1, 0.25);
+    }
+    CHECK(v == ref);
+    CHECK(w == wref);
+    CHECK(q.graphs() == 2);
+    CHECK(q.stats().captures == 2);
+    CHECK(q.stats().replays == 4);
+  }
+  SECTION("a short segment runs item by item, and says why") {
+    Queue q(&gpu, true);
+    for (int step = 0; step < 3; ++step) {
+      gpu.log.clear();
+      step_work(q, v, 2, 0, 1, 3);
+      q.flush();
+      CHECK(gpu.log.size() == 3);
+    }
+    CHECK(q.stats().captures == 0);
+    CHECK(q.stats().last_eager == "a segment of 3 items (a graph needs 4)");
+  }
+  SECTION("a capture that fails turns graphs off for good, and the segment still runs") {
+    Queue q(&gpu, true);
+    const auto work = [&] {
+      step_work(q, v, 0.5, 1, 2);
+      cu::LaunchSignature sig;
+      sig.add(7);
+      q.submit("a host wait", sig, [](QueueGpu* s) { s->uncapturable(); });
+    };
+    for (int step = 0; step < 3; ++step) {
+      work();
+      q.flush();
+      step_reference(ref, 0.5, 1, 2);
+      CHECK(v == ref);
+    }
+    CHECK_FALSE(q.enabled());
+    INFO(q.stats().disabled);
+    CHECK(q.stats().disabled.find(
+              "the segment of 5 items from 'affine' to 'a host wait' could not be captured: "
+              "cifarnet: CUDA cudaStreamEndCapture: operation not permitted") != std::string::npos);
+    CHECK(q.stats().captures == 0);
+    gpu.log.clear();
+    step_work(q, v, 0.5, 1, 2);  // off: run when submitted
+    CHECK(q.empty());
+    CHECK(gpu.log.size() == 4);
+    q.enable(true);  // stays off
+    CHECK_FALSE(q.enabled());
+  }
+  SECTION("work whose arguments change every step stops being captured") {
+    Queue q(&gpu, true);
+    for (int k = 0; k < 2 * Queue::kMaxMisses; ++k) {  // each signature twice, never a third time
+      step_work(q, v, 0.5, double(k / 2), 2);
+      q.flush();
+      step_reference(ref, 0.5, double(k / 2), 2);
+    }
+    CHECK(v == ref);
+    INFO("replays " << q.stats().replays << " eager " << q.stats().eager_segments << " last "
+                    << q.stats().last_eager);
+    CHECK(q.stats().captures == std::uint64_t(Queue::kMaxMisses));
+    CHECK_FALSE(q.enabled());
+    CHECK(q.graphs() == 0);
+    CHECK(q.stats().disabled.find("8 graphs were captured with no replay in between") != std::string::npos);
+  }
+  SECTION("at most kMaxGraphs graphs are kept, the least recently used goes") {
+    Queue q(&gpu, true);
+    std::vector<std::vector<double>> bufs(Queue::kMaxGraphs + 1, std::vector<double>{1.0});
+    for (auto& b : bufs)
+      for (int k = 0; k < 3; ++k) {  // seen, captured, replayed
+        step_work(q, b, 1, 1, 1);
+        q.flush();
+      }
+    CHECK(q.graphs() == Queue::kMaxGraphs);
+    CHECK(q.stats().captures == Queue::kMaxGraphs + 1);
+    CHECK(q.stats().replays == Queue::kMaxGraphs + 1);
+    step_work(q, bufs[1], 1, 1, 1);  // kept: replayed
+    q.flush();
+    CHECK(q.stats().replays == Queue::kMaxGraphs + 2);
+    step_work(q, bufs[0], 1, 1, 1);  // the first graph went: captured again
+    q.flush();
+    CHECK(q.stats().captures == Queue::kMaxGraphs + 2);
+    CHECK(q.graphs() == Queue::kMaxGraphs);
+    CHECK(q.enabled());
+    for (std::size_t i = 0; i < bufs.size();
+         ++i)  // each step adds 2: four steps for 0 and 1, three for the rest
+      CHECK(bufs[i][0] == (i < 2 ? 9.0 : 7.0));
+  }
+  SECTION("an item that throws empties the queue; the next segment runs") {
+    Queue q(&gpu, true);
+    step_work(q, v, 1, 1, 1);
+    cu::LaunchSignature sig;
+    q.submit("a failing launch", sig, [](QueueGpu*) { throw BackendError("CUDA kernel launch failed"); });
+    CHECK_THROWS_WITH(q.flush(), Catch::Contains("CUDA kernel launch failed"));
+    CHECK(q.empty());
+    step_reference(ref, 1, 1, 1);
+    CHECK(v == ref);  // the items before it ran
+    step_work(q, v, 1, 1, 1);
+    q.flush();
+    step_reference(ref, 1, 1, 1);
+    CHECK(v == ref);
+  }
 }

@@ -25,9 +25,13 @@
 //  - the block cache of a GPU's tensor memory: freed blocks reused once
 //    events say the GPU is past their last use, over an allocation and
 //    event API;
-//  - the cache of a cuDNN plan's last variant pack (its tensors' addresses).
+//  - the cache of a cuDNN plan's last variant pack (its tensors' addresses);
+//  - the launch queue of a stream: work queued with a signature of its
+//    arguments, run at the next host wait as one CUDA graph when the same
+//    signature ran before (BasicLaunchQueue, over a capture/launch API).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -36,10 +40,13 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -989,6 +996,265 @@ class BasicTensorCache {
   std::vector<Event> spare_;   // completed events, for the next frees
   std::size_t cached_ = 0, mallocs_ = 0;
   bool closed_ = false;
+};
+
+// ------------------------------------------------------------- step graphs
+
+/// The words that say what one piece of stream work does, given the device
+/// memory it reads: a kernel's handle, grid and argument bytes; a library
+/// call's handle, plan and pointers. Two pieces of work with equal words do
+/// the same thing, so a graph captured from one replays the other.
+class LaunchSignature {
+ public:
+  LaunchSignature& add(const void* p) { return word(std::uint64_t(reinterpret_cast<std::uintptr_t>(p))); }
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>>>
+  LaunchSignature& add(T v) {
+    return bytes(&v, sizeof v);
+  }
+  /// `n` raw bytes (a kernel argument of any trivially copyable type), in
+  /// words of 8 bytes, zero-padded.
+  LaunchSignature& bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    word(n);
+    for (std::size_t i = 0; i < n; i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, b + i, std::min<std::size_t>(8, n - i));
+      word(w);
+    }
+    return *this;
+  }
+  const std::vector<std::uint64_t>& words() const { return w_; }
+  void clear() { w_.clear(); }
+
+ private:
+  LaunchSignature& word(std::uint64_t w) {
+    w_.push_back(w);
+    return *this;
+  }
+  std::vector<std::uint64_t> w_;
+};
+
+/// What a launch queue did so far (logs, gpu_bench, tests).
+struct LaunchQueueStats {
+  std::uint64_t submitted = 0;       ///< work items queued
+  std::uint64_t flushes = 0;         ///< non-empty segments run
+  std::uint64_t eager_segments = 0;  ///< ... item by item on the stream
+  std::uint64_t captures = 0;        ///< ... captured as a new graph (then launched)
+  std::uint64_t replays = 0;         ///< ... as a graph captured before
+  std::uint64_t replayed_items = 0;  ///< items that ran inside a replayed graph
+  std::string disabled;              ///< why graphs are off for good ("" while on)
+  std::string last_eager;            ///< why the last eager segment did not run as a graph
+};
+
+/// The launch queue of one stream: while graphs are on, stream work is
+/// queued with its signature instead of being enqueued at once, and a flush
+/// (the caller's, at every point where the host or another stream could
+/// observe the stream: a wait, a copy, a direct use of the stream) runs the
+/// queued segment:
+///  - a segment seen before with the same signatures replays the graph
+///    captured from it: one launch in place of one per item;
+///  - a segment seen once before is captured (stream capture of its items)
+///    into a graph, which is launched and kept;
+///  - any other segment (first sight, fewer than kMinItems items, graphs off)
+///    runs item by item, as without a queue.
+/// A replay is taken only on equal signatures, word for word (a hash only
+/// decides when to capture), so a changed pointer or scalar never replays a
+/// stale graph. A capture that fails (a call that cannot be captured)
+/// turns graphs off for good, with the reason, and the segment runs item by
+/// item; so do kMaxMisses captures in a row that were never replayed (work
+/// whose arguments change every step: nothing to gain).
+///
+/// `Api`, the CUDA runtime (RuntimeGraphApi) or a stand-in in tests:
+///   Stream                         a stream handle (copyable)
+///   Graph                          movable owner of an executable graph
+///   begin_capture(Stream)          starts capturing the stream's work
+///   end_capture(Stream) -> Graph   ends it, instantiated; BackendError
+///                                  (capture invalidated, instantiation) says why
+///   end_capture_noexcept(Stream)   ends it after an item threw, dropping it
+///   launch(Graph&, Stream)
+/// Items run with the stream as their argument; an item must not use the
+/// queue. Not thread-safe (one per Device, used by its thread).
+template <class Api>
+class BasicLaunchQueue {
+ public:
+  using Stream = typename Api::Stream;
+  using Graph = typename Api::Graph;
+  using Work = std::function<void(Stream)>;
+  static constexpr std::size_t kMinItems = 4;    ///< fewer: not worth a graph
+  static constexpr std::size_t kMaxGraphs = 16;  ///< graphs kept (least recently used goes)
+  static constexpr std::size_t kMaxSeen = 64;    ///< first sights remembered
+  static constexpr int kMaxMisses = 8;           ///< captures in a row never replayed
+
+  explicit BasicLaunchQueue(Stream s = Stream{}, bool on = false) : stream_(s), on_(on) {}
+  BasicLaunchQueue(const BasicLaunchQueue&) = delete;
+  BasicLaunchQueue& operator=(const BasicLaunchQueue&) = delete;
+
+  void set_stream(Stream s) { stream_ = s; }
+  /// Graphs on or off (what is queued runs first).
+  void enable(bool on) {
+    flush();
+    on_ = on && stats_.disabled.empty();
+  }
+  bool enabled() const { return on_; }
+  bool empty() const { return items_.empty(); }
+  std::size_t queued() const { return items_.size(); }
+  const LaunchQueueStats& stats() const { return stats_; }
+
+  /// Queues `work` described by `sig` (`what` names it in reasons; a
+  /// string literal), or runs it at once when graphs are off or a flush is
+  /// running (its items are being run or captured: the work joins them).
+  void submit(const char* what, const LaunchSignature& sig, Work work) {
+    if (!on_ || flushing_) {
+      work(stream_);
+      return;
+    }
+    items_.push_back(Item{what, std::move(work)});
+    words_.insert(words_.end(), sig.words().begin(), sig.words().end());
+    ends_.push_back(words_.size());
+    ++stats_.submitted;
+  }
+
+  /// Runs what is queued (see the class comment); the queue is empty after
+  /// it, also when an item throws (the rest is dropped with it).
+  void flush() {
+    if (items_.empty() || flushing_) return;
+    Flushing guard(*this);
+    ++stats_.flushes;
+    if (items_.size() < kMinItems)
+      return eager(
+          cifarnet::detail::concat("a segment of ", items_.size(), " items (a graph needs ", kMinItems, ")"));
+    for (std::size_t i = 0; i < graphs_.size(); ++i)
+      if (graphs_[i].words == words_ && graphs_[i].ends == ends_) return replay(i);
+    const std::uint64_t h = hash(words_);
+    if (!seen_.count(h)) {
+      remember(h);
+      return eager("first sight of the segment " + describe());
+    }
+    capture();
+  }
+
+  /// Turns graphs off for good (what is queued runs first, item by item).
+  void disable(const std::string& why) {
+    flush();
+    stats_.disabled = why;
+    on_ = false;
+  }
+
+  /// Graphs kept now.
+  std::size_t graphs() const { return graphs_.size(); }
+
+ private:
+  struct Item {
+    const char* what;
+    Work work;
+  };
+  struct Kept {
+    std::vector<std::uint64_t> words;
+    std::vector<std::size_t> ends;
+    Graph graph;
+    std::uint64_t used;
+  };
+  struct Flushing {
+    explicit Flushing(BasicLaunchQueue& q) : q_(q) { q_.flushing_ = true; }
+    ~Flushing() {
+      q_.flushing_ = false;
+      q_.items_.clear();
+      q_.words_.clear();
+      q_.ends_.clear();
+    }
+    BasicLaunchQueue& q_;
+  };
+
+  static std::uint64_t hash(const std::vector<std::uint64_t>& w) {
+    std::uint64_t h = 0;  // each word through splitmix64's finaliser, then combined
+    for (std::uint64_t x : w) {
+      x += 0x9e3779b97f4a7c15ull;
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+      x ^= x >> 31;
+      h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    }
+    return h;
+  }
+  void remember(std::uint64_t h) {
+    if (seen_order_.size() == kMaxSeen) {
+      seen_.erase(seen_order_.front());
+      seen_order_.erase(seen_order_.begin());
+    }
+    seen_.insert(h);
+    seen_order_.push_back(h);
+  }
+  std::string describe() const {
+    return cifarnet::detail::concat("of ", items_.size(), " items from '", items_.front().what, "' to '",
+                                    items_.back().what, "'");
+  }
+  void run_items() {
+    for (Item& it : items_) it.work(stream_);
+  }
+  void eager(std::string why) {
+    ++stats_.eager_segments;
+    stats_.last_eager = std::move(why);
+    run_items();
+  }
+  void replay(std::size_t i) {
+    Kept& k = graphs_[i];
+    Api::launch(k.graph, stream_);
+    k.used = ++clock_;
+    misses_ = 0;
+    ++stats_.replays;
+    stats_.replayed_items += items_.size();
+  }
+  void capture() {
+    Graph g;
+    try {
+      Api::begin_capture(stream_);
+      bool ended = false;
+      try {
+        run_items();
+        ended = true;
+        g = Api::end_capture(stream_);
+      } catch (...) {
+        if (!ended) (void)Api::end_capture_noexcept(stream_);
+        throw;
+      }
+    } catch (const BackendError& e) {  // not capturable: off for good, this segment item by item
+      stats_.disabled =
+          cifarnet::detail::concat("the segment ", describe(), " could not be captured: ", e.what());
+      on_ = false;
+      return eager("graphs are off: " + stats_.disabled);
+    }
+    ++stats_.captures;
+    Api::launch(g, stream_);
+    if (graphs_.size() == kMaxGraphs) {
+      std::size_t lru = 0;
+      for (std::size_t i = 1; i < graphs_.size(); ++i)
+        if (graphs_[i].used < graphs_[lru].used) lru = i;
+      graphs_.erase(graphs_.begin() + std::ptrdiff_t(lru));
+    }
+    graphs_.push_back(Kept{words_, ends_, std::move(g), ++clock_});
+    if (++misses_ >= kMaxMisses) {
+      stats_.disabled = cifarnet::detail::concat(kMaxMisses,
+                                                 " graphs were captured with no replay in between: the "
+                                                 "work's arguments change from step to step (the last "
+                                                 "segment ",
+                                                 describe(), ")");
+      on_ = false;
+      graphs_.clear();
+    }
+  }
+
+  Stream stream_;
+  bool on_;
+  bool flushing_ = false;
+  std::vector<Item> items_;
+  std::vector<std::uint64_t> words_;
+  std::vector<std::size_t> ends_;  // items_[i]'s words end at ends_[i]
+  std::vector<Kept> graphs_;
+  std::set<std::uint64_t> seen_;
+  std::vector<std::uint64_t> seen_order_;
+  std::uint64_t clock_ = 0;
+  int misses_ = 0;
+  LaunchQueueStats stats_;
 };
 
 /// The variant pack of a cuDNN execution plan's last call. cuDNN binds a
