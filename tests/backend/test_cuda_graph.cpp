@@ -169,12 +169,12 @@ TEST_CASE("measure_pass picks an engine the options allow, its plan rebuilds, a 
     cu::ConvExecPlan plan = cu::build_plan(graph, props, c);
     REQUIRE(bool(plan));
     void* ws = dev.workspace(plan.workspace);
-    CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
-    CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK_NOTHROW(cu::execute(dev, plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK_NOTHROW(cu::execute(dev, plan, p, x.data(), w.data(), y.data(), ws));
     CHECK(plan.packs.builds() == 1);  // the same addresses: the first call's variant pack
-    CHECK_THROWS_WITH(cu::execute(dev.cudnn(), plan, p, x.data() + 1, w.data(), y.data(), ws),
+    CHECK_THROWS_WITH(cu::execute(dev, plan, p, x.data() + 1, w.data(), y.data(), ws),
                       Catch::Contains("16-byte aligned"));
-    CHECK_NOTHROW(cu::execute(dev.cudnn(), plan, p, x.data(), w.data(), y.data(), ws));
+    CHECK_NOTHROW(cu::execute(dev, plan, p, x.data(), w.data(), y.data(), ws));
     CHECK(plan.packs.builds() == 2);
   }
   dev.sync();

@@ -98,6 +98,15 @@ TEST_CASE("Convolution options from the environment: TF32 and determinism are op
                     Catch::Contains("CIFARNET_CUDA_DETERMINISTIC"));
 }
 
+TEST_CASE("CUDA graphs from the environment: CIFARNET_CUDA_GRAPHS=1 turns them on, a bad value is an error",
+          "[backend][cuda][host]") {
+  CHECK_FALSE(cu::graphs_from_env(Env{}));
+  CHECK_FALSE(cu::graphs_from_env(Env{{{"CIFARNET_CUDA_GRAPHS", "0"}}}));
+  CHECK(cu::graphs_from_env(Env{{{"CIFARNET_CUDA_GRAPHS", "1"}}}));
+  CHECK_THROWS_WITH(cu::graphs_from_env(Env{{{"CIFARNET_CUDA_GRAPHS", "on"}}}),
+                    Catch::Contains("CIFARNET_CUDA_GRAPHS=\"on\": expected a whole number in [0, 1]"));
+}
+
 TEST_CASE("The convolution algorithm: the fastest measured one that ran, fits, and obeys the options",
           "[backend][cuda][host]") {
   // Fastest first, as the measurement ranks them.
@@ -1125,9 +1134,10 @@ TEST_CASE("The launch queue replays a segment as one graph only when its signatu
     CHECK(q.stats().captures == Queue::kMaxGraphs + 2);
     CHECK(q.graphs() == Queue::kMaxGraphs);
     CHECK(q.enabled());
-    for (std::size_t i = 0; i < bufs.size();
-         ++i)  // each step adds 2: four steps for 0 and 1, three for the rest
-      CHECK(bufs[i][0] == (i < 2 ? 9.0 : 7.0));
+    // Each step adds 2: four steps for buffers 0 and 1, three for the rest.
+    for (std::size_t i = 0; i < bufs.size(); ++i) CHECK(bufs[i][0] == (i < 2 ? 9.0 : 7.0));
+    q.drop_graphs();  // (a Device, before its cuDNN handle goes)
+    CHECK(q.graphs() == 0);
   }
   SECTION("an item that throws empties the queue; the next segment runs") {
     Queue q(&gpu, true);

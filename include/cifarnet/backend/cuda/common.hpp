@@ -51,6 +51,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -333,6 +335,9 @@ struct RuntimeRingApi {
       return s_;
     }
 
+    /// The stream if made, else null (makes nothing).
+    cudaStream_t made() const { return s_; }
+
    private:
     int ordinal_;
     cudaStream_t s_ = nullptr;
@@ -414,22 +419,113 @@ class DeviceTensorMemory final : public TensorMemory {
  public:
   explicit DeviceTensorMemory(int ordinal) : cache_(ordinal) {}
   void* allocate(std::size_t bytes) override { return cache_.allocate(bytes); }
-  void deallocate(void* p, std::size_t bytes) noexcept override { cache_.deallocate(p, bytes); }
+  /// A free first runs the work a Device queued (its launch queue: the
+  /// queued work may still use the block, and the block's events must come
+  /// after that work on the stream).
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    if (p) run_queued();
+    cache_.deallocate(p, bytes);
+  }
+  /// `flush` runs the queued work of the Device whose stream is `s` (it
+  /// queues while CUDA graphs are on); cleared by set_flusher(s, {}).
+  void set_flusher(cudaStream_t s, std::function<void()> flush) {
+    const std::lock_guard<std::mutex> lock(flush_mu_);
+    for (auto it = flushers_.begin(); it != flushers_.end(); ++it)
+      if (it->first == s) {
+        flushers_.erase(it);
+        break;
+      }
+    if (flush) flushers_.emplace_back(s, std::move(flush));
+  }
+  /// Whether the attached streams are all among the `n` at `s`.
+  bool streams_within(const cudaStream_t* s, std::size_t n) const { return cache_.streams_within(s, n); }
   /// A stream whose work may use this GPU's tensors (BasicTensorCache::attach).
   void attach(cudaStream_t s) { cache_.attach(s); }
   void detach(cudaStream_t s) noexcept { cache_.detach(s); }
   /// Bytes held in freed blocks, ready for reuse or pending.
   std::size_t cached_bytes() const { return cache_.cached_bytes(); }
   /// Waits for the pending blocks and frees every cached one (cudaFree).
-  void release_cached() { cache_.release_cached(); }
+  void release_cached() {
+    run_queued();
+    cache_.release_cached();
+  }
   /// At exit: frees the cache; blocks freed later go straight back.
   void close() noexcept { cache_.close(); }
   /// Whether `p` points into one of its blocks (no driver query).
   bool owns(const void* p) const { return cache_.owns(p); }
 
  private:
+  void run_queued() noexcept {
+    const std::lock_guard<std::mutex> lock(flush_mu_);
+    for (auto& f : flushers_) {
+      try {
+        f.second();
+      } catch (...) {  // the queued work failed: its op reports it; nothing may still use the block
+        (void)cudaDeviceSynchronize();
+      }
+    }
+  }
   BasicTensorCache<RuntimeTensorApi> cache_;
+  std::mutex flush_mu_;
+  std::vector<std::pair<cudaStream_t, std::function<void()>>> flushers_;
 };
+
+/// The CUDA runtime as BasicLaunchQueue's API: stream capture (thread-local
+/// mode: another thread's calls do not end it) into a graph, instantiated,
+/// and its launch.
+struct RuntimeGraphApi {
+  using Stream = cudaStream_t;
+  class Graph {
+   public:
+    Graph() = default;
+    explicit Graph(cudaGraphExec_t e) : e_(e) {}
+    Graph(Graph&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+    Graph& operator=(Graph&& o) noexcept {
+      if (this != &o) {
+        reset();
+        e_ = o.e_;
+        o.e_ = nullptr;
+      }
+      return *this;
+    }
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    ~Graph() { reset(); }
+    cudaGraphExec_t get() const { return e_; }
+
+   private:
+    void reset() noexcept {
+      if (e_) (void)cudaGraphExecDestroy(e_);
+      e_ = nullptr;
+    }
+    cudaGraphExec_t e_ = nullptr;
+  };
+  static void begin_capture(cudaStream_t s) {
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  }
+  static Graph end_capture(cudaStream_t s) {
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // a capture error is not sticky: clear it for the eager run
+      if (g) (void)cudaGraphDestroy(g);
+      check(e, "cudaStreamEndCapture");
+    }
+    cudaGraphExec_t x = nullptr;
+    const cudaError_t i = cudaGraphInstantiate(&x, g, 0);
+    (void)cudaGraphDestroy(g);
+    check(i, "cudaGraphInstantiate");
+    return Graph(x);
+  }
+  static void end_capture_noexcept(cudaStream_t s) noexcept {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(s, &g);
+    if (g) (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+  }
+  static void launch(Graph& g, cudaStream_t s) { check(cudaGraphLaunch(g.get(), s), "cudaGraphLaunch"); }
+};
+using LaunchQueue = BasicLaunchQueue<RuntimeGraphApi>;
 
 namespace memory_detail {
 /// Every GPU's tensor memory, by ordinal, with the mutex that guards the map.
@@ -640,6 +736,8 @@ struct Device<backend::Cuda> {
       // Full fp32 products (no TF32), so results agree with the CPU backends.
       cu::check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
       cu::check(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+      queue_.set_stream(stream_);
+      if (cu::graphs_from_env()) set_graphs(true);
     } catch (...) {
       destroy();
       throw;
@@ -658,15 +756,81 @@ struct Device<backend::Cuda> {
   /// Set it before the first op: choices already made for a geometry stay.
   const ConvOptions& conv_options() const { return conv_; }
   void set_conv_options(const ConvOptions& o) { conv_ = o; }
-  cudaStream_t stream() const { return stream_; }
-  cudnnHandle_t cudnn() const { return cudnn_; }
-  cublasHandle_t cublas() const { return cublas_; }
+  /// The compute stream, for work enqueued on it directly: what the
+  /// launch queue holds runs first (so the direct work follows it).
+  cudaStream_t stream() const {
+    run_queued();
+    return stream_;
+  }
+  /// The cuDNN and cuBLAS handles (bound to the stream), for direct calls:
+  /// the launch queue runs first.
+  cudnnHandle_t cudnn() const {
+    run_queued();
+    return cudnn_;
+  }
+  cublasHandle_t cublas() const {
+    run_queued();
+    return cublas_;
+  }
+
+  /// CUDA graphs: while on, stream work submitted through submit() (the
+  /// backend's kernels, cuDNN's convolutions) is queued with its signature,
+  /// and every direct use of the stream, a wait or a tensor's free first
+  /// runs the queue, a repeated segment as one graph (backend/cuda/
+  /// host_config.hpp, BasicLaunchQueue). Off by default; on from
+  /// CIFARNET_CUDA_GRAPHS=1 or set_graphs(true). Graphs need this Device to
+  /// be the only user of its GPU's tensor memory (no second Device on it):
+  /// otherwise work runs as it is submitted.
+  void set_graphs(bool on) {
+    run_queued();
+    queue_.enable(on);
+    if (queue_.enabled())
+      tensor_memory().set_flusher(stream_, [this] {
+        try {
+          run_queued();
+        } catch (...) {  // a tensor's free cannot throw: the next use of this Device does
+          deferred_error_ = std::current_exception();
+        }
+      });
+    else
+      tensor_memory().set_flusher(stream_, {});
+  }
+  bool graphs() const { return queue_.enabled(); }
+  /// What the launch queue did (segments replayed, captured, run item by
+  /// item, and why graphs went off if they did).
+  const backend::cuda::LaunchQueueStats& graph_stats() const { return queue_.stats(); }
+  /// Enqueues `work(stream)` on the compute stream, or queues it while
+  /// graphs are on; `sig` must say everything that decides what it does
+  /// (backend/cuda/host_config.hpp, LaunchSignature); `what` names it (a
+  /// string literal). `work` may use queued_cudnn() and nothing that runs
+  /// the queue.
+  template <class F>
+  void submit(const char* what, const backend::cuda::LaunchSignature& sig, F&& work) {
+    if (!queue_.enabled() || (queue_.empty() && !sole_user())) {  // (another stream could take a freed block)
+      const backend::cuda::DeviceGuard guard(ordinal_);
+      work(stream());
+      return;
+    }
+    queue_.submit(what, sig, std::forward<F>(work));
+  }
+  /// The cuDNN handle for work passed to submit() (no queue run).
+  cudnnHandle_t queued_cudnn() const { return cudnn_; }
+  /// Runs what the launch queue holds (a replayed or captured graph, or
+  /// item by item), on this GPU.
+  void run_queued() const {
+    if (deferred_error_) std::rethrow_exception(std::exchange(deferred_error_, nullptr));
+    if (queue_.empty()) return;
+    const backend::cuda::DeviceGuard guard(ordinal_);
+    queue_.flush();
+  }
 
   /// Device buffer `slot` with at least `n` floats; valid until the next call
   /// for the same slot with a larger size. Slots below kStagingBase are op
   /// temporaries (workspace, padded copies, transposed weights); staging uses
   /// the slots from kStagingBase up.
   float* buffer(std::size_t slot, std::size_t n) {
+    if (slot < buffers_.size() && buffers_[slot].size() < (n ? n : 1))
+      run_queued();  // queued work may use the buffer that a larger one replaces
     if (slot >= buffers_.size()) {
       buffers_.reserve(slot + 1);
       while (buffers_.size() <= slot) buffers_.emplace_back(ordinal_, 0);
@@ -723,7 +887,10 @@ struct Device<backend::Cuda> {
   /// grow-only, one buffer per slot so the ring's ordering covers it).
   unsigned char* input_bytes(std::size_t slot, std::size_t n) {
     auto& b = input_bytes_.at(slot);
-    if (b.size() < n) b = backend::cuda::DeviceBuffer<unsigned char>(ordinal_, n);
+    if (b.size() < n) {
+      run_queued();  // queued work may read the buffer this one replaces
+      b = backend::cuda::DeviceBuffer<unsigned char>(ordinal_, n);
+    }
     return b.data();
   }
 
@@ -736,7 +903,7 @@ struct Device<backend::Cuda> {
   static bool is_device_memory(const void* p) { return backend::cuda::is_device_pointer(p); }
 
   /// Waits for everything queued on the stream.
-  void sync() { backend::cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void sync() { backend::cuda::check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 
   /// The memory of this GPU's tensors: a model's layers allocate their
   /// activations and gradients from it (Model, TensorMemoryScope).
@@ -764,8 +931,20 @@ struct Device<backend::Cuda> {
 
  private:
   static int default_ordinal() { return backend::cuda::choose_device(backend::cuda::device_count()).ordinal; }
+  /// Whether this Device's streams are the only ones on its GPU's tensor memory.
+  bool sole_user() {
+    const cudaStream_t mine[2] = {stream_, input_ring_.copy_stream().made()};
+    return tensor_memory().streams_within(mine, 2);
+  }
   void destroy() noexcept {
+    try {
+      run_queued();
+    } catch (...) {  // a failed launch: nothing more to run
+    }
+    if (stream_)
+      backend::cuda::on_device_noexcept(ordinal_, [&] { tensor_memory().set_flusher(stream_, {}); });
     backend::cuda::on_device_noexcept(ordinal_, [&] {  // the handles were made on this GPU
+      queue_.drop_graphs();                            // their items hold cuDNN plans made with cudnn_
       if (cublas_) (void)cublasDestroy(cublas_);
       if (cudnn_) (void)cudnnDestroy(cudnn_);
       buffers_.clear();
@@ -787,6 +966,8 @@ struct Device<backend::Cuda> {
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  mutable backend::cuda::LaunchQueue queue_;
+  mutable std::exception_ptr deferred_error_;  ///< a queued launch that failed when a free ran the queue
   std::vector<backend::cuda::DeviceBuffer<float>> buffers_;
   backend::cuda::TransferCounter transfers_;
   backend::cuda::MirrorSet mirrors_;

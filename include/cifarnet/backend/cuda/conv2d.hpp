@@ -47,7 +47,8 @@ struct Conv2d<backend::Cuda, float> {
   void forward(Dev& dev, const ConvGeom& g, const float* x, const float* w, const float* b, float* y) {
     namespace cu = backend::cuda;
     cu::Staging st(dev);
-    Plan& p = plan(dev, g);
+    const std::shared_ptr<Plan> pp = plan(dev, g);
+    Plan& p = *pp;
     const float* dx_in = st.in(x, g.in_shape().size());
     const float* dw = st.in(w, weights_size(g));
     const float* db = b ? st.in(b, g.oc) : nullptr;
@@ -55,7 +56,7 @@ struct Conv2d<backend::Cuda, float> {
     float* wk = to_filter(dev, p, dw);
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
     cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::Forward)];
-    cu::execute(dev.cudnn(), e, cu::ConvPass::Forward, xin, wk, dy, dev.workspace(e.workspace));
+    cu::execute(dev, e, cu::ConvPass::Forward, xin, wk, dy, dev.workspace(e.workspace), pp);
     if (db) cu::add_channel_bias(dev, g.fmt, g.n, g.oc, g.oh * g.ow, db, dy);
     st.finish();
   }
@@ -63,14 +64,15 @@ struct Conv2d<backend::Cuda, float> {
   void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w, float* dx) {
     namespace cu = backend::cuda;
     cu::Staging st(dev);
-    Plan& p = plan(dev, g);
+    const std::shared_ptr<Plan> pp = plan(dev, g);
+    Plan& p = *pp;
     const float* ddy = st.in(dy, g.out_shape().size());
     const float* dw = st.in(w, weights_size(g));
     float* ddx = st.out(dx, g.in_shape().size());
     float* wk = to_filter(dev, p, dw);
     float* target = p.pad.on ? dev.buffer(kPaddedSlot, p.pad.size) : ddx;
     cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardData)];
-    cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardData, target, wk, ddy, dev.workspace(e.workspace));
+    cu::execute(dev, e, cu::ConvPass::BackwardData, target, wk, ddy, dev.workspace(e.workspace), pp);
     if (p.pad.on) cu::unpad(dev, p.pad, target, p.x, ddx);  // the interior of the padded gradient is dx
     st.finish();
   }
@@ -78,7 +80,8 @@ struct Conv2d<backend::Cuda, float> {
   void backward_weights(Dev& dev, const ConvGeom& g, const float* x, const float* dy, float* dw, float* db) {
     namespace cu = backend::cuda;
     cu::Staging st(dev);
-    Plan& p = plan(dev, g);
+    const std::shared_ptr<Plan> pp = plan(dev, g);
+    Plan& p = *pp;
     const float* dx_in = st.in(x, g.in_shape().size());
     const float* ddy = st.in(dy, g.out_shape().size());
     float* ddw = st.out(dw, weights_size(g));
@@ -86,7 +89,7 @@ struct Conv2d<backend::Cuda, float> {
     const float* xin = p.pad.on ? cu::pad_copy(dev, kPaddedSlot, p.pad, p.x, dx_in, 0.0f) : dx_in;
     float* dwk = dev.buffer(kFilterSlot, weights_size(g));
     cu::ConvExecPlan& e = p.exec[int(cu::ConvPass::BackwardFilter)];
-    cu::execute(dev.cudnn(), e, cu::ConvPass::BackwardFilter, xin, dwk, ddy, dev.workspace(e.workspace));
+    cu::execute(dev, e, cu::ConvPass::BackwardFilter, xin, dwk, ddy, dev.workspace(e.workspace), pp);
     cu::transform(dev, p.filter_as_tensor, dwk, p.hwio, ddw);  // filter layout back to HWIO
     if (ddb) cu::channel_sum(dev, g.fmt, g.n, g.oc, g.oh * g.ow, ddy, ddb);
     st.finish();
@@ -109,17 +112,18 @@ struct Conv2d<backend::Cuda, float> {
 
   static std::size_t weights_size(const ConvGeom& g) { return g.kh * g.kw * g.ic * g.oc; }
 
-  Plan& plan(Dev& dev, const ConvGeom& g) {
+  /// Shared: work a launch queue holds keeps its plan alive (CUDA graphs).
+  std::shared_ptr<Plan> plan(Dev& dev, const ConvGeom& g) {
     for (auto& p : plans_)
-      if (p->g == g) return *p;
+      if (p->g == g) return p;
     if (plans_.size() >= 16) plans_.erase(plans_.begin());  // batch sizes come and go; keep a few
     plans_.push_back(build(dev, g));
-    return *plans_.back();
+    return plans_.back();
   }
 
-  static std::unique_ptr<Plan> build(Dev& dev, const ConvGeom& g) {
+  static std::shared_ptr<Plan> build(Dev& dev, const ConvGeom& g) {
     namespace cu = backend::cuda;
-    auto p = std::make_unique<Plan>();
+    auto p = std::make_shared<Plan>();
     p->g = g;
     cu::set_activation(p->x, g.fmt, g.n, g.ic, g.ih, g.iw);
     p->pad.setup(g, g.ic);
@@ -181,7 +185,7 @@ struct Conv2d<backend::Cuda, float> {
     return wk;
   }
 
-  std::vector<std::unique_ptr<Plan>> plans_;
+  std::vector<std::shared_ptr<Plan>> plans_;
 };
 
 }  // namespace ops

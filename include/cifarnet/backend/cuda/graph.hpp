@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -410,9 +411,9 @@ inline cudnnStatus_t try_execute(cudnnHandle_t h, const ConvExecPlan& plan, cons
 /// plan's cached variant pack while the addresses are those of its last
 /// call (PackCache); a BackendError names the pass, or the misaligned
 /// tensor.
-inline void execute(cudnnHandle_t h, ConvExecPlan& plan, ConvPass pass, const void* x, const void* w,
-                    const void* y, void* workspace) {
-  const GraphDesc& pack = plan.packs.get({x, w, y, workspace}, [&] {
+inline void execute(Dev& dev, ConvExecPlan& plan, ConvPass pass, const void* x, const void* w, const void* y,
+                    void* workspace, std::shared_ptr<const void> keep = nullptr) {
+  plan.packs.get({x, w, y, workspace}, [&] {
     for (const void* p : {x, w, y})  // checked when an address is new
       if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
         throw BackendError(
@@ -421,7 +422,18 @@ inline void execute(cudnnHandle_t h, ConvExecPlan& plan, ConvPass pass, const vo
                                      "16-byte aligned device tensors)"));
     return variant_pack(x, w, y, workspace);
   });
-  check(cudnnBackendExecute(h, plan.plan.get(), pack.get()), pass_name(pass));
+  // Queued while dev's CUDA graphs are on: the signature is the plan, the
+  // pack and the addresses the pack binds; the work keeps the pack and
+  // `keep` (what owns the plan) alive until it has run.
+  LaunchSignature sig;
+  sig.add(static_cast<const void*>(plan.plan.get()))
+      .add(x)
+      .add(w)
+      .add(y)
+      .add(static_cast<const void*>(workspace));
+  dev.submit(pass_name(pass), sig,
+             [h = dev.queued_cudnn(), p = plan.plan.get(), pack = plan.packs.shared(), keep = std::move(keep),
+              pass](cudaStream_t) { check(cudnnBackendExecute(h, p, pack->get()), pass_name(pass)); });
 }
 
 /// The graph API's counterpart of cudnnFind*: builds a plan for every engine

@@ -42,6 +42,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -187,6 +188,19 @@ ConvOptions conv_options_from_env(Env&& env) {
 }
 inline ConvOptions conv_options_from_env() {
   return conv_options_from_env([](const char* v) -> const char* { return std::getenv(v); });
+}
+
+/// Whether a Device queues its stream work and replays repeated segments as
+/// CUDA graphs (BasicLaunchQueue): CIFARNET_CUDA_GRAPHS=1; 0 or unset: not
+/// (the default until the graphs have run on a GPU); anything else is a
+/// ConfigError naming the variable.
+template <class Env>
+bool graphs_from_env(Env&& env) {
+  const char* s = env("CIFARNET_CUDA_GRAPHS");
+  return s && parse_env_integer("CIFARNET_CUDA_GRAPHS", s, 0, 1) == 1;
+}
+inline bool graphs_from_env() {
+  return graphs_from_env([](const char* v) -> const char* { return std::getenv(v); });
 }
 
 /// One pass's chosen cuDNN engine: its global index and knob settings (the
@@ -766,6 +780,8 @@ class BasicInputRing {
   }
   /// Uploads so far.
   std::uint64_t uploads() const { return uploads_; }
+  /// The copy stream (made on the first upload).
+  const typename Api::Stream& copy_stream() const { return copy_; }
 
   /// `bytes` at host `src` to device `dst` (slot next()'s buffer) through
   /// slot next()'s pinned buffer, on the copy stream; the compute stream
@@ -877,6 +893,15 @@ class BasicTensorCache {
     }
     ++mallocs_;
     return p;
+  }
+
+  /// Whether every attached stream is one of the `n` at `s` (a Device's
+  /// own streams: no other stream can take a block it frees).
+  bool streams_within(const Stream* s, std::size_t n) const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    for (const Stream& a : streams_)
+      if (std::find(s, s + n, a) == s + n) return false;
+    return true;
   }
 
   /// Whether `p` points into a block this cache holds (handed out or
@@ -1059,7 +1084,9 @@ struct LaunchQueueStats {
 ///    runs item by item, as without a queue.
 /// A replay is taken only on equal signatures, word for word (a hash only
 /// decides when to capture), so a changed pointer or scalar never replays a
-/// stale graph. A capture that fails (a call that cannot be captured)
+/// stale graph; a kept graph keeps the items it was captured from (and what
+/// they own) alive, so an address in a signature cannot be reused by another
+/// object while a graph replays it. A capture that fails (a call that cannot be captured)
 /// turns graphs off for good, with the reason, and the segment runs item by
 /// item; so do kMaxMisses captures in a row that were never replayed (work
 /// whose arguments change every step: nothing to gain).
@@ -1142,6 +1169,9 @@ class BasicLaunchQueue {
 
   /// Graphs kept now.
   std::size_t graphs() const { return graphs_.size(); }
+  /// Lets the kept graphs go, and what their items own (before the
+  /// library handles those belong to are destroyed).
+  void drop_graphs() noexcept { graphs_.clear(); }
 
  private:
   struct Item {
@@ -1153,6 +1183,7 @@ class BasicLaunchQueue {
     std::vector<std::size_t> ends;
     Graph graph;
     std::uint64_t used;
+    std::vector<Item> items;  // what they own (a cuDNN plan, say) lives as long as the graph
   };
   struct Flushing {
     explicit Flushing(BasicLaunchQueue& q) : q_(q) { q_.flushing_ = true; }
@@ -1231,13 +1262,14 @@ class BasicLaunchQueue {
         if (graphs_[i].used < graphs_[lru].used) lru = i;
       graphs_.erase(graphs_.begin() + std::ptrdiff_t(lru));
     }
-    graphs_.push_back(Kept{words_, ends_, std::move(g), ++clock_});
+    const std::string what = describe();
+    graphs_.push_back(Kept{words_, ends_, std::move(g), ++clock_, std::move(items_)});
     if (++misses_ >= kMaxMisses) {
       stats_.disabled = cifarnet::detail::concat(kMaxMisses,
                                                  " graphs were captured with no replay in between: the "
                                                  "work's arguments change from step to step (the last "
                                                  "segment ",
-                                                 describe(), ")");
+                                                 what, ")");
       on_ = false;
       graphs_.clear();
     }
@@ -1274,18 +1306,21 @@ class PackCache {
   Pack& get(const Key& key, Build&& build) {
     if (!valid_ || key != key_) {
       valid_ = false;  // a build that throws leaves no pack
-      pack_ = build();
+      pack_ = std::make_shared<Pack>(build());
       key_ = key;
       valid_ = true;
       ++builds_;
     }
-    return pack_;
+    return *pack_;
   }
+  /// The current pack, shared: work queued with it keeps it alive when a
+  /// later call builds another (a launch queue runs it later).
+  std::shared_ptr<Pack> shared() const { return valid_ ? pack_ : nullptr; }
   /// Packs built so far.
   std::size_t builds() const { return builds_; }
 
  private:
-  Pack pack_{};
+  std::shared_ptr<Pack> pack_;
   Key key_{};
   bool valid_ = false;
   std::size_t builds_ = 0;

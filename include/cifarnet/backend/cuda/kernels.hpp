@@ -1014,12 +1014,8 @@ class KernelLibrary {
   void launch(Dev& dev, const Kernel<P...>& k, std::size_t n, std::size_t max_blocks,
               typename kernel_detail::identity<P>::type... args) {
     if (n == 0) return;
-    void* ptrs[] = {static_cast<void*>(&args)...};
     const std::size_t blocks = std::min(max_blocks, (n + kThreads - 1) / kThreads);
-    const DeviceGuard guard(dev.ordinal());
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(k.name)), dim3(unsigned(blocks)),
-                           dim3(kThreads), ptrs, 0, dev.stream()),
-          k.name);
+    enqueue(dev, k.name, dim3(unsigned(blocks)), args...);
   }
 
   /// Launches kernel `k` on a grid of `grid` blocks of kThreads threads, for
@@ -1029,17 +1025,36 @@ class KernelLibrary {
   void launch_grid(Dev& dev, const Kernel<P...>& k, dim3 grid,
                    typename kernel_detail::identity<P>::type... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-    void* ptrs[] = {static_cast<void*>(&args)...};
-    const DeviceGuard guard(dev.ordinal());
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel(k.name)), grid, dim3(kThreads), ptrs, 0,
-                           dev.stream()),
-          k.name);
+    enqueue(dev, k.name, grid, args...);
   }
 
   static constexpr unsigned kThreads = 256;  // the block size every kernel assumes
   static constexpr std::size_t kMaxBlocks = 4096;
 
  private:
+  /// Launches kernel `name` on `grid` with `args` on dev's stream, or
+  /// queues the launch while dev's CUDA graphs are on (signature: the
+  /// kernel, the grid and every argument's bytes).
+  template <class... A>
+  void enqueue(Dev& dev, const char* name, dim3 grid, A... args) {
+    const cudaKernel_t f = kernel(name);
+    if (!dev.graphs()) {
+      void* ptrs[] = {static_cast<void*>(&args)...};
+      const DeviceGuard guard(dev.ordinal());
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(f), grid, dim3(kThreads), ptrs, 0, dev.stream()),
+            name);
+      return;
+    }
+    static_assert((std::is_trivially_copyable_v<A> && ...), "kernel arguments are copied bytes");
+    LaunchSignature sig;
+    sig.add(static_cast<const void*>(f)).add(grid.x).add(grid.y).add(grid.z);
+    (sig.bytes(&args, sizeof(A)), ...);
+    dev.submit(name, sig, [f, grid, name, args...](cudaStream_t s) mutable {
+      void* ptrs[] = {static_cast<void*>(&args)...};
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(f), grid, dim3(kThreads), ptrs, 0, s), name);
+    });
+  }
+
   explicit KernelLibrary(int arch) : arch_(arch) {
     const std::string ptx = compile_ptx(arch);
     check(cudaLibraryLoadData(&lib_.lib, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
@@ -1444,7 +1459,13 @@ inline Pending softmax_cross_entropy_deferred(Dev& dev, const float* z, const st
   double* loss = static_cast<double*>(room.device);
   int* bad = reinterpret_cast<int*>(loss + n);
   copy_to_device(dev, d_labels, labels, n * sizeof(int), "copy of labels to the device");
-  check(cudaMemsetAsync(bad, 0, sizeof(double), dev.stream()), "cudaMemsetAsync");
+  {
+    LaunchSignature sig;
+    sig.add(static_cast<const void*>(bad));
+    dev.submit("cudaMemsetAsync (the bad-row count)", sig, [bad](cudaStream_t s) {
+      check(cudaMemsetAsync(bad, 0, sizeof(double), s), "cudaMemsetAsync");
+    });
+  }
   KernelLibrary::get(dev).launch(dev, kernel::softmax_xent, n, KernelLibrary::kMaxBlocks, d_z, d_labels,
                                  static_cast<long long>(n), to_int(k, "classes"), double(n), loss, d_dz, bad);
   st.finish();
