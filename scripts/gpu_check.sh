@@ -74,7 +74,7 @@ if [ "$rc" = 0 ]; then
 fi
 # Speed beside the peer on the same GPU, one run: bench/cuda/gpu_bench
 # (cifarnet, backend::Cuda as it is: fp32, then TF32 convolutions for the
-# training benchmarks) and bench/peer_torch_gpu.py (PyTorch at fp32, TF32 and
+# training benchmarks, then both with CUDA graphs on) and bench/peer_torch_gpu.py (PyTorch at fp32, TF32 and
 # bf16 autocast; eager, torch.compile, max-autotune, reduce-overhead) when a
 # torch with CUDA is installed; both upload each step's batch from pinned
 # host memory. Both say so when they cannot measure. Then one table
@@ -86,7 +86,8 @@ GPU_BENCH=${GPU_BENCH:-$DIR/gpu_bench}
 [ -x "$GPU_BENCH" ] || GPU_BENCH=build/bench/gpu_bench
 if [ -x "$GPU_BENCH" ]; then
   echo "=== images/s on this GPU: cifarnet (bench/cuda/gpu_bench)" | tee -a "$SPEED_LOG"
-  for extra in "" "--tf32 --only resnet20,resnet56"; do
+  for extra in "" "--tf32 --only resnet20,resnet56" "--graphs --only resnet20,resnet56" \
+    "--graphs --tf32 --only resnet20,resnet56"; do
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} "$GPU_BENCH" --reps 5 --steps 10 --warmup 10 $extra \
       > "$SPEED_LOG.one" 2>&1 || rc=1

@@ -9,9 +9,11 @@
 #
 # It reads the lines under "=== images/s on this GPU: cifarnet" and
 # "=== images/s on this GPU: PyTorch". A line is
-#   <bench> <layout> [<precision>] batch <n> <images/s> img/s ...          (gpu_bench)
+#   <bench> <layout> [<precision> [graphs]] batch <n> <images/s> img/s ... (gpu_bench)
 #   <bench> <layout> [<precision>] <mode> batch <n> <images/s> img/s ...   (the peer)
-# with no precision meaning fp32 (the logs before the precision column).
+# with no precision meaning fp32 (the logs before the precision column);
+# cifarnet's best of its layouts, with and without CUDA graphs, is the one
+# compared (its cell says ", graphs" when graphs won).
 # A cell nobody measured is "-"; a precision cifarnet does not run on CUDA
 # (bf16 today) says so. Exits 1 when the log has no cifarnet line.
 set -euo pipefail
@@ -28,14 +30,19 @@ awk '
     if (!b || v == 0) next
     prec = "fp32"; mode = ""
     k = b - 3  # tokens between the layout and "batch"
-    if (side == "c") { if (k == 1) prec = $3; else if (k != 0) next }
+    lay = $2
+    if (side == "c") {
+      if (k == 1) prec = $3
+      else if (k == 2 && $4 == "graphs") { prec = $3; lay = $2 ", graphs" }
+      else if (k != 0) next
+    }
     else if (k == 1) mode = $3
     else if (k == 2) { prec = $3; mode = $4 }
     else next
     if (prec !~ /^(fp32|tf32|bf16)$/) next
     if (side == "c") {
       key = $1 SUBSEP prec
-      if (v + 0 > cbest[key] + 0) { cbest[key] = v; cfmt[key] = $2 }
+      if (v + 0 > cbest[key] + 0) { cbest[key] = v; cfmt[key] = lay }
       cseen = 1
     } else {
       key = $1 SUBSEP prec SUBSEP mode
