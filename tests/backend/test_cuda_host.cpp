@@ -15,6 +15,7 @@
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/distributed/towers.hpp>
 #include <cifarnet/models/resnet.hpp>
+#include <cifarnet/train/trainer.hpp>
 #include "instances/resnet.hpp"
 
 #include <cmath>
@@ -97,6 +98,12 @@ TEST_CASE("Convolution options from the environment: TF32 and determinism are op
   CHECK_THROWS_WITH(cu::conv_options_from_env(Env{{{"CIFARNET_CUDA_DETERMINISTIC", "2"}}}),
                     Catch::Contains("CIFARNET_CUDA_DETERMINISTIC"));
 }
+
+// The Trainer runs a CUDA model's queued launches at the end of each step
+// (its update then starts while the host fetches the next batch); a CPU
+// model has no queue.
+static_assert(train::detail::has_queued_launches<Model<ResNetCifar<>, backend::Cuda>>::value);
+static_assert(!train::detail::has_queued_launches<Model<ResNetCifar<>, backend::OneDnn>>::value);
 
 TEST_CASE("CUDA graphs from the environment: CIFARNET_CUDA_GRAPHS=1 turns them on, a bad value is an error",
           "[backend][cuda][host]") {

@@ -287,6 +287,12 @@ template <class M>
 struct has_device_arena<M, std::void_t<decltype(std::declval<M&>().device_resident()),
                                        decltype(std::declval<M&>().sync_parameters_to_host()),
                                        decltype(std::declval<M&>().host_parameters())>> : std::true_type {};
+/// Does M's device queue launches (CUDA graphs: Device<Cuda>::run_queued)?
+template <class M, class = void>
+struct has_queued_launches : std::false_type {};
+template <class M>
+struct has_queued_launches<M, std::void_t<decltype(std::declval<M&>().device().run_queued())>>
+    : std::true_type {};
 }  // namespace detail
 
 /// What the trainer does when a checkpoint cannot be saved.
@@ -601,6 +607,10 @@ class TrainerBase {
   /// ... or for writing too (a restore, init_fn): the device takes them
   /// back before its next op. Host backends: nothing to do.
   virtual void arena_host_write() {}
+  /// After the step's last update: a device that queues its launches (CUDA
+  /// graphs) starts the queued update now, while the host fetches the next
+  /// batch, rather than at the step's next use of the stream.
+  virtual void end_of_step() {}
 
   /// The model's part of a step: forward in Mode::Train on `b.images`, the
   /// mean softmax cross-entropy against `b.labels` (returned as a Pending:
@@ -669,6 +679,7 @@ class TrainerBase {
     phase(tp, "update_ops", [&] {
       for (auto& u : updates_) u(P, step_);
     });
+    end_of_step();
     r.step = step_;
     const auto t1 = Profiler::Clock::now();
     r.seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -843,6 +854,9 @@ class Trainer : public TrainerBase {
   void arena_host_write() override {
     if constexpr (detail::has_device_arena<ModelT>::value)
       if (model_->device_resident()) model_->host_parameters();
+  }
+  void end_of_step() override {
+    if constexpr (detail::has_queued_launches<ModelT>::value) model_->device().run_queued();
   }
   Profiler* swap_profiler([[maybe_unused]] Profiler* p) override {
     if constexpr (detail::has_profiler<ModelT>::value) {
