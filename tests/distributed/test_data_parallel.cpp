@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include <cifarnet/distributed/data_parallel.hpp>
 #ifdef CIFARNET_WITH_NCCL
 #include <cifarnet/distributed/nccl.hpp>
+#include "instances/cuda.hpp"
 #endif
 #include <cifarnet/io/checkpoint.hpp>
 #include <cifarnet/models/resnet.hpp>
@@ -152,15 +154,55 @@ TEST_CASE("AllReduceMean replaces every gradient by its mean over the ranks, buc
   CHECK(ok);
 }
 
+TEST_CASE("GradientBuckets: last parameters first, each bucket started once all of it is final",
+          "[distributed][allreduce]") {
+  // Three trainable parameters of 10, 6 and 4 elements (offsets 0, 10, 16)
+  // and one non-trainable between them; buckets of at most 8 elements over
+  // the 20: [12, 20), [4, 12), [0, 4).
+  std::vector<ParamInfo> infos(4);
+  infos[0].trainable = true, infos[0].offset = 0, infos[0].size = 10;
+  infos[1].trainable = false, infos[1].offset = 0, infos[1].size = 3;  // state: no gradient
+  infos[2].trainable = true, infos[2].offset = 10, infos[2].size = 6;
+  infos[3].trainable = true, infos[3].offset = 16, infos[3].size = 4;
+  dist::GradientBuckets b(infos, 20, 8);
+  CHECK(b.count() == 3);
+  std::vector<std::pair<std::size_t, std::size_t>> started;
+  const auto start = [&](std::size_t lo, std::size_t hi) { started.emplace_back(lo, hi); };
+  for (int pass = 0; pass < 2; ++pass) {  // the same every backward pass
+    INFO("pass " << pass);
+    started.clear();
+    b.begin();
+    CHECK(b.ready_from(3, start) == 0);  // [16, 20) final: no bucket wholly so
+    CHECK(b.ready_from(3, start) == dist::GradientBuckets::kNothingNew);  // a repeated id
+    CHECK(b.ready_from(2, start) == 1);                                   // [10, 20): [12, 20) starts
+    CHECK(b.ready_from(1, start) == dist::GradientBuckets::kNothingNew);  // state: nothing new
+    CHECK(b.early() == 1);
+    CHECK(b.ready_from(0, start) == 2);  // everything: the other two, in order
+    CHECK(b.early() == 1);               // nothing was left to compute for those
+    b.rest(start);                       // nothing left
+    CHECK(started == std::vector<std::pair<std::size_t, std::size_t>>{{12, 20}, {4, 12}, {0, 4}});
+  }
+  b.begin();
+  started.clear();
+  b.rest(start);  // finish() without reports: every bucket, last first
+  CHECK(started == std::vector<std::pair<std::size_t, std::size_t>>{{12, 20}, {4, 12}, {0, 4}});
+  CHECK(dist::GradientBuckets(infos, 20, 0).count() == 20);  // at least one element a bucket
+}
+
 #ifdef CIFARNET_WITH_NCCL
+/// One GPU per rank, else "SKIPPED" (its own ctest entry,
+/// distributed.two_ranks_nccl_allreduce: Not Run).
+bool every_rank_has_a_gpu(dist::Communicator& c) {
+  const int gpus = backend::cuda::device_count();
+  if (gpus >= c.size()) return true;
+  WARN("SKIPPED: NCCL needs one GPU per rank (" << gpus << " present for " << c.size() << " ranks)");
+  return false;
+}
+
 TEST_CASE("NcclAllReduceMean averages the gradients like AllReduceMean (one GPU per rank)",
           "[distributed][nccl]") {
   auto& c = world();
-  const int gpus = backend::cuda::device_count();
-  if (gpus < c.size()) {  // its own ctest entry (distributed.two_ranks_nccl_allreduce): Not Run
-    WARN("SKIPPED: NCCL needs one GPU per rank (" << gpus << " present for " << c.size() << " ranks)");
-    return;
-  }
+  if (!every_rank_has_a_gpu(c)) return;
   Device<backend::Cuda> dev(c.rank());
   dist::NcclCommunicator nc(c, dev, 120);
   Net net({3, 32, 32}, DataFormat::NHWC, resnet_options(8), 1);
@@ -173,6 +215,55 @@ TEST_CASE("NcclAllReduceMean averages the gradients like AllReduceMean (one GPU 
   for (Eigen::Index i = 0; i < P.grads().size(); ++i)
     ok = ok && std::abs(P.grads()[i] - mean * float(i % 97)) <= 1e-5f * float(i % 97 + 1);
   CHECK(ok);
+}
+
+TEST_CASE("NcclOverlappedAllReduce, buckets started during backward, trains like NcclAllReduceMean",
+          "[distributed][nccl]") {
+  auto& c = world();
+  if (!every_rank_has_a_gpu(c)) return;
+  // Each rank trains a device-resident ResNet-8 on its half of 3 global
+  // batches, once with the mean in the optimizer chain (one all-reduce
+  // after backward), once with buckets of 16 KiB started during backward.
+  // The mean of two values does not depend on the bucketing: same bits.
+  using GpuNet = Model<ResNetCifar<>, backend::Cuda>;
+  const auto batches = make_batches(3, 16, DataFormat::NCHW);
+  const auto run = [&](bool overlapped, std::size_t* early) {
+    GpuNet net(std::make_unique<Device<backend::Cuda>>(c.rank()), {3, 32, 32}, DataFormat::NCHW,
+               resnet_options(8), 5);
+    backend::cuda::ConvOptions o = net.device().conv_options();
+    o.deterministic = true;
+    net.device().set_conv_options(o);
+    net.set_device_resident(true);
+    dist::NcclCommunicator nc(c, net.device(), 120);
+    std::vector<float> values;
+    train::Trainer<GpuNet> t(net, train::TrainerOptions().max_steps(3));
+    train::Batch shard;
+    const auto half = [&](std::size_t k) -> const train::Batch& {
+      dist::take_shard(batches[k], c.rank(), c.size(), shard);
+      return shard;
+    };
+    if (overlapped) {
+      dist::NcclOverlappedAllReduce<float> sync(net.parameters(), nc, 16384);
+      optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+      t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+      t.set_gradient_sync(&sync);
+      for (std::size_t k = 0; k < batches.size(); ++k) t.step(half(k));
+      *early = sync.last_early_buckets();
+      CHECK(sync.buckets() > 1);
+    } else {
+      optim::Chain<dist::NcclAllReduceMean, optim::Momentum> opt(
+          net.parameters(), dist::NcclAllReduceOptions(nc), optim::MomentumOptions().momentum(0.9));
+      t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
+      for (std::size_t k = 0; k < batches.size(); ++k) t.step(half(k));
+    }
+    const auto& p = net.sync_parameters_to_host();
+    values.assign(p.values().data(), p.values().data() + p.values().size());
+    return values;
+  };
+  std::size_t early = 0;
+  const std::vector<float> chained = run(false, nullptr), overlapped = run(true, &early);
+  CHECK(chained == overlapped);
+  CHECK(early > 0);  // some bucket left while backward still ran
 }
 #endif
 

@@ -36,6 +36,7 @@
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
 #include "cifarnet/core/state_dict.hpp"
+#include "cifarnet/distributed/buckets.hpp"
 #include "cifarnet/distributed/mpi.hpp"
 #include "cifarnet/io/safetensors.hpp"
 #include "cifarnet/nn/context.hpp"
@@ -141,58 +142,33 @@ class OverlappedAllReduce : public GradientSync {
   using Options = AllReduceOptions;
 
   OverlappedAllReduce(Parameters<T>& params, Options opts)
-      : params_(&params), opts_(std::move(opts)), size_(std::size_t(params.grads().size())) {
-    opts_.validate();
-    if (!params.allocated())
-      throw ConfigError("OverlappedAllReduce: the model's parameters are not allocated yet");
-    const std::size_t per = std::max<std::size_t>(1, opts_.bucket_bytes() / sizeof(T));
-    for (std::size_t end = size_; end > 0;) {  // last parameters first: the order backward finishes them in
-      const std::size_t begin = end > per ? end - per : 0;
-      buckets_.emplace_back(begin, end);
-      end = begin;
-    }
-    // ready_offset_[id]: where the trainable gradients of parameters id,
-    // id+1, ... begin (trainable offsets grow with the id; state has none).
-    const auto& infos = params.infos();
-    ready_offset_.assign(infos.size() + 1, size_);
-    for (std::size_t id = infos.size(); id-- > 0;)
-      ready_offset_[id] = infos[id].trainable ? infos[id].offset : ready_offset_[id + 1];
-  }
+      : params_(&params), opts_(std::move(opts)), buckets_(init(params, opts_)) {}
 
   void begin() override {
-    if (std::size_t(params_->grads().size()) != size_)
+    if (std::size_t(params_->grads().size()) != buckets_.size())
       throw DistributedError("OverlappedAllReduce: the gradient buffer changed size (" +
-                             std::to_string(size_) + " -> " + std::to_string(params_->grads().size()) +
-                             " elements)");
+                             std::to_string(buckets_.size()) + " -> " +
+                             std::to_string(params_->grads().size()) + " elements)");
     if (opts_.comm().pending() != 0)
       throw DistributedError(
           "OverlappedAllReduce: a previous step's all-reduce is still in flight "
           "(a backward pass ended without finish())");
     t0_ = std::chrono::steady_clock::now();
-    next_ = 0;
-    frontier_ = size_;
-    early_ = 0;
+    buckets_.begin();
   }
 
   void ready_from(std::size_t first_param) override {
     if (opts_.comm().size() == 1) return;
-    const std::size_t off = first_param < ready_offset_.size() ? ready_offset_[first_param] : size_;
-    if (off >= frontier_) return;
-    frontier_ = off;
-    bool started = false;
-    while (next_ < buckets_.size() && buckets_[next_].first >= frontier_) {
-      start(next_++);
-      if (frontier_ > 0) ++early_;  // some gradient is still to be computed
-      started = true;
-    }
-    if (!started) opts_.comm().progress("gradient all-reduce");
+    const std::size_t started =
+        buckets_.ready_from(first_param, [&](std::size_t b, std::size_t e) { start(b, e); });
+    if (started == 0) opts_.comm().progress("gradient all-reduce");
   }
 
   void finish() override {
     Communicator& c = opts_.comm();
     if (c.size() == 1) return;
     const auto t1 = std::chrono::steady_clock::now();
-    while (next_ < buckets_.size()) start(next_++);
+    buckets_.rest([&](std::size_t b, std::size_t e) { start(b, e); });
     c.wait_all("gradient all-reduce");
     params_->grads() *= T(1) / T(c.size());
     const auto t2 = std::chrono::steady_clock::now();
@@ -201,10 +177,10 @@ class OverlappedAllReduce : public GradientSync {
   }
 
   /// Number of all-reduce calls per step.
-  std::size_t buckets() const { return buckets_.size(); }
+  std::size_t buckets() const { return buckets_.count(); }
   /// Buckets the last step started while backward still had gradients to
   /// compute (the rest started when all were final, or in finish()).
-  std::size_t last_early_buckets() const { return early_; }
+  std::size_t last_early_buckets() const { return buckets_.early(); }
   /// Seconds the last finish() took (the all-reduce time backward did not hide).
   double last_wait_seconds() const { return last_wait_seconds_; }
   /// Seconds from the last begin() to the end of its finish() (backward included).
@@ -212,17 +188,20 @@ class OverlappedAllReduce : public GradientSync {
   const Options& options() const { return opts_; }
 
  private:
-  void start(std::size_t k) {
-    opts_.comm().start_sum(params_->grads().data() + buckets_[k].first,
-                           buckets_[k].second - buckets_[k].first);
+  static GradientBuckets init(const Parameters<T>& params, const Options& opts) {
+    opts.validate();
+    if (!params.allocated())
+      throw ConfigError("OverlappedAllReduce: the model's parameters are not allocated yet");
+    return GradientBuckets(params.infos(), std::size_t(params.grads().size()),
+                           opts.bucket_bytes() / sizeof(T));
+  }
+  void start(std::size_t begin, std::size_t end) {
+    opts_.comm().start_sum(params_->grads().data() + begin, end - begin);
   }
 
   Parameters<T>* params_;
   Options opts_;
-  std::size_t size_;
-  std::vector<std::pair<std::size_t, std::size_t>> buckets_;  // [begin, end), in start order
-  std::vector<std::size_t> ready_offset_;
-  std::size_t next_ = 0, frontier_ = 0, early_ = 0;
+  GradientBuckets buckets_;
   std::chrono::steady_clock::time_point t0_;
   double last_wait_seconds_ = 0, last_seconds_ = 0;
 };

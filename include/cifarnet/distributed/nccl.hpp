@@ -15,6 +15,9 @@
 //    NCCL (NVLink/InfiniBand/sockets, whatever NCCL finds).
 //  - NcclAllReduceMean: the optim::Chain gradient transform over an
 //    NcclCommunicator, a drop-in for distributed::AllReduceMean.
+//  - NcclOverlappedAllReduce: the same mean in buckets started during
+//    backward on a stream of their own (a GradientSync, as PyTorch's DDP),
+//    the NCCL counterpart of distributed::OverlappedAllReduce.
 //
 // Buffers may be device pointers (used in place) or host pointers (staged
 // through the Device's buffers, as every CUDA op does). Fault behaviour: a
@@ -41,7 +44,9 @@
 #include "cifarnet/backend/cuda/common.hpp"
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/params.hpp"
+#include "cifarnet/distributed/buckets.hpp"
 #include "cifarnet/distributed/towers.hpp"
+#include "cifarnet/nn/context.hpp"
 #include "cifarnet/optim/select.hpp"
 
 #ifdef CIFARNET_WITH_MPI
@@ -332,6 +337,32 @@ class NcclCommunicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  Device<backend::Cuda>& device() const { return *dev_; }
+
+  /// Enqueues the mean over the processes of the `n` floats at device
+  /// pointer `d`, in place, on `stream` (a DistributedError aborts the
+  /// communicator).
+  void start_mean(float* d, std::size_t n, cudaStream_t stream) {
+    if (!comm_.c)
+      throw DistributedError("NCCL gradient all-reduce: the communicator was aborted after an earlier error");
+    try {
+      nccl_detail::check(ncclAllReduce(d, d, n, ncclFloat, ncclAvg, comm_.c, stream), "ncclAllReduce");
+    } catch (...) {
+      comm_.abort();
+      throw;
+    }
+  }
+  /// Waits for `stream`'s collectives within the deadline (a dead or hung
+  /// peer: the communicator is aborted and DistributedError names `what`).
+  void wait(cudaStream_t stream, const char* what) {
+    if (!comm_.c) throw DistributedError("NCCL: the communicator was aborted after an earlier error");
+    try {
+      nccl_detail::wait(stream, comm_.c, timeout_, what);
+    } catch (...) {
+      comm_.abort();
+      throw;
+    }
+  }
 
   /// data (n floats, device or host) becomes its mean over the processes.
   void all_reduce_mean(float* data, std::size_t n) {
@@ -391,6 +422,95 @@ class NcclAllReduceMean {
 
  private:
   Options opts_;
+};
+/// The gradient mean over NCCL overlapped with backward: a GradientSync for
+/// Trainer::set_gradient_sync, used with the plain optimizer (no
+/// NcclAllReduceMean in the chain), on a device-resident model
+/// (Model::set_device_resident: the gradients are device memory). The
+/// buckets are OverlappedAllReduce's (GradientBuckets: fixed-size chunks of
+/// the gradient buffer, last parameters first). Each bucket, once backward
+/// has made all of it final, is averaged in place (ncclAvg) on a stream of
+/// its own, after an event on the compute stream says the kernels that wrote
+/// it have run; so the last layers' gradients travel while backward computes
+/// the earlier ones, as in PyTorch's DDP. finish() starts the rest and waits
+/// for the NCCL stream within the communicator's deadline (a dead peer ends
+/// the step with DistributedError, never a hang); the compute stream's next
+/// work follows it. One rank: a no-op. Not thread-safe.
+template <class T>
+class NcclOverlappedAllReduce : public GradientSync {
+  static_assert(std::is_same_v<T, float>, "NcclOverlappedAllReduce: gradients must be float");
+
+ public:
+  NcclOverlappedAllReduce(Parameters<T>& params, NcclCommunicator& comm,
+                          std::size_t bucket_bytes = std::size_t(1) << 20)
+      : params_(&params),
+        comm_(&comm),
+        buckets_(init(params, bucket_bytes)),
+        stream_(comm.device().ordinal(), false, "cudaStreamCreate (the gradient all-reduce's stream)"),
+        ready_() {}
+  NcclOverlappedAllReduce(const NcclOverlappedAllReduce&) = delete;
+  NcclOverlappedAllReduce& operator=(const NcclOverlappedAllReduce&) = delete;
+
+  void begin() override {
+    if (comm_->size() == 1) return;
+    if (std::size_t(params_->grads().size()) != buckets_.size())
+      throw DistributedError(
+          cifarnet::detail::concat("NcclOverlappedAllReduce: the gradient buffer changed size (",
+                                   buckets_.size(), " -> ", params_->grads().size(), " elements)"));
+    // Backward writes the gradients on the device: their device copy.
+    grads_ = comm_->device().mirrors().map(params_->grads().data(), buckets_.size(), false, true);
+    if (!grads_)
+      throw ConfigError(
+          "NcclOverlappedAllReduce: the gradients are host memory; it needs a device-resident model "
+          "(Model::set_device_resident(true)), or use NcclAllReduceMean");
+    buckets_.begin();
+  }
+
+  void ready_from(std::size_t first_param) override {
+    if (comm_->size() == 1 || !grads_) return;
+    buckets_.ready_from(first_param, [&](std::size_t b, std::size_t e) { start(b, e); });
+  }
+
+  void finish() override {
+    if (comm_->size() == 1) return;
+    if (!grads_) throw DistributedError("NcclOverlappedAllReduce: finish() without begin()");
+    buckets_.rest([&](std::size_t b, std::size_t e) { start(b, e); });
+    const backend::cuda::DeviceGuard guard(comm_->device().ordinal());
+    comm_->wait(stream_.get(), "gradient all-reduce");
+    grads_ = nullptr;
+  }
+
+  /// Number of all-reduce calls per step.
+  std::size_t buckets() const { return buckets_.count(); }
+  /// Buckets the last step started while backward still had gradients to compute.
+  std::size_t last_early_buckets() const { return buckets_.early(); }
+
+ private:
+  static GradientBuckets init(const Parameters<T>& params, std::size_t bucket_bytes) {
+    if (bucket_bytes < 4096)
+      throw ConfigError(cifarnet::detail::concat("NcclOverlappedAllReduce: bucket_bytes = ", bucket_bytes,
+                                                 " (at least 4096)"));
+    if (!params.allocated())
+      throw ConfigError("NcclOverlappedAllReduce: the model's parameters are not allocated yet");
+    return GradientBuckets(params.infos(), std::size_t(params.grads().size()), bucket_bytes / sizeof(T));
+  }
+  /// Bucket [b, e) is final on the compute stream: the NCCL stream waits for
+  /// the work queued there so far, then averages it.
+  void start(std::size_t b, std::size_t e) {
+    Device<backend::Cuda>& dev = comm_->device();
+    const backend::cuda::DeviceGuard guard(dev.ordinal());
+    backend::cuda::RuntimeRingApi::record(ready_, dev.stream());  // (runs a CUDA graph queue first)
+    backend::cuda::RuntimeRingApi::stream_wait(stream_.get(), ready_);
+    comm_->start_mean(grads_ + b, e - b, stream_.get());
+  }
+
+  Parameters<T>* params_;
+  NcclCommunicator* comm_;
+  GradientBuckets buckets_;
+  // Not attached to the tensor memory: it touches only the gradient arena's device copy.
+  backend::cuda::LazyStream stream_;
+  backend::cuda::RuntimeEvent ready_;
+  float* grads_ = nullptr;
 };
 #endif  // CIFARNET_WITH_MPI
 

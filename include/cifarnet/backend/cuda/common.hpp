@@ -305,42 +305,51 @@ class RuntimeEvent {
   cudaEvent_t e_ = nullptr;
 };
 
+/// A non-blocking stream on GPU `ordinal`, made on first use (`what` names
+/// it in errors); `attach`: attached to the GPU's tensor memory while it
+/// lives, for a stream whose work uses tensors (BasicTensorCache::attach).
+class LazyStream {
+ public:
+  LazyStream(int ordinal, bool attach, const char* what) : ordinal_(ordinal), attach_(attach), what_(what) {}
+  LazyStream(const LazyStream&) = delete;
+  LazyStream& operator=(const LazyStream&) = delete;
+  ~LazyStream() {
+    if (!s_) return;
+    if (attach_) detach_tensor_stream(ordinal_, s_);
+    on_device_noexcept(ordinal_, [&] { (void)cudaStreamDestroy(s_); });
+  }
+  cudaStream_t get() {
+    if (!s_) {
+      const DeviceGuard guard(ordinal_);
+      check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), what_);
+      try {
+        if (attach_) attach_tensor_stream(ordinal_, s_);
+      } catch (...) {
+        (void)cudaStreamDestroy(s_);
+        s_ = nullptr;
+        throw;
+      }
+    }
+    return s_;
+  }
+  /// The stream if made, else null (makes nothing).
+  cudaStream_t made() const { return s_; }
+
+ private:
+  int ordinal_;
+  bool attach_;
+  const char* what_;
+  cudaStream_t s_ = nullptr;
+};
+
 /// The CUDA runtime as BasicInputRing's API: a copy stream and events,
 /// both made on first use on the ring's device, and host memory that is
 /// page-locked when it can be (else pageable, pinned() false).
 struct RuntimeRingApi {
-  class Stream {
+  /// The copy stream: it writes the model's input tensors (attached).
+  class Stream : public LazyStream {
    public:
-    explicit Stream(int ordinal) : ordinal_(ordinal) {}
-    Stream(const Stream&) = delete;
-    Stream& operator=(const Stream&) = delete;
-    ~Stream() {
-      if (!s_) return;
-      detach_tensor_stream(ordinal_, s_);
-      on_device_noexcept(ordinal_, [&] { (void)cudaStreamDestroy(s_); });
-    }
-    cudaStream_t get() {
-      if (!s_) {
-        const DeviceGuard guard(ordinal_);
-        check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking),
-              "cudaStreamCreate (the input copy stream)");
-        try {
-          attach_tensor_stream(ordinal_, s_);  // it writes the model's input tensors
-        } catch (...) {
-          (void)cudaStreamDestroy(s_);
-          s_ = nullptr;
-          throw;
-        }
-      }
-      return s_;
-    }
-
-    /// The stream if made, else null (makes nothing).
-    cudaStream_t made() const { return s_; }
-
-   private:
-    int ordinal_;
-    cudaStream_t s_ = nullptr;
+    explicit Stream(int ordinal) : LazyStream(ordinal, true, "cudaStreamCreate (the input copy stream)") {}
   };
   using Event = RuntimeEvent;  // made on the ring's device: its caller holds a guard
   class HostBytes {
