@@ -236,7 +236,6 @@ TEST_CASE("NcclOverlappedAllReduce, buckets started during backward, trains like
     net.set_device_resident(true);
     dist::NcclCommunicator nc(c, net.device(), 120);
     std::vector<float> values;
-    train::Trainer<GpuNet> t(net, train::TrainerOptions().max_steps(3));
     train::Batch shard;
     const auto half = [&](std::size_t k) -> const train::Batch& {
       dist::take_shard(batches[k], c.rank(), c.size(), shard);
@@ -245,6 +244,7 @@ TEST_CASE("NcclOverlappedAllReduce, buckets started during backward, trains like
     if (overlapped) {
       dist::NcclOverlappedAllReduce<float> sync(net.parameters(), nc, 16384);
       optim::Momentum<float> opt(net.parameters(), optim::MomentumOptions().momentum(0.9));
+      train::Trainer<GpuNet> t(net, train::TrainerOptions().max_steps(3));  // after what it points to
       t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
       t.set_gradient_sync(&sync);
       for (std::size_t k = 0; k < batches.size(); ++k) t.step(half(k));
@@ -253,6 +253,7 @@ TEST_CASE("NcclOverlappedAllReduce, buckets started during backward, trains like
     } else {
       optim::Chain<dist::NcclAllReduceMean, optim::Momentum> opt(
           net.parameters(), dist::NcclAllReduceOptions(nc), optim::MomentumOptions().momentum(0.9));
+      train::Trainer<GpuNet> t(net, train::TrainerOptions().max_steps(3));
       t.set_optimizer(opt, [](std::int64_t) { return 0.05; });
       for (std::size_t k = 0; k < batches.size(); ++k) t.step(half(k));
     }
