@@ -425,7 +425,8 @@ inline void execute(Dev& dev, ConvExecPlan& plan, ConvPass pass, const void* x, 
   // Queued while dev's CUDA graphs are on: the signature is the plan, the
   // pack and the addresses the pack binds; the work keeps the pack and
   // `keep` (what owns the plan) alive until it has run.
-  LaunchSignature sig;
+  thread_local LaunchSignature sig;  // reused: no allocation per call once it has grown
+  sig.clear();
   sig.add(static_cast<const void*>(plan.plan.get()))
       .add(x)
       .add(w)

@@ -1046,7 +1046,8 @@ class KernelLibrary {
       return;
     }
     static_assert((std::is_trivially_copyable_v<A> && ...), "kernel arguments are copied bytes");
-    LaunchSignature sig;
+    thread_local LaunchSignature sig;  // reused: no allocation per launch once it has grown
+    sig.clear();
     sig.add(static_cast<const void*>(f)).add(grid.x).add(grid.y).add(grid.z);
     (sig.bytes(&args, sizeof(A)), ...);
     dev.submit(name, sig, [f, grid, name, args...](cudaStream_t s) mutable {
