@@ -18,6 +18,7 @@
 #include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/host/mask_bits.hpp>
 #include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/onednn/winograd.hpp>
 #include <cifarnet/backend/reference/conv2d.hpp>
 #include <cifarnet/backend/reference/lrn.hpp>
 #include <cifarnet/cifarnet.hpp>
@@ -447,8 +448,13 @@ TEST_CASE(
       const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()),
                      core = unsigned(dnnl::cpu_isa::avx512_core);
       const bool wino_cpu = (isa & core) == core;  // the ISA values are feature bit sets
-      INFO("CPU with Winograd kernels: " << wino_cpu);
-      CHECK(t.op.uses_winograd(g) == (k == 3 && wino_cpu));
+      // Where oneDNN has none, the own kernels (backend/onednn/winograd.hpp)
+      // take NHWC 3x3 with channel counts multiples of 16.
+      const bool own = !wino_cpu && k == 3 && backend::onednn::winograd::supports(g);
+      INFO("CPU with Winograd kernels: " << wino_cpu << ", the own kernels: " << own);
+      CHECK(t.op.uses_winograd(g) == (k == 3 && (wino_cpu || own)));
+      CHECK(t.op.uses_own_winograd(g) == own);
+      CHECK(t.op.own_winograd_calls() == (own ? 2u : 0u));
       // Winograd's transforms round more than the direct sum: 1e-4 instead of 1e-5.
       CHECK(y.err() < 1e-4);
       CHECK(dx.err() < 1e-4);
@@ -487,7 +493,8 @@ TEST_CASE("Conv2d reuses its reordered weights only while buffer and version are
       CHECK(dx.err() < 1e-4);
       const std::size_t now = t.op.weight_reorders();
       // oneDNN's CPU convolutions want blocked weights (OIhw8i8o and the
-      // like) on every x86 ISA, so forward and backward_data each reorder.
+      // like) on every x86 ISA, so forward and backward_data each reorder
+      // (the own Winograd kernels, where oneDNN has none: each transforms).
       if (round == 0 || round == 2 || round == 4)
         CHECK(now == reorders + 2);
       else

@@ -8,7 +8,10 @@
 //
 //   Direct    the direct algorithm everywhere
 //   Winograd  Winograd F(4x4, 3x3) wherever the backend offers it (oneDNN:
-//             3x3, stride 1, channel counts it supports), else direct
+//             3x3, stride 1, channel counts it supports, AVX-512 only; where
+//             it has none, the project's own AVX2 kernels for NHWC 3x3
+//             SAME convolutions with channel counts multiples of 16,
+//             backend/onednn/winograd.hpp), else direct
 //   Auto      Winograd only where it was measured to pay for the layout
 //             conversions it needs on oneDNN (activations stay plain between
 //             layers) and the weights are not being trained: 3x3 stride-1

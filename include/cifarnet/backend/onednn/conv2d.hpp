@@ -23,8 +23,13 @@
 // activations: the plain input is reordered into a blocked scratch buffer
 // and the blocked result back into the caller's plain buffer (two device
 // scratch slots shared by every op, so no per-layer copies are kept).
-// Where oneDNN offers no Winograd kernel for a geometry the op falls back
-// to direct; backward_weights is always direct.
+// Where oneDNN offers no Winograd kernel for a geometry (oneDNN 2.6 has
+// them on AVX-512 only) and the project's own do (winograd.hpp: NHWC,
+// SAME-padded, channel counts multiples of 16, AVX2), forward and
+// backward_data run those (their transformed weights kept per layer, their
+// work space in device scratch slot 0, shared by every layer); elsewhere
+// the op falls back to direct.
+// backward_weights is always direct.
 //
 // Precision (set_precision, from NetOptions::conv_precision; F32 unless
 // set): with BF16 each pass runs oneDNN's bf16 kernel where it has a
@@ -100,6 +105,7 @@
 #include "cifarnet/backend/onednn/amx_wgrad.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/direct_conv.hpp"
+#include "cifarnet/backend/onednn/winograd.hpp"
 #include "cifarnet/ops/conv_algorithm.hpp"
 #include "cifarnet/ops/ops.hpp"
 
@@ -153,6 +159,16 @@ struct Conv2d<backend::OneDnn, T> {
     return s && s->wino;
   }
 
+  /// Whether geometry `g`'s forward and backward_data run the own Winograd
+  /// kernels (winograd.hpp; decided at the first call of `g`).
+  CIFARNET_OUTLINE bool uses_own_winograd(const ConvGeom& g) const {
+    const State* s = cache_.find(key(g));
+    return s && s->own_wino != nullptr;
+  }
+  /// How many forward and backward_data calls ran the own Winograd kernels
+  /// (tests).
+  CIFARNET_OUTLINE std::size_t own_winograd_calls() const { return own_wino_calls_; }
+
   /// Winograd for this geometry under the policy `a` (oneDNN may still
   /// refuse): 3x3 stride 1, asked, or Auto at a batch of 4 or fewer. Float
   /// calls only (bf16 ones are direct).
@@ -179,7 +195,8 @@ struct Conv2d<backend::OneDnn, T> {
   /// the default: unknown, so every call reorders them). The reordered copy
   /// of the weights is reused while buffer and version stay the same.
   CIFARNET_OUTLINE void set_weights_version(std::uint64_t v) { w_version_ = v; }
-  /// How many times the weights were reordered into a primitive's layout.
+  /// How many times the weights were reordered into a primitive's layout
+  /// (or transformed for the own Winograd kernels).
   CIFARNET_OUTLINE std::size_t weight_reorders() const { return weight_reorders_; }
   /// Whether any pass built so far for geometry `g` runs in bf16.
   CIFARNET_OUTLINE bool uses_bf16(const ConvGeom& g) const {
@@ -334,6 +351,13 @@ struct Conv2d<backend::OneDnn, T> {
     on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
+      if (s.own_winograd(dev.engine, g)) {
+        bf16_in_ = nullptr;  // float convolutions: no bf16 copy is read
+        float* work = static_cast<float*>(dev.scratch(0, on::winograd::Layer::work_bytes(g)));
+        if (s.own_wino->forward(g, x, w, w_version_, b, relu, y, work)) ++weight_reorders_;
+        ++own_wino_calls_;
+        return;
+      }
       Fwd& f = s.forward(cache_, dev.engine, b != nullptr, relu);
       dnnl::memory wm = weights_in(dev, s.w, w, f.w);
       const bool keep = keep_input_ && s.bf16_dw;  // only a bf16 backward_weights reads the copy
@@ -489,8 +513,10 @@ struct Conv2d<backend::OneDnn, T> {
     if (dx || dx_bits) on::require("Conv2d backward_data", {{w, "w"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
+      const bool own_dx = dx && dy && s.own_winograd(dev.engine, g);
       BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
-      BwdData* fd = dx || dx_bits ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
+      BwdData* fd =
+          (dx || dx_bits) && !own_dx ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
       dnnl::convolution_forward* lp_dst = dx_bits ? s.as_fwd_lp_dst(cache_, dev.engine, g) : nullptr;
       if (dx_bits && (!fd->lp || !lp_dst))
         throw ConfigError(detail::concat("Conv2d backward_data: no bf16 dx for this geometry (ask ",
@@ -525,6 +551,12 @@ struct Conv2d<backend::OneDnn, T> {
           fw->prim.execute(dev.stream, args);
           if (!fw->dw.direct()) fw->dw.reorder.execute(dev.stream, fw->dw.mem, user_dw);
         }
+      }
+      if (own_dx) {
+        dev.stream.wait();  // the weight gradient above may still read dy
+        float* work = static_cast<float*>(dev.scratch(0, on::winograd::Layer::work_bytes(g)));
+        if (s.own_wino->backward_data(g, dy, w, w_version_, dx, work)) ++weight_reorders_;
+        ++own_wino_calls_;
       }
       if (fd && fd->as_fwd) {
         FwdAsBwd& a = *fd->as_fwd;
@@ -653,8 +685,11 @@ struct Conv2d<backend::OneDnn, T> {
     dnnl::memory x, y, w, b;
     bool avoid_rtus_1x1;  // see the oneDNN 2.6 workaround above
     bool wino;            // forward / backward_data use Winograd
-    bool bf16;            // try bf16 kernels (ConvPrecision::BF16)
-    bool bf16_dw;         // ... in backward_weights too (see the header comment)
+    // ... in the own kernels (winograd.hpp), where oneDNN has none (own_winograd)
+    std::unique_ptr<backend::onednn::winograd::Layer> own_wino;
+    bool own_wino_tried = false;
+    bool bf16;     // try bf16 kernels (ConvPrecision::BF16)
+    bool bf16_dw;  // ... in backward_weights too (see the header comment)
     std::optional<dnnl::convolution_forward::primitive_desc> direct_hint_pd;
     std::optional<Fwd> fwd[4];      // [with bias + 2 * with ReLU post-op]
     std::optional<Fwd> fwd_lp_dst;  // bf16 output (forward_bf16_dst), when oneDNN has the kernel
@@ -814,6 +849,26 @@ struct Conv2d<backend::OneDnn, T> {
       on::scratch(dev, dy_lp, 3);
       lower_dst->execute(dev.stream, on::bind(y, pdy), dy_lp);
       return dy_lp;
+    }
+
+    // Whether forward and backward_data run the own Winograd kernels:
+    // Winograd chosen (float), a geometry of the own kernels, and no oneDNN
+    // Winograd kernel for it. Decided at the first call, before anything is
+    // built with Winograd.
+    CIFARNET_OUTLINE bool own_winograd(const dnnl::engine& eng, const ConvGeom& g) {
+      if (!own_wino_tried) {
+        own_wino_tried = true;
+        if (wino && backend::onednn::winograd::supports(g)) {
+          bool onednn_has = false;
+          try {
+            (void)forward_pd(eng, false, true);
+            onednn_has = true;
+          } catch (const dnnl::error&) {  // none: the own kernels
+          }
+          if (!onednn_has) own_wino = std::make_unique<backend::onednn::winograd::Layer>();
+        }
+      }
+      return own_wino != nullptr;
     }
 
     // Winograd when chosen and offered; a refusal switches this geometry to
@@ -1267,7 +1322,7 @@ struct Conv2d<backend::OneDnn, T> {
   bool direct_ = true;                               // set_direct_kernels
   backend::onednn::direct::Scratch direct_scratch_;  // backward_images_bn's buffers
   backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
-  std::size_t direct_backwards_ = 0, direct_forwards_ = 0;
+  std::size_t direct_backwards_ = 0, direct_forwards_ = 0, own_wino_calls_ = 0;
   bool keep_input_ = false;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;

@@ -175,6 +175,7 @@ struct Vec {
   CIFARNET_DK static V set1(float f) { return _mm512_set1_ps(f); }
   CIFARNET_DK static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   CIFARNET_DK static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  CIFARNET_DK static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   CIFARNET_DK static V max(V a, V b) { return _mm512_max_ps(a, b); }  // a > b ? a : b
   CIFARNET_DK static V zero() { return _mm512_setzero_ps(); }
 };
@@ -191,6 +192,7 @@ struct Vec {
   CIFARNET_DK static V set1(float f) { return _mm256_set1_ps(f); }
   CIFARNET_DK static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   CIFARNET_DK static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  CIFARNET_DK static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   CIFARNET_DK static V max(V a, V b) { return _mm256_max_ps(a, b); }  // a > b ? a : b
   CIFARNET_DK static V zero() { return _mm256_setzero_ps(); }
 };

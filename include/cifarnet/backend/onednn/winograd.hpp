@@ -1,0 +1,277 @@
+// cifarnet/backend/onednn/winograd.hpp — the project's own fp32 Winograd
+// F(4x4, 3x3) convolution for NHWC 3x3, stride-1, SAME-padded convolutions
+// with channel counts that are multiples of 16: the forward (with bias and
+// ReLU in its output transform) and, as the forward of dy with the weights
+// flipped and transposed, the data gradient. ops::Conv2d<OneDnn> runs it
+// where Winograd is chosen for a geometry (ConvAlgorithm::Winograd, or Auto
+// at a batch of 4 or fewer: style transfer's single images, whose weights
+// are frozen) and oneDNN offers no Winograd kernel for it: oneDNN 2.6 has
+// Winograd on AVX-512 only, so on AVX2 CPUs those convolutions ran its
+// direct kernel.
+//
+// The algorithm (Lavin and Gray, 2015): each 4 x 4 block of outputs comes
+// from a 6 x 6 patch of the input. The patch is transformed (Bᵀ d B, adds
+// and a few multiplies), and so are the weights (G g Gᵀ, once per weights
+// version, in double, rounded to float); then for each of the 36 positions
+// of the transformed tile, a matrix product over the input channels (tiles x
+// ci times ci x co); then the 36 products of each tile are transformed back
+// (Aᵀ m A) into its 4 x 4 outputs. The products hold 36 multiplies per 16
+// outputs and input-output channel pair where the direct algorithm needs
+// 144: 4x fewer, the transforms' work aside.
+//
+// Work: the tiles are taken in blocks sized so that a block's transformed
+// inputs and products fit in a few MiB (one block's products per position
+// read the position's ci x co transformed weights once: a block of at least
+// 128 tiles where the weights outgrow the caches); per block three parallel
+// loops, input transform over tiles, products over (position, 16 output
+// channels), output transform over tiles. Kernels in AVX2 + FMA (6 tiles x
+// 16 output channels of sums in registers), compiled with a target
+// attribute so the library builds for any x86-64, run where the CPU has
+// AVX2 (direct::cpu_isa()).
+//
+// Numerics: Winograd sums differently transformed terms, so its results
+// differ from the direct algorithm's by more than rounding order: relative
+// errors around 1e-6 to 1e-5 of the largest term in float (docs/NUMERICS.md,
+// "Own Winograd"; tests/backend/test_winograd.cpp bounds them against the
+// double reference).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cifarnet/backend/host/unroll.hpp"
+#include "cifarnet/backend/onednn/direct_conv.hpp"
+#include "cifarnet/core/params.hpp"
+#include "cifarnet/ops/geometry.hpp"
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace winograd {
+
+/// Why the own Winograd kernels do not take `g`, in words; empty when they
+/// do: float NHWC, 3x3, stride 1, padding 1 on every side (output the
+/// input's size), input and output channels multiples of 16, on a CPU with
+/// AVX2 and FMA.
+inline std::string why_not(const ConvGeom& g) {
+  if (direct::cpu_isa() == direct::Isa::None)
+    return "this CPU has no AVX2 (the own Winograd kernels need it)";
+  if (g.fmt != DataFormat::NHWC) return "NCHW (the own Winograd kernels are NHWC)";
+  if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pt != 1 || g.pb != 1 || g.pl != 1 || g.pr != 1 ||
+      g.oh != g.ih || g.ow != g.iw)
+    return std::to_string(g.kh) + "x" + std::to_string(g.kw) + " stride " + std::to_string(g.sh) +
+           " (the own Winograd kernels: 3x3, stride 1, padding 1)";
+  if (g.ic == 0 || g.oc == 0 || g.ic % 16 != 0 || g.oc % 16 != 0)
+    return std::to_string(g.ic) + " -> " + std::to_string(g.oc) +
+           " channels (the own Winograd kernels: multiples of 16)";
+  if (g.n == 0 || g.ih == 0 || g.iw == 0) return "an empty batch";
+  return {};
+}
+
+/// Whether the own Winograd kernels take `g` (why_not(g) empty).
+inline bool supports(const ConvGeom& g) { return why_not(g).empty(); }
+
+/// One call's shape: n images of h x w pixels, ci -> co channels, and its
+/// tiles (th x tw of 4 x 4 outputs per image).
+struct Plan {
+  int n = 0, h = 0, w = 0;
+  std::size_t ci = 0, co = 0;
+  int th = 0, tw = 0;
+  std::size_t tiles() const { return std::size_t(n) * std::size_t(th) * std::size_t(tw); }
+};
+
+#if CIFARNET_DIRECT_X86
+namespace kernels {
+namespace avx2 {
+#define CIFARNET_WK __attribute__((target("avx2,fma")))
+using Vec = direct::kernels::avx2::Vec;                  // the direct kernels' 8 floats of AVX2
+#include "cifarnet/backend/onednn/winograd_kernels.hpp"  // NOLINT(build/include): included per ISA
+#undef CIFARNET_WK
+}  // namespace avx2
+}  // namespace kernels
+#endif
+
+/// The transformed weights of one convolution: for each of the 36 positions
+/// k, G g Gᵀ as a ci x co matrix, packed in panels of 16 output channels
+/// (U[k][co / 16][ci][16]), from HWIO weights; computed in double.
+inline void transform_weights(const float* w, std::size_t ci, std::size_t co, float* U) {
+  static constexpr double G[6][3] = {{1.0 / 4, 0, 0},
+                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                     {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                     {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                     {0, 0, 1}};
+  const std::size_t panels = co / 16;
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t cs = 0; cs < std::ptrdiff_t(ci); ++cs) {
+    const std::size_t c = std::size_t(cs);
+    for (std::size_t o = 0; o < co; ++o) {
+      double g[3][3], t[6][3];
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) g[a][b] = w[((std::size_t(a) * 3 + std::size_t(b)) * ci + c) * co + o];
+      for (int i = 0; i < 6; ++i)
+        for (int b = 0; b < 3; ++b) t[i][b] = G[i][0] * g[0][b] + G[i][1] * g[1][b] + G[i][2] * g[2][b];
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 6; ++j) {
+          const double u = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+          const std::size_t k = std::size_t(i) * 6 + std::size_t(j);
+          U[((k * panels + o / 16) * ci + c) * 16 + o % 16] = float(u);
+        }
+    }
+  }
+}
+
+/// One Winograd convolution's state: its transformed weights (remade when
+/// the caller's buffer or version changes; version 0: unknown, every call;
+/// 4x the weights' size) and, unless the caller lends them, the work
+/// buffers of a block of tiles, kept between calls.
+class Conv3x3 {
+ public:
+  /// Tiles per block for ci -> co channels and `tiles` tiles in all (see
+  /// the file comment): the transformed inputs and products of a block in
+  /// about 6 MiB, at least 128 tiles where the weights exceed 2 MiB, the
+  /// blocks then evened out.
+  static std::size_t block_tiles(std::size_t ci, std::size_t co, std::size_t tiles) {
+    const std::size_t per_tile = 36 * (ci + co) * sizeof(float);
+    std::size_t s = std::max<std::size_t>((std::size_t(6) << 20) / per_tile, 6);
+    if (36 * ci * co * sizeof(float) > (std::size_t(2) << 20)) s = std::max<std::size_t>(s, 128);
+    s = std::min(s, tiles);
+    const std::size_t blocks = (tiles + s - 1) / s;
+    return (tiles + blocks - 1) / blocks;
+  }
+
+  /// Makes the transformed weights current for HWIO `w` (ci -> co) at
+  /// `version`; true when they were remade.
+  bool set_weights(const float* w, std::uint64_t version, std::size_t ci, std::size_t co) {
+    if (version != 0 && w == of_ && version == version_ && ci == ci_ && co == co_) return false;
+    if (U_.size() != 36 * ci * co) U_.resize(36 * ci * co);
+    transform_weights(w, ci, co, U_.data());
+    of_ = w;
+    version_ = version;
+    ci_ = ci;
+    co_ = co;
+    ++transforms_;
+    return true;
+  }
+  /// Forgets the transformed weights (the next set_weights remakes them).
+  void invalidate() { of_ = nullptr; }
+  /// How many times the weights were transformed (tests).
+  std::size_t weight_transforms() const { return transforms_; }
+
+  /// Floats of work space a call needs (a block's transformed inputs, then
+  /// its products) for ci -> co channels and `tiles` tiles.
+  static std::size_t work_floats(std::size_t ci, std::size_t co, std::size_t tiles) {
+    return 36 * block_tiles(ci, co, tiles) * (ci + co);
+  }
+
+  /// y = conv(x, w) (+ bias[c]) (then max(., 0) with relu) for n NHWC
+  /// images of h x w pixels, x with the ci channels and y with the co
+  /// channels of the last set_weights; y overwritten. `work`: work_floats()
+  /// floats the caller lends (a device's scratch, shared by every layer),
+  /// or null: the object's own, kept.
+  void run(int n, int h, int w, const float* x, const float* bias, bool relu, float* y,
+           float* work = nullptr) {
+    Plan p;
+    p.n = n;
+    p.h = h;
+    p.w = w;
+    p.ci = ci_;
+    p.co = co_;
+    p.th = (h + 3) / 4;
+    p.tw = (w + 3) / 4;
+    const std::size_t T = p.tiles(), S = block_tiles(ci_, co_, T), panels = co_ / 16;
+    if (!work) {
+      if (work_.size() < 36 * S * (ci_ + co_)) work_.resize(36 * S * (ci_ + co_));
+      work = work_.data();
+    }
+    float* V = work;
+    float* M = work + 36 * S * ci_;
+    const float* U = U_.data();
+#if CIFARNET_DIRECT_X86
+    namespace k = kernels::avx2;
+#pragma omp parallel
+    {
+      for (std::size_t base = 0; base < T; base += S) {
+        const std::size_t s = std::min(S, T - base);
+#pragma omp for schedule(static)
+        for (std::ptrdiff_t t = 0; t < std::ptrdiff_t(s); ++t)
+          k::input_tiles(p, x, base, base + std::size_t(t), base + std::size_t(t) + 1, S, V);
+#pragma omp for schedule(static)
+        for (std::ptrdiff_t item = 0; item < std::ptrdiff_t(36 * panels); ++item) {
+          const std::size_t pos = std::size_t(item) / panels, cb = std::size_t(item) % panels;
+          k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16, M + pos * S * co_,
+                        cb);
+        }
+#pragma omp for schedule(static)
+        for (std::ptrdiff_t t = 0; t < std::ptrdiff_t(s); ++t)
+          k::output_tiles(p, M, base, base + std::size_t(t), base + std::size_t(t) + 1, S, bias, relu, y);
+      }
+    }
+#else
+    (void)V, (void)M, (void)U, (void)x, (void)bias, (void)relu, (void)y, (void)panels;
+    throw ConfigError("winograd::Conv3x3: the own Winograd kernels need an x86-64 CPU with AVX2");
+#endif
+  }
+
+ private:
+  cifarnet::detail::AlignedBuffer<float> U_, work_;
+  const float* of_ = nullptr;
+  std::uint64_t version_ = 0;
+  std::size_t ci_ = 0, co_ = 0, transforms_ = 0;
+};
+
+/// A layer's own Winograd passes: the forward, and the data gradient as the
+/// forward of dy with the weights flipped in (kh, kw) and transposed in (ci,
+/// co), each with its transformed weights.
+struct Layer {
+  Conv3x3 fwd, bwd;
+  std::vector<float> flipped;  // HWIO with I = oc, O = ic
+  const float* flipped_of = nullptr;
+  std::uint64_t flipped_version = 0;
+
+  /// Bytes of work space forward and backward_data need for `g` (the
+  /// `work` they may be lent).
+  static std::size_t work_bytes(const ConvGeom& g) {
+    return Conv3x3::work_floats(g.ic, g.oc, g.n * ((g.ih + 3) / 4) * ((g.iw + 3) / 4)) * sizeof(float);
+  }
+  /// y = conv(x, w) + b (b may be null), then ReLU with relu; w HWIO at
+  /// Parameters version `version` (0: unknown). True when the weights were
+  /// transformed (not reused). `work`: work_bytes(g) lent, or null.
+  bool forward(const ConvGeom& g, const float* x, const float* w, std::uint64_t version, const float* b,
+               bool relu, float* y, float* work = nullptr) {
+    const bool fresh = fwd.set_weights(w, version, g.ic, g.oc);
+    fwd.run(int(g.n), int(g.ih), int(g.iw), x, b, relu, y, work);
+    return fresh;
+  }
+  /// dx = the data gradient of dy for weights w (HWIO) at `version`. True
+  /// when the weights were flipped and transformed (not reused).
+  bool backward_data(const ConvGeom& g, const float* dy, const float* w, std::uint64_t version, float* dx,
+                     float* work = nullptr) {
+    if (version == 0 || w != flipped_of || version != flipped_version || flipped.size() != 9 * g.ic * g.oc) {
+      flipped.resize(9 * g.ic * g.oc);
+      for (std::size_t i = 0; i < 3; ++i)
+        for (std::size_t j = 0; j < 3; ++j) {
+          const float* src = w + ((2 - i) * 3 + (2 - j)) * g.ic * g.oc;  // [c][o]
+          float* dst = flipped.data() + (i * 3 + j) * g.oc * g.ic;       // [o][c]
+          for (std::size_t c = 0; c < g.ic; ++c)
+            for (std::size_t o = 0; o < g.oc; ++o) dst[o * g.ic + c] = src[c * g.oc + o];
+        }
+      flipped_of = w;
+      flipped_version = version;
+      bwd.invalidate();
+    }
+    const bool fresh = bwd.set_weights(flipped.data(), version == 0 ? 0 : 1, g.oc, g.ic);
+    bwd.run(int(g.n), int(g.oh), int(g.ow), dy, nullptr, false, dx, work);
+    return fresh;
+  }
+};
+
+}  // namespace winograd
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet
