@@ -90,7 +90,8 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
       REQUIRE(ex.executor(c.batch));
       REQUIRE(ex.executor(c.batch)->ok());
       // The stage convolutions in the own kernels where they run (NHWC, a
-      // batch of at least one image per thread); the stem's 3 channels not.
+      // batch of at least one image per thread; Winograd from 32 channels);
+      // the stem's 3 channels not.
       const plan::Plan& p = ex.executor(c.batch)->plan();
       INFO(plan::describe(p));
       std::size_t matched = 0;
@@ -111,7 +112,20 @@ TEST_CASE("The executor on oneDNN agrees with the layers in double, at toy and t
         CHECK(stem->reason == "3 -> 16 channels (the own kernels: 16, 32 or 64, in = out)");
         CHECK(body->fires);  // with the block's residual sum and ReLU
         CHECK(body->nodes.size() == 2);
-        CHECK(own == std::size_t(6 * c.n - 2));  // the stage convolutions but the two with stride 2
+        // The stage convolutions but the two with stride 2: stage 1's 16
+        // channels in the own direct kernels, the 32 and 64 of stages 2 and
+        // 3 in the own Winograd kernels (conv_winograd_epilogue).
+        std::size_t wino_matched = 0;
+        const std::size_t wino = p.fired("conv_winograd_epilogue", &wino_matched);
+        CHECK(wino_matched == std::size_t(6 * c.n + 1));
+        CHECK(own == std::size_t(2 * c.n));
+        CHECK(wino == std::size_t(4 * c.n - 2));
+        const plan::Verdict* s3 = p.verdict("conv_epilogue_in_registers", "stage3/block0/conv2");
+        const plan::Verdict* s1 = p.verdict("conv_winograd_epilogue", "stage1/block0/conv2");
+        REQUIRE(s3);
+        REQUIRE(s1);
+        CHECK(s3->reason == "conv_winograd_epilogue runs it");
+        CHECK(s1->reason == "16 -> 16 channels (fewer than 32: the own direct kernel is faster there)");
       }
       const Tensor<float>& y = ex.forward(x, Mode::Infer);
       const Tensor<double>& yr = ref.forward(as_double(x), Mode::Infer);

@@ -41,7 +41,7 @@ using namespace cifarnet;
 namespace {
 
 // What a rule needs to run on this machine.
-enum class Needs { Nothing, OwnKernels, OwnInference, Bf16Cpu };
+enum class Needs { Nothing, OwnKernels, OwnInference, OwnWinograd, Bf16Cpu };
 
 bool machine_has(Needs n) {
   switch (n) {
@@ -51,6 +51,8 @@ bool machine_has(Needs n) {
                                // images
       return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2 &&
              omp_get_max_threads() <= 4;
+    case Needs::OwnWinograd:  // AVX2 as the best kernels (ConvEpilogue::winograd_why_not)
+      return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2;
     case Needs::Bf16Cpu:
       return backend::onednn::cpu_has_bf16_convolutions();
     default:
@@ -261,6 +263,12 @@ const std::vector<Case>& resnet_cases() {
        Needs::Nothing, false},
       {"bf16_copy_to_readers", act, Train, BF16, Needs::Bf16Cpu, true},
       {"residual_sum_in_conv_epilogue", {"conv_bn_fold"}, Infer, F32, Needs::Nothing, false},
+      {"conv_winograd_epilogue",
+       {"conv_bn_fold", "residual_sum_in_conv_epilogue"},
+       Infer,
+       F32,
+       Needs::OwnWinograd,
+       false},
       {"conv_epilogue_in_registers",
        {"conv_bn_fold", "residual_sum_in_conv_epilogue"},
        Infer,

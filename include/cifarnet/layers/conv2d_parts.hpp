@@ -80,6 +80,7 @@ class ConvParts : protected NodeBase<T> {
     if (!rc.training()) {  // the plan executor runs it itself, with the epilogue the rules give it
       n.facts[plan::facts::kEpilogueConv] = plan::Fact::yes();
       n.facts[plan::facts::kOwnForward] = plan::own_forward_fact<B, T>(geom_, b.key());
+      n.facts[plan::facts::kWinogradForward] = plan::winograd_forward_fact<B, T>(geom_, b.key());
       n.run = plan::ConvRun<B, T>{geom_, [this](RunContext<B, T>& c) {
                                     const Parameters<T>& p = *c.params;
                                     return plan::FoldedWeights<T>{p.value(w_), Bias ? p.value(b_) : nullptr,

@@ -117,6 +117,8 @@ struct ConvBatchNorm : LayerBase {
       if (!rc.training()) {  // the plan executor runs the folded convolution itself (nn/executor.hpp)
         cn.facts[plan::facts::kEpilogueConv] = plan::Fact::yes();
         cn.facts[plan::facts::kOwnForward] = plan::own_forward_fact<B, T>(t_.conv().geometry(), b.key());
+        cn.facts[plan::facts::kWinogradForward] =
+            plan::winograd_forward_fact<B, T>(t_.conv().geometry(), b.key());
         cn.run = plan::ConvRun<B, T>{
             t_.conv().geometry(), [this](RunContext<B, T>& c) {
               fold(c);

@@ -100,7 +100,7 @@ class InferenceExecutor {
       os << "executor: not used (" << why_ << "): the layers run themselves\n";
       return os.str();
     }
-    std::size_t convs = 0, layers = 0, adds = 0, sums = 0, bf16 = 0, own = 0;
+    std::size_t convs = 0, layers = 0, adds = 0, sums = 0, bf16 = 0, own = 0, wino = 0;
     for (const Step& s : steps_) {
       convs += s.kind == Kind::Conv;
       layers += s.kind == Kind::Layer;
@@ -108,12 +108,13 @@ class InferenceExecutor {
       sums += s.kind == Kind::Conv && s.in2 >= 0;
       bf16 += s.kind == Kind::Conv && s.out_bf16;
       own += s.kind == Kind::Conv && s.own;
+      wino += s.kind == Kind::Conv && s.wino;
     }
     os << "executor: " << steps_.size() << " steps for " << plan_.nodes.size() << " nodes: " << convs
        << " convolutions with their epilogues (" << sums << " with a residual sum, " << bf16
-       << " writing bf16, " << own << " in the own kernels), " << adds << " sums on their own, " << layers
-       << " layers' own forwards; " << floats_.size() + bits_.size() << " own buffers, " << own_bytes()
-       << " bytes\n";
+       << " writing bf16, " << own << " in the own kernels, " << wino << " in the own Winograd kernels), "
+       << adds << " sums on their own, " << layers << " layers' own forwards; "
+       << floats_.size() + bits_.size() << " own buffers, " << own_bytes() << " bytes\n";
     return os.str();
   }
   /// Bytes of the executor's own activation buffers.
@@ -131,8 +132,9 @@ class InferenceExecutor {
     std::string name, prof_kind;
     int in = -1, in2 = -1, out = -1;  // tensor ids (in2: a sum's other term)
     bool relu = false, out_bf16 = false;
-    bool own = false;  // conv_epilogue_in_registers: in the backend's own kernels
-    int buffer = -1;   // own buffer of the output (floats_ or bits_ by out_bf16)
+    bool own = false;   // conv_epilogue_in_registers: in the backend's own kernels
+    bool wino = false;  // conv_winograd_epilogue: in the backend's own Winograd kernels
+    int buffer = -1;    // own buffer of the output (floats_ or bits_ by out_bf16)
     const plan::LayerRun<B, T>* layer = nullptr;
     const plan::ConvRun<B, T>* conv = nullptr;
     std::unique_ptr<ops::ConvEpilogue<B, T>> op;
@@ -181,7 +183,7 @@ class InferenceExecutor {
       yp = own_float(s).data();
     }
     s.op->forward(*rc.device, g, xp, x.bits != nullptr, w.w, w.b, w.version, bf16_, sp, s_bf16, yp,
-                  s.out_bf16, s.relu, s.own);
+                  s.out_bf16, s.relu, s.own, s.wino);
   }
 
   void fail(const std::string& why) {
@@ -234,6 +236,7 @@ class InferenceExecutor {
         }
         s.out_bf16 = p.fires("bf16_activations", n.name);
         s.own = p.fires("conv_epilogue_in_registers", n.name);
+        s.wino = p.fires("conv_winograd_epilogue", n.name);
       } else if (n.kind == "identity" && n.inputs.size() == 1) {
         s.kind = Kind::Alias;
       } else if (n.kind == "add" && n.inputs.size() == 2) {

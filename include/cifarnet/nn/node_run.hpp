@@ -201,15 +201,27 @@ struct ConvRun {
   std::function<FoldedWeights<T>(RunContext<B, T>&)> weights;
 };
 
-/// The fact facts::kOwnForward of a convolution of geometry `g` (n unset)
-/// that the executor runs at the plan's key: whether the backend's own
-/// inference kernels take it (ops::ConvEpilogue::own_kernel_why_not).
-template <class B, class T>
-Fact own_forward_fact(ConvGeom g, const Key& k) {
+/// A fact from a backend's answer `why_not(g, bf16)` for a convolution of
+/// geometry `g` (n unset) that the executor runs at the plan's key.
+inline Fact epilogue_fact(ConvGeom g, const Key& k, std::string (*why_not)(const ConvGeom&, bool)) {
   g.n = k.batch;
   g.fmt = k.fmt;
-  const std::string why = ops::ConvEpilogue<B, T>::own_kernel_why_not(g, k.precision == ConvPrecision::BF16);
+  const std::string why = why_not(g, k.precision == ConvPrecision::BF16);
   return why.empty() ? Fact::yes() : Fact::no(why);
+}
+
+/// The fact facts::kOwnForward of such a convolution: whether the backend's
+/// own inference kernels take it (ops::ConvEpilogue::own_kernel_why_not).
+template <class B, class T>
+Fact own_forward_fact(const ConvGeom& g, const Key& k) {
+  return epilogue_fact(g, k, &ops::ConvEpilogue<B, T>::own_kernel_why_not);
+}
+
+/// The fact facts::kWinogradForward: whether the backend's own Winograd
+/// kernels take it (ops::ConvEpilogue::winograd_why_not).
+template <class B, class T>
+Fact winograd_forward_fact(const ConvGeom& g, const Key& k) {
+  return epilogue_fact(g, k, &ops::ConvEpilogue<B, T>::winograd_why_not);
 }
 
 }  // namespace cifarnet::plan

@@ -82,6 +82,8 @@ inline constexpr const char* kEpilogueConv =
     "epilogue_conv";  ///< the plan executor runs it as ops::ConvEpilogue (its ConvRun)
 inline constexpr const char* kOwnForward =
     "own_forward";  ///< ops::ConvEpilogue's own kernels take it (own_kernel_why_not)
+inline constexpr const char* kWinogradForward =
+    "winograd_forward";  ///< ops::ConvEpilogue's own Winograd kernels take it (winograd_why_not)
 // a standalone convolution
 inline constexpr const char* kOwnKernels =
     "own_kernels";                                 ///< the own conv + batch norm kernels take its geometry

@@ -101,6 +101,9 @@ inline const std::vector<RuleInfo>& rules() {
       {"residual_sum_in_conv_epilogue",
        "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
        "saved"},
+      {"conv_winograd_epilogue",
+       "inference, float: the convolution in the backend's own Winograd F(4x4, 3x3) kernels, a quarter of "
+       "the multiplies, its bias, residual sum and ReLU added in the output transform"},
       {"conv_epilogue_in_registers",
        "inference, float: the convolution in the backend's own kernels, its bias, residual sum and ReLU "
        "added to each register tile before it is stored (no copy of the sum's term first)"},
@@ -221,13 +224,22 @@ void inference_rules(const Plan& p, const Caps& caps, Verdict&& verdict) {
     verdict("residual_sum_in_conv_epilogue", {c, c + 1, a}, why.empty(), why);
     if (why.empty()) sum_taken[std::size_t(a)] = true, last[std::size_t(c)] = a;
   }
-  // Each convolution the executor runs, in the backend's own kernels where
-  // they take it (its fact: geometry, float products, batch vs threads).
+  // Each convolution the executor runs, in the backend's own Winograd
+  // kernels where they take it (its fact: geometry, float products,
+  // channels), else in its own direct kernels where they do (geometry,
+  // float products, batch vs threads).
   for (int c = 0; c < count; ++c) {
     const int l = last[std::size_t(c)];
     if (l < 0) continue;
+    const std::vector<int> nodes = l == c ? std::vector<int>{c} : std::vector<int>{c, l};
+    auto [wino, wino_why] = fact(at(p, c), facts::kWinogradForward);
+    verdict("conv_winograd_epilogue", nodes, wino, wino_why);
+    if (p.fires("conv_winograd_epilogue", at(p, c).name)) {
+      verdict("conv_epilogue_in_registers", nodes, false, "conv_winograd_epilogue runs it");
+      continue;
+    }
     auto [ok, why] = fact(at(p, c), facts::kOwnForward);
-    verdict("conv_epilogue_in_registers", l == c ? std::vector<int>{c} : std::vector<int>{c, l}, ok, why);
+    verdict("conv_epilogue_in_registers", nodes, ok, why);
   }
   if (p.key.precision != ConvPrecision::BF16) return;
   // Who reads tensor t, looking through identities: a convolution the

@@ -138,15 +138,20 @@ CIFARNET_OP_PRIMARY(Arena)
 #undef CIFARNET_OP_PRIMARY
 
 /// The plan executor's inference convolution (nn/executor.hpp):
-///   forward(dev, g, x, x_bf16, w, b|nullptr, version, bf16, s|nullptr, s_bf16, y, y_bf16, relu, own)
+///   forward(dev, g, x, x_bf16, w, b|nullptr, version, bf16, s|nullptr, s_bf16, y, y_bf16, relu, own,
+///           winograd)
 ///     y = [max(., 0)](conv(x, w) + b [+ s]): s the residual sum's other
 ///     term (s == y: y holds it on entry); x, s and y float or (x_bf16,
 ///     s_bf16, y_bf16) bf16 bits; w HWIO float, `version` as
 ///     Parameters::version (0: changed); `bf16`: bf16 products with float
 ///     accumulation where bf16_storage(); `own`: in the backend's own
-///     kernels (where own_kernel_why_not(g, bf16) is empty).
+///     kernels (where own_kernel_why_not(g, bf16) is empty); `winograd`:
+///     in the backend's own Winograd kernels (where winograd_why_not(g,
+///     bf16) is empty).
 ///   own_kernel_why_not(g, bf16): why the own kernels do not run g (the
 ///     rule conv_epilogue_in_registers asks), empty where they do.
+///   winograd_why_not(g, bf16): the same for the own Winograd kernels (the
+///     rule conv_winograd_epilogue asks).
 /// `supported` says whether a backend has it: where it does not (this
 /// primary template), a Model runs inference through its layers instead.
 template <class B, class T>
@@ -154,6 +159,9 @@ struct ConvEpilogue {
   static constexpr bool supported = false;
   static bool bf16_storage() { return false; }
   static std::string own_kernel_why_not(const ConvGeom&, bool) { return "no own kernels on this backend"; }
+  static std::string winograd_why_not(const ConvGeom&, bool) {
+    return "no own Winograd kernels on this backend";
+  }
   template <class... A>
   [[noreturn]] void forward(A&&...) {
     throw ConfigError("ops::ConvEpilogue: this backend has no inference convolution epilogue");

@@ -169,13 +169,14 @@ class Conv3x3 {
     return 36 * block_tiles(ci, co, tiles) * (ci + co);
   }
 
-  /// y = conv(x, w) (+ bias[c]) (then max(., 0) with relu) for n NHWC
-  /// images of h x w pixels, x with the ci channels and y with the co
-  /// channels of the last set_weights; y overwritten. `work`: work_floats()
-  /// floats the caller lends (a device's scratch, shared by every layer),
-  /// or null: the object's own, kept.
-  void run(int n, int h, int w, const float* x, const float* bias, bool relu, float* y,
-           float* work = nullptr) {
+  /// y = conv(x, w) (+ bias[c]) (+ sum) (then max(., 0) with relu) for n
+  /// NHWC images of h x w pixels, x with the ci channels and y with the co
+  /// channels of the last set_weights; y overwritten; sum (may be null, may
+  /// be y) laid out as y. `work`: work_floats() floats the caller lends (a
+  /// device's scratch, shared by every layer), or null: the object's own,
+  /// kept.
+  void run(int n, int h, int w, const float* x, const float* bias, bool relu, float* y, float* work = nullptr,
+           const float* sum = nullptr) {
     Plan p;
     p.n = n;
     p.h = h;
@@ -209,11 +210,12 @@ class Conv3x3 {
         }
 #pragma omp for schedule(static)
         for (std::ptrdiff_t t = 0; t < std::ptrdiff_t(s); ++t)
-          k::output_tiles(p, M, base, base + std::size_t(t), base + std::size_t(t) + 1, S, bias, relu, y);
+          k::output_tiles(p, M, base, base + std::size_t(t), base + std::size_t(t) + 1, S, bias, sum, relu,
+                          y);
       }
     }
 #else
-    (void)V, (void)M, (void)U, (void)x, (void)bias, (void)relu, (void)y, (void)panels;
+    (void)V, (void)M, (void)U, (void)x, (void)bias, (void)relu, (void)y, (void)panels, (void)sum;
     throw ConfigError("winograd::Conv3x3: the own Winograd kernels need an x86-64 CPU with AVX2");
 #endif
   }
@@ -239,13 +241,14 @@ struct Layer {
   static std::size_t work_bytes(const ConvGeom& g) {
     return Conv3x3::work_floats(g.ic, g.oc, g.n * ((g.ih + 3) / 4) * ((g.iw + 3) / 4)) * sizeof(float);
   }
-  /// y = conv(x, w) + b (b may be null), then ReLU with relu; w HWIO at
-  /// Parameters version `version` (0: unknown). True when the weights were
-  /// transformed (not reused). `work`: work_bytes(g) lent, or null.
+  /// y = conv(x, w) + b (b may be null) + sum (may be null, may be y),
+  /// then ReLU with relu; w HWIO at Parameters version `version` (0:
+  /// unknown). True when the weights were transformed (not reused).
+  /// `work`: work_bytes(g) lent, or null.
   bool forward(const ConvGeom& g, const float* x, const float* w, std::uint64_t version, const float* b,
-               bool relu, float* y, float* work = nullptr) {
+               bool relu, float* y, float* work = nullptr, const float* sum = nullptr) {
     const bool fresh = fwd.set_weights(w, version, g.ic, g.oc);
-    fwd.run(int(g.n), int(g.ih), int(g.iw), x, b, relu, y, work);
+    fwd.run(int(g.n), int(g.ih), int(g.iw), x, b, relu, y, work, sum);
     return fresh;
   }
   /// dx = the data gradient of dy for weights w (HWIO) at `version`. True

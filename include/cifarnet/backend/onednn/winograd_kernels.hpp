@@ -143,11 +143,13 @@ CIFARNET_WK inline void gemm_panel(std::size_t S, std::size_t ci, std::size_t co
 
 // The output transform of tiles [t0, t1) (global numbers; the block starts
 // at `base`), every group of L output channels: the 4 x 4 outputs of each
-// tile that fall inside the image, + bias[c] (if any), then max(., 0) if
-// relu (a NaN stays NaN), stored into y.
+// tile that fall inside the image, + bias[c] (if any), + sum at the same
+// place (if any: a residual term laid out as y, possibly y itself, read
+// before it is written), then max(., 0) if relu (a NaN stays NaN), stored
+// into y.
 CIFARNET_WK inline void output_tiles(const Plan& p, const float* __restrict M, std::size_t base,
                                      std::size_t t0, std::size_t t1, std::size_t S, const float* bias,
-                                     bool relu, float* __restrict y) {
+                                     const float* sum, bool relu, float* y) {
   constexpr int L = Vec::L;
   const std::size_t co = p.co, per_image = std::size_t(p.th) * p.tw;
   for (std::size_t t = t0; t < t1; ++t) {
@@ -172,9 +174,11 @@ CIFARNET_WK inline void output_tiles(const Plan& p, const float* __restrict M, s
         for (int j = 0; j < 6; ++j) row[j] = col[j][i];
         out_1d(row, o);
         for (int j = 0; j < cols; ++j) {
+          const std::size_t at = (std::size_t(h0 + i) * p.w + std::size_t(w0 + j)) * co + c;
           typename Vec::V v = Vec::add(o[j], b);
+          if (sum) v = Vec::add(v, Vec::load(sum + (yi - y) + at));
           if (relu) v = Vec::max(Vec::zero(), v);
-          Vec::store(yi + (std::size_t(h0 + i) * p.w + std::size_t(w0 + j)) * co + c, v);
+          Vec::store(yi + at, v);
         }
       }
     }

@@ -103,10 +103,14 @@ struct ConvEpilogue<backend::Reference, T> {
   static std::string own_kernel_why_not(const ConvGeom&, bool) {
     return "the reference backend has no own inference kernels";
   }
+  static std::string winograd_why_not(const ConvGeom&, bool) {
+    return "the reference backend has no own Winograd kernels";
+  }
   void forward(Device<backend::Reference>& dev, const ConvGeom& g, const void* x, bool x_bf16, const T* w,
                const T* b, std::uint64_t, bool, const void* s, bool s_bf16, void* y, bool y_bf16, bool relu,
-               bool own = false) {
-    if (own) throw std::logic_error("ConvEpilogue: the reference backend has no own inference kernels");
+               bool own = false, bool winograd = false) {
+    if (own || winograd)
+      throw std::logic_error("ConvEpilogue: the reference backend has no own inference kernels");
     if (x_bf16 || y_bf16 || (s && s_bf16))
       throw ConfigError("ConvEpilogue: the reference backend has no bf16 activations");
     T* out = static_cast<T*>(y);
