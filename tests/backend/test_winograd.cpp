@@ -241,6 +241,8 @@ TEST_CASE("The own Winograd weights are transformed once per weights version", "
 }
 
 TEST_CASE("The own Winograd kernels say which geometries they take", "[winograd]") {
+  CHECK(wg::Conv3x3::block_tiles(64, 64, 0) == 1);      // an empty call sizes no block of 0
+  CHECK(wg::Conv3x3::block_tiles(64, 64, 441) == 221);  // two even blocks (the style-transfer case above)
   CHECK(wg::why_not(same3x3(1, 8, 8, 16, 16)).empty() == backend::onednn::direct::cpu_supported());
   if (skip_without_avx2()) return;
   CHECK(wg::why_not(same3x3(1, 8, 8, 3, 64)) ==

@@ -137,6 +137,7 @@ class Conv3x3 {
   /// about 6 MiB, at least 128 tiles where the weights exceed 2 MiB, the
   /// blocks then evened out.
   static std::size_t block_tiles(std::size_t ci, std::size_t co, std::size_t tiles) {
+    if (tiles == 0) return 1;  // an empty call: nothing to block (and no division by 0)
     const std::size_t per_tile = 36 * (ci + co) * sizeof(float);
     std::size_t s = std::max<std::size_t>((std::size_t(6) << 20) / per_tile, 6);
     if (36 * ci * co * sizeof(float) > (std::size_t(2) << 20)) s = std::max<std::size_t>(s, 128);
