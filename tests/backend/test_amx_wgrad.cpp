@@ -2,8 +2,11 @@
 // against the same sums in double on the same bf16 values, at toy
 // geometries (padding 0, 1 and uneven, 1x1 and 3x3 kernels, non-square
 // images, 16 to 64 channels, batches of 1 to 20 whose chunks and blocks come
-// out uneven, strides 1, 2 and 3) and at ResNet-20's five 3x3 geometries at
-// batch 128 (three of stride 1, two of stride 2); and its bits, which must
+// out uneven, strides 1, 2 and 3; 8, 24 and 40 input channels, whose last
+// block of 16 is half padding), at ResNet-20's five 3x3 geometries at batch
+// 128 (three of stride 1, two of stride 2), at airbench94's 24 -> 64 at a
+// smaller batch, and on sampled outputs at airbench94's 256 -> 256 at 3x3
+// and batch 500 (blocks of 1 MiB); and its bits, which must
 // not depend on the number of OpenMP threads nor change from run to run. On a CPU or OS
 // without AMX every case prints "SKIPPED: ..." and ctest reports it as
 // skipped (tests/backend/CMakeLists.txt).
@@ -56,6 +59,8 @@ struct Geom {
     return s.str();
   }
   amx::WeightGrad make() const { return amx::WeightGrad(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw); }
+  std::size_t x_size() const { return n * ih * iw * ic; }
+  std::size_t dy_size() const { return n * oh() * ow() * oc; }
   bool supported() const {
     return amx::WeightGrad::supported(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw);
   }
@@ -170,19 +175,34 @@ TEST_CASE("amx weight gradient supports stride-1 geometries with channels in mul
   CHECK_FALSE(amx::WeightGrad::supported(128, 32, 32, 3, 16, 3, 3, 1, 1, 1, 1));   // 3 input channels
   CHECK_FALSE(amx::WeightGrad::supported(128, 32, 32, 16, 24, 3, 3, 1, 1, 1, 1));  // 24 output channels
   CHECK_FALSE(amx::WeightGrad::supported(1, 2, 2, 16, 16, 5, 5, 1, 1, 1, 1));      // no output pixel
-  CHECK_THROWS_AS(amx::WeightGrad(1, 4, 4, 8, 16, 3, 3, 1, 1, 1, 1), cifarnet::BackendError);
+  CHECK(amx::WeightGrad::supported(500, 31, 31, 24, 64, 3, 3, 1, 1, 1, 1));        // airbench94's 24 -> 64
+  CHECK(amx::WeightGrad::supported(2, 5, 5, 8, 16, 3, 3, 1, 1, 1, 1));             // 8 input channels
+  CHECK_FALSE(amx::WeightGrad::supported(2, 5, 5, 12, 16, 3, 3, 1, 1, 1, 1));      // 12: not a multiple of 8
+  CHECK_THROWS_AS(amx::WeightGrad(1, 4, 4, 12, 16, 3, 3, 1, 1, 1, 1), cifarnet::BackendError);
 }
 
 TEST_CASE("amx weight gradient agrees with double sums at toy geometries", "[amx]") {
   if (skip_without_amx()) return;
   const Geom toys[] = {
-      {2, 5, 7, 16, 16, 3, 3, 1, 1, 1, 1},  {3, 6, 4, 32, 48, 3, 3, 0, 0, 0, 0},
-      {1, 9, 9, 64, 16, 1, 1, 0, 0, 0, 0},  {2, 8, 8, 16, 32, 3, 3, 1, 1, 1, 1},
-      {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1},  {2, 5, 5, 16, 16, 3, 3, 2, 0, 1, 2},
-      {1, 3, 11, 32, 16, 3, 1, 1, 0, 1, 0}, {2, 6, 6, 16, 64, 1, 3, 0, 1, 0, 1},
-      {3, 4, 4, 64, 64, 3, 3, 1, 1, 1, 1},  {20, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1},
-      {20, 4, 4, 32, 16, 3, 3, 1, 1, 1, 1}, {1, 1, 1, 16, 16, 1, 1, 0, 0, 0, 0},
+      {2, 5, 7, 16, 16, 3, 3, 1, 1, 1, 1},
+      {3, 6, 4, 32, 48, 3, 3, 0, 0, 0, 0},
+      {1, 9, 9, 64, 16, 1, 1, 0, 0, 0, 0},
+      {2, 8, 8, 16, 32, 3, 3, 1, 1, 1, 1},
+      {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1},
+      {2, 5, 5, 16, 16, 3, 3, 2, 0, 1, 2},
+      {1, 3, 11, 32, 16, 3, 1, 1, 0, 1, 0},
+      {2, 6, 6, 16, 64, 1, 3, 0, 1, 0, 1},
+      {3, 4, 4, 64, 64, 3, 3, 1, 1, 1, 1},
+      {20, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1},
+      {20, 4, 4, 32, 16, 3, 3, 1, 1, 1, 1},
+      {1, 1, 1, 16, 16, 1, 1, 0, 0, 0, 0},
       {2, 2, 3, 16, 16, 3, 3, 2, 2, 2, 2},
+      // input channels padded to a multiple of 16 in the kernel
+      {2, 5, 7, 8, 16, 3, 3, 1, 1, 1, 1},
+      {3, 6, 5, 24, 32, 3, 3, 1, 1, 1, 1},
+      {20, 4, 4, 24, 16, 3, 3, 1, 1, 1, 1},
+      {2, 5, 5, 40, 48, 3, 3, 0, 1, 1, 0},
+      {1, 3, 3, 8, 16, 1, 1, 0, 0, 0, 0},
   };
   unsigned seed = 11;
   for (const Geom& g : toys) {
@@ -224,6 +244,7 @@ TEST_CASE("amx weight gradient of strided convolutions agrees with double sums a
       {2, 10, 8, 16, 16, 3, 3, 1, 1, 1, 1, 3, 3}, {2, 9, 10, 16, 32, 3, 3, 1, 1, 1, 1, 2, 1},
       {20, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2}, {20, 8, 8, 32, 64, 3, 3, 1, 1, 1, 1, 2, 2},
       {1, 1, 1, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},  {1, 2, 3, 16, 16, 1, 1, 0, 0, 0, 0, 2, 2},
+      {3, 8, 8, 24, 32, 3, 3, 1, 1, 1, 1, 2, 2},  {2, 7, 9, 8, 16, 3, 3, 1, 1, 1, 1, 2, 2},
   };
   unsigned seed = 301;
   for (const Geom& g : toys) {
@@ -253,7 +274,8 @@ TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on 
                         {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1},
                         kResnetStrided[0],
                         kResnetStrided[1],
-                        {20, 9, 7, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2}};
+                        {20, 9, 7, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},
+                        {20, 9, 9, 24, 64, 3, 3, 1, 1, 1, 1}};
   unsigned seed = 201;
   for (const Geom& g : cases) {
     INFO(g.name());
@@ -265,4 +287,61 @@ TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on 
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("amx weight gradient agrees with double sums at airbench94's 24 -> 64 (input channels padded)",
+          "[amx]") {
+  if (skip_without_amx()) return;
+  const Geom g{20, 31, 31, 24, 64, 3, 3, 1, 1, 1, 1};
+  check_against_reference(g, true, 501);
+  check_against_reference(g, false, 503);
+}
+
+// Where a 640 KiB block holds fewer than 1,024 input positions the kernel
+// takes blocks of up to 1 MiB (amx_wgrad.hpp): airbench94's 256 -> 256 at
+// 7x7 and 3x3, batch 500. The 3x3 one is checked on sampled outputs (every
+// output would take the double loop minutes under the sanitizers): each
+// sample's double sum over all 500 * 9 pixels, with the bound of the full
+// cases.
+TEST_CASE("amx weight gradient with 1 MiB blocks agrees with double sums on sampled outputs", "[amx]") {
+  CHECK(amx::WeightGrad(500, 15, 15, 64, 64, 3, 3, 1, 1, 1, 1).block_images() == 9);   // 640 KiB: 10, evened
+  CHECK(amx::WeightGrad(500, 7, 7, 256, 256, 3, 3, 1, 1, 1, 1).block_images() == 16);  // 1 MiB
+  const Geom g{500, 3, 3, 256, 256, 3, 3, 1, 1, 1, 1};
+  amx::WeightGrad wg = g.make();
+  CHECK(wg.block_images() == 63);  // a whole chunk (500 / 8 images) within 1 MiB
+  if (skip_without_amx()) return;
+  const auto x = random_bf16(g.x_size(), true, 601);
+  const auto dy = random_bf16(g.dy_size(), true, 603);
+  std::vector<float> dw(g.kh * g.kw * g.ic * g.oc, -7.0f);
+  wg.run(x.data(), dy.data(), dw.data());
+  std::mt19937 rng(605);
+  std::uniform_int_distribution<std::size_t> pick(0, dw.size() - 1);
+  std::vector<std::size_t> samples{0, dw.size() - 1, 4 * g.ic * g.oc + 17};  // corners and the centre tap
+  for (int k = 0; k < 300; ++k) samples.push_back(pick(rng));
+  const double rel = double(g.n * g.oh() * g.ow()) * std::ldexp(1.0, -24);
+  std::size_t bad = 0, first_bad = 0;
+  double first_sum = 0;
+  for (const std::size_t e : samples) {
+    const std::size_t o = e % g.oc, c = e / g.oc % g.ic, tap = e / (g.oc * g.ic), i = tap / g.kw,
+                      j = tap % g.kw;
+    double sum = 0, abs = 0;
+    for (std::size_t n = 0; n < g.n; ++n)
+      for (std::size_t y = 0; y < g.oh(); ++y)
+        for (std::size_t xo = 0; xo < g.ow(); ++xo) {
+          const long yi = long(y + i) - 1, xi = long(xo + j) - 1;
+          if (yi < 0 || yi >= long(g.ih) || xi < 0 || xi >= long(g.iw)) continue;
+          const double t =
+              double(bf16_to_float(x[((n * g.ih + std::size_t(yi)) * g.iw + std::size_t(xi)) * g.ic + c])) *
+              double(bf16_to_float(dy[((n * g.oh() + y) * g.ow() + xo) * g.oc + o]));
+          sum += t;
+          abs += std::fabs(t);
+        }
+    if (!(std::fabs(double(dw[e]) - sum) <= rel * abs) && bad++ == 0) {
+      first_bad = e;
+      first_sum = sum;
+    }
+  }
+  INFO("first sample out of bounds: output " << first_bad << " = " << dw[first_bad] << ", double "
+                                             << first_sum);
+  CHECK(bad == 0);
 }

@@ -37,6 +37,10 @@
 // alternated twice, both with the rounding of a float dy; docs/BENCHMARKS.md
 // 2026-11-27 17:40). The padded phase planes are 17x17 there: 89 % of the
 // positions are pixels.
+// Input channels come in blocks of 16 (the tiles' rows): where ic is a
+// multiple of 8 but not of 16 (airbench94's 24 -> 64), the last block's
+// missing rows are zeros in the copy, their products are left out of dw,
+// and the padded input channels cost their share of the products.
 // The copies are AVX-512 (a 32-pixel by 16-channel transpose in unpack
 // steps, an interleave for dy). The products accumulate in float in AMX
 // tiles. 16 -> 16 keeps the tiles of five or four offsets in tile registers
@@ -176,7 +180,7 @@ inline bool amx_available() {
 /// number of times, not concurrently on one object.
 class WeightGrad {
  public:
-  /// No dilation; ic and oc multiples of 16; any stride, any kernel size and
+  /// No dilation; ic a multiple of 8 and oc of 16; any stride, any kernel size and
   /// any padding (also asymmetric, also >= the kernel) that leaves a
   /// non-empty output; a padded image plane below 2^24 pixels.
   static bool supported(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc,
@@ -184,7 +188,7 @@ class WeightGrad {
                         std::size_t pr, std::size_t sh = 1, std::size_t sw = 1) {
     if (n == 0 || ih == 0 || iw == 0 || kh == 0 || kw == 0 || ic == 0 || oc == 0 || sh == 0 || sw == 0)
       return false;
-    if (ic % 16 != 0 || oc % 16 != 0) return false;
+    if (ic % 8 != 0 || oc % 16 != 0) return false;
     if (ih + pt + pb < kh || iw + pl + pr < kw) return false;
     if (kh > 4096 || kw > 4096 || pt + pb > 4096 || pl + pr > 4096 || sh > 4096 || sw > 4096) return false;
     // Indices into the per-channel rows stay well inside int range.
@@ -195,9 +199,18 @@ class WeightGrad {
   WeightGrad(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc, std::size_t kh,
              std::size_t kw, std::size_t pt, std::size_t pl, std::size_t pb, std::size_t pr,
              std::size_t sh = 1, std::size_t sw = 1)
-      : n_(n), ih_(ih), iw_(iw), ic_(ic), oc_(oc), kh_(kh), kw_(kw), sh_(sh), sw_(sw) {
+      : n_(n),
+        ih_(ih),
+        iw_(iw),
+        ic_(ic),
+        icp_(round_up(ic, 16)),
+        oc_(oc),
+        kh_(kh),
+        kw_(kw),
+        sh_(sh),
+        sw_(sw) {
     if (!supported(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw))
-      throw BackendError("amx::WeightGrad: unsupported geometry (ic and oc must be multiples of 16)");
+      throw BackendError("amx::WeightGrad: unsupported geometry (ic must be a multiple of 8, oc of 16)");
     Layout l = layout(ih, iw, kh, kw, pt, pl, pb, pr, sh, sw);
     oh_ = l.oh;
     ow_ = l.ow;
@@ -212,14 +225,22 @@ class WeightGrad {
     // share among a few threads, few enough that adding the partials stays
     // cheap next to the products (and that wider channels get blocks of 16
     // images: measured faster than 8 at 32 -> 32).
-    const std::size_t per_partial = kh * kw * ic * oc;
+    const std::size_t per_partial = kh * kw * icp_ * oc;
     nchunks_ = std::min<std::size_t>(n, per_partial <= 9 * 16 * 16 ? 16 : 8);
-    // Images per copied block: both copies of a block within ~640 KiB of L2.
-    const std::size_t per_image = (phases_.size() * ic + oc) * plane_ * 2;
+    // Images per copied block: both copies of a block within ~640 KiB of L2,
+    // or up to 1 MiB where that gives fewer than 1,024 input positions, for
+    // a longer run of products between two loads of the C tiles (on a 2-core
+    // AMX Xeon, batch 500, 256 -> 256 at 7x7 took 17.0 ms with 1 MiB blocks
+    // against 19.8 ms with 640 KiB; 64 -> 64 at 15x15 was faster at 640 KiB,
+    // 3.8 against 4.1 ms; docs/BENCHMARKS.md, 2026-12-04).
+    const std::size_t per_image = (phases_.size() * icp_ + oc) * plane_ * 2;
+    std::size_t fit = (640u << 10) / per_image;
+    if (fit * plane_ < 1024)
+      fit = std::max(fit, std::min((std::size_t(1) << 20) / per_image, 1024 / plane_ + 1));
     // The blocks of a chunk of equal size where they can be (16 images as 8
     // and 8, not 11 and 5): a shorter block zeroes the tail of the buffers,
     // 9 % of stride-2 16 -> 32's time on one core of a 2-core AMX Xeon.
-    block_ = std::max<std::size_t>(1, std::min<std::size_t>((640u << 10) / per_image, max_chunk_images()));
+    block_ = std::max<std::size_t>(1, std::min<std::size_t>(fit, max_chunk_images()));
     const std::size_t blocks = (max_chunk_images() + block_ - 1) / block_;
     block_ = (max_chunk_images() + blocks - 1) / blocks;
     kx_ = round_up(block_ * plane_ + reach_, 32);
@@ -232,13 +253,19 @@ class WeightGrad {
     small_ = ic == 16 && oc == 16;
     // Tile groups (measured on a 2-core Sapphire Rapids): 16 -> 16 keeps six
     // offsets' tiles over the whole block; wider ones run 2x2 tiles of one
-    // offset over 512 positions.
-    ksub_ = small_ ? kx_ : 512;
+    // offset over the whole block too (at most 1 MiB of copies, in L2), or
+    // over 512 positions for strided convolutions: 256 -> 256 at 7x7, batch
+    // 500, took 19.8 ms so against 25.1 ms with 512 positions per run (the C
+    // tiles stored and reloaded between runs), while ResNet-20's stride-2
+    // 16 -> 32 was 12 % slower so (docs/BENCHMARKS.md, 2026-12-04).
+    ksub_ = small_ || phases_.size() == 1 ? kx_ : 512;
     partial_.assign(nchunks_ * per_partial, 0.0f);
     ensure_threads(std::size_t(omp_get_max_threads()));
   }
 
   std::size_t chunks() const { return nchunks_; }
+  /// Images per copied block (at most a chunk's).
+  std::size_t block_images() const { return block_; }
 
   /// x: bf16 bits, NHWC [n][ih][iw][ic]; dy: bf16 bits, NHWC [n][oh][ow][oc];
   /// dw: float HWIO [kh][kw][ic][oc], overwritten.
@@ -246,8 +273,10 @@ class WeightGrad {
 #if CIFARNET_AMX_X86
     if (!amx_available()) throw BackendError("amx::WeightGrad: this CPU or OS offers no AMX");
     ensure_threads(std::size_t(omp_get_max_threads()));
-    const std::size_t per_partial = kh_ * kw_ * ic_ * oc_;
-    float* const partial = nchunks_ == 1 ? dw : partial_.data();
+    const std::size_t per_partial = kh_ * kw_ * icp_ * oc_;
+    // Straight into dw when one chunk and no padded input channels.
+    const bool direct = nchunks_ == 1 && icp_ == ic_;
+    float* const partial = direct ? dw : partial_.data();
 #pragma omp parallel
     {
       detail::tile_config();
@@ -255,12 +284,12 @@ class WeightGrad {
 #pragma omp for schedule(dynamic, 1)
       for (std::size_t c = 0; c < nchunks_; ++c) chunk(c, x, dy, partial + c * per_partial, s);
       detail::tile_release();
-      if (nchunks_ > 1) {
-        // Chunk partials added in chunk order, element by element.
+      if (!direct) {
+        // Chunk partials added in chunk order, element by element, each
+        // row of oc outputs of a real input channel into its place in dw.
+        const std::size_t rows = kh_ * kw_ * icp_;
         const std::size_t nt = std::size_t(omp_get_num_threads()), t = std::size_t(omp_get_thread_num());
-        const std::size_t lo = per_partial * t / nt / 16 * 16, hi = per_partial * (t + 1) / nt / 16 * 16;
-        const std::size_t end = t + 1 == nt ? per_partial : hi;
-        sum_partials(partial, lo, end, dw);
+        sum_partials(partial, rows * t / nt, rows * (t + 1) / nt, dw);
       }
     }
 #else
@@ -383,7 +412,7 @@ class WeightGrad {
   void ensure_threads(std::size_t nt) {
     while (scratch_.size() < nt) {
       Scratch s;
-      for (std::size_t b = 0; b < phases_.size(); ++b) s.xt.emplace_back(ic_ * xrow_);
+      for (std::size_t b = 0; b < phases_.size(); ++b) s.xt.emplace_back(icp_ * xrow_);
       s.dyv[0] = Buffer(dyrows_ * 2 * oc_);
       s.dyv[1] = Buffer(dyrows_ * 2 * oc_);
       scratch_.push_back(std::move(s));
@@ -391,18 +420,25 @@ class WeightGrad {
   }
 
 #if CIFARNET_AMX_X86
+  // Rows [lo, hi) of the partials ([kh * kw][icp][oc]) summed into dw
+  // ([kh * kw][ic][oc]); the rows of padded input channels are left out.
   void sum_partials(const float* partial, std::size_t lo, std::size_t hi, float* dw) const {
-    const std::size_t per_partial = kh_ * kw_ * ic_ * oc_;
-    for (std::size_t e = lo; e < hi; e += 256) {
-      const std::size_t m = std::min<std::size_t>(256, hi - e);
-      float acc[256];
-      std::memcpy(acc, partial + e, m * sizeof(float));
-      for (std::size_t c = 1; c < nchunks_; ++c) {
-        const float* p = partial + c * per_partial + e;
+    const std::size_t per_partial = kh_ * kw_ * icp_ * oc_;
+    for (std::size_t r = lo; r < hi; ++r) {
+      const std::size_t c = r % icp_;
+      if (c >= ic_) continue;
+      float* out = dw + ((r / icp_) * ic_ + c) * oc_;
+      for (std::size_t e = r * oc_; e < (r + 1) * oc_; e += 256) {
+        const std::size_t m = std::min<std::size_t>(256, (r + 1) * oc_ - e);
+        float acc[256];
+        std::memcpy(acc, partial + e, m * sizeof(float));
+        for (std::size_t ch = 1; ch < nchunks_; ++ch) {
+          const float* p = partial + ch * per_partial + e;
 #pragma omp simd
-        for (std::size_t i = 0; i < m; ++i) acc[i] += p[i];
+          for (std::size_t i = 0; i < m; ++i) acc[i] += p[i];
+        }
+        std::memcpy(out + (e - r * oc_), acc, m * sizeof(float));
       }
-      std::memcpy(dw + e, acc, m * sizeof(float));
     }
   }
 
@@ -428,12 +464,20 @@ class WeightGrad {
   void clear_tail(Scratch& s, std::size_t cnt) const {
     const std::size_t from = cnt * plane_;
     for (const Buffer& xt : s.xt)
-      for (std::size_t ch = 0; ch < ic_; ++ch)
+      for (std::size_t ch = 0; ch < icp_; ++ch)
         std::memset(xt.p + ch * xrow_ + base_ + from, 0, (xrow_ - base_ - from) * 2);
     for (std::size_t e = 0; e < 2; ++e) {
       const std::size_t row = pre_ + (from + e) / 2;
       std::memset(s.dyv[e].p + row * 2 * oc_, 0, (dyrows_ - row) * 2 * oc_ * 2);
     }
+  }
+
+  // The 16 channels at p, or the first of them (mask cm) and zeros. Always
+  // the masked load: the branch between it and a plain one cost 5-10 % of
+  // ResNet-20's stride-2 16 -> 32 and 32 -> 32 (a 2-core AMX Xeon).
+  __attribute__((target("avx512f,avx512bw,avx512vl"))) static __m256i load_channels(const std::uint16_t* p,
+                                                                                    __mmask16 cm) {
+    return _mm256_maskz_loadu_epi16(cm, p);
   }
 
   // [lo | hi]. (_mm512_inserti64x4 would do, but GCC 12 warns inside it,
@@ -483,30 +527,24 @@ class WeightGrad {
       const std::uint16_t* src = x + p0 * ic;
       if (dense)
         for (std::size_t t = 0; t < np; ++t) at[t] = src + t * ic;
-      for (std::size_t cb = 0; cb < ic; cb += 16) {
+      for (std::size_t cb = 0; cb < icp_; cb += 16) {
+        // A last block of 8 channels (ic a multiple of 8, not of 16) reads
+        // those 8 and zeros for the padded rows.
+        const __mmask16 cm = cb + 16 <= ic ? __mmask16(0xffff) : __mmask16((1u << (ic - cb)) - 1);
         __m512i v[16];
         if (np == 32 && dense) {
           CIFARNET_UNROLL(16)
-          for (int q = 0; q < 16; ++q) {
-            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q * ic + cb));
-            const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (q + 16) * ic + cb));
-            v[q] = join(lo, hi);
-          }
+          for (int q = 0; q < 16; ++q)
+            v[q] = join(load_channels(src + q * ic + cb, cm), load_channels(src + (q + 16) * ic + cb, cm));
         } else if (np == 32) {
           CIFARNET_UNROLL(16)
-          for (int q = 0; q < 16; ++q) {
-            const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q] + cb));
-            const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q + 16] + cb));
-            v[q] = join(lo, hi);
-          }
+          for (int q = 0; q < 16; ++q)
+            v[q] = join(load_channels(at[q] + cb, cm), load_channels(at[q + 16] + cb, cm));
         } else {
           for (int q = 0; q < 16; ++q) {
-            const __m256i lo = std::size_t(q) < np
-                                   ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q] + cb))
-                                   : _mm256_setzero_si256();
-            const __m256i hi = std::size_t(q + 16) < np
-                                   ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at[q + 16] + cb))
-                                   : _mm256_setzero_si256();
+            const __m256i lo = std::size_t(q) < np ? load_channels(at[q] + cb, cm) : _mm256_setzero_si256();
+            const __m256i hi =
+                std::size_t(q + 16) < np ? load_channels(at[q + 16] + cb, cm) : _mm256_setzero_si256();
             v[q] = join(lo, hi);
           }
         }
@@ -612,7 +650,7 @@ class WeightGrad {
   // of 32) added into the chunk's partial (zeroed tiles when `first`).
   void products(const Scratch& s, std::size_t kx, float* part, bool first) const {
     const std::size_t nshift = offs_.size();
-    const std::size_t ma = ic_ / 16, mb = oc_ / 16;
+    const std::size_t ma = icp_ / 16, mb = oc_ / 16;
     for (std::size_t k0 = 0; k0 < kx; k0 += ksub_) {
       const std::size_t k1 = std::min(kx, k0 + ksub_);
       const bool zero = first && k0 == 0;
@@ -664,7 +702,7 @@ class WeightGrad {
     constexpr int kA = NS * NA * NB, kB = kA + NA;
     static_assert(kB + NB <= 8, "eight tiles");
     const long cstride = long(oc_ * 4), xstride = long(xrow_ * 2), dstride = long(oc_ * 4);
-    const std::size_t slice = ic_ * oc_;
+    const std::size_t slice = icp_ * oc_;
     // B for offset q at position k: dyb[q] + k * oc (the pair row
     // pre + (k - off + e)/2, e = off % 2, of copy e).
     const std::uint16_t* dyb[NS];
@@ -717,8 +755,8 @@ class WeightGrad {
   }
 #endif
 
-  std::size_t n_, ih_, iw_, ic_, oc_, kh_, kw_, sh_, sw_;
-  std::vector<Phase> phases_;  // the phases in use, one copy of x each
+  std::size_t n_, ih_, iw_, ic_, icp_, oc_, kh_, kw_, sh_, sw_;  // icp_: ic rounded up to 16
+  std::vector<Phase> phases_;                                    // the phases in use, one copy of x each
   std::vector<Offset> offs_;
   std::size_t oh_ = 0, ow_ = 0, pitch_ = 0, rows_ = 0, plane_ = 0, base_ = 0;
   std::size_t nchunks_ = 1, block_ = 1, reach_ = 0, kx_ = 32, xrow_ = 0, pre_ = 1, dyrows_ = 0;

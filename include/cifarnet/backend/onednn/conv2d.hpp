@@ -56,8 +56,10 @@
 // backward (weights and data) went from 58.7 to 42.6 ms and from 29.5 to
 // 14.5 ms (docs/BENCHMARKS.md). Float accumulation in both.
 // Where the CPU has AMX, a bf16 weight gradient (NHWC, stride 1 or 2, no
-// bias, channel counts multiples of 16) runs in the project's own AMX kernel
-// (amx_wgrad.hpp) instead of either: on a 2-core AMX Xeon, batch 128,
+// bias, input channels a multiple of 8, output channels of 16) runs in the
+// project's own AMX kernel (amx_wgrad.hpp) instead of either (airbench94's
+// 24 -> 64 at batch 500: 8.4 against oneDNN's 19.7 ms, docs/BENCHMARKS.md,
+// 2026-12-04): on a 2-core AMX Xeon, batch 128,
 // ResNet-20's 3x3 at 16, 32 and 64 channels took 0.65, 0.48 and 0.46 ms
 // against oneDNN's 0.99, 0.61 and 1.07 ms (both with the rounding of a float
 // dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
@@ -327,8 +329,9 @@ struct Conv2d<backend::OneDnn, T> {
   /// How many forward_stats calls ran (tests).
   CIFARNET_OUTLINE std::size_t direct_forwards() const { return direct_forwards_; }
 
-  /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, channel
-  /// counts multiples of 16) runs in the project's own AMX kernel
+  /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, input
+  /// channels a multiple of 8, output channels of 16) runs in the project's
+  /// own AMX kernel
   /// (amx_wgrad.hpp) where the CPU has AMX (default true; see the file
   /// comment). Takes effect for geometries not seen yet.
   CIFARNET_OUTLINE void set_amx_weights(bool on) { amx_weights_ = on; }
@@ -1155,8 +1158,8 @@ struct Conv2d<backend::OneDnn, T> {
 
     // Whether this geometry's bf16 weight gradient (no bias) runs in the own
     // AMX kernel: asked for, NHWC, stride 1 or 2 (the strides measured), a
-    // CPU with AMX, and a geometry the kernel takes (channel counts multiples
-    // of 16). Decided once.
+    // CPU with AMX, and a geometry the kernel takes (input channels a
+    // multiple of 8, output channels of 16). Decided once.
     CIFARNET_OUTLINE bool amx_weights(const ConvGeom& g, bool wanted) {
       namespace amx = backend::onednn::amx;
       if (!amx_dw_tried) {
