@@ -230,9 +230,10 @@ class WeightGrad {
     // Images per copied block: both copies of a block within ~640 KiB of L2,
     // or up to 1 MiB where that gives fewer than 1,024 input positions, for
     // a longer run of products between two loads of the C tiles (on a 2-core
-    // AMX Xeon, batch 500, 256 -> 256 at 7x7 took 17.0 ms with 1 MiB blocks
-    // against 19.8 ms with 640 KiB; 64 -> 64 at 15x15 was faster at 640 KiB,
-    // 3.8 against 4.1 ms; docs/BENCHMARKS.md, 2026-12-04).
+    // AMX Xeon, batch 500, runs over whole blocks: 256 -> 256 at 7x7 took
+    // 17.3 ms with 1 MiB blocks against 20.8 ms with 640 KiB; 64 -> 64 at
+    // 15x15, 3.93 against 3.97 ms; docs/runs/bench/2026-12-04-cd1e990-amx-wgrad/
+    // probes/wg_probe.txt).
     const std::size_t per_image = (phases_.size() * icp_ + oc) * plane_ * 2;
     std::size_t fit = (640u << 10) / per_image;
     if (fit * plane_ < 1024)
@@ -255,9 +256,10 @@ class WeightGrad {
     // offsets' tiles over the whole block; wider ones run 2x2 tiles of one
     // offset over the whole block too (at most 1 MiB of copies, in L2), or
     // over 512 positions for strided convolutions: 256 -> 256 at 7x7, batch
-    // 500, took 19.8 ms so against 25.1 ms with 512 positions per run (the C
-    // tiles stored and reloaded between runs), while ResNet-20's stride-2
-    // 16 -> 32 was 12 % slower so (docs/BENCHMARKS.md, 2026-12-04).
+    // 500, 640 KiB blocks, took 20.8 ms so against 25.7 ms with 512 positions
+    // per run (the C tiles stored and reloaded between runs), while
+    // ResNet-20's stride-2 16 -> 32 took 0.398-0.404 ms so against
+    // 0.387-0.392 (the same probe, wg_probe.txt).
     ksub_ = small_ || phases_.size() == 1 ? kx_ : 512;
     partial_.assign(nchunks_ * per_partial, 0.0f);
     ensure_threads(std::size_t(omp_get_max_threads()));
@@ -473,8 +475,8 @@ class WeightGrad {
   }
 
   // The 16 channels at p, or the first of them (mask cm) and zeros. Always
-  // the masked load: the branch between it and a plain one cost 5-10 % of
-  // ResNet-20's stride-2 16 -> 32 and 32 -> 32 (a 2-core AMX Xeon).
+  // the masked load: a branch between it and a plain one was no faster on
+  // ResNet-20's geometries (a first probe on a 2-core AMX Xeon; not kept).
   __attribute__((target("avx512f,avx512bw,avx512vl"))) static __m256i load_channels(const std::uint16_t* p,
                                                                                     __mmask16 cm) {
     return _mm256_maskz_loadu_epi16(cm, p);
