@@ -259,7 +259,8 @@ class WeightGrad {
     // 500, 640 KiB blocks, took 20.8 ms so against 25.7 ms with 512 positions
     // per run (the C tiles stored and reloaded between runs), while
     // ResNet-20's stride-2 16 -> 32 took 0.398-0.404 ms so against
-    // 0.387-0.392 (the same probe, wg_probe.txt).
+    // 0.387-0.392 (its 32 -> 64 went the other way, 0.276-0.286 against
+    // 0.295-0.307; the same probe, wg_probe.txt): strided ones as before.
     ksub_ = small_ || phases_.size() == 1 ? kx_ : 512;
     partial_.assign(nchunks_ * per_partial, 0.0f);
     ensure_threads(std::size_t(omp_get_max_threads()));

@@ -12,13 +12,17 @@
 #include <algorithm>
 #include "amx_wgrad_new.hpp"
 using namespace cifarnet::backend::onednn;
-struct G { const char* name; std::size_t n, h, w, ic, oc, s; };
+struct G {
+  const char* name;
+  std::size_t n, h, w, ic, oc, s;
+};
 int main(int argc, char** argv) {
-  std::vector<G> gs = {{"ab 24->64 @31", 500, 31, 31, 24, 64, 1}, {"ab 64->64 @15", 500, 15, 15, 64, 64, 1}, {"ab 64->256 @15", 500, 15, 15, 64, 256, 1},
-                       {"ab 256->256 @7", 500, 7, 7, 256, 256, 1}, {"ab 256->256 @3", 500, 3, 3, 256, 256, 1},
-                       {"rn 16->16 @32", 128, 32, 32, 16, 16, 1}, {"rn 32->32 @16", 128, 16, 16, 32, 32, 1},
-                       {"rn 64->64 @8", 128, 8, 8, 64, 64, 1}, {"rn 16->32 s2", 128, 32, 32, 16, 32, 2},
-                       {"rn 32->64 s2", 128, 16, 16, 32, 64, 2}};
+  std::vector<G> gs = {
+      {"ab 24->64 @31", 500, 31, 31, 24, 64, 1},   {"ab 64->64 @15", 500, 15, 15, 64, 64, 1},
+      {"ab 64->256 @15", 500, 15, 15, 64, 256, 1}, {"ab 256->256 @7", 500, 7, 7, 256, 256, 1},
+      {"ab 256->256 @3", 500, 3, 3, 256, 256, 1},  {"rn 16->16 @32", 128, 32, 32, 16, 16, 1},
+      {"rn 32->32 @16", 128, 16, 16, 32, 32, 1},   {"rn 64->64 @8", 128, 8, 8, 64, 64, 1},
+      {"rn 16->32 s2", 128, 32, 32, 16, 32, 2},    {"rn 32->64 s2", 128, 16, 16, 32, 64, 2}};
   const char* only = argc > 1 ? argv[1] : "";
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> d(0, 255);
@@ -44,7 +48,9 @@ int main(int argc, char** argv) {
     }
     std::sort(t.begin(), t.end());
     const double gf = 2.0 * g.n * oh * ow * g.oc * g.ic * 9 / 1e9;
-    double cs = 0; for (float v : dw) cs += v;
-    std::printf("%-16s %8.3f ms  %6.0f GFLOP/s  (min %.3f) sum %.6g\n", g.name, t[t.size() / 2], gf / t[t.size() / 2] * 1e3, t[0], cs);
+    double cs = 0;
+    for (float v : dw) cs += v;
+    std::printf("%-16s %8.3f ms  %6.0f GFLOP/s  (min %.3f) sum %.6g\n", g.name, t[t.size() / 2],
+                gf / t[t.size() / 2] * 1e3, t[0], cs);
   }
 }
