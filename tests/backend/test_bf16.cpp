@@ -279,7 +279,8 @@ TEST_CASE("bf16 backward_data as a forward convolution of the flipped weights ag
 TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's and with the reference",
           "[backend][onednn][conv][bf16]") {
   // Where the CPU has AMX the op runs NHWC weight gradients of stride 1 or 2
-  // with channel counts in multiples of 16 in amx_wgrad.hpp's kernel (its
+  // with input channels a multiple of 8 (24 and 8 here: the kernel pads
+  // them to 16s) and output channels of 16 in amx_wgrad.hpp's kernel (its
   // own tests: test_amx_wgrad.cpp); here through the op, from the bf16 x a
   // training forward keeps and the dy the op rounds, against the op with the
   // kernel off (oneDNN's kernel on the same bf16 values: float order only).
@@ -294,7 +295,9 @@ TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's a
                             ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit),
                             ConvGeom::make(DataFormat::NHWC, {3, 16, 9, 7}, 32, 3, 2, Padding::Explicit),
                             ConvGeom::make(DataFormat::NHWC, {2, 32, 8, 9}, 16, 3, 2, Padding::Valid),
-                            ConvGeom::make(DataFormat::NCHW, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit)};
+                            ConvGeom::make(DataFormat::NCHW, {4, 16, 8, 8}, 32, 3, 2, Padding::Explicit),
+                            ConvGeom::make(DataFormat::NHWC, {3, 24, 9, 9}, 64, 3, 1, Padding::Same),
+                            ConvGeom::make(DataFormat::NHWC, {2, 8, 6, 7}, 16, 3, 1, Padding::Same)};
   for (const ConvGeom& g : geoms) {
     INFO(str(g));
     const bool eligible = amx && g.fmt == DataFormat::NHWC;
