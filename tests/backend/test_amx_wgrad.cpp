@@ -169,7 +169,10 @@ const Geom kResnet[] = {{128, 32, 32, 16, 16, 3, 3, 1, 1, 1, 1},
 
 }  // namespace
 
-TEST_CASE("amx weight gradient supports stride-1 geometries with channels in multiples of 16", "[amx]") {
+TEST_CASE(
+    "amx weight gradient supports stride-1 geometries with input channels in multiples of 8 and output "
+    "channels in multiples of 16",
+    "[amx]") {
   CHECK(amx::WeightGrad::supported(128, 32, 32, 16, 16, 3, 3, 1, 1, 1, 1));
   CHECK(amx::WeightGrad::supported(2, 5, 7, 48, 32, 1, 1, 0, 0, 0, 0));
   CHECK_FALSE(amx::WeightGrad::supported(128, 32, 32, 3, 16, 3, 3, 1, 1, 1, 1));   // 3 input channels
