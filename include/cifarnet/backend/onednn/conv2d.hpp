@@ -58,8 +58,9 @@
 // Where the CPU has AMX, a bf16 weight gradient (NHWC, stride 1 or 2, no
 // bias, input channels a multiple of 8, output channels of 16) runs in the
 // project's own AMX kernel (amx_wgrad.hpp) instead of either (airbench94's
-// 24 -> 64 at batch 500: 8.4 against oneDNN's 19.7 ms, docs/BENCHMARKS.md,
-// 2026-12-04): on a 2-core AMX Xeon, batch 128,
+// 24 -> 64 at batch 500: 17.2-17.5 against oneDNN's 20.4-20.8 ms, with the
+// op's rounding of dy, docs/BENCHMARKS.md, 2026-12-04 09:52): on a 2-core
+// AMX Xeon, batch 128,
 // ResNet-20's 3x3 at 16, 32 and 64 channels took 0.65, 0.48 and 0.46 ms
 // against oneDNN's 0.99, 0.61 and 1.07 ms (both with the rounding of a float
 // dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
@@ -331,9 +332,8 @@ struct Conv2d<backend::OneDnn, T> {
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, input
   /// channels a multiple of 8, output channels of 16) runs in the project's
-  /// own AMX kernel
-  /// (amx_wgrad.hpp) where the CPU has AMX (default true; see the file
-  /// comment). Takes effect for geometries not seen yet.
+  /// own AMX kernel (amx_wgrad.hpp) where the CPU has AMX (default true; see
+  /// the file comment). Takes effect for geometries not seen yet.
   CIFARNET_OUTLINE void set_amx_weights(bool on) { amx_weights_ = on; }
   /// Whether geometry `g`'s weight gradient runs in that kernel.
   CIFARNET_OUTLINE bool uses_amx_weights(const ConvGeom& g) const {
