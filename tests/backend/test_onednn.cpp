@@ -7,6 +7,7 @@
 // back to direct, reordered weights are reused only while unchanged, and
 // errors come out as cifarnet exceptions naming the op.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -35,6 +36,17 @@ namespace {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The reference backend's weight and bias gradients of g in double.
+std::pair<std::vector<double>, std::vector<double>> reference_grads(const ConvGeom& g,
+                                                                    const std::vector<float>& x,
+                                                                    const std::vector<float>& dy) {
+  Device<backend::Reference> rdev;
+  ops::Conv2d<backend::Reference, double> ref;
+  std::vector<double> dw(g.kh * g.kw * g.ic * g.oc), db(g.oc);
+  ref.backward_weights(rdev, g, widen(x).data(), widen(dy).data(), dw.data(), db.data());
+  return {dw, db};
 }
 
 }  // namespace
@@ -290,22 +302,57 @@ TEST_CASE(
   // oneDNN 2.6's jit_1x1 backward_weights overruns its buffer here (SIGSEGV
   // or heap corruption); conv2d.hpp steers around that implementation.
   Device<B> dev;
-  Device<backend::Reference> rdev;
   ops::Conv2d<B, float> op;
-  ops::Conv2d<backend::Reference, double> ref;
   Rng rng = Rng::stream(7, 6);
   for (std::size_t ic : {3, 4}) {
     const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {4, ic, 64, 64}, 8, 1, 2, Padding::Same);
     INFO(str(g));
     const auto x = random_vec(rng, g.in_shape().size()), dy = random_cotangent(rng, g.out_shape().size());
-    std::vector<double> dwr(ic * 8), dbr(8);
-    ref.backward_weights(rdev, g, widen(x).data(), widen(dy).data(), dwr.data(), dbr.data());
+    const auto [dwr, dbr] = reference_grads(g, x, dy);
     for (int step = 0; step < 3; ++step) {
       auto dw = poisoned(ic * 8), db = poisoned(8);
       op.backward_weights(dev, g, x.data(), dy.data(), dw.data(), db.data());
       CHECK(rel_err(dw, dwr) < kTolerance);
       CHECK(rel_err(db, dbr) < kTolerance);
     }
+  }
+}
+
+TEST_CASE(
+    "Conv2d's bias gradient alone agrees with the reference in double, the same bits on any thread count",
+    "[backend][onednn][conv]") {
+  // bias_gradient (frozen weights, a trained bias: airbench94's whitening)
+  // against the reference's backward_weights in double, both layouts, at
+  // airbench's whitening size (500 images of 31x31, 24 channels: long sums)
+  // and odd toys; chunks of whole images summed in order, so 1 and 2
+  // threads give the same bits.
+  Device<B> dev;
+  ops::Conv2d<B, float> op;
+  Rng rng = Rng::stream(7, 11);
+  struct Case {
+    DataFormat f;
+    Shape in;
+    std::size_t oc, k;
+    Padding pad;
+  };
+  const Case cases[] = {{DataFormat::NHWC, {500, 3, 32, 32}, 24, 2, Padding::Valid},
+                        {DataFormat::NCHW, {500, 3, 32, 32}, 24, 2, Padding::Valid},
+                        {DataFormat::NHWC, {3, 5, 7, 6}, 13, 3, Padding::Same},
+                        {DataFormat::NCHW, {1, 2, 5, 9}, 3, 3, Padding::Same},
+                        {DataFormat::NHWC, {17, 4, 3, 3}, 40, 1, Padding::Same}};
+  for (const Case& c : cases) {
+    const ConvGeom g = ConvGeom::make(c.f, c.in, c.oc, c.k, 1, c.pad);
+    INFO(str(g));
+    const auto x = random_vec(rng, g.in_shape().size()), dy = random_cotangent(rng, g.out_shape().size());
+    const std::vector<double> dbr = reference_grads(g, x, dy).second;
+    auto db = poisoned(g.oc), db1 = poisoned(g.oc);
+    op.bias_gradient(dev, g, dy.data(), db.data());
+    CHECK(rel_err(db, dbr) < kTolerance);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    op.bias_gradient(dev, g, dy.data(), db1.data());
+    omp_set_num_threads(threads);
+    CHECK(same_bits(db, db1));
   }
 }
 

@@ -281,6 +281,53 @@ TEMPLATE_TEST_CASE("Layers before the first parameter run no backward unless the
   CHECK(diff <= 1e-5f * scale);
 }
 
+TEST_CASE(
+    "A convolution whose weights are frozen and whose bias trains sums its bias gradient alone (oneDNN)",
+    "[nn][backward]") {
+  // airbench94's whitening: frozen filters, a bias trained for a few
+  // epochs. The weights' gradient is not computed (it keeps its stale
+  // values, as Parameters::requires_grad says), the bias's equals the full
+  // backward's within float rounding, and every other gradient is the
+  // same bits (none depends on the skipped pass). Both layouts, fp32 and
+  // bf16 convolutions.
+  using Net = Sequential<Conv2d<3, 8, 2, 1, Padding::Valid, WithBias>, GELU,
+                         Conv2d<8, 16, 3, 1, Padding::Same>, GlobalAvgPool, Dense<16, 10>>;
+  for (DataFormat fmt : {DataFormat::NHWC, DataFormat::NCHW})
+    for (ConvPrecision prec : {ConvPrecision::F32, ConvPrecision::BF16}) {
+      INFO((fmt == DataFormat::NHWC ? "NHWC " : "NCHW ") << (prec == ConvPrecision::BF16 ? "bf16" : "fp32"));
+      NetOptions o;
+      o.conv_precision = prec;
+      Model<Net, backend::OneDnn> full({3, 9, 9}, fmt, o, 4), frozen({3, 9, 9}, fmt, o, 4);
+      Rng rng(5);
+      Tensor<float> x = make_tensor<float>({6, 3, 9, 9}, fmt);
+      for (auto& v : x) v = float(rng.uniform_int(256)) / 64.f - 2.f;
+      const std::vector<std::int32_t> y{1, 4, 7, 9, 0, 2};
+      auto& P = frozen.parameters();
+      const std::size_t w = P.id("conv1/weights"), b = P.id("conv1/biases");
+      P.set_requires_grad(w, false);
+      for (auto* m : {&full, &frozen}) {
+        m->parameters().grads().setConstant(7.0f);  // stale values a skipped pass would leave
+        Tensor<float> d;
+        softmax_cross_entropy(m->forward(x), y, &d);
+        m->backward(d);
+      }
+      const auto& F = full.parameters();
+      for (std::size_t i = 0; i < P.info(w).size; ++i) CHECK(P.grad(w)[i] == 7.0f);
+      float scale = 0, diff = 0;
+      for (std::size_t i = 0; i < P.info(b).size; ++i) {
+        scale = std::max(scale, std::abs(F.grad(b)[i]));
+        diff = std::max(diff, std::abs(P.grad(b)[i] - F.grad(b)[i]));
+      }
+      CHECK(scale > 0);
+      CHECK(diff <= 1e-5f * scale);
+      for (std::size_t id = 0; id < P.count(); ++id) {
+        if (id == w || id == b || !P.info(id).trainable) continue;
+        INFO(P.info(id).name);
+        CHECK(std::equal(P.grad(id), P.grad(id) + P.info(id).size, F.grad(id)));
+      }
+    }
+}
+
 TEMPLATE_TEST_CASE("Parameters that require no gradient end backward below them (Parameters::requires_grad)",
                    "[nn][backward]", backend::Reference, backend::OneDnn) {
   // ResNet-8 with its stem frozen at run time: backward stops at the first

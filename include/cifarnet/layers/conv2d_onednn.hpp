@@ -115,11 +115,18 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
            (!this->wants_grads(rc) || op_.bf16_weights_gradient(*rc.device, g));
   }
 
-  /// Both passes (dx, dw, db) in one call of the op.
+  /// Both passes (dx, dw, db) in one call of the op; where the bias alone
+  /// requires a gradient (frozen weights), its sum over dy and dx alone.
   const Tensor<T>& backward(const Tensor<T>& dy, RunContext<B, T>& rc) {
     const bool grads = this->wants_grads(rc), down = this->need_dx(rc);
     if (!grads && !down) return dx_;
     if (down) ensure_shape(dx_, geom_.in_shape(), fmt_);
+    if (this->wants_bias_grad_only(rc)) {
+      op_.bias_gradient(*rc.device, geom_, dy.data(), rc.params->grad(b_));
+      if (down)
+        op_.backward_data(*rc.device, geom_, dy.data(), weights(std::as_const(*rc.params)), dx_.data());
+      return dx_;
+    }
     op_.backward(*rc.device, geom_, x_->data(), dy.data(), weights(std::as_const(*rc.params)),
                  down ? dx_.data() : nullptr, grads ? rc.params->grad(w_) : nullptr,
                  grads && Bias ? rc.params->grad(b_) : nullptr);

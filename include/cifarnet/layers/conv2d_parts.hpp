@@ -70,6 +70,12 @@ class ConvParts : protected NodeBase<T> {
   bool wants_grads(const RunContext<B, T>& rc) const {
     return rc.param_grads && (rc.params->requires_grad(w_) || (Bias && rc.params->requires_grad(b_)));
   }
+  // Whether the bias alone requires a gradient: the weights' gradient (which
+  // then keeps its last values, as Parameters::requires_grad says) is
+  // skipped by the backends that can sum the bias's alone.
+  bool wants_bias_grad_only(const RunContext<B, T>& rc) const {
+    return Bias && rc.param_grads && rc.params->requires_grad(b_) && !rc.params->requires_grad(w_);
+  }
   // The node in a step plan (nn/plan.hpp), with `why` the backend's own conv +
   // batch norm kernels do not take its geometry (empty: they do): what the
   // rules say about a standalone convolution.

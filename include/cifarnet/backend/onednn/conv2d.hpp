@@ -437,6 +437,59 @@ struct Conv2d<backend::OneDnn, T> {
     backward(dev, g, x, dy, nullptr, nullptr, dw, db);
   }
 
+  /// db[c] = the sum of dy over the images and pixels, overwritten: the
+  /// bias gradient alone, for a convolution whose weights take no gradient
+  /// (frozen filters with a trained bias, as airbench94's whitening, whose
+  /// weight gradient in oneDNN's backward_weights cost several times this
+  /// pass). The rows (NHWC pixels, NCHW planes) are cut into a fixed number
+  /// of chunks of whole images, each summed in blocks of 16 rows added in
+  /// double, the chunks added in order: the same bits for any thread count.
+  CIFARNET_OUTLINE void bias_gradient(Dev& dev, const ConvGeom& g, const float* dy, float* db) {
+    (void)dev;
+    backend::onednn::require("Conv2d bias_gradient", {{dy, "dy"}, {db, "db"}});
+    constexpr std::size_t kChunks = 16, kBlock = 16;
+    const std::size_t C = g.oc, hw = g.oh * g.ow, chunks = std::min(kChunks, std::max<std::size_t>(g.n, 1));
+    std::vector<double> part(chunks * C, 0.0);
+#pragma omp parallel
+    {
+      std::vector<float> acc(C);
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t k = 0; k < std::ptrdiff_t(chunks); ++k) {
+        double* s = part.data() + std::size_t(k) * C;
+        const std::size_t i0 = g.n * std::size_t(k) / chunks, i1 = g.n * std::size_t(k + 1) / chunks;
+        if (g.fmt == DataFormat::NHWC) {
+          for (std::size_t r = i0 * hw; r < i1 * hw; r += kBlock) {
+            const std::size_t re = std::min(i1 * hw, r + kBlock);
+            std::fill(acc.begin(), acc.end(), 0.f);
+            for (std::size_t q = r; q < re; ++q) {
+              const float* row = dy + q * C;
+              float* a = acc.data();
+#pragma omp simd
+              for (std::size_t c = 0; c < C; ++c) a[c] += row[c];
+            }
+            for (std::size_t c = 0; c < C; ++c) s[c] += double(acc[c]);
+          }
+        } else {
+          for (std::size_t i = i0; i < i1; ++i)
+            for (std::size_t c = 0; c < C; ++c) {
+              const float* plane = dy + (i * C + c) * hw;
+              for (std::size_t p = 0; p < hw; p += kBlock) {
+                const std::size_t pe = std::min(hw, p + kBlock);
+                float b = 0.f;
+                for (std::size_t q = p; q < pe; ++q) b += plane[q];
+                s[c] += double(b);
+              }
+            }
+        }
+      }
+    }
+    for (std::size_t c = 0; c < C; ++c) {
+      double t = 0.0;
+      for (std::size_t k = 0; k < chunks; ++k) t += part[k * C + c];
+      db[c] = float(t);
+    }
+  }
+
   /// Both backward passes from one dy: dw (HWIO) and db (if not nullptr)
   /// from x and dy when dw is given, then dx = conv_transpose(dy, w) when dx
   /// is given; all overwritten. In bf16, dy is rounded once for both.
