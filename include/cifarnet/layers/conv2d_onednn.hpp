@@ -4,7 +4,8 @@
 // layers/conv2d_parts.hpp): the algorithm (NetOptions::conv_algorithm;
 // Auto trains weights with Direct) and the precision
 // (NetOptions::conv_precision) of its primitives; both backward passes in one
-// call; the weights handed over with their version, so the op reorders
+// call (frozen weights with a trained bias: the bias's sum alone, then dx);
+// the weights handed over with their version, so the op reorders
 // them only when they changed; and what ConvBatchNorm's training on this
 // backend (layers/conv_bn_onednn.hpp) asks of its convolution: a bf16 copy of
 // x from its writer, y written as bf16 bits, dy taken and dx written as bf16,
