@@ -439,11 +439,12 @@ struct Conv2d<backend::OneDnn, T> {
 
   /// db[c] = the sum of dy over the images and pixels, overwritten: the
   /// bias gradient alone, for a convolution whose weights take no gradient
-  /// (frozen filters with a trained bias, as airbench94's whitening, whose
-  /// weight gradient in oneDNN's backward_weights cost several times this
-  /// pass). The rows (NHWC pixels, NCHW planes) are cut into a fixed number
-  /// of chunks of whole images, each summed in blocks of 16 rows added in
-  /// double, the chunks added in order: the same bits for any thread count.
+  /// (frozen filters with a trained bias, as airbench94's whitening: oneDNN
+  /// has the bias's gradient only inside backward_weights, which would
+  /// differentiate the filters for nothing). The rows (NHWC pixels, NCHW
+  /// planes) are cut into a fixed number of chunks of whole images, each
+  /// summed in blocks of 16 rows added in double, the chunks added in order:
+  /// the same bits for any thread count.
   CIFARNET_OUTLINE void bias_gradient(Dev& dev, const ConvGeom& g, const float* dy, float* db) {
     (void)dev;
     backend::onednn::require("Conv2d bias_gradient", {{dy, "dy"}, {db, "db"}});
