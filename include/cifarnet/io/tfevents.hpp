@@ -518,33 +518,42 @@ class EventWriter {
     add_event(e);
     flush();
   }
-  /// Writes one Summary event with the given values, stamped with the clock.
-  void add_summary(std::vector<SummaryValue> values, std::int64_t step) {
+  /// The writer's clock now: seconds since the epoch (what it stamps
+  /// events with; EventWriterOptions::clock).
+  double now() const { return opt_.clock(); }
+  /// Writes one Summary event with the given values, stamped with the clock,
+  /// or with `wall_time` where given (a caller that decided on one reading
+  /// of now(): SummaryHook's save_summaries_secs).
+  void add_summary(std::vector<SummaryValue> values, std::int64_t step,
+                   std::optional<double> wall_time = std::nullopt) {
     Event e;
-    e.wall_time = opt_.clock();
+    e.wall_time = wall_time ? *wall_time : opt_.clock();
     e.step = step;
     e.summary = std::move(values);
     add_event(e);
   }
   /// A scalar (Summary.Value.simple_value, stored as float like TF).
-  void add_scalar(const std::string& tag, double value, std::int64_t step) {
+  void add_scalar(const std::string& tag, double value, std::int64_t step,
+                  std::optional<double> wall_time = std::nullopt) {
     SummaryValue v;
     v.tag = tag;
     v.value = static_cast<float>(value);
-    add_summary({std::move(v)}, step);
+    add_summary({std::move(v)}, step, wall_time);
   }
   /// A histogram already built.
-  void add_histogram(const std::string& tag, const Histogram& h, std::int64_t step) {
+  void add_histogram(const std::string& tag, const Histogram& h, std::int64_t step,
+                     std::optional<double> wall_time = std::nullopt) {
     SummaryValue v;
     v.tag = tag;
     v.value = h.encode();
-    add_summary({std::move(v)}, step);
+    add_summary({std::move(v)}, step, wall_time);
   }
   /// A histogram of `n` values with TF's default buckets (as
   /// tf.summary.histogram). NaN or Inf is a NumericsError naming the tag.
   template <class T>
-  void add_histogram(const std::string& tag, const T* values, std::size_t n, std::int64_t step) {
-    add_histogram(tag, finite_histogram(tag, values, n), step);
+  void add_histogram(const std::string& tag, const T* values, std::size_t n, std::int64_t step,
+                     std::optional<double> wall_time = std::nullopt) {
+    add_histogram(tag, finite_histogram(tag, values, n), step, wall_time);
   }
   template <class Container>
   void add_histogram(const std::string& tag, const Container& values, std::int64_t step) {

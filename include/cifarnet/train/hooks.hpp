@@ -241,6 +241,9 @@ class CheckpointHook : public Hook {
 /// due step only when that many seconds have passed since it was last
 /// written (the first due step always writes): SummaryHook(w, 1) with
 /// save_summaries_secs(600) writes about every 10 minutes, as Slim does.
+/// The seconds are the writer's clock (wall time, as Slim's time.time()),
+/// read once per step: that reading decides and stamps the step's events,
+/// so their wall_time values are that many seconds apart too.
 class SummaryHook : public Hook {
  public:
   SummaryHook(io::EventWriter& writer, std::int64_t every_n = 100, std::int64_t hist_every = 0)
@@ -266,41 +269,44 @@ class SummaryHook : public Hook {
     have_avg_ = true;
     // EveryNSteps::due counts every step it sees: called on each step.
     const bool scalars_due = scalars_.due(r.step), histograms_due = histograms_.due(r.step);
-    if (scalars_due && due(last_scalars_)) {
-      last_scalars_ = detail::Clock::now();
+    if (!scalars_due && !histograms_due) return;
+    const double wall = w_->now();
+    if (scalars_due && due(last_scalars_, wall)) {
+      last_scalars_ = wall;
       const double dt = detail::seconds_since(start_);
-      w_->add_scalar("loss", r.loss, r.step);
-      w_->add_scalar("total_loss", r.total_loss, r.step);
-      w_->add_scalar("loss/avg", loss_avg_, r.step);
-      w_->add_scalar("total_loss/avg", total_avg_, r.step);
-      w_->add_scalar("learning_rate", r.learning_rate, r.step);
+      w_->add_scalar("loss", r.loss, r.step, wall);
+      w_->add_scalar("total_loss", r.total_loss, r.step, wall);
+      w_->add_scalar("loss/avg", loss_avg_, r.step, wall);
+      w_->add_scalar("total_loss/avg", total_avg_, r.step, wall);
+      w_->add_scalar("learning_rate", r.learning_rate, r.step, wall);
       if (dt > 0) {
-        w_->add_scalar("global_step/sec", double(steps_) / dt, r.step);
-        w_->add_scalar("examples/sec", examples_ / dt, r.step);
+        w_->add_scalar("global_step/sec", double(steps_) / dt, r.step, wall);
+        w_->add_scalar("examples/sec", examples_ / dt, r.step, wall);
       }
       steps_ = 0;
       examples_ = 0;
       start_ = detail::Clock::now();
     }
-    if (histograms_due && due(last_histograms_)) {
-      last_histograms_ = detail::Clock::now();
+    if (histograms_due && due(last_histograms_, wall)) {
+      last_histograms_ = wall;
       t.visit_parameters([&](const ParamInfo& p, const float* v, const float* g) {
-        w_->add_histogram(p.name, v, p.size, r.step);
-        if (g) w_->add_histogram(p.name + "/gradients", g, p.size, r.step);
+        w_->add_histogram(p.name, v, p.size, r.step, wall);
+        if (g) w_->add_histogram(p.name + "/gradients", g, p.size, r.step, wall);
       });
     }
   }
   void end(TrainerBase&) override { w_->flush(); }
 
  private:
-  /// No time limit, or none written yet, or save_summaries_secs passed since.
-  bool due(const std::optional<detail::Clock::time_point>& last) const {
-    return secs_ <= 0 || !last || detail::seconds_since(*last) >= secs_;
+  /// No time limit, or none written yet, or save_summaries_secs passed
+  /// since, by the writer's clock reading `wall`.
+  bool due(const std::optional<double>& last, double wall) const {
+    return secs_ <= 0 || !last || wall - *last >= secs_;
   }
   io::EventWriter* w_;
   detail::EveryNSteps scalars_, histograms_;
   double secs_ = 0;
-  std::optional<detail::Clock::time_point> last_scalars_, last_histograms_;
+  std::optional<double> last_scalars_, last_histograms_;  // the writer's clock at the last write
   detail::Clock::time_point start_;
   std::int64_t steps_ = 0;
   double examples_ = 0, loss_avg_ = 0, total_avg_ = 0;
