@@ -221,6 +221,40 @@ void check_rule(const Case& c, InputShape in, std::size_t n, NetOptions base) {
   }
 }
 
+// Two training steps of a and b (4 images) from the same parameters and
+// inputs: the same bits in every part of the trace.
+template <class M>
+void same_training_steps(M& a, M& b) {
+  test::same_random_parameters(a, b, 17);
+  const auto ta = trace(a, Mode::Train, 4, 23), tb = trace(b, Mode::Train, 4, 23);
+  ENSURE(ta.parts.size() == tb.parts.size());
+  for (std::size_t k = 0; k < ta.parts.size(); ++k) {
+    INFO(ta.names[k]);
+    CHECK(ta.parts[k] == tb.parts[k]);
+  }
+}
+
+// Where this CPU has bf16 kernels: `rule` fires `fires` times on Net in
+// bf16 training with the rules `with` (and no others), and the two training
+// steps are the same bits as with `with` alone.
+template <class Net>
+void same_bits_with_and_without(const char* rule, std::vector<std::string> with, std::size_t fires) {
+  if (!backend::onednn::cpu_has_bf16_convolutions()) return;  // check_rule's WARN says so
+  INFO("rule " << rule << " against the same plan without it");
+  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  Model<Net, backend::OneDnn> b({3, 16, 16}, DataFormat::NHWC, NetOptions(bf16).with_rules_off(all_but(with)),
+                                3, true);
+  with.push_back(rule);
+  Model<Net, backend::OneDnn> a({3, 16, 16}, DataFormat::NHWC, NetOptions(bf16).with_rules_off(all_but(with)),
+                                3, true);
+  INFO(plan::describe(a.step_plan(Mode::Train, 4)));
+  CHECK(a.step_plan(Mode::Train, 4).fired(rule) == fires);
+  CHECK(b.step_plan(Mode::Train, 4).fired(rule) == 0);
+  same_training_steps(a, b);
+  REQUIRE(a.train_executor(4));
+  CHECK(a.train_executor(4)->carried(rule) == fires);  // in the last step
+}
+
 const ConvPrecision F32 = ConvPrecision::F32, BF16 = ConvPrecision::BF16;
 const Mode Train = Mode::Train, Infer = Mode::Infer;
 
@@ -290,6 +324,10 @@ const std::vector<Case>& resnet_cases() {
 using ConvGelu = Sequential<Conv2d<3, 16, 3>, BatchNorm2d<16, FusedGelu>, Conv2d<16, 32, 3>,
                             MaxPool2d<2, 2, Padding::Valid>, BatchNorm2d<32, FusedGelu>, Conv2d<32, 32, 3>,
                             BatchNorm2d<32, FusedGelu>, GlobalAvgPool, Dense<32, 10>>;
+// airbench94's whitening: a convolution with bias, a GELU layer, and the
+// next convolution.
+using WhitenGelu = Sequential<Conv2d<3, 16, 2, 1, Padding::Valid, WithBias>, GELU, Conv2d<16, 32, 3>,
+                              BatchNorm2d<32, FusedGelu>, GlobalAvgPool, Dense<32, 10>>;
 // A standalone convolution and its ReLU layer (the tutorial CNN's pattern).
 using ConvRelu = Sequential<Conv2d<3, 16, 3, 1, Padding::Same, WithBias>, ReLU, GlobalAvgPool, Dense<16, 10>>;
 
@@ -318,6 +356,20 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
       "conv_bf16_output_to_pool", {}, Mode::Train, ConvPrecision::BF16, Needs::Bf16Cpu, false, 1, 3};
   check_rule<ConvGelu>(alone, {3, 16, 16}, 4, NetOptions());
   covered.insert(alone.rule);
+  // That pool's output as bf16 alone, which the batch norm after it reads
+  // (against no rules as conv_bf16_output_to_pool; bit for bit against
+  // that rule alone: the maxima of bf16 values are bf16).
+  const Case pool_out{"pool_bf16_output_to_bn",
+                      {"conv_bf16_output_to_pool", "bn_activation"},
+                      Mode::Train,
+                      ConvPrecision::BF16,
+                      Needs::Bf16Cpu,
+                      false,
+                      1,
+                      3};
+  check_rule<ConvGelu>(pool_out, {3, 16, 16}, 4, NetOptions());
+  same_bits_with_and_without<ConvGelu>(pool_out.rule, {"conv_bf16_output_to_pool", "bn_activation"}, 1);
+  covered.insert(pool_out.rule);
   // The max pool's dx as the bf16 dy of the convolution before it.
   const Case pool{"pool_bf16_dx_to_conv", {}, Mode::Train, ConvPrecision::BF16, Needs::Bf16Cpu, true};
   check_rule<ConvGelu>(pool, {3, 16, 16}, 4, NetOptions());
@@ -333,26 +385,59 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
                    false};
   check_rule<ConvGelu>(bn_dx, {3, 16, 16}, 4, NetOptions());
   covered.insert(bn_dx.rule);
-  if (machine_has(Needs::Bf16Cpu)) {
-    // Against the same GELU in the batch norm's passes without the rule: the
-    // bits are the float dx rounded as the convolution would round it.
+  // Against the same GELU in the batch norm's passes without the rule: the
+  // bits are the float dx rounded as the convolution would round it
+  // (conv3 + bn3; conv1's three input channels have no bf16 backward).
+  same_bits_with_and_without<ConvGelu>(bn_dx.rule, {"bn_activation"}, 1);
+  // A standalone batch norm's output (with its GELU) written only as the
+  // bf16 copy the standalone convolution after it reads (bn1 -> conv2,
+  // bn2 -> conv3): against the plan without rules as above, and bit for
+  // bit against the same copy beside a float output.
+  const Case bn_alone{"bn_bf16_output_alone",
+                      {"bn_activation", "bf16_copy_to_readers"},
+                      Mode::Train,
+                      ConvPrecision::BF16,
+                      Needs::Bf16Cpu,
+                      false};
+  check_rule<ConvGelu>(bn_alone, {3, 16, 16}, 4, NetOptions());
+  same_bits_with_and_without<ConvGelu>(bn_alone.rule, {"bn_activation", "bf16_copy_to_readers"}, 2);
+  {
+    // The whitening's bias and GELU as the convolution's post-ops, bf16
+    // out, where its parameters are frozen (no backward runs through it):
+    // bit for bit against the plan without the rule (oneDNN's GELU post-op
+    // is its GELU primitive's arithmetic, rounded once); while its bias
+    // trains, the verdict says why not and the GELU runs.
     const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
-    Model<ConvGelu, backend::OneDnn> a(
-        {3, 16, 16}, DataFormat::NHWC,
-        NetOptions(bf16).with_rules_off(all_but({"bn_activation", bn_dx.rule})), 3, true);
-    Model<ConvGelu, backend::OneDnn> b({3, 16, 16}, DataFormat::NHWC,
-                                       NetOptions(bf16).with_rules_off(all_but({"bn_activation"})), 3, true);
-    INFO(plan::describe(a.step_plan(Mode::Train, 4)));
-    // conv3 + bn3 (conv1's three input channels have no bf16 backward)
-    CHECK(a.step_plan(Mode::Train, 4).fired(bn_dx.rule) == 1);
-    CHECK(b.step_plan(Mode::Train, 4).fired(bn_dx.rule) == 0);
-    test::same_random_parameters(a, b, 17);
-    const auto ta = trace(a, Mode::Train, 4, 23), tb = trace(b, Mode::Train, 4, 23);
-    ENSURE(ta.parts.size() == tb.parts.size());
-    for (std::size_t k = 0; k < ta.parts.size(); ++k) {
-      INFO(ta.names[k]);
-      CHECK(ta.parts[k] == tb.parts[k]);
+    Model<WhitenGelu, backend::OneDnn> a({3, 16, 16}, DataFormat::NHWC, bf16, 3, false);  // no input gradient
+    Model<WhitenGelu, backend::OneDnn> b({3, 16, 16}, DataFormat::NHWC,
+                                         NetOptions(bf16).with_rule_off("conv_gelu_bf16_output"), 3, false);
+    const std::string rule = "conv_gelu_bf16_output";
+    const plan::Plan trains = a.step_plan(Mode::Train, 4);
+    const plan::Verdict* v = trains.verdict(rule, "conv1");
+    ENSURE(v);
+    CHECK_FALSE(v->fires);
+    CHECK(v->reason.find("its backward runs") != std::string::npos);
+    for (auto* m : {&a, &b}) {
+      auto& P = m->parameters();
+      P.set_requires_grad(P.id("conv1/weights"), false);
+      P.set_requires_grad(P.id("conv1/biases"), false);
     }
+    const plan::Plan frozen = a.step_plan(Mode::Train, 4);
+    INFO(plan::describe(frozen));
+    if (!machine_has(Needs::Bf16Cpu)) {
+      CHECK(frozen.fired(rule) == 0);
+      WARN("rule " << rule << " not compared: this CPU lacks its kernels ("
+                   << (frozen.verdict(rule, "conv1") ? frozen.verdict(rule, "conv1")->reason : "") << ")");
+    } else {
+      CHECK(frozen.fired(rule) == 1);
+      CHECK(b.step_plan(Mode::Train, 4).fired(rule) == 0);
+      same_training_steps(a, b);
+      REQUIRE(a.train_executor(4));
+      CHECK(a.train_executor(4)->carried(rule) == 1);
+      CHECK(a.train_executor(4)->describe().find("1 layers run by the layer before them") !=
+            std::string::npos);
+    }
+    covered.insert(rule);
   }
   const Case relu{"conv_relu_post_op", {}, Mode::Infer, ConvPrecision::F32, Needs::Nothing, false};
   check_rule<ConvRelu>(relu, {3, 16, 16}, 4, NetOptions().with_conv_algorithm(ConvAlgorithm::Direct));

@@ -40,11 +40,14 @@ bool same_bits(const T* a, const T* b, std::size_t n) {
 // the same parameters and inputs: outputs, input gradients, parameter
 // gradients and values equal bit for bit.
 template <class M>
-void same_steps(M& ex, M& tree, std::size_t n, std::uint64_t seed) {
+void same_steps(M& ex, M& tree, std::size_t n, std::uint64_t seed, bool tree_is_executor = false) {
   REQUIRE(ex.train_executor(n));
   INFO(ex.explain_plan(Mode::Train, n));
   REQUIRE(ex.train_executor(n)->ok());
-  REQUIRE_FALSE(tree.train_executor(n));
+  if (tree_is_executor)  // another executor's plan (other rules off)
+    REQUIRE(tree.train_executor(n)->ok());
+  else
+    REQUIRE_FALSE(tree.train_executor(n));
   test::same_random_parameters(ex, tree, seed);
   using T = typename M::Scalar;
   Rng rng(seed + 1);
@@ -192,6 +195,37 @@ TEST_CASE("The training executor runs airbench94 as the layers do", "[nn][train_
   const plan::Plan p = ex.step_plan(Mode::Train, 8);
   CHECK(p.key.train_executor);
   CHECK(p.fired("bn_activation") == 6);
+}
+
+TEST_CASE("airbench94 in bf16 with its whitening frozen: the rules that change no bit, against them off",
+          "[nn][train_executor][bf16]") {
+  // bn_bf16_output_alone between its standalone layers, its max pools'
+  // bf16 outputs for the batch norms (pool_bf16_output_to_bn), and the
+  // whitening's bias and GELU as post-ops (conv_gelu_bf16_output, once
+  // nothing before the first group trains): the same bits as without them.
+  const auto fmt = DataFormat::NHWC;
+  const std::vector<std::string> rules = {"bn_bf16_output_alone", "pool_bf16_output_to_bn",
+                                          "conv_gelu_bf16_output"};
+  const NetOptions bf16 = NetOptions(airbench_options()).with_conv_precision(ConvPrecision::BF16);
+  Model<Airbench94, backend::OneDnn> with({3, 32, 32}, fmt, bf16, 4);
+  Model<Airbench94, backend::OneDnn> without({3, 32, 32}, fmt, NetOptions(bf16).with_rules_off(rules), 4);
+  for (auto* m : {&with, &without}) {
+    auto& P = m->parameters();
+    P.set_requires_grad(P.id("whiten/weights"), false);
+    P.set_requires_grad(P.id("whiten/biases"), false);
+  }
+  const plan::Plan p = with.step_plan(Mode::Train, 8);
+  INFO(plan::describe(p));
+  const bool bf16_cpu = backend::onednn::cpu_has_bf16_convolutions();
+  CHECK(p.fired("bn_bf16_output_alone") == (bf16_cpu ? 5u : 0u));  // the last batch norm: a max pool reads it
+  CHECK(p.fired("pool_bf16_output_to_bn") == (bf16_cpu ? 3u : 0u));
+  CHECK(p.fired("conv_gelu_bf16_output") == (bf16_cpu ? 1u : 0u));
+  same_steps(with, without, 8, 21, true);
+  for (const std::string& r : rules) {
+    INFO("rule " << r);
+    CHECK(with.train_executor(8)->carried(r) == p.fired(r));
+    CHECK(without.train_executor(8)->carried(r) == 0);
+  }
 }
 
 TEST_CASE("The training executor's plan: the rules between layers fire for it, not for the layer tree",

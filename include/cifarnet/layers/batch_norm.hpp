@@ -244,12 +244,21 @@ class BnTraining : public BnBase<B, T, Relu, Gelu> {
   bool takes_sum(const RunContext<B, T>&) const { return false; }
   bool writes_sum_mask(std::size_t) const { return false; }
   bool writes_bf16_dx(const RunContext<B, T>&) const { return false; }
+  bool writes_bf16_alone(const RunContext<B, T>&, std::size_t) const { return false; }
+  bool reads_bf16_input(const RunContext<B, T>&, std::size_t) const { return false; }
+  void require_bf16_input() {
+    throw ConfigError("layer '" + this->name_ + "' (BatchNorm2d): no bf16 input on this backend");
+  }
+  void skip_float_output_once() {
+    throw ConfigError("layer '" + this->name_ + "' (BatchNorm2d): no bf16-only output on this backend");
+  }
   const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
     if (dx_bits) throw ConfigError("layer '" + this->name_ + "' (BatchNorm2d): no bf16 dx on this backend");
     return backward(dy, rc);
   }
   static const char* no_copy_why() { return "no bf16 copies on this backend"; }
   static const char* no_dx_bits_why() { return "no bf16 gradients on this backend"; }
+  static const char* no_alone_why() { return "no bf16 copies on this backend"; }
   static const char* no_sum_why() {
     return Relu || Gelu ? "it has its own activation" : "no fused sum on this backend";
   }
@@ -299,8 +308,9 @@ struct BatchNorm2d : LayerBase {
       return Step::forward(x, rc, k);
     }
     /// One node in a step plan (nn/plan.hpp), with the facts whether its
-    /// training forward writes a bf16 copy of its output, can add a
-    /// residual block's sum in its pass and write that sum's mask as bits.
+    /// training forward writes a bf16 copy of its output (or that copy
+    /// alone), can read its input as bf16 bits alone, can add a residual
+    /// block's sum in its pass and write that sum's mask as bits.
     int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
       const int t = b.node(this->name_, kind, {in}, this->in_, plan_attrs());
       plan::Node& n = b.producer(t);
@@ -313,7 +323,14 @@ struct BatchNorm2d : LayerBase {
                                            : plan::Fact::no("its channel count or layout has no mask bits");
       n.facts[plan::facts::kDxBits] =
           this->writes_bf16_dx(rc) ? plan::Fact::yes() : plan::Fact::no(Step::no_dx_bits_why());
-      if (this->writes_bf16_dx(rc)) {  // the training executor's hook (nn/train_executor.hpp)
+      const bool alone = this->writes_bf16_alone(rc, b.key().batch);
+      n.facts[plan::facts::kBf16OutputAlone] =
+          alone ? plan::Fact::yes() : plan::Fact::no(Step::no_alone_why());
+      const bool bits_in = this->reads_bf16_input(rc, b.key().batch);
+      n.facts[plan::facts::kBf16InputOnly] =
+          bits_in ? plan::Fact::yes() : plan::Fact::no(Step::no_alone_why());
+      if (this->writes_bf16_dx(rc) || alone ||
+          bits_in) {  // the training executor's hooks (nn/train_executor.hpp)
         plan::LayerRun<B, T> r;
         r.forward = [this](const Tensor<T>& x, RunContext<B, T>& c, plan::Links<T>& k) -> const Tensor<T>& {
           return Step::forward(x, c, k);
@@ -325,6 +342,8 @@ struct BatchNorm2d : LayerBase {
                                       std::uint16_t* dx_bits) -> const Tensor<T>& {
           return this->backward_bits(*dy, c, dx_bits);
         };
+        r.pair.skip_float_output = [this] { this->skip_float_output_once(); };
+        r.pair.require_bf16_input = [this] { this->require_bf16_input(); };
         n.run = std::move(r);
       }
       return t;

@@ -56,6 +56,22 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
     const Shape s = this->start_forward(x);
     const Parameters<T>& cp = *rc.params;
+    if (std::exchange(expect_copy_, false)) {  // pool_bf16_output_to_bn: x's float values are stale
+      if (!k.input_bf16 || !reads_bf16_input(rc, s.n))
+        throw ConfigError(
+            "layer '" + name_ +
+            "' (BatchNorm2d): its input's float values were skipped for a bf16 copy that is not "
+            "there, or that it cannot read");
+      x_ = nullptr;
+      x_bf16_ = k.input_bf16;
+      if (Gelu)
+        train_gelu(rc, x_bf16_, k);
+      else
+        train_with_copy(rc, x_bf16_, k);
+      skip_float_once_ = false;
+      this->update_moving(rc, double(s.n * s.h * s.w));
+      return y_;
+    }
     if (rc.training()) {
       x_bf16_ = nullptr;
       T* out = this->train_target(x, rc);
@@ -100,9 +116,11 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     const T* g = this->act_backward(dy, rc);  // the mask or derivative where the op does not take it
     auto [dg, db] = grad_targets(rc);
     const T* gamma = std::as_const(*rc.params).value(gamma_);
-    if (x_bf16_)  // forward_bf16's x
+    if (x_bf16_)  // forward_bf16's x, or a max pool's bf16 output (pool_bf16_output_to_bn)
       op_.backward(*rc.device, geom_, eps_, x_bf16_, g, gamma, mean_.data(), var_.data(), dx_.data(), dg, db,
-                   Relu);
+                   Gelu   ? ops::BnActivation::Gelu
+                   : Relu ? ops::BnActivation::Relu
+                          : ops::BnActivation::None);
     else if (rc.cross_replica || !act_fused() || !(Relu || Gelu))
       this->backward_plain(rc, g, dg, db);
     else if (Relu)
@@ -249,13 +267,18 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   /// convolution would round it.
   const Tensor<T>& backward_bits(const Tensor<T>& dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
     if (!dx_bits) return backward(dy, rc);
-    if (!writes_bf16_dx(rc) || !x_)
+    if (!writes_bf16_dx(rc) || !(x_ || x_bf16_))
       throw ConfigError("layer '" + name_ + "' (BatchNorm2d): a bf16 dx where it cannot write one");
     if constexpr (Gelu) {
       const T* g = this->act_backward(dy, rc);  // dy itself (the GELU in the op); sizes dx_ for u
       auto [dg, db] = grad_targets(rc);
-      op_.backward_bf16_gelu(*rc.device, geom_, eps_, x_->data(), g, std::as_const(*rc.params).value(gamma_),
-                             mean_.data(), var_.data(), dx_.data(), dx_bits, dg, db);
+      const T* gamma = std::as_const(*rc.params).value(gamma_);
+      if (x_bf16_)  // a max pool's bf16 output (pool_bf16_output_to_bn)
+        op_.backward_bf16_gelu(*rc.device, geom_, eps_, x_bf16_, g, gamma, mean_.data(), var_.data(),
+                               dx_.data(), dx_bits, dg, db);
+      else
+        op_.backward_bf16_gelu(*rc.device, geom_, eps_, x_->data(), g, gamma, mean_.data(), var_.data(),
+                               dx_.data(), dx_bits, dg, db);
     } else {
       run_backward_bf16(dy.data(), rc, dx_bits);
     }
@@ -283,11 +306,16 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   static const char* no_copy_why() { return "no bf16 convolutions here, or synchronized batch norm"; }
   /// Whether a training forward of a batch of `n` can write its output as
   /// its bf16 copy alone (skip_float_output_once; step plans): bf16
-  /// copies, and the op's NHWC channel counts.
+  /// copies, and the op's NHWC channel counts (with its ReLU or GELU: the
+  /// backward reads x, never y).
   bool writes_bf16_alone(const RunContext<B, T>& rc, std::size_t n) const {
     const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
-    return kBits && bf16_copies_ && act_fused() && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
+    return bf16_copies_ && act_fused() && !rc.cross_replica && decltype(op_)::bf16_copies_useful() &&
            decltype(op_)::writes_bf16_only(g);
+  }
+  static const char* no_alone_why() {
+    return "no bf16 convolutions here, synchronized batch norm, or a channel count or layout with no "
+           "bf16-only output";
   }
   /// Whether a training forward of a batch of `n` that adds a residual
   /// block's sum can also write the sum's ReLU mask as bits (step plans).
@@ -301,6 +329,16 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   static const char* no_sum_why() {
     return kSum ? "inference or synchronized batch norm" : "it has its own activation";
   }
+  /// Whether a training forward of a batch of `n` can read its input only
+  /// as bf16 bits, the copy a max pool wrote alone (pool_bf16_output_to_bn):
+  /// bf16 copies, its activation in the op's passes, no synchronized batch
+  /// norm, the op's NHWC channel counts.
+  bool reads_bf16_input(const RunContext<B, T>& rc, std::size_t n) const {
+    return rc.training() && writes_bf16_alone(rc, n);
+  }
+  /// The next training forward reads its input only as its bf16 copy
+  /// (k.input_bf16), and throws if none is given.
+  void require_bf16_input() { expect_copy_ = true; }
   /// The next training forward may write its output only as the bf16 copy
   /// when it writes one, leaving y_ stale: for a next layer that reads
   /// nothing else (bn_bf16_output_alone, bf16_residual_stream). Reset by
@@ -367,13 +405,18 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     publish_copy(k, y_.data(), yb);
   }
   // The training forward with the GELU in the op's pass, and a bf16 copy of
-  // y for a bf16 convolution after it (y is always written: no GELU output
-  // stands as its copy alone).
-  void train_gelu(RunContext<B, T>& rc, const T* x, plan::Links<T>& k) {
+  // y for a bf16 convolution after it; after skip_float_output_once(), that
+  // copy alone where the op can write it so (bn_bf16_output_alone between
+  // standalone layers: airbench94's BN + GELU before its next convolution),
+  // y_ then stale as in train_with_copy.
+  template <class X>
+  void train_gelu(RunContext<B, T>& rc, const X* x, plan::Links<T>& k) {
     const Parameters<T>& cp = *rc.params;
     std::uint16_t* yb = copy_target(rc);
-    op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), y_.data(), mean_.data(),
-                      var_.data(), ops::BnActivation::Gelu, yb);
+    const bool skip = std::exchange(skip_float_once_, false) && yb && decltype(op_)::writes_bf16_only(geom_);
+    float_outputs_skipped_ += skip;
+    op_.forward_train(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_),
+                      skip ? nullptr : y_.data(), mean_.data(), var_.data(), ops::BnActivation::Gelu, yb);
     publish_copy(k, y_.data(), yb);
   }
   // Where the training forward also writes its output as bf16, or nullptr:
@@ -409,6 +452,7 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
   std::vector<std::uint16_t> y_bits_;      // copy_target's buffer
   bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
   bool skip_float_once_ = false;           // skip_float_output_once, for the next forward
+  bool expect_copy_ = false;               // require_bf16_input, for the next forward
 };
 
 }  // namespace cifarnet::detail

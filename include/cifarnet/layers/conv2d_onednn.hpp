@@ -57,6 +57,22 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   /// written only as bf16 bits, left in k as the copy of y_ (whose values
   /// are then stale) for the max pool after it (conv_bf16_output_to_pool).
   const Tensor<T>& forward(const Tensor<T>& x, RunContext<B, T>& rc, plan::Links<T>& k) {
+    if (std::exchange(expect_copy_, false) && !k.input_bf16)
+      throw ConfigError(
+          "layer '" + name_ +
+          "' (Conv2d): its input's float values were skipped for a bf16 copy that is not there");
+    if (std::exchange(gelu_once_, false)) {  // conv_gelu_bf16_output
+      prepare(x, rc, k.input_bf16);
+      ensure_shape(y_, geom_.out_shape(), fmt_);
+      y_bf16_.resize(geom_.out_shape().size());
+      const Parameters<T>& params = *rc.params;
+      op_.forward_gelu_bf16_dst(*rc.device, geom_, x.data(), weights(params),
+                                Bias ? params.value(b_) : nullptr, y_bf16_.data());
+      k.copy = y_bf16_.data();
+      k.copy_of = y_.data();
+      ++gelu_outputs_;
+      return y_;
+    }
     if (!std::exchange(bf16_alone_once_, false)) return forward(x, rc, k.input_bf16);
     const std::uint16_t* bits = forward_bf16(x, rc, k.input_bf16);
     if (!bits) throw ConfigError("layer '" + name_ + "' (Conv2d): asked for a bf16 output it cannot write");
@@ -68,6 +84,19 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   }
   /// The next training forward writes y only as bf16 bits (forward(x, rc, k)).
   void skip_float_output_once() { bf16_alone_once_ = true; }
+  /// The next training forward writes gelu(conv(x) + b) only as bf16 bits
+  /// (ops::Conv2d::forward_gelu_bf16_dst), left in k as the copy of y_
+  /// (whose values are then stale), for the GELU layer after it that does
+  /// not run and the bf16 convolution that reads its output
+  /// (conv_gelu_bf16_output): only where no backward runs through it.
+  void gelu_bits_output_once() { gelu_once_ = true; }
+  /// Training forwards that wrote the GELU of their output as bf16 bits (tests).
+  std::size_t gelu_outputs() const { return gelu_outputs_; }
+  /// The next training forward's input is a bf16 copy alone, its float
+  /// values stale (bn_bf16_output_alone from a standalone batch norm,
+  /// bf16_residual_stream): forward(x, rc, k) throws if the copy is not
+  /// there rather than read them.
+  void require_bf16_input() { expect_copy_ = true; }
   /// Training forwards that wrote y only as bf16 bits (tests).
   std::size_t bf16_outputs_alone() const { return bf16_outputs_alone_; }
 
@@ -197,7 +226,10 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   /// taken as bf16 bits written by the max pool or batch norm after it
   /// (pool_bf16_dx_to_conv, bn_bf16_dx_to_standalone_conv), where its
   /// backward passes run in bf16; its output written as bf16 alone for the
-  /// max pool after it (conv_bf16_output_to_pool).
+  /// max pool after it (conv_bf16_output_to_pool); its input read only as
+  /// the bf16 copy the batch norm before it wrote alone
+  /// (bn_bf16_output_alone); the GELU layer after it as its post-op, bf16
+  /// out (conv_gelu_bf16_output).
   int emit(plan::Builder& b, int in, RunContext<B, T>& rc) {
     const int t = this->emit_node(b, in, rc, direct_why_not(rc, false));
     if (!rc.training()) {
@@ -227,6 +259,21 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
             : plan::Fact::no(
                   Bias ? "a convolution with bias"
                        : "no bf16 kernel with a bf16 output for this geometry (or fp32 convolutions)");
+    // With no backward (nothing before the GELU after it needs a gradient,
+    // and nothing here trains), the GELU can be a post-op: its input is not kept.
+    const bool backward_runs = grads || down;
+    n.facts[plan::facts::kGeluBf16Output] =
+        !backward_runs && op_.precision() == ConvPrecision::BF16 && op_.has_gelu_bf16_dst(*rc.device, g, Bias)
+            ? plan::Fact::yes()
+            : plan::Fact::no(backward_runs ? "its backward runs (it or a layer before it needs a gradient)"
+                                           : "no bf16 kernel with a GELU post-op and a bf16 output for this "
+                                             "geometry (or fp32 convolutions)");
+    n.facts[plan::facts::kBf16InputOnly] =
+        reads_only_bf16_input(rc, g.n)
+            ? plan::Fact::yes()
+            : plan::Fact::no(Bias ? "a convolution with bias"
+                                  : "its kernels read the float input (fp32 convolutions, or no bf16 kernel "
+                                    "with a bf16 output or weight gradient for this geometry)");
     n.facts[plan::facts::kDyBits] =
         bits ? plan::Fact::yes()
              : plan::Fact::no(Bias ? "a convolution with bias"
@@ -243,6 +290,8 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     };
     r.pair.dy_bits = [this](RunContext<B, T>& c) { return bf16_dy(c); };
     r.pair.skip_float_output = [this] { skip_float_output_once(); };
+    r.pair.require_bf16_input = [this] { require_bf16_input(); };
+    r.pair.gelu_bits_output = [this] { gelu_bits_output_once(); };
     r.pair.backward_bits = [this](const Tensor<T>* dy, RunContext<B, T>& c,
                                   std::uint16_t* dx_bits) -> const Tensor<T>& {
       if (dx_bits) throw std::logic_error("layer '" + name_ + "' (Conv2d): asked for its dx as bf16 bits");
@@ -386,6 +435,9 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   ConvAlgorithm policy_ = ConvAlgorithm::Auto;
   std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output
   bool bf16_alone_once_ = false;       // skip_float_output_once, for the next forward
+  bool expect_copy_ = false;           // require_bf16_input, for the next forward
+  bool gelu_once_ = false;             // gelu_bits_output_once, for the next forward
+  std::size_t gelu_outputs_ = 0;
   std::size_t bf16_outputs_alone_ = 0;
   Buffer<T> dw_part_;       // backward_images: a later range's weight (and bias) gradient
   ops::Eltwise<B, T> add_;  // which is added to the first's

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cifarnet/layers/layer.hpp"
 #include "cifarnet/ops/ops.hpp"
@@ -53,12 +55,21 @@ struct Pool2d : LayerBase {
       // In place into the channel pad after it (pad_into_once): y_ sized, not written.
       const Padded pad = std::exchange(pad_next_, Padded{});
       padded_ = pad.dst != nullptr;
+      const bool bits_out = std::exchange(bits_alone_once_, false);
       if (std::exchange(expect_copy_, false)) {  // the producer skipped its float output
         if constexpr (kBf16In) {
           if (k.input_bf16 && decltype(op_)::reads_bf16_input(geom_, Kind)) {
-            if constexpr (Kind == PoolKind::Max)  // the argmax kept for the float x it stands for
-              op_.forward_bf16_input(*rc.device, geom_, rc.training(), k.input_bf16, y_.data(), x.data());
-            else if (padded_)
+            if constexpr (Kind == PoolKind::Max) {  // the argmax kept for the float x it stands for
+              if (bits_out) {  // pool_bf16_output_to_bn: y as its bf16 copy alone (exact: values of x)
+                y_bits_.resize(y_.size());
+                op_.forward_bf16_io(*rc.device, geom_, rc.training(), k.input_bf16, y_bits_.data(), x.data());
+                k.copy = y_bits_.data();
+                k.copy_of = y_.data();
+                ++bf16_outputs_alone_;
+              } else {
+                op_.forward_bf16_input(*rc.device, geom_, rc.training(), k.input_bf16, y_.data(), x.data());
+              }
+            } else if (padded_)
               pad_forward(rc, k.input_bf16, pad);
             else
               op_.forward_bf16_input(*rc.device, geom_, k.input_bf16, y_.data());
@@ -69,6 +80,9 @@ struct Pool2d : LayerBase {
         throw ConfigError("layer '" + name_ +
                           "': its input's float values were skipped for a bf16 copy that is not there");
       }
+      if (bits_out)
+        throw ConfigError("layer '" + name_ +
+                          "': a bf16-only output asked of a pool that reads a float input");
       if (padded_) {
         pad_forward(rc, x.data(), pad);
         return y_;
@@ -110,6 +124,7 @@ struct Pool2d : LayerBase {
           pad_into_once(p.dst, p.channels, p.before, static_cast<detail::PaddedInput*>(p.written));
         };
         r.pair.require_bf16_input = [this] { require_bf16_input(); };
+        r.pair.skip_float_output = [this] { skip_float_output_once(); };
         r.pair.pooled_gradient = [this](std::size_t& before, std::size_t& channels, std::size_t& stride) {
           if (!wrote_padded_windows()) return false;
           before = pad_before_, channels = pad_channels_, stride = S;
@@ -133,6 +148,11 @@ struct Pool2d : LayerBase {
               : plan::Fact::no(backend_traits<B>::pool_pad_in_place && Kind == PoolKind::Avg
                                    ? "the pool's geometry is not one it writes into a pad"
                                    : "no in-place pooling into a pad on this backend");
+      b.producer(t).facts[plan::facts::kBf16OutputAlone] =
+          writes_bf16_alone(rc, b.key().batch)
+              ? plan::Fact::yes()
+              : plan::Fact::no(kBf16Dx ? "the pool reads float x here (fp32 training, or its geometry)"
+                                       : "no bf16-only output from this pool on this backend");
       b.producer(t).facts[plan::facts::kBf16InputOnly] =
           reads_only_bf16_input(rc, b.key().batch)
               ? plan::Fact::yes()
@@ -166,6 +186,24 @@ struct Pool2d : LayerBase {
       }
     }
     void require_bf16_input() { expect_copy_ = true; }
+    /// Whether a training forward of a batch of `n` that reads its input
+    /// as a bf16 copy can write its output as bf16 bits alone (max pooling
+    /// on the own kernels' geometries: its maxima are values of that copy,
+    /// so the bits are exact), for a batch norm that reads nothing else
+    /// (pool_bf16_output_to_bn); the backward reads only the argmax.
+    bool writes_bf16_alone(RunContext<B, T>& rc, std::size_t n) {
+      if constexpr (kBf16Dx) {
+        return reads_only_bf16_input(rc, n);
+      } else {
+        return (void)rc, (void)n, false;
+      }
+    }
+    /// The next training forward (which reads its input's bf16 copy) writes
+    /// its output only as bf16 bits, left in k as the copy of y_ (whose
+    /// values are then stale).
+    void skip_float_output_once() { bits_alone_once_ = true; }
+    /// Training forwards that wrote y only as bf16 bits (tests).
+    std::size_t bf16_outputs_alone() const { return bf16_outputs_alone_; }
     /// Whether a training backward of a batch of `n` can write dx as bf16
     /// bits (max pooling on backends with bf16 hand-overs, on the own
     /// kernels' geometries): the dy of the bf16 convolution before it
@@ -236,7 +274,10 @@ struct Pool2d : LayerBase {
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;
     const Tensor<T>* x_ = nullptr;
-    bool expect_copy_ = false;  // require_bf16_input, for the next forward
+    bool expect_copy_ = false;           // require_bf16_input, for the next forward
+    bool bits_alone_once_ = false;       // skip_float_output_once, for the next forward
+    std::vector<std::uint16_t> y_bits_;  // its output as bf16 bits alone (skip_float_output_once)
+    std::size_t bf16_outputs_alone_ = 0;
     std::size_t bf16_inputs_ = 0;
   };
 };

@@ -144,6 +144,10 @@ struct PairHooks {
   /// Its next training forward reads its input only through the bf16 copy
   /// of it, and throws if none is given.
   std::function<void()> require_bf16_input;
+  /// A convolution's next training forward applies the GELU layer after it
+  /// as a post-op and writes the result only as bf16 bits, left as its
+  /// copy (its float output stays stale; the GELU layer does not run).
+  std::function<void()> gelu_bits_output;
   /// Its next training forward leaves its output unwritten, as a map the
   /// next layer's kernels compute it from (returned, opaque), and the
   /// next one's takes its input so.

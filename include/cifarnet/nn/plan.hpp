@@ -88,10 +88,13 @@ inline constexpr const char* kWinogradForward =
 inline constexpr const char* kOwnKernels =
     "own_kernels";                                 ///< the own conv + batch norm kernels take its geometry
 inline constexpr const char* kDyBits = "dy_bits";  ///< its backward can read dy as bf16 bits
+inline constexpr const char* kGeluBf16Output =
+    "gelu_bf16_output";  ///< no backward runs, and it can add a GELU as a post-op and write bf16 alone
 // a max pool, a standalone batch norm
 inline constexpr const char* kDxBits = "dx_bits";  ///< its backward can write dx as bf16 bits
-// a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy; a standalone
-// convolution: kBf16OutputAlone)
+// a batch norm (of a ConvBatchNorm, or standalone: kBf16Copy,
+// kBf16OutputAlone; a standalone convolution: kBf16OutputAlone,
+// kBf16InputOnly)
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels
 inline constexpr const char* kBf16OutputAlone =

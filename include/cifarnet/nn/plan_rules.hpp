@@ -73,6 +73,15 @@ inline const std::vector<RuleInfo>& rules() {
       {"conv_bf16_output_to_pool",
        "a standalone bf16 convolution's output written only as bf16 for the max pool that alone reads it: "
        "half the bytes written and read, no float output"},
+      {"pool_bf16_output_to_bn",
+       "a max pool that reads a bf16 convolution's output (conv_bf16_output_to_pool) written only as bf16 "
+       "for the standalone batch norm that alone reads it, its maxima exact in bf16: half the bytes written "
+       "and read four times (the batch norm's two forward and two backward passes)"},
+      {"conv_gelu_bf16_output",
+       "training, nothing before the GELU's output needing a gradient (airbench94's whitening after its bias "
+       "epochs): a standalone convolution's bias and the GELU layer after it as the convolution's post-ops, "
+       "written only as bf16 for the bf16 convolution that alone reads it: the GELU's pass and the rounding "
+       "pass saved, 2 bytes an element written instead of 4"},
       {"pool_bf16_dx_to_conv",
        "a max pool's dx written as bf16 bits into the dy of the bf16 convolution before it: 2 bytes an "
        "element, and no rounding pass in the convolution's backward"},
@@ -358,7 +367,9 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     // A hand-over that reads what another rule's hand-over leaves (the
     // rest follow from the verdicts and facts they test).
     static const std::pair<const char*, const char*> needs[] = {
-        {"bn_bf16_output_alone", "bf16_copy_to_readers"}, {"bf16_residual_stream", "bf16_copy_to_readers"}};
+        {"bn_bf16_output_alone", "bf16_copy_to_readers"},
+        {"bf16_residual_stream", "bf16_copy_to_readers"},
+        {"pool_bf16_output_to_bn", "conv_bf16_output_to_pool"}};
     for (const auto& [r, q] : needs)
       if (fires && std::string(rule) == r && !p.key.rule_on(q)) {
         fires = false;
@@ -442,6 +453,40 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     verdict("conv_bf16_output_to_pool", {c, r}, out && in,
             !out ? "the convolution: " + wout : "the pool: " + win);
   }
+  // That max pool, read by a standalone batch norm alone: its output (the
+  // maxima of bf16 values, bf16 themselves) as bf16 alone.
+  for (int q = 0; q < count && train; ++q) {
+    const Node& pool = at(p, q);
+    if (pool.kind != "max_pool") continue;
+    const int r = p.only_consumer(pool.output);
+    if (r < 0 || at(p, r).kind != "bn" || !at(p, r).layer.empty()) continue;
+    const int c = p.tensors[std::size_t(pool.inputs[0])].producer;
+    bool bits_in = false;
+    for (const Verdict& v : p.verdicts)
+      if (v.rule == "conv_bf16_output_to_pool" && v.nodes == std::vector<int>{c, q}) bits_in = v.fires;
+    auto [out, wout] = fact(pool, facts::kBf16OutputAlone);
+    auto [in, win] = fact(at(p, r), facts::kBf16InputOnly);
+    verdict("pool_bf16_output_to_bn", {q, r}, bits_in && out && in,
+            !bits_in ? "the pool's input is not a convolution's bf16 output alone (conv_bf16_output_to_pool)"
+            : !out   ? "the pool: " + wout
+                     : "the batch norm: " + win);
+  }
+  // A standalone convolution, the GELU layer that alone reads it and a
+  // standalone convolution that alone reads the GELU's output (airbench94's
+  // whitening): with no backward through them, the GELU as the first
+  // convolution's post-op, its output as bf16 alone.
+  for (int c = 0; c < count && train; ++c) {
+    const Node& conv = at(p, c);
+    if (conv.kind != "conv" || !conv.layer.empty()) continue;
+    const int g = p.only_consumer(conv.output);
+    if (g < 0 || at(p, g).kind != "gelu") continue;
+    const int r = p.only_consumer(at(p, g).output);
+    if (r < 0 || at(p, r).kind != "conv" || !at(p, r).layer.empty()) continue;
+    auto [epi, wepi] = fact(conv, facts::kGeluBf16Output);
+    auto [in, win] = fact(at(p, r), facts::kBf16InputOnly);
+    verdict("conv_gelu_bf16_output", {c, g, r}, epi && in,
+            !epi ? "the convolution: " + wepi : "the next convolution: " + win);
+  }
   // A standalone convolution read by a max pool or a standalone batch norm
   // alone (airbench94's groups): the reader's dx handed to the
   // convolution's backward as bf16.
@@ -466,6 +511,19 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     verdict(
         "bn_activation", {i}, ok,
         std::string("the backend runs the ") + (n.attrs.relu ? "ReLU" : "GELU") + " as a pass of its own");
+  }
+  // A standalone batch norm (with its activation) read by a standalone
+  // convolution alone (airbench94's groups): its output written only as the
+  // bf16 copy the convolution reads.
+  for (int b = 0; b < count && train; ++b) {
+    const Node& bn = at(p, b);
+    if (bn.kind != "bn" || !bn.layer.empty()) continue;
+    const int r = p.only_consumer(bn.output);
+    if (r < 0 || at(p, r).kind != "conv" || !at(p, r).layer.empty()) continue;
+    auto [out, wout] = fact(bn, facts::kBf16OutputAlone);
+    auto [in, win] = fact(at(p, r), facts::kBf16InputOnly);
+    verdict("bn_bf16_output_alone", {b, r}, out && in,
+            !out ? "the batch norm: " + wout : "the next convolution: " + win);
   }
   // Two ConvBatchNorm, the first one's batch norm b feeding the second one's
   // convolution (its only reader): what the executor hands between them.

@@ -168,17 +168,19 @@ class TrainExecutor {
       os << "training executor: not used (" << why_ << "): the layers run themselves\n";
       return os.str();
     }
-    std::size_t layers = 0, adds = 0, aliases = 0, fan_in = 0;
+    std::size_t layers = 0, adds = 0, aliases = 0, absorbed = 0, fan_in = 0;
     for (const Step& s : steps_) {
       layers += s.kind == Kind::Layer;
       adds += s.kind == Kind::Add;
-      aliases += s.kind == Kind::Alias;
+      aliases += s.kind == Kind::Alias && !s.absorbed;
+      absorbed += s.absorbed;
     }
     for (const plan::TensorInfo& t : plan_.tensors) fan_in += t.consumers.size() > 1;
     os << "training executor: " << steps_.size() << " steps for " << plan_.nodes.size()
        << " nodes: " << layers << " layers' own forward and backward, " << adds << " sums, " << aliases
-       << " identities; " << fan_in
-       << " tensors with several readers (their gradients summed by the executor)\n";
+       << " identities";
+    if (absorbed) os << ", " << absorbed << " layers run by the layer before them (conv_gelu_bf16_output)";
+    os << "; " << fan_in << " tensors with several readers (their gradients summed by the executor)\n";
     std::size_t sum_bytes = 0;
     for (const Step& s : steps_)
       if (s.kind == Kind::Add) sum_bytes += plan_.tensors[std::size_t(s.out)].shape.size() * sizeof(T);
@@ -228,6 +230,10 @@ class TrainExecutor {
     // conv_bf16_output_to_pool, the rule in alone_rule; the readers of a
     // bf16_residual_stream).
     bool float_alone = false, bf16_in = false;
+    // A convolution that applies the GELU layer after it (which then runs
+    // as an alias of its output and copy) and writes bf16 alone
+    // (conv_gelu_bf16_output).
+    bool gelu_bits = false, absorbed = false;  // absorbed: that GELU layer's step (an alias)
     const char* alone_rule = "bn_bf16_output_alone";
     bool copy_is_rule = true;  // copy_out is bf16_copy_to_readers' (not the copy alone_rule leaves)
     // The layer whose kernels compute this one's output from its map
@@ -248,6 +254,8 @@ class TrainExecutor {
   };
   static constexpr int kNoBits = -1, kOwnBits = -2;
   static constexpr const char* kConvToPool = "conv_bf16_output_to_pool";
+  static constexpr const char* kConvGelu = "conv_gelu_bf16_output";
+  static constexpr const char* kPoolToBn = "pool_bf16_output_to_bn";
   // A part of a gradient: a float tensor or bf16 bits (of the tensor's size).
   struct Part {
     const Tensor<T>* f = nullptr;
@@ -308,6 +316,7 @@ class TrainExecutor {
     const plan::LayerRun<B, T>& l = *s.layer;
     if (s.float_alone) l.pair.skip_float_output(), count(s.alone_rule);  // the earlier layer
     if (s.bf16_in) l.pair.require_bf16_input();  // the later one (or a reader of a bf16 stream)
+    if (s.gelu_bits) l.pair.gelu_bits_output(), count(kConvGelu);
     if (s.defer_to >= 0) {  // bn_output_into_next_conv: the earlier layer's output as the later one's map
       steps_[std::size_t(s.defer_to)].layer->pair.take_normalised_input(l.pair.defer_output());
       count("bn_output_into_next_conv");
@@ -744,6 +753,34 @@ class TrainExecutor {
         steps_[std::size_t(e)].alone_rule = kConvToPool;
         steps_[std::size_t(e)].copy_is_rule = false;
         steps_[std::size_t(l)].bf16_in = true;
+      }
+      if (v.rule == kPoolToBn && v.fires) {  // the pool's copy alone, which the batch norm reads
+        const int e = step_at[std::size_t(v.nodes[0])], l = step_at[std::size_t(v.nodes[1])];
+        if (!hooks(e) || !hooks(l) || !hooks(e)->skip_float_output || !hooks(l)->require_bf16_input)
+          return fail(std::string(kPoolToBn) + " between layers without bf16 hand-overs");
+        steps_[std::size_t(e)].float_alone = steps_[std::size_t(e)].copy_out = true;
+        steps_[std::size_t(e)].alone_rule = kPoolToBn;
+        steps_[std::size_t(e)].copy_is_rule = false;
+        steps_[std::size_t(l)].bf16_in = true;
+      }
+      if (v.rule == kConvGelu && v.fires) {  // the GELU as the convolution's post-op, bf16 alone
+        const int e = step_at[std::size_t(v.nodes[0])], a = step_at[std::size_t(v.nodes[1])],
+                  l = step_at[std::size_t(v.nodes[2])];
+        if (!hooks(e) || !hooks(l) || !hooks(e)->gelu_bits_output || !hooks(l)->require_bf16_input || a < 0 ||
+            steps_[std::size_t(a)].kind != Kind::Layer ||
+            steps_[std::size_t(a)].in != steps_[std::size_t(e)].out)
+          return fail(std::string(kConvGelu) + " between layers without the hand-over");
+        steps_[std::size_t(e)].gelu_bits = steps_[std::size_t(e)].copy_out = true;
+        steps_[std::size_t(e)].copy_is_rule = false;
+        // the GELU layer does not run: its output is the convolution's (the
+        // stale float tensor of its shape) and that one's bf16 copy
+        steps_[std::size_t(a)].kind = Kind::Alias;
+        steps_[std::size_t(a)].layer = nullptr;
+        steps_[std::size_t(a)].absorbed = true;
+        steps_[std::size_t(l)].bf16_in = true;
+        std::iota(root_.begin(), root_.end(), 0);  // the tensors an alias stands for, again
+        for (const Step& x : steps_)
+          if (x.kind == Kind::Alias) root_[std::size_t(x.out)] = root_[std::size_t(x.in)];
       }
       if (v.rule == "bn_output_into_next_conv" && v.fires) {
         const int e = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];

@@ -62,7 +62,8 @@ struct BatchNorm<backend::OneDnn, T> {
                   static_cast<const float*>(nullptr), false, y_bf16);
   }
   /// The same with the activation `act` applied in the same pass (and the
-  /// bf16 copy of its output with `y_bf16`).
+  /// bf16 copy of its output with `y_bf16`; y null: that copy alone, where
+  /// writes_bf16_only(g), the GELU's too).
   CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const float* x,
                                       const float* gamma, const float* beta, float* y, float* mean,
                                       float* var, BnActivation act, std::uint16_t* y_bf16 = nullptr) {
@@ -79,10 +80,19 @@ struct BatchNorm<backend::OneDnn, T> {
     train_forward(dev, g, eps, x, gamma, beta, y, mean, var, relu ? BnActivation::Relu : BnActivation::None,
                   static_cast<const float*>(nullptr), false, y_bf16);
   }
+  /// The same with the activation `act` (the GELU: where writes_bf16_only(g);
+  /// x then a max pool's bf16 output, pool_bf16_output_to_bn).
+  CIFARNET_OUTLINE void forward_train(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x,
+                                      const float* gamma, const float* beta, float* y, float* mean,
+                                      float* var, BnActivation act, std::uint16_t* y_bf16 = nullptr) {
+    train_forward(dev, g, eps, x, gamma, beta, y, mean, var, act, static_cast<const float*>(nullptr), false,
+                  y_bf16);
+  }
 
   /// Whether forward_train with a y_bf16 can leave y out (y == nullptr: the
-  /// bf16 copy alone, for a next layer that reads nothing else; no residual
-  /// sum): NHWC at ResNet's and airbench's channel counts.
+  /// bf16 copy alone, for a next layer that reads nothing else; with or
+  /// without the ReLU or GELU): NHWC at ResNet's and airbench's channel
+  /// counts.
   CIFARNET_OUTLINE static bool writes_bf16_only(const ChannelGeom& g) {
     return backend::onednn::bn::bf16_only(g);
   }
@@ -188,9 +198,16 @@ struct BatchNorm<backend::OneDnn, T> {
   CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x,
                                  const float* dy, const float* gamma, const float* mean, const float* var,
                                  float* dx, float* dgamma, float* dbeta, bool relu) {
+    backward(dev, g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+             relu ? BnActivation::Relu : BnActivation::None);
+  }
+  /// The same with the activation `act` (the GELU: where
+  /// writes_bf16_only(g)).
+  CIFARNET_OUTLINE void backward(Dev& dev, const ChannelGeom& g, double eps, const std::uint16_t* x,
+                                 const float* dy, const float* gamma, const float* mean, const float* var,
+                                 float* dx, float* dgamma, float* dbeta, BnActivation act) {
     backend::onednn::require("BatchNorm backward", {{dx, "dx"}});
-    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta,
-                 relu ? BnActivation::Relu : BnActivation::None);
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta, act);
   }
   /// backward() (no activation, or the fused ReLU; x float or bfloat16
   /// bits, as its forward_train had it) with dx written as bfloat16 bits into
@@ -218,12 +235,14 @@ struct BatchNorm<backend::OneDnn, T> {
                  relu ? BnActivation::Relu : BnActivation::None);
   }
 
-  /// backward() with the fused GELU (float x and dy) and dx written as
-  /// bfloat16 bits into dx_bf16 (host::store_bf16's rounding): the output
+  /// backward() with the fused GELU (float dy; x float, or bfloat16 bits
+  /// where writes_bf16_only(g), as its forward_train had it) and dx written
+  /// as bfloat16 bits into dx_bf16 (host::store_bf16's rounding): the output
   /// gradient of the bf16 convolution in front of this batch norm
   /// (bn_bf16_dx_to_standalone_conv). `u` (g.size() floats) receives
   /// dy gelu'(z) in the pass of the sums, read by the pass of dx.
-  CIFARNET_OUTLINE void backward_bf16_gelu(Dev& dev, const ChannelGeom& g, double eps, const float* x,
+  template <class X>
+  CIFARNET_OUTLINE void backward_bf16_gelu(Dev& dev, const ChannelGeom& g, double eps, const X* x,
                                            const float* dy, const float* gamma, const float* mean,
                                            const float* var, float* u, std::uint16_t* dx_bf16, float* dgamma,
                                            float* dbeta) {
@@ -382,10 +401,13 @@ struct BatchNorm<backend::OneDnn, T> {
     namespace on = backend::onednn;
     static constexpr const char* op = "BatchNorm forward_train";
     on::check_geometry(g, op);
-    if (!std::is_same_v<X, float> && act == BnActivation::Gelu)
-      throw ConfigError(detail::concat(op, ": the fused GELU takes float x only (", on::describe(g), ")"));
+    if (!std::is_same_v<X, float> && act == BnActivation::Gelu && !writes_bf16_only(g))
+      throw ConfigError(detail::concat(op,
+                                       ": the fused GELU takes bf16 x only in NHWC at 16, 32, 64 or 256 "
+                                       "channels (",
+                                       on::describe(g), ")"));
     on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
-    if (!y && !(y_bf16 && act != BnActivation::Gelu && writes_bf16_only(g)))
+    if (!y && !(y_bf16 && writes_bf16_only(g)))
       throw ConfigError(detail::concat(op,
                                        ": y is null, and only a bf16 copy of an NHWC output of 16, 32, 64 "
                                        "or 256 channels may stand alone (",
@@ -419,8 +441,11 @@ struct BatchNorm<backend::OneDnn, T> {
     static constexpr const char* op = "BatchNorm backward";
     (void)dev;
     check_backward(op, g, x, dy, gamma, mean, var, dgamma, dbeta, act);
-    if (act == BnActivation::Gelu && (!dx || !std::is_same_v<X, float> || !std::is_same_v<DY, float>))
-      throw ConfigError(detail::concat(op, ": the fused GELU takes float x and dy, and a float dx (",
+    if (act == BnActivation::Gelu &&
+        (!dx || !std::is_same_v<DY, float> || (!std::is_same_v<X, float> && !writes_bf16_only(g))))
+      throw ConfigError(detail::concat(op,
+                                       ": the fused GELU takes float dy and a float dx, and x as bf16 bits "
+                                       "only in NHWC at 16, 32, 64 or 256 channels (",
                                        on::describe(g), ")"));
     sums_of_.g.reset();
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,

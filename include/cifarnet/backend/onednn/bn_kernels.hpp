@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -127,8 +128,10 @@ struct Same {
 
 /// An element of the input x as float (host::widen): x is float, or
 /// bfloat16 bits (the bf16 output of the convolution in front,
-/// ConvBatchNorm), widened exactly. Every pass below takes either; the
-/// fused GELU takes float only.
+/// ConvBatchNorm, or of the max pool in front, pool_bf16_output_to_bn),
+/// widened exactly. Every pass below takes either; the fused GELU takes
+/// bits in NHWC rows of the channel counts with_channels names only (each
+/// row widened into a buffer first).
 using host::widen;
 
 /// The fused ReLU's mask of an element, recomputed in the backward from x
@@ -202,14 +205,23 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
           b2[c] += v * v;
         }
       } else if (gg) {  // u = dy gelu'(x a + b), stored for input_gradient, then summed
-        if constexpr (std::is_same_v<X, float> && std::is_same_v<DY, float>) {
+        if constexpr (std::is_same_v<DY, float>) {
           float* __restrict ur = gg->u + r * C;
-          gelu::grad_row<C>(xr, dy + r * C, gg->a, gg->b, ur);
+          const float* xf = nullptr;
+          alignas(64) float wide[C];  // x as bf16 bits (a max pool's bf16 output), widened first
+          if constexpr (std::is_same_v<X, float>) {
+            xf = xr;
+          } else {
+#pragma omp simd
+            for (std::size_t c = 0; c < C; ++c) wide[c] = widen(xr[c]);
+            xf = wide;
+          }
+          gelu::grad_row<C>(xf, dy + r * C, gg->a, gg->b, ur);
 #pragma omp simd
           for (std::size_t c = 0; c < C; ++c) {
             const float u = ur[c];
             b1[c] += u;
-            b2[c] += u * (xr[c] - kc[c]);
+            b2[c] += u * (xf[c] - kc[c]);
           }
         }
       } else if (relu_ab) {
@@ -565,23 +577,49 @@ void input_gradient(const ChannelGeom& g, const X* __restrict x, const DY* dy,
   }
 }
 
+/// The most channels of an NHWC row whose GELU affine_gelu forms in a
+/// buffer of its own when y is not written (bf16_only's largest count).
+inline constexpr std::size_t kGeluRowMax = 256;
+
 /// y[i] = gelu(x[i] a[c] + b[c]) (the fused GELU's forward), parallel over
 /// rows (NHWC) or planes (NCHW); with `y_bf16`, each row or plane of y also
 /// as bfloat16 bits there, while it is in cache (a bf16 convolution's input).
-inline void affine_gelu(const ChannelGeom& g, const float* x, const float* a, const float* b, float* y,
+/// With y null (NHWC rows of at most kGeluRowMax channels, y_bf16 given),
+/// each row is formed in a buffer on the stack and written only as its
+/// bits: the same bits, 4 bytes an element less to write.
+template <class X>
+inline void affine_gelu(const ChannelGeom& g, const X* x, const float* a, const float* b, float* y,
                         std::uint16_t* y_bf16 = nullptr) {
   const std::size_t C = g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
   const std::size_t len = nhwc ? C : hw;
+  constexpr bool kFloat = std::is_same_v<X, float>;
+  if ((!y && !(nhwc && y_bf16 && C <= kGeluRowMax)) || (!kFloat && !(nhwc && C <= kGeluRowMax)))
+    throw std::logic_error(
+        "bn::affine_gelu: y null, or x as bf16 bits, without NHWC rows of at most 256 channels (and bits)");
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t u = 0; u < units; ++u) {
     const std::size_t base = std::size_t(u) * len;
+    const float* xs = nullptr;
+    alignas(64) float wide[kFloat ? 1 : kGeluRowMax];  // x as bf16 bits, widened first
+    if constexpr (kFloat) {
+      xs = x + base;
+    } else {
+      for (std::size_t c = 0; c < len; ++c) wide[c] = widen(x[base + c]);
+      xs = wide;
+    }
+    if (!y) {
+      alignas(64) float row[kGeluRowMax];
+      gelu::value_row(len, xs, a, b, row);
+      host::store_bf16(row, y_bf16 + base, len);
+      continue;
+    }
     if (nhwc) {
-      gelu::value_row(len, x + base, a, b, y + base);
+      gelu::value_row(len, xs, a, b, y + base);
     } else {
       const std::size_t c = std::size_t(u) % C;
-      gelu::value_plane(len, x + base, a[c], b[c], y + base);
+      gelu::value_plane(len, xs, a[c], b[c], y + base);
     }
     if (y_bf16) host::store_bf16(y + base, y_bf16 + base, len);
   }
@@ -673,12 +711,10 @@ void forward_train(const ChannelGeom& g, double eps, const X* x, const float* ga
   }
   if (coefficients_only) return;  // y not written (a deferred output: ops::BnNormMap)
   if (gelu_ab) {
-    if constexpr (std::is_same_v<X, float>) {
-      std::copy(a, a + C, gelu_ab);
-      std::copy(b, b + C, gelu_ab + C);
-      affine_gelu(g, x, a, b, y, y_bf16);
-      return;
-    }
+    std::copy(a, a + C, gelu_ab);
+    std::copy(b, b + C, gelu_ab + C);
+    affine_gelu(g, x, a, b, y, y_bf16);
+    return;
   }
   if (sum) {
     with_channels(g, [&](auto cc) {

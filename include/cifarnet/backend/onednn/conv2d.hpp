@@ -423,6 +423,52 @@ struct Conv2d<backend::OneDnn, T> {
     });
   }
 
+  /// Whether forward_gelu_bf16_dst() can run for `g` (with a bias or
+  /// not): bf16 convolutions and a oneDNN jit kernel with bf16 input,
+  /// weights and output and the GELU post-op (built once).
+  CIFARNET_OUTLINE bool has_gelu_bf16_dst(Dev& dev, const ConvGeom& g, bool with_bias) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward (GELU, bf16 y)";
+    on::check_geometry(g, op, false);
+    bool ok = false;
+    on::guarded(op, [&] { ok = state(dev, g).forward_gelu_dst(cache_, dev.engine, with_bias) != nullptr; });
+    return ok;
+  }
+  /// y = gelu(conv(x, w) + b) (b optional; the exact erf GELU) written as
+  /// bfloat16 bits, in one oneDNN call: the bias and the GELU are the
+  /// kernel's post-ops on its float sums, rounded once at the end. For a
+  /// convolution whose backward never runs (nothing before or in it needs
+  /// a gradient: airbench94's whitening after its bias epochs) followed by
+  /// a GELU layer whose output only a bf16 convolution reads
+  /// (conv_gelu_bf16_output); x is rounded to bf16 as forward() rounds it,
+  /// and not kept. Needs has_gelu_bf16_dst(g, b != nullptr).
+  CIFARNET_OUTLINE void forward_gelu_bf16_dst(Dev& dev, const ConvGeom& g, const float* x, const float* w,
+                                              const float* b, std::uint16_t* y) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward (GELU, bf16 y)";
+    on::check_geometry(g, op, false);
+    on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      Fwd* f = s.forward_gelu_dst(cache_, dev.engine, b != nullptr);
+      if (!f)
+        throw ConfigError(detail::concat(op, ": no bf16 kernel with a GELU post-op and a bf16 output for ",
+                                         on::describe(g)));
+      dnnl::memory wm = weights_in(dev, s.w, w, f->w);
+      dnnl::memory src = lp_src(s, dev, x, std::exchange(bf16_in_, nullptr), false);
+      s.kept_x = nullptr;
+      s.y_lp.set_data_handle(y);
+      if (b)
+        f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src},
+                                     {DNNL_ARG_WEIGHTS, wm},
+                                     {DNNL_ARG_BIAS, on::bind(s.b, b)},
+                                     {DNNL_ARG_DST, s.y_lp}});
+      else
+        f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.y_lp}});
+      dev.stream.wait();
+    });
+  }
+
   /// dx = conv_transpose(dy, w), overwritten.
   CIFARNET_OUTLINE void backward_data(Dev& dev, const ConvGeom& g, const float* dy, const float* w,
                                       float* dx) {
@@ -751,6 +797,8 @@ struct Conv2d<backend::OneDnn, T> {
     std::optional<Fwd> fwd[4];      // [with bias + 2 * with ReLU post-op]
     std::optional<Fwd> fwd_lp_dst;  // bf16 output (forward_bf16_dst), when oneDNN has the kernel
     bool fwd_lp_dst_tried = false;
+    std::optional<Fwd> fwd_gelu_dst[2];  // bias (if any) and GELU as post-ops, bf16 output: [with bias]
+    bool fwd_gelu_dst_tried[2] = {false, false};
     dnnl::memory y_lp;  // its output, re-pointed per call
     std::optional<dnnl::convolution_forward::primitive_desc> hint_pd, hint_pd_lp;
     std::optional<BwdData> bwd_data;
@@ -872,6 +920,38 @@ struct Conv2d<backend::OneDnn, T> {
         }
       }
       return fwd_lp_dst ? &*fwd_lp_dst : nullptr;
+    }
+
+    // The bf16 forward (bf16 input and weights) with the bias (if any) and
+    // an exact GELU as post-ops and a bf16 output, or nothing when bf16 is
+    // not asked for or oneDNN has no jit kernel for it.
+    CIFARNET_OUTLINE Fwd* forward_gelu_dst(Cache& c, const dnnl::engine& eng, bool with_bias) {
+      const int i = with_bias ? 1 : 0;
+      if (!fwd_gelu_dst_tried[i]) {
+        fwd_gelu_dst_tried[i] = true;
+        if (bf16) {
+          using cf = dnnl::convolution_forward;
+          try {
+            dnnl::post_ops po;
+            po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+            dnnl::primitive_attr attr;
+            attr.set_post_ops(po);
+            const auto pk = dnnl::prop_kind::forward_inference;  // no backward reads what it keeps
+            const auto alg = dnnl::algorithm::convolution_direct;
+            cf::primitive_desc pd =
+                with_bias
+                    ? cf::primitive_desc(
+                          cf::desc(pk, alg, src_lp, w_any_lp, bias, dst_lp, strides, pad_l, pad_r), attr, eng)
+                    : cf::primitive_desc(cf::desc(pk, alg, src_lp, w_any_lp, dst_lp, strides, pad_l, pad_r),
+                                         attr, eng);
+            if (jit_kernel(pd))
+              fwd_gelu_dst[i] = Fwd{
+                  pd, c.template build<cf>(pd), c.stage(eng, pd.weights_desc(), w_user, true), {}, {}, true};
+          } catch (const dnnl::error&) {  // no such kernel here
+          }
+        }
+      }
+      return fwd_gelu_dst[i] ? &*fwd_gelu_dst[i] : nullptr;
     }
 
     // The bf16 copy of the caller's x: into x_keep (kept for backward_weights

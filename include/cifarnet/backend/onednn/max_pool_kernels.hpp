@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "cifarnet/backend/host/bf16.hpp"
@@ -42,41 +44,53 @@ inline bool handles(const ConvGeom& g) {
 /// y = max over each window; with `argmax`, the window position (ky kw + kx)
 /// of each output's maximum. Parallel over output rows. x is float or
 /// bfloat16 bits (a bf16 convolution's output, widened exactly: the max of
-/// the widened values is the widened max).
+/// the widened values is the widened max). With x as bits, y may be null
+/// and `y_bits` given: y written only as bfloat16 bits, each pixel's
+/// maxima formed in a buffer first; they are values of x, so the bits are
+/// exact (pool_bf16_output_to_bn).
 template <class X>
-inline void forward(const ConvGeom& g, const X* x, float* y, std::uint8_t* argmax) {
+inline void forward(const ConvGeom& g, const X* x, float* y, std::uint8_t* argmax,
+                    std::uint16_t* y_bits = nullptr) {
+  static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>, "x: float or bf16 bits");
+  if (!y && !(y_bits && std::is_same_v<X, std::uint16_t>))
+    throw std::logic_error("max_pool::forward: y null without bf16 x and y_bits");
   const std::size_t C = g.ic;
   const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.oh);
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
-    const std::size_t n = std::size_t(r) / g.oh, oy = std::size_t(r) % g.oh;
-    for (std::size_t ox = 0; ox < g.ow; ++ox) {
-      const std::size_t o = (std::size_t(r) * g.ow + ox) * C;
-      float* __restrict yo = y + o;
-      std::uint8_t* __restrict ao = argmax ? argmax + o : nullptr;
-      for (std::size_t c = 0; c < C; ++c) yo[c] = -std::numeric_limits<float>::infinity();
-      if (ao)
-        for (std::size_t c = 0; c < C; ++c) ao[c] = 0;
-      for (std::size_t ky = 0; ky < g.kh; ++ky)
-        for (std::size_t kx = 0; kx < g.kw; ++kx) {
-          const X* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
-          const auto k = std::uint8_t(ky * g.kw + kx);
-          if (ao) {
+#pragma omp parallel
+  {
+    std::vector<float> pixel(y ? 0 : C);  // y_bits alone: one pixel's maxima
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      const std::size_t n = std::size_t(r) / g.oh, oy = std::size_t(r) % g.oh;
+      for (std::size_t ox = 0; ox < g.ow; ++ox) {
+        const std::size_t o = (std::size_t(r) * g.ow + ox) * C;
+        float* __restrict yo = y ? y + o : pixel.data();
+        std::uint8_t* __restrict ao = argmax ? argmax + o : nullptr;
+        for (std::size_t c = 0; c < C; ++c) yo[c] = -std::numeric_limits<float>::infinity();
+        if (ao)
+          for (std::size_t c = 0; c < C; ++c) ao[c] = 0;
+        for (std::size_t ky = 0; ky < g.kh; ++ky)
+          for (std::size_t kx = 0; kx < g.kw; ++kx) {
+            const X* __restrict xi = x + (((n * g.ih) + oy * g.sh + ky) * g.iw + ox * g.sw + kx) * C;
+            const auto k = std::uint8_t(ky * g.kw + kx);
+            if (ao) {
 #pragma omp simd
-            for (std::size_t c = 0; c < C; ++c) {
-              const float v = host::widen(xi[c]);
-              const bool win = v > yo[c];
-              yo[c] = win ? v : yo[c];
-              ao[c] = win ? k : ao[c];
-            }
-          } else {
+              for (std::size_t c = 0; c < C; ++c) {
+                const float v = host::widen(xi[c]);
+                const bool win = v > yo[c];
+                yo[c] = win ? v : yo[c];
+                ao[c] = win ? k : ao[c];
+              }
+            } else {
 #pragma omp simd
-            for (std::size_t c = 0; c < C; ++c) {
-              const float v = host::widen(xi[c]);
-              yo[c] = v > yo[c] ? v : yo[c];
+              for (std::size_t c = 0; c < C; ++c) {
+                const float v = host::widen(xi[c]);
+                yo[c] = v > yo[c] ? v : yo[c];
+              }
             }
           }
-        }
+        if (!y) host::store_bf16(yo, y_bits + o, C);
+      }
     }
   }
 }

@@ -99,6 +99,21 @@ struct Pool2d<backend::OneDnn, T> {
           detail::concat(op, ": only max pooling without overlap or padding (", on::describe(g), ")"));
     max_forward(g, training, x, y, src);
   }
+  /// forward_bf16_input (max pooling) with y written only as bfloat16 bits
+  /// into y_bits: the maxima are values of x, so the bits are exact (the
+  /// input of a batch norm that reads bf16: pool_bf16_output_to_bn). The
+  /// backward is backward()'s and backward_bf16()'s, with `src` as above.
+  CIFARNET_OUTLINE void forward_bf16_io(Dev&, const ConvGeom& g, bool training, const std::uint16_t* x,
+                                        std::uint16_t* y_bits, const float* src) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Pool2d forward (max, bf16 x and y)";
+    on::check_geometry(g, op, true);
+    on::require(op, {{x, "x"}, {y_bits, "y_bits"}, {src, "src"}});
+    if (!reads_bf16_input(g, PoolKind::Max))
+      throw ConfigError(
+          detail::concat(op, ": only max pooling without overlap or padding (", on::describe(g), ")"));
+    max_forward(g, training, x, static_cast<float*>(nullptr), src, y_bits);
+  }
 
   /// Whether forward_padded / backward_padded take g and kind: average
   /// pooling on the own kernel's geometries (backend_traits'
@@ -188,7 +203,8 @@ struct Pool2d<backend::OneDnn, T> {
   // argmax recorded for the float tensor `src` (x itself, or what x's bits
   // stand for).
   template <class X>
-  void max_forward(const ConvGeom& g, bool training, const X* x, float* y, const float* src) {
+  void max_forward(const ConvGeom& g, bool training, const X* x, float* y, const float* src,
+                   std::uint16_t* y_bits = nullptr) {
     std::uint8_t* a = nullptr;
     if (training) {
       argmax_.resize(g.n * g.oh * g.ow * g.ic);
@@ -196,7 +212,7 @@ struct Pool2d<backend::OneDnn, T> {
       argmax_src_ = src;
       a = argmax_.data();
     }
-    backend::onednn::max_pool::forward(g, x, y, a);
+    backend::onednn::max_pool::forward(g, x, y, a, y_bits);
   }
   // The argmax of the last training forward of x at g, or rebuilt from x.
   const std::uint8_t* argmax_for(const ConvGeom& g, const float* x) {
