@@ -242,6 +242,107 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("The own pooling kernels give the scalar loops' bits at every channel count, in float and in bf16",
+          "[backend][onednn][pool]") {
+  // max_pool_kernels.hpp / avg_pool_kernels.hpp run their loops with the
+  // channel count a constant (16 to 256; AVX-512 for bf16 max pooling)
+  // or read from the geometry (any other): each against the scalar
+  // semantics, including ties (the first maximum wins), NaN (never wins),
+  // a window all NaN (-inf, argmax 0), and the bf16 forms (x, y and dx as
+  // bits; forward's y_bits exact, backward_bf16's dx rounded as
+  // host::bf16_bits rounds, which VCVTNEPS2BF16 matches off denormals).
+  namespace mp = backend::onednn::max_pool;
+  namespace ap = backend::onednn::avg_pool;
+  namespace host = backend::host;
+  Rng rng = Rng::stream(7, 9);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (std::size_t C : {5, 16, 32, 48, 64, 128, 256})
+    for (std::size_t k : {2, 3}) {
+      const ConvGeom g = ConvGeom::make(DataFormat::NHWC, {2, C, 7, 8}, C, k, k, Padding::Valid);
+      INFO(str(g));
+      REQUIRE(mp::handles(g));
+      const std::size_t ny = g.n * C * g.oh * g.ow;
+      // x exact in bf16; ties, NaN and an all-NaN window planted
+      std::vector<float> x = random_vec(rng, g.in_shape().size());
+      for (float& v : x) v = host::round_to_bf16(v);
+      for (std::size_t i = 0; i + C < x.size(); i += 7 * C + 3)
+        x[i + C] = x[i];  // a tie with the pixel before
+      for (std::size_t i = 11; i < x.size(); i += 97) x[i] = nan;
+      for (std::size_t ky = 0; ky < k; ++ky)
+        for (std::size_t kx = 0; kx < k; ++kx)
+          x[(ky * g.iw + kx) * C] = nan;  // image 0, window (0, 0), channel 0
+      std::vector<std::uint16_t> xb(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) xb[i] = host::bf16_bits(x[i]);
+      const auto dy = random_cotangent(rng, ny);
+      // the scalar semantics
+      std::vector<float> ey(ny, -inf), edx(x.size(), 0.f), eavg(ny), eadx(x.size(), 0.f);
+      std::vector<std::uint8_t> ea(ny, 0);
+      const float count = float(k * k);
+      for (std::size_t n = 0; n < g.n; ++n)
+        for (std::size_t oy = 0; oy < g.oh; ++oy)
+          for (std::size_t ox = 0; ox < g.ow; ++ox)
+            for (std::size_t c = 0; c < C; ++c) {
+              const std::size_t o = ((n * g.oh + oy) * g.ow + ox) * C + c;
+              float sum = 0.f;
+              for (std::size_t ky = 0; ky < k; ++ky)
+                for (std::size_t kx = 0; kx < k; ++kx) {
+                  const std::size_t i = ((n * g.ih + oy * k + ky) * g.iw + ox * k + kx) * C + c;
+                  if (x[i] > ey[o]) ey[o] = x[i], ea[o] = std::uint8_t(ky * k + kx);
+                  sum += x[i];
+                  eadx[i] = dy[o] / count;
+                }
+              eavg[o] = sum / count;
+              const std::size_t ky = ea[o] / k, kx = ea[o] % k;
+              edx[((n * g.ih + oy * k + ky) * g.iw + ox * k + kx) * C + c] = dy[o];
+            }
+      CHECK(ey[0] == -inf);
+      std::vector<std::uint16_t> eyb(ny), edxb(x.size());
+      for (std::size_t i = 0; i < ny; ++i) eyb[i] = host::bf16_bits(ey[i]);
+      for (std::size_t i = 0; i < x.size(); ++i) edxb[i] = host::bf16_bits(edx[i]);
+
+      auto y = poisoned(ny), dx = poisoned(x.size());
+      std::vector<std::uint8_t> a(ny, 0xee), ab(ny, 0xee);
+      mp::forward(g, x.data(), y.data(), a.data());
+      CHECK(same_bits(y, ey));
+      CHECK(a == ea);
+      mp::backward(g, a.data(), dy.data(), dx.data());
+      CHECK(same_bits(dx, edx));
+      auto yf = poisoned(ny);
+      std::vector<std::uint16_t> yb(ny, 0xeeee), dxb(x.size(), 0xeeee);
+      mp::forward(g, xb.data(), yf.data(), ab.data());  // bf16 x, float y
+      CHECK(same_bits(yf, ey));
+      CHECK(ab == ea);
+      std::fill(ab.begin(), ab.end(), std::uint8_t(0xee));
+      mp::forward(g, xb.data(), static_cast<float*>(nullptr), ab.data(), yb.data());  // bf16 y alone
+      CHECK(yb == eyb);
+      CHECK(ab == ea);
+      mp::backward_bf16(g, ab.data(), dy.data(), dxb.data());
+      CHECK(dxb == edxb);
+      // average pooling: float and bf16 x (no NaN in these)
+      std::vector<float> xa = random_vec(rng, x.size());
+      for (float& v : xa) v = host::round_to_bf16(v);
+      std::vector<std::uint16_t> xab(xa.size());
+      for (std::size_t i = 0; i < xa.size(); ++i) xab[i] = host::bf16_bits(xa[i]);
+      for (std::size_t n = 0; n < g.n; ++n)
+        for (std::size_t oy = 0; oy < g.oh; ++oy)
+          for (std::size_t ox = 0; ox < g.ow; ++ox)
+            for (std::size_t c = 0; c < C; ++c) {
+              float sum = 0.f;
+              for (std::size_t ky = 0; ky < k; ++ky)
+                for (std::size_t kx = 0; kx < k; ++kx)
+                  sum += xa[((n * g.ih + oy * k + ky) * g.iw + ox * k + kx) * C + c];
+              eavg[((n * g.oh + oy) * g.ow + ox) * C + c] = sum / count;
+            }
+      auto ya = poisoned(ny), yab = poisoned(ny), dxa = poisoned(x.size());
+      ap::forward(g, xa.data(), ya.data());
+      ap::forward(g, xab.data(), yab.data());
+      ap::backward(g, dy.data(), dxa.data());
+      CHECK(same_bits(ya, eavg));
+      CHECK(same_bits(yab, eavg));
+      CHECK(same_bits(dxa, eadx));
+    }
+}
+
 TEST_CASE("Max pooling backward rebuilds its workspace when no training forward saw this x",
           "[backend][onednn][pool]") {
   Device<B> dev;
