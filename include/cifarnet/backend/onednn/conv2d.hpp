@@ -81,6 +81,12 @@
 // padding 1 before, even image sizes, 32 or more input channels) runs as two
 // bf16 forward convolutions of dy, one per row phase of dx, whose rows are
 // then copied into dx (State::phases_backward has the numbers).
+// Each of these bf16 backward_data passes (the forward of dy, the phases,
+// or oneDNN's backward_data kernel, as ResNet's 16 -> 32 stride-2 runs) can
+// write dx as bf16 instead (writes_bf16_dx: the same pass with a bf16
+// output and the same weights' layout, built on first request; the float
+// dx rounded once, in the kernel), for the layer or sum that reads dx as
+// bf16 (a batch norm's dy; a residual block's gradient sum).
 // While training (set_keep_input), forward keeps its bf16 copy of x for a
 // bf16 backward_weights of the same x (pointer compared), so x is rounded
 // once per step; backward() rounds dy once for both backward passes.
@@ -573,10 +579,12 @@ struct Conv2d<backend::OneDnn, T> {
     run_backward(dev, g, x, nullptr, w, dx, dw, nullptr);
   }
   /// Whether backward_bf16_dy can write dx as bfloat16 bits for `g`: the
-  /// data gradient runs in bf16 as oneDNN's forward kernel (above), and a
-  /// kernel of that convolution with a bf16 output exists and takes the same
-  /// weights' layout. The bits are the float dx rounded once, in the kernel
-  /// (the input gradient of a batch norm that reads dy as bf16).
+  /// data gradient runs in bf16 (as oneDNN's forward kernel above, as the
+  /// stride-2 phases, or as its backward_data kernel), and a kernel of the
+  /// same pass with a bf16 output exists and takes the same weights'
+  /// layout. The bits are the float dx rounded once, in the kernel (the
+  /// input gradient of a batch norm that reads dy as bf16, or a residual
+  /// block's gradient sum that reads bf16 parts: bf16_branch_gradient).
   CIFARNET_OUTLINE bool writes_bf16_dx(Dev& dev, const ConvGeom& g) {
     namespace on = backend::onednn;
     static constexpr const char* op = "Conv2d writes_bf16_dx";
@@ -585,7 +593,7 @@ struct Conv2d<backend::OneDnn, T> {
     on::guarded(op, [&] {
       State& s = state(dev, g);
       BwdData& fd = s.backward_data(cache_, dev.engine, g, bwd_via_fwd_);
-      ok = fd.lp && s.as_fwd_lp_dst(cache_, dev.engine, g) != nullptr;
+      ok = fd.lp && s.lp_dx(cache_, dev.engine, g);
     });
     return ok;
   }
@@ -620,8 +628,7 @@ struct Conv2d<backend::OneDnn, T> {
       BwdWeights* fw = dw ? &s.backward_weights(cache_, dev.engine, db != nullptr) : nullptr;
       BwdData* fd =
           (dx || dx_bits) && !own_dx ? &s.backward_data(cache_, dev.engine, g, bwd_via_fwd_) : nullptr;
-      dnnl::convolution_forward* lp_dst = dx_bits ? s.as_fwd_lp_dst(cache_, dev.engine, g) : nullptr;
-      if (dx_bits && (!fd->lp || !lp_dst))
+      if (dx_bits && (!fd->lp || !s.lp_dx(cache_, dev.engine, g)))
         throw ConfigError(detail::concat("Conv2d backward_data: no bf16 dx for this geometry (ask ",
                                          "writes_bf16_dx first): ", on::describe(g)));
       if (!dy && ((fw && !fw->lp) || (fd && !fd->lp)))
@@ -667,8 +674,8 @@ struct Conv2d<backend::OneDnn, T> {
         dnnl::memory wm = weights_in(dev, s.w_flip_user, s.w_flip.w.data(), a.w);
         if (dx_bits) {
           s.dx_ext.set_data_handle(dx_bits);
-          lp_dst->execute(dev.stream,
-                          {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.dx_ext}});
+          a.prim_lp_dst->execute(dev.stream,
+                                 {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.dx_ext}});
         } else {
           a.prim.execute(dev.stream,
                          {{DNNL_ARG_SRC, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, on::bind(s.x, dx)}});
@@ -678,26 +685,36 @@ struct Conv2d<backend::OneDnn, T> {
         if (s.phase_weights(g, w, w_version_)) ph.w[0].shown = ph.w[1].shown = nullptr;
         const dnnl::memory wm[2] = {weights_in(dev, s.w_ph_user[0], s.w_ph[0].data(), ph.w[0]),
                                     weights_in(dev, s.w_ph_user[1], s.w_ph[1].data(), ph.w[1])};
-        // Each phase of a chunk: chunk * oh rows of dx, iw * ic floats each.
+        // Each phase of a chunk: chunk * oh rows of dx, iw * ic values each
+        // (float, or bf16 for dx_bits).
         const std::size_t row = g.iw * g.ic, per = ph.chunk * g.oh * row;
-        auto* out = static_cast<float*>(dev.scratch(1, 2 * per * sizeof(float)));
-        ph.dst[0].set_data_handle(out);
-        ph.dst[1].set_data_handle(out + per);
+        const std::size_t esize = dx_bits ? sizeof(std::uint16_t) : sizeof(float);
+        auto* out = static_cast<char*>(dev.scratch(1, 2 * per * esize));
+        dnnl::memory* dst = dx_bits ? ph.dst_lp : ph.dst;
+        dst[0].set_data_handle(out);
+        dst[1].set_data_handle(out + per * esize);
         const auto* dyb = static_cast<std::uint16_t*>(dy_lp->get_data_handle());
+        char* dxb = dx_bits ? reinterpret_cast<char*>(dx_bits) : reinterpret_cast<char*>(dx);
         for (std::size_t n0 = 0; n0 < g.n; n0 += ph.chunk) {
           ph.src.set_data_handle(const_cast<std::uint16_t*>(dyb + n0 * g.oh * g.ow * g.oc));
           for (int p = 0; p < 2; ++p)
-            ph.prim[p].execute(
-                dev.stream, {{DNNL_ARG_SRC, ph.src}, {DNNL_ARG_WEIGHTS, wm[p]}, {DNNL_ARG_DST, ph.dst[p]}});
+            (dx_bits ? *ph.prim_lp_dst[p] : ph.prim[p])
+                .execute(dev.stream,
+                         {{DNNL_ARG_SRC, ph.src}, {DNNL_ARG_WEIGHTS, wm[p]}, {DNNL_ARG_DST, dst[p]}});
           dev.stream.wait();
-          float* dxc = dx + n0 * g.ih * row;
+          char* dxc = dxb + n0 * g.ih * row * esize;
           const auto rows = std::ptrdiff_t(ph.chunk * g.oh);
 #pragma omp parallel for schedule(static)
           for (std::ptrdiff_t r = 0; r < rows; ++r)
             for (std::size_t p = 0; p < 2; ++p)
-              std::memcpy(dxc + (2 * std::size_t(r) + p) * row, out + p * per + std::size_t(r) * row,
-                          row * sizeof(float));
+              std::memcpy(dxc + (2 * std::size_t(r) + p) * row * esize,
+                          out + (p * per + std::size_t(r) * row) * esize, row * esize);
         }
+      } else if (fd && dx_bits) {  // lp, with its bf16-dx kernel (lp_dx)
+        dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
+        s.dx_ext.set_data_handle(dx_bits);
+        fd->prim_lp_dsrc->execute(
+            dev.stream, {{DNNL_ARG_DIFF_DST, *dy_lp}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, s.dx_ext}});
       } else if (fd) {
         dnnl::memory wm = weights_in(dev, s.w, w, fd->w);
         dnnl::memory ddst = fd->lp ? *dy_lp : stage_in(dev, fd->ddst, on::bind(s.y, dy), 0);
@@ -755,6 +772,11 @@ struct Conv2d<backend::OneDnn, T> {
     backend::onednn::Staged w[2];  // w_ph into the primitives' bf16 layouts
     dnnl::memory src, dst[2];      // a chunk of dy; the two phases' outputs
     std::size_t chunk = 0;         // images per chunk (divides the batch)
+    // The same two convolutions writing bf16 (writes_bf16_dx), built on
+    // first request where oneDNN has them with the same weights' layouts.
+    std::optional<dnnl::convolution_forward> prim_lp_dst[2];
+    dnnl::memory dst_lp[2];
+    bool lp_dst_tried = false;
   };
   struct BwdData {
     dnnl::convolution_backward_data::primitive_desc pd;
@@ -763,6 +785,11 @@ struct Conv2d<backend::OneDnn, T> {
     bool lp;
     std::optional<FwdAsBwd> as_fwd;     // runs instead of prim when present (lp only)
     std::optional<PhaseBwd> as_phases;  // likewise (stride-2 geometries)
+    // prim writing bf16 dx (lp, neither of the above; writes_bf16_dx),
+    // built on first request where oneDNN has a jit kernel for it with
+    // prim's weights' layout.
+    std::optional<dnnl::convolution_backward_data> prim_lp_dsrc;
+    bool lp_dsrc_tried = false;
   };
   struct BwdWeights {
     dnnl::convolution_backward_weights::primitive_desc pd;
@@ -1106,7 +1133,9 @@ struct Conv2d<backend::OneDnn, T> {
                                  {},
                                  true,
                                  {},
-                                 {}};
+                                 {},
+                                 {},
+                                 false};
               if (via_fwd) bwd_data->as_fwd = forward_as_backward(c, eng, g);
               if (via_fwd && !bwd_data->as_fwd) bwd_data->as_phases = phases_backward(c, eng, g);
               return *bwd_data;
@@ -1135,7 +1164,9 @@ struct Conv2d<backend::OneDnn, T> {
                            c.stage_scratch(eng, pd->diff_src_desc(), src, false),
                            false,
                            {},
-                           {}};
+                           {},
+                           {},
+                           false};
       }
       return *bwd_data;
     }
@@ -1204,6 +1235,56 @@ struct Conv2d<backend::OneDnn, T> {
       }
       return a.prim_lp_dst ? &*a.prim_lp_dst : nullptr;
     }
+    // Whether the bf16 backward_data this geometry runs (backward_data()
+    // built first, lp) has a variant writing bf16 dx with the same weights'
+    // layout(s): the forward-as-backward one (as_fwd_lp_dst), the two phase
+    // convolutions, or oneDNN's backward_data kernel itself; each built on
+    // first request.
+    CIFARNET_OUTLINE bool lp_dx(Cache& c, const dnnl::engine& eng, const ConvGeom& g) {
+      namespace on = backend::onednn;
+      if (!bwd_data || !bwd_data->lp) return false;
+      BwdData& b = *bwd_data;
+      if (b.as_fwd) return as_fwd_lp_dst(c, eng, g) != nullptr;
+      if (b.as_phases) {
+        PhaseBwd& ph = *b.as_phases;
+        if (!ph.lp_dst_tried) {
+          ph.lp_dst_tried = true;
+          using cf = dnnl::convolution_forward;
+          const dnnl::memory::desc out = on::act_desc(g.fmt, ph.chunk, 2 * g.ic, g.oh, g.ow, on::dt::bf16);
+          try {
+            std::optional<cf> prim[2];
+            for (int p = 0; p < 2; ++p) {
+              const cf::primitive_desc pd = phase_pd(eng, g, ph.chunk, p, out);
+              if (!jit_kernel(pd) || pd.dst_desc() != out || ph.w[p].direct() ||
+                  pd.weights_desc() != ph.w[p].mem.get_desc())
+                return false;
+              prim[p] = c.template build<cf>(pd);
+            }
+            for (int p = 0; p < 2; ++p) {
+              ph.prim_lp_dst[p] = std::move(prim[p]);
+              ph.dst_lp[p] = dnnl::memory(out, eng, DNNL_MEMORY_NONE);
+            }
+          } catch (const dnnl::error&) {  // no such kernel: float dx only
+          }
+        }
+        return ph.prim_lp_dst[0].has_value();
+      }
+      if (!b.lp_dsrc_tried) {
+        b.lp_dsrc_tried = true;
+        using cb = dnnl::convolution_backward_data;
+        try {
+          if (const auto* lh = lp_hint(eng)) {
+            const cb::primitive_desc pd(cb::desc(dnnl::algorithm::convolution_direct, src_lp, w_any_lp,
+                                                 dst_lp, strides, pad_l, pad_r),
+                                        eng, *lh);
+            if (jit_kernel(pd) && pd.diff_src_desc() == src_lp && pd.weights_desc() == b.pd.weights_desc())
+              b.prim_lp_dsrc = c.template build<cb>(pd);
+          }
+        } catch (const dnnl::error&) {  // no such kernel: float dx only
+        }
+      }
+      return b.prim_lp_dsrc.has_value();
+    }
 
     // backward_data of ResNet's stride-2 3x3 (padding 1 before, even image
     // sizes, output half the input) by the row phase p of dx: dx[2Y + p]
@@ -1230,6 +1311,20 @@ struct Conv2d<backend::OneDnn, T> {
              g.pl == 1 && g.ih % 2 == 0 && g.iw % 2 == 0 && 2 * g.oh == g.ih && 2 * g.ow == g.iw &&
              g.ic >= 32 && backend::onednn::cpu_has_amx_convolutions();
     }
+    // Row phase p's convolution of a chunk of `chunk` images of dy (bf16)
+    // writing `out` (float, or bf16 for writes_bf16_dx).
+    CIFARNET_OUTLINE static dnnl::convolution_forward::primitive_desc phase_pd(
+        const dnnl::engine& eng, const ConvGeom& g, std::size_t chunk, int p, const dnnl::memory::desc& out) {
+      namespace on = backend::onednn;
+      using cf = dnnl::convolution_forward;
+      const dnnl::memory::desc dyc = on::act_desc(g.fmt, chunk, g.oc, g.oh, g.ow, on::dt::bf16);
+      const on::dims wd{on::dim(2 * g.ic), on::dim(g.oc), on::dim(p + 1), 2};
+      return cf::primitive_desc(
+          cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dyc,
+                   dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), out, on::dims{1, 1}, on::dims{0, 0},
+                   on::dims{p, 1}),
+          eng);
+    }
     CIFARNET_OUTLINE std::optional<PhaseBwd> phases_backward(Cache& c, const dnnl::engine& eng,
                                                              const ConvGeom& g) {
       namespace on = backend::onednn;
@@ -1244,11 +1339,7 @@ struct Conv2d<backend::OneDnn, T> {
       try {
         for (int p = 0; p < 2; ++p) {
           const on::dims wd{on::dim(2 * g.ic), on::dim(g.oc), on::dim(p + 1), 2};
-          const cf::primitive_desc pd(
-              cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dyc,
-                       dnnl::memory::desc(wd, on::dt::bf16, on::tag::any), out, on::dims{1, 1},
-                       on::dims{0, 0}, on::dims{p, 1}),
-              eng);
+          const cf::primitive_desc pd = phase_pd(eng, g, chunk, p, out);
           if (!jit_kernel(pd) || pd.dst_desc() != out) return std::nullopt;
           const dnnl::memory::desc user(wd, on::dt::f32, on::tag::hwio);
           ph.prim[p] = c.template build<cf>(pd);
