@@ -235,13 +235,15 @@ void same_training_steps(M& a, M& b) {
 }
 
 // Where this CPU has bf16 kernels: `rule` fires `fires` times on Net in
-// bf16 training with the rules `with` (and no others), and the two training
-// steps are the same bits as with `with` alone.
+// bf16 training with the rules `with` (and no others; `base`'s other
+// options), and the two training steps are the same bits as with `with`
+// alone.
 template <class Net>
-void same_bits_with_and_without(const char* rule, std::vector<std::string> with, std::size_t fires) {
+void same_bits_with_and_without(const char* rule, std::vector<std::string> with, std::size_t fires,
+                                const NetOptions& base = NetOptions()) {
   if (!backend::onednn::cpu_has_bf16_convolutions()) return;  // check_rule's WARN says so
   INFO("rule " << rule << " against the same plan without it");
-  const NetOptions bf16 = NetOptions().with_conv_precision(ConvPrecision::BF16);
+  const NetOptions bf16 = NetOptions(base).with_conv_precision(ConvPrecision::BF16);
   Model<Net, backend::OneDnn> b({3, 16, 16}, DataFormat::NHWC, NetOptions(bf16).with_rules_off(all_but(with)),
                                 3, true);
   with.push_back(rule);
@@ -292,6 +294,8 @@ const std::vector<Case>& resnet_cases() {
       {"pooled_shortcut_gradient", plus(own, {"residual_sum_in_conv_backward", "pool_into_pad"}), Train, F32,
        Needs::Nothing, false},
       {"bf16_branch_gradient", plus(pair_dx, bits), Train, BF16, Needs::Bf16Cpu, false, 2},
+      {"pooled_gradient_in_sum", plus(plus(pair_dx, bits), {"pool_into_pad"}), Train, BF16, Needs::Bf16Cpu,
+       false, 2},
       {"bf16_residual_gradient", plus(pair_dx, bits), Train, BF16, Needs::Bf16Cpu, false, 2},
       {"bn_sums_in_next_conv_backward", plus(own, {"residual_sum_in_conv_backward"}), Train, F32,
        Needs::Nothing, false},
@@ -340,6 +344,20 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
     check_rule<ResNetCifar<10>>(c, {3, 16, 16}, 4, base);
     covered.insert(c.rule);
   }
+  // The downsampling blocks' pooled shortcut gradient formed in the
+  // previous block's sum: bit for bit against the same plan without it
+  // (the pool's backward and the sum's float operations, in one pass),
+  // with the sum's other part and its output as float (the branch's dx
+  // float) and as bf16 bits.
+  const std::vector<std::string> pooled_with = {
+      "bn_activation",        "conv_bn_bf16_output", "bn_bf16_dx_to_conv", "residual_sum_in_bn",
+      "residual_mask_in_sum", "relu_mask_bits",      "pool_into_pad"};
+  // (two blocks a stage: the mask bits go between blocks of one stage)
+  const NetOptions two = NetOptions(base).with_repeat(2);
+  same_bits_with_and_without<ResNetCifar<10>>("pooled_gradient_in_sum", pooled_with, 2, two);
+  std::vector<std::string> pooled_bits = pooled_with;
+  pooled_bits.insert(pooled_bits.end(), {"bf16_branch_gradient", "bf16_residual_gradient"});
+  same_bits_with_and_without<ResNetCifar<10>>("pooled_gradient_in_sum", pooled_bits, 2, two);
   // The bf16 copy of a batch norm's output with its GELU, for the
   // convolutions after it (airbench94's layers).
   // (Not bit for bit: without rules the GELU is ops::Gelu's pass, not the

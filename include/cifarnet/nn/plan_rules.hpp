@@ -100,6 +100,10 @@ inline const std::vector<RuleInfo>& rules() {
        "saved"},
       {"pooled_shortcut_gradient",
        "the pooled shortcut's gradient formed inside that sum: its own pass saved"},
+      {"pooled_gradient_in_sum",
+       "a downsampling block's pooled shortcut gradient formed inside the previous block's backward sum "
+       "(through its mask bits) from the pad's gradient: the pool's backward pass and its full-size "
+       "float dx saved"},
       {"bf16_branch_gradient", "the body's input gradient handed to the block's sum as bf16 bits"},
       {"bf16_residual_gradient", "a block's output gradient written by the next block's sum as bf16 bits"},
       {"bn_sums_in_next_conv_backward",
@@ -697,6 +701,17 @@ inline void apply_rules(Plan& p, const Caps& caps) {
                 : !windows  ? "the pool's window is not its stride"
                 : !in_place ? "the pool does not write into the pad"
                             : "the block's sum is not in its first convolution's backward");
+        // ... else in the previous block's backward sum, which adds the
+        // block's two input gradients through that block's mask bits (the
+        // bf16 sums: Eltwise::add_pooled_bits).
+        verdict("pooled_gradient_in_sum", {i, pool},
+                cap && windows && in_place && !sum && mask_bits && first >= 0,
+                !cap         ? wcap
+                : !windows   ? "the pool's window is not its stride"
+                : !in_place  ? "the pool does not write into the pad"
+                : sum        ? "formed in the block's first convolution's backward (pooled_shortcut_gradient)"
+                : !mask_bits ? "the block's input is not a sum whose backward reads mask bits"
+                             : "the block's input has other readers");
       }
     }
     // The body's input gradient as bits into the sum through the mask bits.

@@ -132,7 +132,10 @@ class TrainExecutor {
         continue;  // nothing after it needs its gradient (an alias: given through)
       // a layer whose input needs no gradient and that owns no parameter
       // needing one has nothing to compute (a frozen stem)
-      if (s.kind == Kind::Layer && (needed_[std::size_t(root_[std::size_t(s.in)])] || requires_[k]))
+      if (s.kind == Kind::Layer && s.pooled_into_sum && needed_[std::size_t(root_[std::size_t(s.in)])] &&
+          pooled_part(s, rc))
+        ;  // its gradient part given as the pad's gradient, for the sum to spread
+      else if (s.kind == Kind::Layer && (needed_[std::size_t(root_[std::size_t(s.in)])] || requires_[k]))
         layer_backward(s, rc);
       else if (s.kind == Kind::Layer)
         consume(s.out);
@@ -245,6 +248,9 @@ class TrainExecutor {
     // layer whose backward sum forms the gradient of the shortcut whose pad
     // is step pooled_from and pool step pooled_by (pooled_shortcut_gradient).
     int pad_step = -1, pooled_from = -1, pooled_by = -1;
+    // A pool whose backward does not run: its input's gradient part is the
+    // pad's gradient, spread by the sum that reads it (pooled_gradient_in_sum).
+    bool pooled_into_sum = false;
     // bf16_residual_stream: a sum written as its bf16 copy and mask bits
     // alone (skip_float; float_skipped: by the last forward), and one whose
     // identity shortcut is read as such a copy.
@@ -256,12 +262,18 @@ class TrainExecutor {
   static constexpr const char* kConvToPool = "conv_bf16_output_to_pool";
   static constexpr const char* kConvGelu = "conv_gelu_bf16_output";
   static constexpr const char* kPoolToBn = "pool_bf16_output_to_bn";
-  // A part of a gradient: a float tensor or bf16 bits (of the tensor's size).
+  // A part of a gradient: a float tensor or bf16 bits (of the tensor's
+  // size), or a pooled view: the backward of a stride x stride average
+  // pool of `pooled` (a channel-padded gradient at its pool's channels,
+  // pixels `channels` apart), formed only by the sum that reads it
+  // (pooled_gradient_in_sum).
   struct Part {
     const Tensor<T>* f = nullptr;
     const std::uint16_t* bits = nullptr;
-    int buf = -1;  // f is pool_[buf]
-    explicit operator bool() const { return f || bits; }
+    int buf = -1;  // f (or the tensor `pooled` points into) is pool_[buf]
+    const T* pooled = nullptr;
+    std::size_t channels = 0, stride = 0;
+    explicit operator bool() const { return f || bits || pooled; }
   };
   // A tensor's gradient during backward: one part, or two not yet summed
   // (a tensor with several readers), the sum formed when a node reads it.
@@ -385,10 +397,27 @@ class TrainExecutor {
   // y = a + b where the mask bit is set (no mask: y = a + b), each of a
   // and b float or bf16 bits, y float (yf) or bits (yb)
   // (Eltwise::add_masked_bits; add where all is float and there is no mask).
-  void sum_parts(RunContext<B, T>& rc, std::size_t n, Part a, Part b, const std::uint16_t* mask, T* yf,
-                 std::uint16_t* yb) {
+  // `like`: a tensor of the sum's shape (a pooled part needs its geometry).
+  void sum_parts(RunContext<B, T>& rc, const Tensor<T>& like, std::size_t n, Part a, Part b,
+                 const std::uint16_t* mask, T* yf, std::uint16_t* yb) {
+    if (a.pooled) std::swap(a, b);  // a float sum is the same either way round
+    if (a.pooled) throw std::logic_error("TrainExecutor: a sum of two pooled gradient parts");
     if (a.f && b.f && yf && !mask) return add_.add(*rc.device, n, a.f->data(), b.f->data(), yf, false);
     if constexpr (backend_traits<B>::sum_mask_bits) {
+      if (b.pooled) {  // pooled_gradient_in_sum
+        const ChannelGeom g = ChannelGeom::make(fmt_, shape_of(like, fmt_));
+        auto with_a = [&](const auto* ap) {
+          if (yb)
+            add_.add_pooled_bits(*rc.device, g, ap, b.pooled, b.channels, b.stride, mask, yb);
+          else
+            add_.add_pooled_bits(*rc.device, g, ap, b.pooled, b.channels, b.stride, mask, yf);
+        };
+        if (a.bits)
+          with_a(a.bits);
+        else
+          with_a(a.f->data());
+        return;
+      }
       auto with_a = [&](const auto* ap) {
         auto with_b = [&](const auto* bp) {
           if (yb)
@@ -416,16 +445,17 @@ class TrainExecutor {
   const Tensor<T>* resolve(int t, RunContext<B, T>& rc) {
     Grad& d = grads_[std::size_t(t)];
     if (!d.b) {
-      if (d.a.bits)
-        throw std::logic_error("TrainExecutor: the gradient of tensor t" + std::to_string(t) +
-                               " is bf16 bits, for a reader that takes float");
+      if (d.a.bits || d.a.pooled)
+        throw std::logic_error("TrainExecutor: the gradient of tensor t" + std::to_string(t) + " is " +
+                               (d.a.bits ? "bf16 bits" : "a pooled part alone") +
+                               ", for a reader that takes float");
       return d.a.f;
     }
     const bool in_place = d.a.buf >= 0 && pool_[std::size_t(d.a.buf)].refs == 1;
     const int b = in_place ? d.a.buf : take(values_[std::size_t(t)]->shape());
     Tensor<T>& acc = pool_[std::size_t(b)].t;
     detail::profiled(rc.profiler, names_[std::size_t(t)], kinds_[std::size_t(t)].c_str(), true, [&] {
-      sum_parts(rc, acc.size(), d.a, d.b, nullptr, acc.data(), nullptr);
+      sum_parts(rc, acc, acc.size(), d.a, d.b, nullptr, acc.data(), nullptr);
       return 0;
     });
     if (!in_place) drop(d.a);
@@ -503,6 +533,31 @@ class TrainExecutor {
       give(s.in, Part{&dx, nullptr}, rc);
   }
 
+  // pooled_gradient_in_sum: instead of the pool's backward, its input's
+  // gradient part as a view of the padded gradient the pad handed on (its
+  // pool's channels), held until the sum reads it. False where the pool
+  // did not write into the pad in place this step or its gradient is not
+  // one float tensor: the pool's own backward runs then.
+  bool pooled_part(Step& s, RunContext<B, T>& rc) {
+    const Grad& g = grads_[std::size_t(root_[std::size_t(s.out)])];
+    std::size_t before = 0, channels = 0, stride = 0;
+    if (!g.a.f || g.a.bits || g.b || !s.layer->pair.pooled_gradient(before, channels, stride)) return false;
+    Part p;
+    p.pooled = g.a.f->data() + before;
+    p.channels = channels;
+    p.stride = stride;
+    for (std::size_t b = 0; b < pool_.size() && p.buf < 0; ++b)
+      if (&pool_[b].t == g.a.f) p.buf = int(b);
+    // The pad handed its own gradient on without holding it (its buffer
+    // may show no holder now): hold it again while this part refers to it.
+    hold(p);
+    consume(s.out);
+    give(s.in, p, rc);
+    drop(p);
+    count("pooled_gradient_in_sum");
+    return true;
+  }
+
   // A sum's backward: its ReLU's mask (y > 0, or the bits its forward
   // wrote) on its output's gradient, summed in the same pass where that
   // has two parts (residual_mask_in_sum), unless a reader applied it
@@ -533,7 +588,7 @@ class TrainExecutor {
           count("residual_mask_in_sum");
           if (s.has_bits) {
             if (yb) count("bf16_residual_gradient");
-            sum_parts(rc, n, d.a, d.b, s.mask_bits.data(), masked, yb);
+            sum_parts(rc, s.value, n, d.a, d.b, s.mask_bits.data(), masked, yb);
           } else {
             add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), masked);
           }
@@ -804,6 +859,13 @@ class TrainExecutor {
           return fail("pooled_shortcut_gradient at '" + add.name + "' without its sum or pool");
         steps_[std::size_t(f)].pooled_from = pd;
         steps_[std::size_t(f)].pooled_by = pl;
+      }
+      if (v.rule == "pooled_gradient_in_sum" && v.fires) {
+        const int pl = step_at[std::size_t(v.nodes[1])];
+        if (!hooks(pl) || !hooks(pl)->pooled_gradient)
+          return fail("pooled_gradient_in_sum at '" + p.nodes[std::size_t(v.nodes[1])].name +
+                      "', a layer without the pooled gradient");
+        steps_[std::size_t(pl)].pooled_into_sum = true;
       }
       if (v.rule == "bf16_residual_stream" && v.fires) {
         const plan::Node& a = p.nodes[std::size_t(v.nodes[0])];

@@ -43,8 +43,9 @@
 //                                           gradient through the ReLU whose output is m
 //                                           (y may alias a or b; NaN in a + b propagates)
 //              affine(dev, n, x, a, b, y)   y = x·a + b with scalars a, b (x == y allowed)
-//              (oneDNN also: add_masked_bits, add_pooled — a sum whose other branch is
-//              an average pool's backward of a channel-padded gradient, formed on the fly)
+//              (oneDNN also: add_masked_bits, add_pooled and add_pooled_bits — a sum whose
+//              other branch is an average pool's backward of a channel-padded gradient,
+//              formed on the fly; the latter with a and y float or bf16 bits)
 //  ChannelPad  forward(dev, g, before, after, x, y)   g: the input's geometry; y has
 //                                           before + g.c + after channels, the new ones zero
 //              backward(dev, g, before, after, dy, dx)

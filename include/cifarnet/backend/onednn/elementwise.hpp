@@ -185,6 +185,73 @@ struct Eltwise<backend::OneDnn, T> {
     }
   }
 
+  /// add_masked_bits with b the backward of an S x S average pool of a
+  /// channel-padded gradient, formed on the fly as add_pooled forms it (the
+  /// same float b[i] = pooled[...] / (S S), 0 outside every window), a and
+  /// y each float or bfloat16 bits: the training executor's sum of a
+  /// downsampling block's input gradient (pooled_gradient_in_sum), whose
+  /// pool then writes no dx. g: a's and y's NHWC geometry (channels a
+  /// multiple of 16); bits null: no mask. The same bits as add_masked_bits
+  /// on the pool's float dx.
+  template <class A, class Y>
+  CIFARNET_OUTLINE void add_pooled_bits(Dev&, const ChannelGeom& g, const A* a, const float* pooled,
+                                        std::size_t channels, std::size_t s, const std::uint16_t* bits,
+                                        Y* y) {
+    static constexpr const char* op = "Eltwise add_pooled_bits";
+    backend::onednn::require(op, {{a, "a"}, {pooled, "pooled"}, {y, "y"}});
+    if (g.fmt != DataFormat::NHWC || s == 0 || channels < g.c || g.c % 16 != 0)
+      throw ConfigError(detail::concat(op, ": NHWC, a stride, ", channels, " >= ", g.c,
+                                       " channels, a multiple of 16 (", g.c, ")"));
+    const std::size_t C = g.c, OH = g.h / s, OW = g.w / s;
+    const float count = float(s * s);
+    const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.h);
+    auto word = [&](std::size_t i) { return bits ? bits[i / 16] : std::uint16_t(0xFFFF); };
+#if defined(__AVX512F__)
+    // Each pooled value divided once and added to the s pixels of its
+    // window in this row, as add_masked_word's AVX-512 form adds (the same
+    // division and masked sum: the same bits).
+    namespace hd = backend::host::detail;
+    const __m512 cnt = _mm512_set1_ps(count);
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      const std::size_t n = std::size_t(r) / g.h, oy = std::size_t(r) % g.h / s;
+      const std::size_t row = std::size_t(r) * g.w * C, covered = oy < OH ? OW * s : 0;
+      for (std::size_t ox = 0; ox * s < covered; ++ox) {
+        const float* p = pooled + ((n * OH + oy) * OW + ox) * channels;
+        for (std::size_t c0 = 0; c0 < C; c0 += 16) {
+          const __m512 b = _mm512_div_ps(_mm512_loadu_ps(p + c0), cnt);
+          for (std::size_t kx = 0; kx < s; ++kx) {
+            const std::size_t i = row + (ox * s + kx) * C + c0;
+            hd::store16(_mm512_maskz_add_ps(__mmask16(word(i)), hd::load16(a + i), b), y + i);
+          }
+        }
+      }
+      for (std::size_t i = row + covered * C; i < row + g.w * C; i += 16)  // no window: + 0
+        hd::store16(_mm512_maskz_add_ps(__mmask16(word(i)), hd::load16(a + i), _mm512_setzero_ps()), y + i);
+    }
+#else
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      const std::size_t n = std::size_t(r) / g.h, iy = std::size_t(r) % g.h, oy = iy / s;
+      for (std::size_t ix = 0; ix < g.w; ++ix) {
+        const std::size_t i = (std::size_t(r) * g.w + ix) * C, ox = ix / s;
+        const bool in = oy < OH && ox < OW;
+        const float* __restrict p = pooled + ((n * OH + oy) * OW + ox) * channels;
+        for (std::size_t c0 = 0; c0 < C; c0 += 16) {
+          alignas(64) float b[16];
+          if (in) {
+#pragma omp simd
+            for (std::size_t l = 0; l < 16; ++l) b[l] = p[c0 + l] / count;
+          } else {
+            for (std::size_t l = 0; l < 16; ++l) b[l] = 0.f;
+          }
+          backend::host::add_masked_word(a + i + c0, b, word(i + c0), y + i + c0);
+        }
+      }
+    }
+#endif
+  }
+
   /// y = x·a + b; x == y allowed.
   CIFARNET_OUTLINE void affine(Dev& dev, std::size_t n, const float* x, float a, float b, float* y) {
     namespace on = backend::onednn;
