@@ -572,7 +572,10 @@ class TrainExecutor {
       if (d.b) resolve(s.out, rc);
       g = d.a;
     } else {
-      const bool in_sum = d.b && (s.has_bits || (s.mask_in_sum && !d.a.bits && !d.b.bits));
+      // (add_masked takes float parts only: bits and a pooled part go
+      // through the mask bits, or are summed first by resolve())
+      const bool floats = !d.a.bits && !d.b.bits && !d.a.pooled && !d.b.pooled;
+      const bool in_sum = d.b && (s.has_bits || (s.mask_in_sum && floats));
       std::uint16_t* yb = in_sum && s.has_bits && s.grad_bits_to >= 0
                               ? steps_[std::size_t(s.grad_bits_to)].layer->pair.dy_bits(rc)
                               : nullptr;

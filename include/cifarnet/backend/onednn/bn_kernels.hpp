@@ -606,6 +606,7 @@ inline void affine_gelu(const ChannelGeom& g, const X* x, const float* a, const 
     if constexpr (kFloat) {
       xs = x + base;
     } else {
+#pragma omp simd
       for (std::size_t c = 0; c < len; ++c) wide[c] = widen(x[base + c]);
       xs = wide;
     }

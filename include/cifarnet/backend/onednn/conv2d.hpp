@@ -464,13 +464,10 @@ struct Conv2d<backend::OneDnn, T> {
       dnnl::memory src = lp_src(s, dev, x, std::exchange(bf16_in_, nullptr), false);
       s.kept_x = nullptr;
       s.y_lp.set_data_handle(y);
-      if (b)
-        f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src},
-                                     {DNNL_ARG_WEIGHTS, wm},
-                                     {DNNL_ARG_BIAS, on::bind(s.b, b)},
-                                     {DNNL_ARG_DST, s.y_lp}});
-      else
-        f->prim.execute(dev.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.y_lp}});
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, s.y_lp}};
+      if (b) args.emplace(DNNL_ARG_BIAS, on::bind(s.b, b));
+      f->prim.execute(dev.stream, args);
       dev.stream.wait();
     });
   }

@@ -245,44 +245,52 @@ inline void backward(const ConvGeom& g, const std::uint8_t* argmax, const float*
     });
   });
 }
+namespace detail {
+// backward_bf16() for C a constant (CC > 0, with_channels) or read from g
+// (CC == 0). A function of its own, not the body of with_channels' generic
+// lambda: clang does not let an OpenMP region inside a generic lambda use
+// the enclosing function's variables.
+template <std::size_t CC>
+void backward_bf16(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, std::uint16_t* dx) {
+  const std::size_t C = g.ic, row = g.iw * C;
+  const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
+#pragma omp parallel
+  {
+    std::vector<float> tmp(CC ? 0 : C);
+    alignas(64) float stack[CC ? CC : 1];
+    float* const d = CC ? stack : tmp.data();
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) {
+      std::uint16_t* dxr = dx + std::size_t(r) * row;
+      input_pixels(g, std::size_t(r), [&](std::size_t ix, std::size_t o, std::size_t pos) {
+#ifdef CIFARNET_HOST_BF16_AVX512
+        if constexpr (CC > 0 && CC % 16 == 0) {  // 16 channels at a time, the same bits
+          const __m128i k = _mm_set1_epi8(char(pos));
+          for (std::size_t j = 0; j < CC; j += 16) {
+            __m256i b = _mm256_setzero_si256();
+            if (o != kOutside) {
+              const __mmask16 at =
+                  _mm_cmpeq_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(argmax + o + j)), k);
+              b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(at, dy + o + j)));
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dxr + ix * CC + j), b);
+          }
+          return;
+        }
+#endif
+        route<CC>(C, argmax, dy, d, o, pos);
+        host::store_bf16(d, dxr + ix * C, C);
+      });
+    }
+  }
+}
+}  // namespace detail
+
 /// backward() with dx written as bfloat16 bits (host::store_bf16 of its
 /// float dx, a pixel at a time from floats in cache): the dy of a bf16
 /// convolution before the pool, rounded as the convolution would round it.
 inline void backward_bf16(const ConvGeom& g, const std::uint8_t* argmax, const float* dy, std::uint16_t* dx) {
-  with_channels(g.ic, [&](auto cc) {
-    constexpr std::size_t CC = decltype(cc)::value;
-    const std::size_t C = g.ic, row = g.iw * C;
-    const std::ptrdiff_t rows = std::ptrdiff_t(g.n * g.ih);
-#pragma omp parallel
-    {
-      std::vector<float> tmp(CC ? 0 : C);
-      alignas(64) float stack[CC ? CC : 1];
-      float* const d = CC ? stack : tmp.data();
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t r = 0; r < rows; ++r) {
-        std::uint16_t* dxr = dx + std::size_t(r) * row;
-        input_pixels(g, std::size_t(r), [&](std::size_t ix, std::size_t o, std::size_t pos) {
-#ifdef CIFARNET_HOST_BF16_AVX512
-          if constexpr (CC > 0 && CC % 16 == 0) {  // 16 channels at a time, the same bits
-            const __m128i k = _mm_set1_epi8(char(pos));
-            for (std::size_t j = 0; j < CC; j += 16) {
-              __m256i b = _mm256_setzero_si256();
-              if (o != kOutside) {
-                const __mmask16 at =
-                    _mm_cmpeq_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(argmax + o + j)), k);
-                b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(at, dy + o + j)));
-              }
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(dxr + ix * CC + j), b);
-            }
-            return;
-          }
-#endif
-          route<CC>(C, argmax, dy, d, o, pos);
-          host::store_bf16(d, dxr + ix * C, C);
-        });
-      }
-    }
-  });
+  with_channels(g.ic, [&](auto cc) { detail::backward_bf16<decltype(cc)::value>(g, argmax, dy, dx); });
 }
 
 }  // namespace max_pool
