@@ -1,0 +1,111 @@
+// cifarnet/backend/onednn/amx_tiles.hpp — what the project's own Intel AMX
+// kernels share (amx_wgrad.hpp, amx_conv.hpp): whether the CPU and OS offer
+// AMX (amx_available), and the tile instructions as inline assembly with
+// the tile number a template argument.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define CIFARNET_AMX_X86 1
+#else
+#define CIFARNET_AMX_X86 0
+#endif
+
+namespace cifarnet {
+namespace backend {
+namespace onednn {
+namespace amx {
+
+#if CIFARNET_AMX_X86
+namespace detail {
+
+inline bool probe_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512 = (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1);  // F, BW, VL
+  const bool tile = d >> 24 & 1, bf16 = d >> 22 & 1;
+  if (!avx512 || !tile || !bf16) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  // XCR0: SSE, AVX, opmask, ZMM upper halves, ZMM16-31, tile config, tile data.
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  const unsigned long long want = 0x6 | 0xe0 | (3ull << 17);
+  if ((xcr0 & want) != want) return false;
+  // Linux hands out the 8 KiB tile state only on request (once per process).
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// The AMX instructions as inline assembly with the tile number an immediate
+// operand, so templates can pick tiles (GCC's _tile_* macros paste the
+// number's spelling). Loads name "memory" so the copies are not moved past
+// them.
+template <int T>
+inline void tile_load(const void* p, long stride) {
+  __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm%c2|tileloadd\ttmm%c2, [%0+%1*1]}" ::"r"(p), "r"(stride),
+                   "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tile_store(void* p, long stride) {
+  __asm__ volatile("{tilestored\t%%tmm%c2, (%0,%1,1)|tilestored\t[%0+%1*1], tmm%c2}" ::"r"(p), "r"(stride),
+                   "i"(T)
+                   : "memory");
+}
+template <int T>
+inline void tile_zero() {
+  __asm__ volatile("tilezero\t%%tmm%c0" ::"i"(T));
+}
+template <int C, int A, int B>
+inline void tile_dp() {
+  __asm__ volatile("{tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0|tdpbf16ps\ttmm%c0, tmm%c1, tmm%c2}" ::"i"(C),
+                   "i"(A), "i"(B));
+}
+
+/// Every tile 16 rows of 64 bytes (palette 1).
+inline void tile_config() {
+  alignas(64) unsigned char cfg[64] = {};
+  cfg[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg[16 + 2 * t] = 64;
+    cfg[48 + t] = 16;
+  }
+  __asm__ volatile("ldtilecfg\t%0" ::"m"(cfg));
+}
+inline void tile_release() { __asm__ volatile("tilerelease" ::); }
+
+template <class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+/// f(integral_constant<int, 0>), ..., f(integral_constant<int, N-1>).
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+}  // namespace detail
+#endif
+
+/// CPUID reports AMX-TILE, AMX-BF16 and AVX-512 (F, BW, VL), the OS saves
+/// their state, and Linux granted this process the tile data. Asked once.
+inline bool amx_available() {
+#if CIFARNET_AMX_X86
+  static const bool ok = detail::probe_amx();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace amx
+}  // namespace onednn
+}  // namespace backend
+}  // namespace cifarnet
