@@ -348,3 +348,49 @@ TEST_CASE("amx weight gradient with 1 MiB blocks agrees with double sums on samp
                                              << first_sum);
   CHECK(bad == 0);
 }
+
+TEST_CASE("amx weight gradient with an input map gives the bits of the map applied to x first", "[amx]") {
+  if (skip_without_amx()) return;
+  if (!amx::avx512_bf16_available()) {
+    WARN("SKIPPED: no AVX512-BF16 here (the input map's rounding)");
+    return;
+  }
+  // Stride 1 and 2, 16 to 64 channels, a batch whose chunks come out uneven;
+  // with and without the ReLU.
+  const Geom cases[] = {{13, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1},
+                        {9, 8, 8, 32, 32, 3, 3, 1, 1, 1, 1},
+                        {5, 4, 6, 64, 32, 3, 3, 1, 1, 1, 1},
+                        {7, 9, 7, 16, 32, 3, 3, 1, 1, 1, 1, 2, 2}};
+  unsigned seed = 601;
+  for (const Geom& g : cases)
+    for (const bool relu : {true, false}) {
+      INFO(g.name() << (relu ? ", ReLU" : ", no ReLU"));
+      const auto y = random_bf16(g.x_size(), false, seed += 2);
+      const auto dy = random_bf16(g.dy_size(), false, seed += 2);
+      std::vector<float> scale(g.ic), shift(g.ic);
+      for (std::size_t c = 0; c < g.ic; ++c) {
+        scale[c] = 0.75f + 0.03125f * float(c % 9);
+        shift[c] = 0.0625f * float(int(c % 5) - 2);
+      }
+      // The map on the host: one fused multiply-add, the ReLU, the rounding
+      // to nearest even (these values make no denormals).
+      std::vector<std::uint16_t> x(y.size());
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        const std::size_t c = i % g.ic;
+        float v = std::fma(bf16_to_float(y[i]), scale[c], shift[c]);
+        if (relu) v = std::max(v, 0.0f);
+        x[i] = bf16_bits(v);
+      }
+      const amx::InputMap map{scale.data(), shift.data(), relu};
+      amx::WeightGrad mapped = g.make(), plain = g.make();
+      std::vector<float> dw_mapped(g.kh * g.kw * g.ic * g.oc, -7.0f), dw_plain(dw_mapped.size(), 7.0f);
+      mapped.run(y.data(), &map, dy.data(), dw_mapped.data());
+      plain.run(x.data(), dy.data(), dw_plain.data());
+      CHECK(std::memcmp(dw_mapped.data(), dw_plain.data(), dw_plain.size() * sizeof(float)) == 0);
+    }
+  amx::WeightGrad wg = cases[0].make();
+  std::vector<std::uint16_t> x(cases[0].x_size()), dy(cases[0].dy_size());
+  std::vector<float> dw(9 * 16 * 16), scale(16, 1.0f);
+  const amx::InputMap half{scale.data(), nullptr, true};
+  CHECK_THROWS_WITH(wg.run(x.data(), &half, dy.data(), dw.data()), Catch::Contains("without scale or shift"));
+}

@@ -41,7 +41,7 @@ using namespace cifarnet;
 namespace {
 
 // What a rule needs to run on this machine.
-enum class Needs { Nothing, OwnKernels, OwnInference, OwnWinograd, Bf16Cpu };
+enum class Needs { Nothing, OwnKernels, OwnInference, OwnWinograd, Bf16Cpu, Amx };
 
 bool machine_has(Needs n) {
   switch (n) {
@@ -55,6 +55,9 @@ bool machine_has(Needs n) {
       return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2;
     case Needs::Bf16Cpu:
       return backend::onednn::cpu_has_bf16_convolutions();
+    case Needs::Amx:  // the own AMX kernels (amx_conv.hpp, amx_wgrad.hpp)
+      return backend::onednn::cpu_has_bf16_convolutions() && backend::onednn::amx::amx_available() &&
+             backend::onednn::amx::avx512_bf16_available();
     default:
       return true;
   }
@@ -344,6 +347,17 @@ TEST_CASE("Every rule against the plan without any rule", "[nn][plan][rules][one
     check_rule<ResNetCifar<10>>(c, {3, 16, 16}, 4, base);
     covered.insert(c.rule);
   }
+  // The batch norm's output left unwritten in bf16 too: the own AMX forward
+  // computes it from the batch norm's input bits and map, the own AMX weight
+  // gradient again (against no rules: bf16 bounds; the AMX forward sums 16
+  // input channels in another order than oneDNN's kernel).
+  check_rule<ResNetCifar<10>>({"bn_output_into_next_conv",
+                               {"bn_activation", "conv_bn_bf16_output", "bn_bf16_dx_to_conv"},
+                               Train,
+                               BF16,
+                               Needs::Amx,
+                               false},
+                              {3, 16, 16}, 4, base);
   // The downsampling blocks' pooled shortcut gradient formed in the
   // previous block's sum: bit for bit against the same plan without it
   // (the pool's backward and the sum's float operations, in one pass),

@@ -189,6 +189,38 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     ++deferred_forwards_;
     return y_;
   }
+  /// forward_bf16 whose output is not written (ConvBatchNorm's deferred
+  /// output in bf16: bn_output_into_next_conv with bf16 convolutions): the
+  /// statistics of the bits x, the moving averages and the coefficients,
+  /// which bf16_map() hands to the convolution that computes its input from
+  /// x itself (ops::Conv2d::forward_bf16_mapped). Returns the output
+  /// tensor, sized, its values not written. The backward is forward_bf16's
+  /// (it reads x and recomputes the ReLU's mask); x must hold until then.
+  const Tensor<T>& forward_bf16_deferred(const std::uint16_t* x, const Shape& s, RunContext<B, T>& rc) {
+    if (!Relu || !backward_bf16_ready(rc) || !rc.training())
+      throw ConfigError("layer '" + name_ +
+                        "' (BatchNorm2d): forward_bf16_deferred needs a fused ReLU and a bf16 training step");
+    if (s.c != in_.c || s.h != in_.h || s.w != in_.w)
+      throw ShapeError("layer '" + name_ + "' (BatchNorm2d) expects " + in_.str() + " but got " + s.str());
+    this->start(s);
+    x_ = nullptr;
+    x_bf16_ = x;
+    const Parameters<T>& cp = *rc.params;
+    op_.forward_train_deferred(*rc.device, geom_, eps_, x, cp.value(gamma_), cp.value(beta_), mean_.data(),
+                               var_.data());
+    this->update_moving(rc, double(s.n * s.h * s.w));
+    skip_float_once_ = false;
+    ++deferred_forwards_;
+    return y_;
+  }
+  /// After forward_bf16_deferred: the map's scale and shift (C floats each),
+  /// valid until the next forward.
+  std::pair<const float*, const float*> bf16_map() const {
+    if (!Relu || !x_bf16_)
+      throw ConfigError("layer '" + name_ + "' (BatchNorm2d): bf16_map before forward_bf16_deferred");
+    const ops::BnNormMap<T> m = op_.norm_map(geom_, nullptr);
+    return {m.a, m.b};
+  }
   /// After forward_deferred: its output as a map (ops::BnNormMap over the
   /// whole batch), valid until the next forward.
   ops::BnNormMap<T> norm_map() const {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/onednn/amx_tiles.hpp"
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/layers/conv2d_parts.hpp"
 
@@ -130,6 +131,33 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
     y_bf16_.resize(geom_.out_shape().size());
     op_.forward_bf16_dst(*rc.device, geom_, x.data(), weights(*rc.params), y_bf16_.data());
     return y_bf16_.data();
+  }
+
+  /// A training forward_bf16 whose input x was never written: it is the
+  /// previous batch norm's input `bits` through its map
+  /// (ops::Conv2d::forward_bf16_mapped, the own AMX kernel; mapped_why_not
+  /// must be empty). x names the input (its tensor, sized); the backward's
+  /// weight gradient applies the map again. With `stats` (2 * out channels),
+  /// y's per-channel sums and sums of squares.
+  const std::uint16_t* forward_bf16_mapped(const Tensor<T>& x, RunContext<B, T>& rc,
+                                           const std::uint16_t* bits,
+                                           const backend::onednn::amx::InputMap& map, double* stats) {
+    if (Bias || !rc.training())
+      throw ConfigError("layer '" + name_ + "' (Conv2d): a mapped input needs a training step and no bias");
+    prepare(x, rc, nullptr);
+    y_bf16_.resize(geom_.out_shape().size());
+    op_.forward_bf16_mapped(*rc.device, geom_, x.data(), bits, map, weights(*rc.params), y_bf16_.data(),
+                            stats);
+    return y_bf16_.data();
+  }
+  /// Why forward_bf16_mapped cannot run at a batch of `n`, in words; empty
+  /// where it can (step plans).
+  std::string mapped_why_not(RunContext<B, T>& rc, std::size_t n) {
+    if (Bias) return "it has a bias";
+    if (!rc.training()) return "inference";
+    ConvGeom g = geom_;
+    g.n = n;
+    return op_.mapped_why_not(*rc.device, g);
   }
 
   /// Whether a training forward_bf16 of a batch of `n` given its producer's

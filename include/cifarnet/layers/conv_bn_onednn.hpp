@@ -61,19 +61,30 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     // An input the layer before left unwritten (take_normalised_input):
     // its map, for this forward and the backward after it.
     in_norm_ = nullptr;
+    const DeferredOutput<T>* in_bits = nullptr;  // the same in bf16: the batch norm's input bits and map
     if (std::exchange(expect_norm_, false)) {
       if (!norm_src_ || norm_src_->of != x.data())
         throw ConfigError("layer '" + conv_name_ +
                           "': its input was to be normalised in its kernels, but the layer before it did "
                           "not leave it so");
-      in_norm_ = &norm_src_->map;
+      if (norm_src_->bits)
+        in_bits = norm_src_;
+      else
+        in_norm_ = &norm_src_->map;
       ++normalised_inputs_;
     }
     const std::uint16_t* lp = nullptr;
     const Tensor<T>* with_stats = nullptr;  // the convolution took the batch norm's statistics
     const Tensor<T>& a = profiled(rc.profiler, conv_name_, "conv", false, [&]() -> const Tensor<T>& {
-      if (bf16_pair(rc)) lp = conv_.forward_bf16(x, rc, k.input_bf16);
+      if (bf16_pair(rc) && in_bits) {
+        const backend::onednn::amx::InputMap m{in_bits->scale, in_bits->shift, true};
+        lp = conv_.forward_bf16_mapped(x, rc, in_bits->bits, m, nullptr);
+      } else if (bf16_pair(rc)) {
+        lp = conv_.forward_bf16(x, rc, k.input_bf16);
+      }
       if (lp) return x;
+      if (in_bits)
+        throw std::logic_error("layer '" + conv_name_ + "': a bf16 input map its convolution does not take");
       if (float_convs_ && bn_.chunkable(rc) && stats_epilogue_on_) {
         stats_buf_.resize(2 * kOut);
         with_stats = conv_.forward_stats(x, rc, stats_buf_.data(), in_norm_);
@@ -85,6 +96,17 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     if (with_stats) bn_.give_statistics(a, stats_buf_.data());
     if (lp) {
       ++bf16_outputs_;
+      if (std::exchange(defer_once_, false)) {  // the next layer computes it from lp (deferred_output)
+        if constexpr (Relu) {
+          const Tensor<T>& y = profiled(rc.profiler, bn_name_, "bn", false, [&]() -> const Tensor<T>& {
+            return bn_.forward_bf16_deferred(lp, conv_.geometry().out_shape(), rc);
+          });
+          const auto [scale, shift] = bn_.bf16_map();
+          norm_out_ = DeferredOutput<T>{y.data(), {}, lp, scale, shift};
+          return y;
+        }
+      }
+      norm_out_.of = nullptr;
       return profiled(rc.profiler, bn_name_, "bn", false, [&]() -> const Tensor<T>& {
         return bn_.forward_bf16(lp, conv_.geometry().out_shape(), rc, k);
       });
@@ -93,8 +115,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
       if constexpr (Relu) {
         const Tensor<T>& y = profiled(rc.profiler, bn_name_, "bn", false,
                                       [&]() -> const Tensor<T>& { return bn_.forward_deferred(a, rc); });
-        norm_out_.of = y.data();
-        norm_out_.map = bn_.norm_map();
+        norm_out_ = DeferredOutput<T>{y.data(), bn_.norm_map(), nullptr, nullptr, nullptr};
         offer_sums(k, rc, y, nullptr, false);
         return y;
       }
@@ -162,7 +183,10 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
                                        : !chunk_bytes_ ? "NetOptions::conv_bn_chunk_bytes is 0"
                                                        : "the batch fits one range of NetOptions::conv_bn_"
                                                          "chunk_bytes");
-    cn.facts[f::kNormalisedInput] = fact(takes_normalised_input(rc), chunk ? fwd_why : chunk_why);
+    cn.facts[f::kNormalisedInput] = fact(takes_normalised_input(rc, n),
+                                         float_convs_     ? (chunk ? fwd_why : chunk_why)
+                                         : !bf16_pair(rc) ? "needs conv_bn_bf16_output, which does not apply"
+                                                          : conv_.mapped_why_not(rc, n));
     cn.facts[f::kBf16InputOnly] =
         fact(reads_only_bf16_input(rc, n), bf16 ? "its kernels read the float input" : bf16_why);
     cn.facts[f::kBf16Dx] =
@@ -179,7 +203,9 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
              : !chunk     ? chunk_why
                           : "its backward runs neither in ranges nor in the own kernels");
     bnode.facts[f::kDeferOutput] =
-        fact(can_defer_output(rc), !Relu ? "no fused ReLU (the map is batch norm + ReLU's)" : chunk_why);
+        fact(can_defer_output(rc), !Relu          ? "no fused ReLU (the map is batch norm + ReLU's)"
+                                   : float_convs_ ? chunk_why
+                                                  : "needs conv_bn_bf16_output, which does not apply");
     const bool dy_bits = bn_.backward_bf16_bits_ready(rc);
     bnode.facts[f::kBf16Dy] =
         fact(takes_bf16_dy(rc), !bf16     ? bf16_why
@@ -238,12 +264,18 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   // forward and again for the weight gradient in the backward
   // (take_normalised_input). The output is neither written to memory nor
   // read back twice; the same float operations as the normalising pass.
+  // With bf16 convolutions (an AMX CPU): the batch norm takes the
+  // statistics of its bf16 input and leaves its output unwritten
+  // (BatchNorm2d::forward_bf16_deferred); the later layer's convolution
+  // runs the own AMX forward, which computes its input from those bits and
+  // the map while it copies them (ops::Conv2d::forward_bf16_mapped), and
+  // its AMX weight gradient applies the map again.
   /// Whether this layer's next training forward can leave its output
-  /// unwritten for the next layer: a fused ReLU, float convolutions, a
-  /// batch norm that can.
+  /// unwritten for the next layer: a fused ReLU, and float convolutions
+  /// with a batch norm that can, or a bf16 pair (conv_bn_bf16_output).
   bool can_defer_output(RunContext<B, T>& rc) const {
     if constexpr (Relu)
-      return float_convs_ && bn_.chunkable(rc);
+      return (float_convs_ && bn_.chunkable(rc)) || (!float_convs_ && rc.training() && bf16_pair(rc));
     else
       return (void)rc, false;
   }
@@ -254,9 +286,11 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   const DeferredOutput<T>* deferred_output() const { return &norm_out_; }
   /// Whether this layer's next training forward can take its input as
   /// the previous layer's map: its own kernels run this convolution.
-  bool takes_normalised_input(RunContext<B, T>& rc) const {
-    return float_convs_ && bn_.chunkable(rc) && stats_epilogue_on_ && conv_.direct_forward_next(rc) &&
-           direct_bn(rc);
+  /// With bf16 convolutions: the own AMX forward and weight gradient take
+  /// the convolution at a batch of `n` (ops::Conv2d::forward_bf16_mapped).
+  bool takes_normalised_input(RunContext<B, T>& rc, std::size_t n) {
+    if (!float_convs_) return rc.training() && bf16_pair(rc) && conv_.mapped_why_not(rc, n).empty();
+    return bn_.chunkable(rc) && stats_epilogue_on_ && conv_.direct_forward_next(rc) && direct_bn(rc);
   }
   /// The next training forward's input is `src`'s (defer_output_once was
   /// asked of that layer); the forward throws if it is not that input.

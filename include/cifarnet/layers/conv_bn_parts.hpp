@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <string>
 
+#include <cstdint>
+
 #include "cifarnet/layers/batch_norm.hpp"
 #include "cifarnet/layers/conv2d.hpp"
 #include "cifarnet/layers/layer.hpp"
@@ -23,11 +25,17 @@ namespace cifarnet::detail {
 
 /// A ConvBatchNorm's training output left unwritten for the ConvBatchNorm
 /// after it (bn_output_into_next_conv), as its batch norm's map (`of`: the
-/// output tensor's data, whose values are not written).
+/// output tensor's data, whose values are not written). With bf16
+/// convolutions, `bits` (not null) is the batch norm's input as bf16 bits
+/// and `scale`, `shift` its map (ops::Conv2d::forward_bf16_mapped); `map`
+/// is then unused.
 template <class T>
 struct DeferredOutput {
   const void* of = nullptr;
   ops::BnNormMap<T> map;
+  const std::uint16_t* bits = nullptr;
+  const float* scale = nullptr;
+  const float* shift = nullptr;
 };
 
 template <class B, class T, class ConvL, class BnL>

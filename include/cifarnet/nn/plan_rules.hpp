@@ -350,6 +350,11 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     const bool conv =
         std::any_of(readers.begin(), readers.end(), [&](int r) { return at(p, r).kind == "conv"; });
     auto [ok, why] = fact(bn, facts::kBf16Copy);
+    if (p.fires("bn_output_into_next_conv", bn.name)) {
+      verdict("bf16_copy_to_readers", {b, readers.front()}, false,
+              "its output is not written (bn_output_into_next_conv)");
+      continue;
+    }
     verdict("bf16_copy_to_readers", {b, readers.front()}, ok && conv, !ok ? why : "no convolution reads it");
   }
 }
@@ -550,7 +555,10 @@ inline void apply_rules(Plan& p, const Caps& caps) {
       verdict(rule, {b, r}, a && c, !a ? "the batch norm: " + wa : "the next convolution: " + wc);
     };
     both("bn_output_into_next_conv", bn, facts::kDeferOutput, next, facts::kNormalisedInput);
-    both("bn_bf16_output_alone", bn, facts::kBf16OutputAlone, next, facts::kBf16InputOnly);
+    if (p.verdicts.back().fires)  // bf16 convolutions: no output, not even its bf16 copy
+      verdict("bn_bf16_output_alone", {b, r}, false, "its output is not written (bn_output_into_next_conv)");
+    else
+      both("bn_bf16_output_alone", bn, facts::kBf16OutputAlone, next, facts::kBf16InputOnly);
     both("bf16_dx_between_conv_bn", bn, facts::kBf16Dy, next, facts::kBf16Dx);
   }
   // An average pool and the channel pad after it.

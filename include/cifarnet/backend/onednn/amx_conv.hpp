@@ -15,11 +15,14 @@
 // of this output.
 //
 // Why not oneDNN's: oneDNN 2.6.3's bf16 forward (brgconv:avx512_core_amx_bf16)
-// takes neither. This kernel alone runs at its speed (ResNet-20's stage
-// shapes at batch 128 on a 2-core AMX Xeon, with the statistics: 0.93x to
-// 1.09x oneDNN's convolution plus a statistics pass; with the map, 1.02x to
-// 1.24x oneDNN's with an apply pass before; docs/BENCHMARKS.md, 2026-12-04
-// 23:15, docs/runs/bench/2026-12-04-amx-conv-probe/).
+// takes neither. ops::Conv2d::forward_bf16_mapped runs this kernel with the
+// map for bn_output_into_next_conv (the statistics are not used there yet).
+// On a 2-core AMX Xeon, ResNet-20's stage shapes at batch 128: with the
+// statistics, 0.84x-1.17x oneDNN's convolution plus a statistics pass
+// (0.84x-0.97x at 16 channels); in the ResNet-20 bf16 step, a stage-1
+// pair's batch norm forward went from 0.51 to 0.12 ms and the convolution
+// after it from 0.51 to 0.59 ms (docs/BENCHMARKS.md, 2026-12-05 00:05;
+// docs/runs/bench/2026-12-04-amx-conv-probe/library_kernel.txt).
 //
 // How: images are taken in groups of kGroup, stacked into one tall padded
 // image in a per-thread buffer (a zero row above each image and below the
@@ -27,7 +30,8 @@
 // that the output at stacked position q reads the inputs at q + i*pw + j for
 // the taps (i, j): the convolution is nine (or three) matrix products of
 // shifted row blocks, with no bounds inside the loops. The output positions
-// of the zero rows and columns are computed and left out. A tile holds 16
+// of the zero rows and columns are computed and left out (a table gives
+// each position's output pixel, or none). A tile holds 16
 // output positions by 16 output channels; 2x2 tiles (32 positions by 32
 // channels) share each A (input) and B (weights) tile load; a 16-channel
 // output runs 4x1 tiles. Input channels go to the K dimension 32 at a time;
@@ -71,30 +75,6 @@ namespace backend {
 namespace onednn {
 namespace amx {
 
-/// A batch norm's output folded into the convolution that reads it (see the
-/// file comment): input channel c is max(0, y * scale[c] + shift[c]) with
-/// `relu`, else y * scale[c] + shift[c]; one fused multiply-add in float,
-/// rounded to bf16.
-struct InputMap {
-  const float* scale = nullptr;
-  const float* shift = nullptr;
-  bool relu = true;
-};
-
-/// The CPU has AVX512-BF16 (CPUID leaf 7, subleaf 1), which the output's
-/// rounding uses.
-inline bool avx512_bf16_available() {
-#if CIFARNET_AMX_X86
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 /// The forward pass of one geometry (see the file comment). Owns its packed
 /// weights and scratch; run() may be called any number of times, not
 /// concurrently on one object.
@@ -130,6 +110,14 @@ class Forward3x3 {
     positions_ = ((kGroup * (h + 1) + 1) + 2) * pw_ + 64;
     wp_ = Buffer(std::size_t(taps_) * kb_ * ocb_ * 512);
     partial_.assign(groups_ * 2 * oc, 0.0f);
+    // Each stacked position's output pixel in its group (m * h * w + y * w
+    // + x), or -1 for the zero rows and columns and past the end.
+    const std::size_t npos = kGroup * (h + 1) * pw_;
+    out_of_.assign(npos + 64, -1);
+    for (std::size_t q = 0; q < npos; ++q) {
+      const std::size_t r = q / pw_, c = q % pw_, m = r / (h + 1), yy = r % (h + 1);
+      if (yy < h && c < w) out_of_[q] = std::int32_t((m * h + yy) * w + c);
+    }
   }
 
   std::size_t groups() const { return groups_; }
@@ -162,6 +150,7 @@ class Forward3x3 {
     if (!weights_) throw BackendError("amx::Forward3x3: run before set_weights");
     if (map && (!map->scale || !map->shift))
       throw BackendError("amx::Forward3x3: an input map without scale or shift");
+    stats_ = stats != nullptr;
 #if CIFARNET_AMX_X86
     const std::size_t nt = std::size_t(omp_get_max_threads());
     while (scratch_.size() < nt) scratch_.emplace_back(positions_ * std::size_t(ic_ == 16 ? 16 : ic_));
@@ -297,36 +286,45 @@ class Forward3x3 {
         constexpr int va = decltype(v)::value;
         detail::tile_store<ua * NT + va>(buf, 64);
         const std::size_t mt = mt0 + std::size_t(ua);
-        if (mt < mtiles) epilogue(buf, mt * 16, nb0 + std::size_t(va), y, part, cnt);
+        if (mt >= mtiles) return;
+        if (stats_)
+          epilogue<true>(buf, mt * 16, nb0 + std::size_t(va), y, part, cnt);
+        else
+          epilogue<false>(buf, mt * 16, nb0 + std::size_t(va), y, part, cnt);
       });
     });
   }
 
   // One stored tile (16 positions from q0 by 16 channels from 16 * nb): the
-  // positions that are outputs rounded to bf16 into y, their values added to
-  // the group's sums.
+  // positions that are outputs rounded to bf16 into y, with Stats their
+  // values added to the group's sums.
+  template <bool Stats>
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void epilogue(const float* buf,
                                                                                 std::size_t q0,
                                                                                 std::size_t nb,
                                                                                 std::uint16_t* y, float* part,
                                                                                 std::size_t cnt) const {
-    __m512 s = _mm512_loadu_ps(part + nb * 16), ss = _mm512_loadu_ps(part + oc_ + nb * 16);
-    std::size_t r = q0 / pw_, c = q0 % pw_;  // stacked row r = m * (h + 1) + yy, column c
-    std::size_t m = r / (h_ + 1), yy = r % (h_ + 1);
-    for (std::size_t i = 0; i < 16; ++i, ++c) {
-      if (c == pw_) {
-        c = 0;
-        if (++yy == h_ + 1) yy = 0, ++m;
-      }
-      if (yy >= h_ || c >= w_ || m >= cnt) continue;
+    __m512 s = _mm512_setzero_ps(), ss = _mm512_setzero_ps();
+    const std::int32_t* out = out_of_.data() + q0;
+    const std::uint32_t end = std::uint32_t(cnt * h_ * w_);  // the group's pixels (-1 is past it too)
+    std::uint16_t* yb = y + nb * 16;
+    for (int i = 0; i < 16; ++i) {
+      const std::uint32_t o = std::uint32_t(out[i]);
+      if (o >= end) continue;
       const __m256i bits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_load_ps(buf + i * 16)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + ((m * h_ + yy) * w_ + c) * oc_ + nb * 16), bits);
-      const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-      s = _mm512_add_ps(s, f);
-      ss = _mm512_fmadd_ps(f, f, ss);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + std::size_t(o) * oc_), bits);
+      if constexpr (Stats) {
+        const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+        s = _mm512_add_ps(s, f);
+        ss = _mm512_fmadd_ps(f, f, ss);
+      }
     }
-    _mm512_storeu_ps(part + nb * 16, s);
-    _mm512_storeu_ps(part + oc_ + nb * 16, ss);
+    if constexpr (Stats) {
+      _mm512_storeu_ps(part + nb * 16, _mm512_add_ps(_mm512_loadu_ps(part + nb * 16), s));
+      _mm512_storeu_ps(part + oc_ + nb * 16, _mm512_add_ps(_mm512_loadu_ps(part + oc_ + nb * 16), ss));
+    } else {
+      (void)part;
+    }
   }
 #endif
 
@@ -334,7 +332,9 @@ class Forward3x3 {
   std::size_t pw_ = 0, taps_ = 0, kb_ = 0, ocb_ = 0, groups_ = 0, positions_ = 0;
   Buffer wp_;  // [tap][k][nb][16 pair rows][16][2]
   bool weights_ = false;
-  std::vector<float> partial_;  // [group][2][oc]
+  std::vector<float> partial_;        // [group][2][oc]
+  std::vector<std::int32_t> out_of_;  // each stacked position's output pixel in its group, or -1
+  bool stats_ = false;                // this run sums the statistics
   std::vector<Buffer> scratch_;
 };
 

@@ -94,6 +94,29 @@ inline void static_for(F&& f) {
 }  // namespace detail
 #endif
 
+/// A batch norm's output folded into the convolution that reads it (amx_conv.hpp's
+/// file comment; amx_wgrad.hpp applies it to x as well): input channel c is max(0, y * scale[c] + shift[c])
+/// with `relu`, else y * scale[c] + shift[c]; one fused multiply-add in float, rounded to bf16.
+struct InputMap {
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  bool relu = true;
+};
+
+/// The CPU has AVX512-BF16 (CPUID leaf 7, subleaf 1), which the kernels'
+/// rounding to bf16 uses (amx_conv.hpp, and amx_wgrad.hpp's input map).
+inline bool avx512_bf16_available() {
+#if CIFARNET_AMX_X86
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 /// CPUID reports AMX-TILE, AMX-BF16 and AVX-512 (F, BW, VL), the OS saves
 /// their state, and Linux granted this process the tile data. Asked once.
 inline bool amx_available() {

@@ -180,9 +180,18 @@ class WeightGrad {
 
   /// x: bf16 bits, NHWC [n][ih][iw][ic]; dy: bf16 bits, NHWC [n][oh][ow][oc];
   /// dw: float HWIO [kh][kw][ic][oc], overwritten.
-  void run(const std::uint16_t* x, const std::uint16_t* dy, float* dw) {
+  void run(const std::uint16_t* x, const std::uint16_t* dy, float* dw) { run(x, nullptr, dy, dw); }
+  /// run() with x given as a batch norm's input and its map (InputMap,
+  /// the input of a convolution whose batch norm output was never
+  /// written): the copy of x computes each element the way
+  /// amx::Forward3x3 does. Needs AVX512-BF16 (amx_conv.hpp) with a map.
+  void run(const std::uint16_t* x, const InputMap* map, const std::uint16_t* dy, float* dw) {
 #if CIFARNET_AMX_X86
     if (!amx_available()) throw BackendError("amx::WeightGrad: this CPU or OS offers no AMX");
+    if (map && (!map->scale || !map->shift))
+      throw BackendError("amx::WeightGrad: an input map without scale or shift");
+    if (map && !avx512_bf16_available())
+      throw BackendError("amx::WeightGrad: an input map needs AVX512-BF16");
     ensure_threads(std::size_t(omp_get_max_threads()));
     const std::size_t per_partial = kh_ * kw_ * icp_ * oc_;
     // Straight into dw when one chunk and no padded input channels.
@@ -193,7 +202,7 @@ class WeightGrad {
       detail::tile_config();
       Scratch& s = scratch_[std::size_t(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
-      for (std::size_t c = 0; c < nchunks_; ++c) chunk(c, x, dy, partial + c * per_partial, s);
+      for (std::size_t c = 0; c < nchunks_; ++c) chunk(c, x, map, dy, partial + c * per_partial, s);
       detail::tile_release();
       if (!direct) {
         // Chunk partials added in chunk order, element by element, each
@@ -205,6 +214,7 @@ class WeightGrad {
     }
 #else
     (void)x;
+    (void)map;
     (void)dy;
     (void)dw;
     throw BackendError("amx::WeightGrad: AMX needs x86-64");
@@ -354,6 +364,7 @@ class WeightGrad {
   }
 
   __attribute__((target("avx512f,avx512bw,avx512vl"))) void chunk(std::size_t c, const std::uint16_t* x,
+                                                                  const InputMap* map,
                                                                   const std::uint16_t* dy, float* part,
                                                                   Scratch& s) const {
     const std::size_t b0 = chunk_begin(c), b1 = chunk_begin(c + 1);
@@ -361,8 +372,12 @@ class WeightGrad {
     for (std::size_t m0 = b0; m0 < b1; m0 += block_) {
       const std::size_t cnt = std::min(block_, b1 - m0);
       if (cnt < s.images) clear_tail(s, cnt);
-      for (std::size_t b = 0; b < phases_.size(); ++b)
-        copy_x(x + m0 * ih_ * iw_ * ic_, cnt, phases_[b], s.xt[b].p);
+      for (std::size_t b = 0; b < phases_.size(); ++b) {
+        if (map)
+          copy_x<true>(x + m0 * ih_ * iw_ * ic_, cnt, phases_[b], s.xt[b].p, map);
+        else
+          copy_x<false>(x + m0 * ih_ * iw_ * ic_, cnt, phases_[b], s.xt[b].p, nullptr);
+      }
       copy_dy(dy + m0 * oh_ * ow_ * oc_, cnt, s.dyv);
       s.images = cnt;
       products(s, round_up(cnt * plane_ + reach_, 32), part, first);
@@ -390,6 +405,26 @@ class WeightGrad {
                                                                                     __mmask16 cm) {
     return _mm256_maskz_loadu_epi16(cm, p);
   }
+  // The same channels through an input map (a, b: its scale and shift for
+  // them): max(0, y * a + b) with `relu`, one fused multiply-add in float,
+  // rounded to bf16 (as amx::Forward3x3's prologue); zeros outside cm.
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static __m256i load_mapped(
+      const std::uint16_t* p, __mmask16 cm, __m512 a, __m512 b, bool relu) {
+    const __m256i bits = _mm256_maskz_loadu_epi16(cm, p);
+    const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    __m512 v = _mm512_fmadd_ps(f, a, b);
+    if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+    return _mm256_maskz_mov_epi16(cm, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  template <bool Mapped>
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static __m256i load(const std::uint16_t* p,
+                                                                                      __mmask16 cm, __m512 a,
+                                                                                      __m512 b, bool relu) {
+    if constexpr (Mapped)
+      return load_mapped(p, cm, a, b, relu);
+    else
+      return (void)a, (void)b, (void)relu, load_channels(p, cm);
+  }
 
   // [lo | hi]. (_mm512_inserti64x4 would do, but GCC 12 warns inside it,
   // GCC bug 105593.)
@@ -402,8 +437,13 @@ class WeightGrad {
   // time, transposed in registers, each channel's 32 values stored row
   // segment by row segment. Stride 1 reads x in order; a phase of a strided
   // convolution gathers its pixels (every sw-th of every sh-th row).
-  __attribute__((target("avx512f,avx512bw,avx512vl"))) void copy_x(const std::uint16_t* x, std::size_t cnt,
-                                                                   const Phase& ph, std::uint16_t* xt) const {
+  // Mapped: x is a batch norm's input, each element through `map` first.
+  template <bool Mapped>
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void copy_x(const std::uint16_t* x,
+                                                                              std::size_t cnt,
+                                                                              const Phase& ph,
+                                                                              std::uint16_t* xt,
+                                                                              const InputMap* map) const {
     const std::size_t hp = ph.hp, wp = ph.wp, total = cnt * hp * wp;
     const std::size_t ic = ic_;
     const bool dense = hp == ih_ && wp == iw_;  // the image itself (stride 1)
@@ -442,20 +482,28 @@ class WeightGrad {
         // A last block of 8 channels (ic a multiple of 8, not of 16) reads
         // those 8 and zeros for the padded rows.
         const __mmask16 cm = cb + 16 <= ic ? __mmask16(0xffff) : __mmask16((1u << (ic - cb)) - 1);
+        // The map's scale and shift for these channels (Mapped).
+        const __m512 ma = Mapped ? _mm512_maskz_loadu_ps(cm, map->scale + cb) : _mm512_setzero_ps();
+        const __m512 mb = Mapped ? _mm512_maskz_loadu_ps(cm, map->shift + cb) : _mm512_setzero_ps();
+        const bool relu = Mapped && map->relu;
         __m512i v[16];
         if (np == 32 && dense) {
           CIFARNET_UNROLL(16)
           for (int q = 0; q < 16; ++q)
-            v[q] = join(load_channels(src + q * ic + cb, cm), load_channels(src + (q + 16) * ic + cb, cm));
+            v[q] = join(load<Mapped>(src + q * ic + cb, cm, ma, mb, relu),
+                        load<Mapped>(src + (q + 16) * ic + cb, cm, ma, mb, relu));
         } else if (np == 32) {
           CIFARNET_UNROLL(16)
           for (int q = 0; q < 16; ++q)
-            v[q] = join(load_channels(at[q] + cb, cm), load_channels(at[q + 16] + cb, cm));
+            v[q] = join(load<Mapped>(at[q] + cb, cm, ma, mb, relu),
+                        load<Mapped>(at[q + 16] + cb, cm, ma, mb, relu));
         } else {
+          // Positions past the last pixel stay zero (not mapped).
           for (int q = 0; q < 16; ++q) {
-            const __m256i lo = std::size_t(q) < np ? load_channels(at[q] + cb, cm) : _mm256_setzero_si256();
-            const __m256i hi =
-                std::size_t(q + 16) < np ? load_channels(at[q + 16] + cb, cm) : _mm256_setzero_si256();
+            const __m256i lo =
+                std::size_t(q) < np ? load<Mapped>(at[q] + cb, cm, ma, mb, relu) : _mm256_setzero_si256();
+            const __m256i hi = std::size_t(q + 16) < np ? load<Mapped>(at[q + 16] + cb, cm, ma, mb, relu)
+                                                        : _mm256_setzero_si256();
             v[q] = join(lo, hi);
           }
         }

@@ -299,18 +299,16 @@ struct BatchNorm<backend::OneDnn, T> {
   CIFARNET_OUTLINE void forward_train_deferred(Dev& dev, const ChannelGeom& g, double eps, const float* x,
                                                const float* gamma, const float* beta, float* mean,
                                                float* var) {
-    namespace on = backend::onednn;
-    static constexpr const char* op = "BatchNorm forward_train_deferred";
-    on::check_geometry(g, op);
-    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
-    (void)dev;
-    relu_ab_.resize(2 * g.c);
-    act_geom_ = g;
-    act_ = BnActivation::Relu;
-    sums_of_.g.reset();
-    const double* stats = take_given(g, x);
-    on::bn::forward_train<float, float>(g, eps, x, gamma, beta, nullptr, mean, var, relu_ab_.data(), scratch_,
-                                        nullptr, nullptr, false, nullptr, nullptr, stats, true);
+    train_deferred(dev, g, eps, x, gamma, beta, mean, var, "BatchNorm forward_train_deferred");
+  }
+  /// forward_train_deferred of x given as bfloat16 bits (the bf16 output
+  /// of the convolution in front of it), whose output the next convolution
+  /// computes from the bits and the coefficients (ops::Conv2d::
+  /// forward_bf16_mapped); the statistics as forward_train's of those bits.
+  CIFARNET_OUTLINE void forward_train_deferred(Dev& dev, const ChannelGeom& g, double eps,
+                                               const std::uint16_t* x, const float* gamma, const float* beta,
+                                               float* mean, float* var) {
+    train_deferred(dev, g, eps, x, gamma, beta, mean, var, "BatchNorm forward_train_deferred (bf16 x)");
   }
   /// The map of forward_train_deferred's output y of x (ops::BnNormMap),
   /// valid until this op's next training forward.
@@ -428,6 +426,23 @@ struct BatchNorm<backend::OneDnn, T> {
     const double* stats = take_given(g, x);
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
                                        y_bf16, sum_mask, stats);
+  }
+
+  // forward_train_deferred for float or bf16 x.
+  template <class X>
+  void train_deferred(Dev& dev, const ChannelGeom& g, double eps, const X* x, const float* gamma,
+                      const float* beta, float* mean, float* var, const char* op) {
+    namespace on = backend::onednn;
+    on::check_geometry(g, op);
+    on::require(op, {{x, "x"}, {gamma, "gamma"}, {beta, "beta"}, {mean, "mean"}, {var, "var"}});
+    (void)dev;
+    relu_ab_.resize(2 * g.c);
+    act_geom_ = g;
+    act_ = BnActivation::Relu;
+    sums_of_.g.reset();
+    const double* stats = take_given(g, x);
+    on::bn::forward_train<X, float>(g, eps, x, gamma, beta, nullptr, mean, var, relu_ab_.data(), scratch_,
+                                    nullptr, nullptr, false, nullptr, nullptr, stats, true);
   }
 
   // backward: dx as float (dx) or as bfloat16 bits (dx_bf16; not with the

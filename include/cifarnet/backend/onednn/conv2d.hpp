@@ -66,6 +66,14 @@
 // dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
 // and 32 -> 64, padding 1) 0.63 / 0.64 and 0.41 / 0.50 ms against 0.85 /
 // 0.75 and 1.15 / 1.04 ms (docs/BENCHMARKS.md, 2026-11-27 17:40).
+// A bf16 training forward whose input is a batch norm's output that was
+// never written (forward_bf16_mapped: the batch norm's input bits and its
+// map, ConvBatchNorm's bn_output_into_next_conv) runs in the project's own
+// AMX forward kernel (amx_conv.hpp: NHWC, 3x3, stride 1, padding 1, 16 or a
+// multiple of 32 channels in and out), which applies the map while it
+// copies its input; the training forward keeps the bits and a copy of the
+// map, and the weight gradient (the own AMX kernel, required) applies it
+// again. x itself is never read: its pointer only names the input.
 // A bf16 backward_data of a stride-1 convolution with an odd kernel and
 // SAME padding runs as oneDNN's bf16 forward convolution of dy with the
 // weights flipped in space and transposed (in and out channels swapped) and
@@ -111,6 +119,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/onednn/amx_conv.hpp"
 #include "cifarnet/backend/onednn/amx_wgrad.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/direct_conv.hpp"
@@ -360,6 +369,7 @@ struct Conv2d<backend::OneDnn, T> {
     on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
+      s.kept_map_x = nullptr;
       if (s.own_winograd(dev.engine, g)) {
         bf16_in_ = nullptr;  // float convolutions: no bf16 copy is read
         float* work = static_cast<float*>(dev.scratch(0, on::winograd::Layer::work_bytes(g)));
@@ -416,6 +426,7 @@ struct Conv2d<backend::OneDnn, T> {
     on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
+      s.kept_map_x = nullptr;
       Fwd* f = s.forward_lp_dst(cache_, dev.engine);
       if (!f)
         throw ConfigError(detail::concat(op, ": no bf16 kernel with a bf16 output for ", on::describe(g)));
@@ -428,6 +439,73 @@ struct Conv2d<backend::OneDnn, T> {
       dev.stream.wait();
     });
   }
+
+  /// Why forward_bf16_mapped() cannot run for `g`, in words; empty when
+  /// it can: bf16 convolutions, NHWC, 3x3, stride 1, padding 1 on every
+  /// side, a geometry the own AMX forward kernel takes (amx_conv.hpp), and
+  /// a weight gradient in the own AMX kernel, which applies the map too.
+  CIFARNET_OUTLINE std::string mapped_why_not(Dev& dev, const ConvGeom& g) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d mapped_why_not";
+    on::check_geometry(g, op, false);
+    if (prec_ != ConvPrecision::BF16) return "fp32 convolutions";
+    if (g.fmt != DataFormat::NHWC) return "NCHW";
+    if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pt != 1 || g.pl != 1 || g.pb != 1 || g.pr != 1)
+      return "not a 3x3, stride-1 convolution with padding 1";
+    std::string why = backend::onednn::amx::Forward3x3::why_not(g.n, g.ih, g.iw, g.ic, g.oc);
+    if (!why.empty()) return "the own AMX forward kernel: " + why;
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      if (!s.bf16_dw || !s.amx_weights(g, amx_weights_))
+        why = "its weight gradient does not run in the own AMX kernel";
+    });
+    return why;
+  }
+  /// forward_bf16_dst() with x given as a batch norm's input `y_prev`
+  /// (bf16 bits) and its map (backend::onednn::amx::InputMap), in the own AMX kernel
+  /// (mapped_why_not(g) must be empty): x itself is never written; `x`
+  /// only names it (compared by pointer, as forward() keeps x for the
+  /// backward). With `stats` (2 * oc doubles), y's per-channel sums and sums
+  /// of squares. A training forward (set_keep_input) keeps the input and a
+  /// copy of the map for the weight gradient of backward_bf16_dy(), which
+  /// applies it to y_prev again; y_prev must not change before then.
+  CIFARNET_OUTLINE void forward_bf16_mapped(Dev& dev, const ConvGeom& g, const float* x,
+                                            const std::uint16_t* y_prev,
+                                            const backend::onednn::amx::InputMap& map, const float* w,
+                                            std::uint16_t* y, double* stats) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "Conv2d forward (mapped input, bf16 y)";
+    on::check_geometry(g, op, false);
+    on::require(op, {{w, "w"}, {y, "y"}});
+    if (!y_prev || !map.scale || !map.shift)
+      throw ConfigError(detail::concat(op, ": no input bits or map for ", on::describe(g)));
+    const std::string why = mapped_why_not(dev, g);
+    if (!why.empty()) throw ConfigError(detail::concat(op, ": ", why, " (", on::describe(g), ")"));
+    on::guarded(op, [&] {
+      State& s = state(dev, g);
+      bf16_in_ = nullptr;
+      if (!s.amx_fwd)
+        s.amx_fwd = std::make_unique<backend::onednn::amx::Forward3x3>(g.n, g.ih, g.iw, g.ic, g.oc);
+      if (w_version_ == 0 || s.amx_fwd_w != w || s.amx_fwd_version != w_version_) {
+        s.amx_fwd->set_weights(w);
+        s.amx_fwd_w = w;
+        s.amx_fwd_version = w_version_;
+        ++weight_reorders_;
+      }
+      s.amx_fwd->run(y_prev, &map, y, stats);
+      s.kept_x = nullptr;
+      s.kept_map_x = keep_input_ ? x : nullptr;
+      if (keep_input_) {
+        s.kept_map_bits = y_prev;
+        s.kept_map_ab.assign(map.scale, map.scale + g.ic);
+        s.kept_map_ab.insert(s.kept_map_ab.end(), map.shift, map.shift + g.ic);
+        s.kept_map_relu = map.relu;
+      }
+      ++mapped_forwards_;
+    });
+  }
+  /// How many forward passes took a mapped input (tests).
+  CIFARNET_OUTLINE std::size_t mapped_forwards() const { return mapped_forwards_; }
 
   /// Whether forward_gelu_bf16_dst() can run for `g` (with a bias or
   /// not): bf16 convolutions and a oneDNN jit kernel with bf16 input,
@@ -456,6 +534,7 @@ struct Conv2d<backend::OneDnn, T> {
     on::require(op, {{x, "x"}, {w, "w"}, {y, "y"}});
     on::guarded(op, [&] {
       State& s = state(dev, g);
+      s.kept_map_x = nullptr;
       Fwd* f = s.forward_gelu_dst(cache_, dev.engine, b != nullptr);
       if (!f)
         throw ConfigError(detail::concat(op, ": no bf16 kernel with a GELU post-op and a bf16 output for ",
@@ -638,7 +717,16 @@ struct Conv2d<backend::OneDnn, T> {
         dy_lp = on::scratch(dev, s.dy_lp, 3);
       else if ((fw && fw->lp) || (fd && fd->lp))
         dy_lp = s.lower_dy(cache_, dev, dy);
-      if (fw) {
+      // The mapped input of forward_bf16_mapped: x was never written.
+      const bool mapped = fw && s.kept_map_x != nullptr && s.kept_map_x == x;
+      if (mapped && (!fw->lp || db || !s.amx_weights(g, amx_weights_)))
+        throw std::logic_error(detail::concat(op, ": a mapped input without the own AMX weight gradient (",
+                                              on::describe(g), ")"));
+      if (mapped) {
+        const backend::onednn::amx::InputMap m{s.kept_map_ab.data(), s.kept_map_ab.data() + g.ic,
+                                               s.kept_map_relu};
+        s.amx_dw->run(s.kept_map_bits, &m, static_cast<const std::uint16_t*>(dy_lp->get_data_handle()), dw);
+      } else if (fw) {
         dnnl::memory& user_dw = on::bind(s.w, dw);
         dnnl::memory src =
             fw->lp ? (s.kept_x == x ? (s.kept_ext ? s.x_ext : s.x_keep) : s.lower_x(cache_, dev, x, false))
@@ -844,6 +932,18 @@ struct Conv2d<backend::OneDnn, T> {
     // The own AMX weight gradient (amx_weights), decided once.
     std::unique_ptr<backend::onednn::amx::WeightGrad> amx_dw;
     bool amx_dw_tried = false;
+    // The own AMX forward of forward_bf16_mapped, its packed weights' source
+    // (buffer and Parameters::version), and the mapped input a training
+    // forward keeps for the weight gradient: the batch norm's input bits and
+    // its map's scale and shift (copied), for the float x `kept_map_x`
+    // stands for (never written; compared by pointer, as kept_x).
+    std::unique_ptr<backend::onednn::amx::Forward3x3> amx_fwd;
+    const float* amx_fwd_w = nullptr;
+    std::uint64_t amx_fwd_version = 0;
+    const float* kept_map_x = nullptr;
+    const std::uint16_t* kept_map_bits = nullptr;
+    std::vector<float> kept_map_ab;  // [scale | shift]
+    bool kept_map_relu = false;
     // The flipped weights of FwdAsBwd and their memory.
     backend::onednn::FlippedWeights w_flip;
     dnnl::memory w_flip_user;
@@ -1549,6 +1649,7 @@ struct Conv2d<backend::OneDnn, T> {
   backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
   std::size_t direct_backwards_ = 0, direct_forwards_ = 0, own_wino_calls_ = 0;
   bool keep_input_ = false;
+  std::size_t mapped_forwards_ = 0;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;
   std::uint64_t w_version_ = 0;
