@@ -11,9 +11,8 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
-
 #include <cstdint>
+#include <string>
 
 #include "cifarnet/layers/batch_norm.hpp"
 #include "cifarnet/layers/conv2d.hpp"

@@ -55,9 +55,10 @@ struct AmxConv {
   int n, h, w, ic, oc, pw, ph, kc, taps, kb, ocb;
   bool ovl = false;
   std::vector<avec> bigbuf;
-  avec wp;  // [tap][kb][nb][16 pair rows][16 oc][2]
+  avec wp;                             // [tap][kb][nb][16 pair rows][16 oc][2]
   std::vector<std::vector<float>> st;  // per thread [2][oc]
-  AmxConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio) : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
+  AmxConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio)
+      : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
     pw = w + 2;
     ph = h + 2;
     const bool exp = ic == 16;
@@ -140,17 +141,20 @@ struct AmxConv {
       tmp.assign((std::size_t(npos) + 256) * 16, 0);
       for (int m = 0; m < g; ++m)
         for (int r = 0; r < h; ++r)
-          std::memcpy(tmp.data() + (std::size_t(m * (h + 1) + r + 1) * pw + 1) * 16, x + (std::size_t(m) * h + r) * w * 16, std::size_t(w) * 32);
+          std::memcpy(tmp.data() + (std::size_t(m * (h + 1) + r + 1) * pw + 1) * 16,
+                      x + (std::size_t(m) * h + r) * w * 16, std::size_t(w) * 32);
       for (int q = 0; q < npos; ++q) {
         _mm512_storeu_si512(P + std::size_t(q) * 64, _mm512_loadu_si512(tmp.data() + std::size_t(q) * 16));
         _mm512_storeu_si512(P + std::size_t(q) * 64 + 32,
-                            _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tmp.data() + std::size_t(q) * 16 + 32))));
+                            _mm512_zextsi256_si512(_mm256_loadu_si256(
+                                reinterpret_cast<const __m256i*>(tmp.data() + std::size_t(q) * 16 + 32))));
       }
       return;
     }
     for (int m = 0; m < g; ++m)
       for (int r = 0; r < h; ++r)
-        std::memcpy(P + (std::size_t(m * (h + 1) + r + 1) * pw + 1) * ic, x + (std::size_t(m) * h + r) * w * ic, std::size_t(w) * ic * 2);
+        std::memcpy(P + (std::size_t(m * (h + 1) + r + 1) * pw + 1) * ic,
+                    x + (std::size_t(m) * h + r) * w * ic, std::size_t(w) * ic * 2);
   }
 
   template <int MT, int NT>
@@ -161,7 +165,9 @@ struct AmxConv {
       const int toff = taps == 3 ? t * pw : (t / 3) * pw + t % 3;
       for (int k = 0; k < kb; ++k) {
         const u16* B = wp.data() + ((std::size_t(t) * kb + k) * ocb + nb0) * 512;
-        T::static_for<NT>([&](auto v) { T::tile_load<MT * NT + 2 + decltype(v)::value>(B + decltype(v)::value * 512, 64); });
+        T::static_for<NT>([&](auto v) {
+          T::tile_load<MT * NT + 2 + decltype(v)::value>(B + decltype(v)::value * 512, 64);
+        });
         T::static_for<MT>([&](auto u) {
           constexpr int ua = decltype(u)::value;
           constexpr int areg = MT * NT + (ua % 2);
@@ -197,7 +203,8 @@ struct AmxConv {
           }
           if (yy >= h || c >= w || m >= gimg) continue;
           const __m256i bits = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(buf + i * 16));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + ((std::size_t(m) * h + yy) * w + c) * oc + nb * 16), bits);
+          _mm256_storeu_si256(
+              reinterpret_cast<__m256i*>(y + ((std::size_t(m) * h + yy) * w + c) * oc + nb * 16), bits);
           const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
           s = _mm512_add_ps(s, f);
           ss = _mm512_fmadd_ps(f, f, ss);
@@ -216,13 +223,14 @@ struct DnnlConv {
   dnnl::convolution_forward prim;
   dnnl::memory xm, wm, ym;
   int n, h, w, ic, oc;
-  DnnlConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio) : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
+  DnnlConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio)
+      : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
     using tag = dnnl::memory::format_tag;
     using dt = dnnl::memory::data_type;
     dnnl::memory::desc xd({n, ic, h, w}, dt::bf16, tag::nhwc), yd({n, oc, h, w}, dt::bf16, tag::nhwc),
         wd({oc, ic, 3, 3}, dt::bf16, tag::any), wud({oc, ic, 3, 3}, dt::f32, tag::hwio);
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xd, wd, yd,
-                                      {1, 1}, {1, 1}, {1, 1});
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                      xd, wd, yd, {1, 1}, {1, 1}, {1, 1});
     dnnl::convolution_forward::primitive_desc pd(d, eng);
     std::printf("  oneDNN kernel: %s\n", pd.impl_info_str());
     prim = dnnl::convolution_forward(pd);
@@ -290,15 +298,19 @@ int main(int argc, char** argv) {
     std::printf("no AMX\n");
     return 1;
   }
-  struct G { int n, h, w, ic, oc; };
+  struct G {
+    int n, h, w, ic, oc;
+  };
   const G gs[] = {{128, 32, 32, 16, 16}, {128, 16, 16, 32, 32}, {128, 8, 8, 64, 64}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const G& g : gs) {
-    std::printf("%d -> %d at %dx%d, batch %d, %d threads\n", g.ic, g.oc, g.h, g.w, g.n, omp_get_max_threads());
+    std::printf("%d -> %d at %dx%d, batch %d, %d threads\n", g.ic, g.oc, g.h, g.w, g.n,
+                omp_get_max_threads());
     std::vector<float> wf(9 * g.ic * g.oc);
     for (auto& v : wf) v = nd(rng) * 0.1f;
-    std::vector<u16> x(std::size_t(g.n) * g.h * g.w * g.ic), y1(std::size_t(g.n) * g.h * g.w * g.oc), y2(y1.size());
+    std::vector<u16> x(std::size_t(g.n) * g.h * g.w * g.ic), y1(std::size_t(g.n) * g.h * g.w * g.oc),
+        y2(y1.size());
     for (auto& v : x) v = to_bf16(std::max(0.f, nd(rng)));
     AmxConv a(g.n, g.h, g.w, g.ic, g.oc, wf.data());
     DnnlConv d(g.n, g.h, g.w, g.ic, g.oc, wf.data());
@@ -311,14 +323,18 @@ int main(int argc, char** argv) {
       maxd = std::max(maxd, double(std::fabs(from_bf16(y1[i]) - from_bf16(y2[i]))));
       maxv = std::max(maxv, double(std::fabs(from_bf16(y2[i]))));
     }
-    for (int c = 0; c < 2 * g.oc; ++c) maxs = std::max(maxs, std::fabs(s1[c] - s2[c]) / std::max(1.0, std::fabs(s2[c])));
-    std::printf("  max |own - oneDNN| %.3g of max |y| %.3g; statistics max rel. difference %.3g\n", maxd, maxv, maxs);
+    for (int c = 0; c < 2 * g.oc; ++c)
+      maxs = std::max(maxs, std::fabs(s1[c] - s2[c]) / std::max(1.0, std::fabs(s2[c])));
+    std::printf("  max |own - oneDNN| %.3g of max |y| %.3g; statistics max rel. difference %.3g\n", maxd,
+                maxv, maxs);
     const double gf = 2.0 * g.n * g.h * g.w * g.ic * g.oc * 9 / 1e9;
     for (int cold = 0; cold < 2; ++cold) {
       const double ta = time_ms([&] { a.run(x.data(), y1.data(), s1.data()); }, cold);
       const double td = time_ms([&] { d.run(x.data(), y2.data(), s2.data()); }, cold);
-      std::printf("  %s: own AMX conv + stats epilogue %.3f ms (%.0f GFLOP/s), oneDNN conv + stats pass %.3f ms: %.2fx\n",
-                  cold ? "cold" : "warm", ta, gf / ta * 1e3, td, td / ta);
+      std::printf(
+          "  %s: own AMX conv + stats epilogue %.3f ms (%.0f GFLOP/s), oneDNN conv + stats pass %.3f ms: "
+          "%.2fx\n",
+          cold ? "cold" : "warm", ta, gf / ta * 1e3, td, td / ta);
     }
   }
 }

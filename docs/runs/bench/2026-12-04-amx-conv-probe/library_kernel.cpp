@@ -43,13 +43,14 @@ struct DnnlConv {
   dnnl::convolution_forward prim;
   dnnl::memory xm, wm, ym;
   int n, h, w, ic, oc;
-  DnnlConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio) : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
+  DnnlConv(int n_, int h_, int w_, int ic_, int oc_, const float* w_hwio)
+      : n(n_), h(h_), w(w_), ic(ic_), oc(oc_) {
     using tag = dnnl::memory::format_tag;
     using dt = dnnl::memory::data_type;
     dnnl::memory::desc xd({n, ic, h, w}, dt::bf16, tag::nhwc), yd({n, oc, h, w}, dt::bf16, tag::nhwc),
         wd({oc, ic, 3, 3}, dt::bf16, tag::any), wud({oc, ic, 3, 3}, dt::f32, tag::hwio);
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xd, wd, yd,
-                                      {1, 1}, {1, 1}, {1, 1});
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                      xd, wd, yd, {1, 1}, {1, 1}, {1, 1});
     dnnl::convolution_forward::primitive_desc pd(d, eng);
     std::printf("  oneDNN kernel: %s\n", pd.impl_info_str());
     prim = dnnl::convolution_forward(pd);
@@ -72,8 +73,11 @@ struct DnnlConv {
         for (int c0 = 0; c0 < ic; c0 += 16) {
           const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + p * ic + c0));
           const __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-          const __m512 v = _mm512_max_ps(_mm512_fmadd_ps(f, _mm512_loadu_ps(pscale + c0), _mm512_loadu_ps(pshift + c0)), _mm512_setzero_ps());
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(xa.data() + p * ic + c0), (__m256i)_mm512_cvtneps_pbh(v));
+          const __m512 v =
+              _mm512_max_ps(_mm512_fmadd_ps(f, _mm512_loadu_ps(pscale + c0), _mm512_loadu_ps(pshift + c0)),
+                            _mm512_setzero_ps());
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(xa.data() + p * ic + c0),
+                              (__m256i)_mm512_cvtneps_pbh(v));
         }
       x = xa.data();
     }
@@ -133,15 +137,19 @@ int main(int argc, char** argv) {
     std::printf("no AMX\n");
     return 1;
   }
-  struct G { int n, h, w, ic, oc; };
+  struct G {
+    int n, h, w, ic, oc;
+  };
   const G gs[] = {{128, 32, 32, 16, 16}, {128, 16, 16, 32, 32}, {128, 8, 8, 64, 64}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const G& g : gs) {
-    std::printf("%d -> %d at %dx%d, batch %d, %d threads\n", g.ic, g.oc, g.h, g.w, g.n, omp_get_max_threads());
+    std::printf("%d -> %d at %dx%d, batch %d, %d threads\n", g.ic, g.oc, g.h, g.w, g.n,
+                omp_get_max_threads());
     std::vector<float> wf(9 * g.ic * g.oc);
     for (auto& v : wf) v = nd(rng) * 0.1f;
-    std::vector<u16> x(std::size_t(g.n) * g.h * g.w * g.ic), y1(std::size_t(g.n) * g.h * g.w * g.oc), y2(y1.size());
+    std::vector<u16> x(std::size_t(g.n) * g.h * g.w * g.ic), y1(std::size_t(g.n) * g.h * g.w * g.oc),
+        y2(y1.size());
     const bool pro = std::getenv("PROLOGUE") != nullptr;
     for (auto& v : x) v = to_bf16(pro ? nd(rng) : std::max(0.f, nd(rng)));
     std::vector<float> sc(g.ic), sh(g.ic);
@@ -152,7 +160,10 @@ int main(int argc, char** argv) {
     DnnlConv d(g.n, g.h, g.w, g.ic, g.oc, wf.data());
     if (pro) d.pscale = sc.data(), d.pshift = sh.data();
     const amx::InputMap* mp = pro ? &map : nullptr;
-    if (pro) std::printf("  with the batch norm's map and ReLU: the own conv's prologue against an apply pass before oneDNN's\n");
+    if (pro)
+      std::printf(
+          "  with the batch norm's map and ReLU: the own conv's prologue against an apply pass before "
+          "oneDNN's\n");
     std::vector<double> s1(2 * g.oc), s2(2 * g.oc);
     a.run(x.data(), mp, y1.data(), s1.data());
     d.run(x.data(), y2.data(), s2.data());
@@ -162,14 +173,19 @@ int main(int argc, char** argv) {
       maxd = std::max(maxd, double(std::fabs(from_bf16(y1[i]) - from_bf16(y2[i]))));
       maxv = std::max(maxv, double(std::fabs(from_bf16(y2[i]))));
     }
-    for (int c = 0; c < 2 * g.oc; ++c) maxs = std::max(maxs, std::fabs(s1[c] - s2[c]) / std::max(1.0, std::fabs(s2[c])));
-    std::printf("  max |own - oneDNN| %.3g of max |y| %.3g; statistics max rel. difference %.3g\n", maxd, maxv, maxs);
+    for (int c = 0; c < 2 * g.oc; ++c)
+      maxs = std::max(maxs, std::fabs(s1[c] - s2[c]) / std::max(1.0, std::fabs(s2[c])));
+    std::printf("  max |own - oneDNN| %.3g of max |y| %.3g; statistics max rel. difference %.3g\n", maxd,
+                maxv, maxs);
     const double gf = 2.0 * g.n * g.h * g.w * g.ic * g.oc * 9 / 1e9;
     for (int cold = 0; cold < 2; ++cold) {
-      const double ta = time_ms([&] { a.run(x.data(), mp, y1.data(), std::getenv("NOSTATS") ? nullptr : s1.data()); }, cold);
+      const double ta = time_ms(
+          [&] { a.run(x.data(), mp, y1.data(), std::getenv("NOSTATS") ? nullptr : s1.data()); }, cold);
       const double td = time_ms([&] { d.run(x.data(), y2.data(), s2.data()); }, cold);
-      std::printf("  %s: own AMX conv + stats epilogue %.3f ms (%.0f GFLOP/s), oneDNN conv + stats pass %.3f ms: %.2fx\n",
-                  cold ? "cold" : "warm", ta, gf / ta * 1e3, td, td / ta);
+      std::printf(
+          "  %s: own AMX conv + stats epilogue %.3f ms (%.0f GFLOP/s), oneDNN conv + stats pass %.3f ms: "
+          "%.2fx\n",
+          cold ? "cold" : "warm", ta, gf / ta * 1e3, td, td / ta);
     }
   }
 }
