@@ -34,6 +34,8 @@
 #include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/onednn/amx_conv.hpp>
 
+#include "backend/amx_input_map.hpp"
+
 namespace amx = cifarnet::backend::onednn::amx;
 using cifarnet::backend::host::bf16_bits;
 using cifarnet::backend::host::bf16_to_float;
@@ -186,22 +188,9 @@ TEST_CASE("The AMX forward convolution's input map is the map applied to its inp
       INFO(s.name() << (relu ? ", ReLU" : ", no ReLU"));
       const auto y = random_bits(s.n * s.h * s.w * s.ic, false, 31);
       const auto w = random_weights(s, false, 32);
-      std::vector<float> scale(s.ic), shift(s.ic);
-      for (std::size_t c = 0; c < s.ic; ++c) {
-        scale[c] = 0.75f + 0.03125f * float(c % 9);
-        shift[c] = 0.0625f * float(int(c % 5) - 2);
-      }
-      // The map on the host: one fused multiply-add in float, the ReLU, the
-      // rounding to nearest even (the kernel's VCVTNEPS2BF16 flushes
-      // denormals, which these values cannot produce).
-      std::vector<std::uint16_t> x(y.size());
-      for (std::size_t i = 0; i < y.size(); ++i) {
-        const std::size_t c = i % s.ic;
-        float v = std::fma(bf16_to_float(y[i]), scale[c], shift[c]);
-        if (relu) v = std::max(v, 0.0f);
-        x[i] = bf16_bits(v);
-      }
-      const amx::InputMap map{scale.data(), shift.data(), relu};
+      const cifarnet::test::HostMap host(s.ic);
+      const auto x = host.apply(y, relu);
+      const amx::InputMap map{host.scale.data(), host.shift.data(), relu};
       const Run mapped = run_kernel(s, y, w, &map), plain = run_kernel(s, x, w);
       CHECK(mapped.y == plain.y);
       CHECK(mapped.stats == plain.stats);

@@ -41,6 +41,8 @@
 #include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/onednn/amx_wgrad.hpp>
 
+#include "backend/amx_input_map.hpp"
+
 namespace amx = cifarnet::backend::onednn::amx;
 using cifarnet::backend::host::bf16_bits;
 using cifarnet::backend::host::bf16_to_float;
@@ -367,21 +369,9 @@ TEST_CASE("amx weight gradient with an input map gives the bits of the map appli
       INFO(g.name() << (relu ? ", ReLU" : ", no ReLU"));
       const auto y = random_bf16(g.x_size(), false, seed += 2);
       const auto dy = random_bf16(g.dy_size(), false, seed += 2);
-      std::vector<float> scale(g.ic), shift(g.ic);
-      for (std::size_t c = 0; c < g.ic; ++c) {
-        scale[c] = 0.75f + 0.03125f * float(c % 9);
-        shift[c] = 0.0625f * float(int(c % 5) - 2);
-      }
-      // The map on the host: one fused multiply-add, the ReLU, the rounding
-      // to nearest even (these values make no denormals).
-      std::vector<std::uint16_t> x(y.size());
-      for (std::size_t i = 0; i < y.size(); ++i) {
-        const std::size_t c = i % g.ic;
-        float v = std::fma(bf16_to_float(y[i]), scale[c], shift[c]);
-        if (relu) v = std::max(v, 0.0f);
-        x[i] = bf16_bits(v);
-      }
-      const amx::InputMap map{scale.data(), shift.data(), relu};
+      const cifarnet::test::HostMap host(g.ic);
+      const auto x = host.apply(y, relu);
+      const amx::InputMap map{host.scale.data(), host.shift.data(), relu};
       amx::WeightGrad mapped = g.make(), plain = g.make();
       std::vector<float> dw_mapped(g.kh * g.kw * g.ic * g.oc, -7.0f), dw_plain(dw_mapped.size(), 7.0f);
       mapped.run(y.data(), &map, dy.data(), dw_mapped.data());

@@ -108,7 +108,7 @@ class Forward3x3 {
     // Positions of a group's stacked image, and the reads past its end (the
     // last tile's rows, the taps' shifts, a 16-channel row's second pixel).
     positions_ = ((kGroup * (h + 1) + 1) + 2) * pw_ + 64;
-    wp_ = Buffer(std::size_t(taps_) * kb_ * ocb_ * 512);
+    wp_ = TileBuffer(std::size_t(taps_) * kb_ * ocb_ * 512);
     partial_.assign(groups_ * 2 * oc, 0.0f);
     // Each stacked position's output pixel in its group (m * h * w + y * w
     // + x), or -1 for the zero rows and columns and past the end.
@@ -119,8 +119,6 @@ class Forward3x3 {
       if (yy < h && c < w) out_of_[q] = std::int32_t((m * h + yy) * w + c);
     }
   }
-
-  std::size_t groups() const { return groups_; }
 
   /// w: float HWIO [3][3][ic][oc], rounded to bf16 (nearest even) and packed.
   void set_weights(const float* w) {
@@ -157,7 +155,7 @@ class Forward3x3 {
 #pragma omp parallel
     {
       detail::tile_config();
-      Buffer& P = scratch_[std::size_t(omp_get_thread_num())];
+      TileBuffer& P = scratch_[std::size_t(omp_get_thread_num())];
 #pragma omp for schedule(static, 1)
       for (std::size_t g = 0; g < groups_; ++g) group(g, x, map, y, P.p);
       detail::tile_release();
@@ -178,26 +176,6 @@ class Forward3x3 {
   }
 
  private:
-  // 64-byte aligned, zeroed storage.
-  struct Buffer {
-    std::uint16_t* p = nullptr;
-    Buffer() = default;
-    explicit Buffer(std::size_t count) {
-      p = static_cast<std::uint16_t*>(::operator new(count * 2 + 128, std::align_val_t(64)));
-      std::memset(p, 0, count * 2 + 128);
-    }
-    Buffer(Buffer&& o) noexcept : p(o.p) { o.p = nullptr; }
-    Buffer& operator=(Buffer&& o) noexcept {
-      std::swap(p, o.p);
-      return *this;
-    }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    ~Buffer() {
-      if (p) ::operator delete(p, std::align_val_t(64));
-    }
-  };
-
 #if CIFARNET_AMX_X86
   // One group of images: stacked into P, then every tile block over it.
   void group(std::size_t g, const std::uint16_t* x, const InputMap* map, std::uint16_t* y, std::uint16_t* P) {
@@ -330,12 +308,12 @@ class Forward3x3 {
 
   std::size_t n_, h_, w_, ic_, oc_;
   std::size_t pw_ = 0, taps_ = 0, kb_ = 0, ocb_ = 0, groups_ = 0, positions_ = 0;
-  Buffer wp_;  // [tap][k][nb][16 pair rows][16][2]
+  TileBuffer wp_;  // [tap][k][nb][16 pair rows][16][2]
   bool weights_ = false;
   std::vector<float> partial_;        // [group][2][oc]
   std::vector<std::int32_t> out_of_;  // each stacked position's output pixel in its group, or -1
   bool stats_ = false;                // this run sums the statistics
-  std::vector<Buffer> scratch_;
+  std::vector<TileBuffer> scratch_;
 };
 
 }  // namespace amx

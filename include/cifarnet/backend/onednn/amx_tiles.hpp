@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
 #include <utility>
 
 #if defined(__x86_64__)
@@ -101,6 +104,28 @@ struct InputMap {
   const float* scale = nullptr;
   const float* shift = nullptr;
   bool relu = true;
+};
+
+/// 64-byte aligned, zeroed storage of `count` bf16 values and 64 more (the
+/// reads a tile makes past the end find zeros): what the kernels' tiles load
+/// from (a tile row that is not 64-byte aligned costs several aligned ones).
+struct TileBuffer {
+  std::uint16_t* p = nullptr;
+  TileBuffer() = default;
+  explicit TileBuffer(std::size_t count) {
+    p = static_cast<std::uint16_t*>(::operator new(count * 2 + 128, std::align_val_t(64)));
+    std::memset(p, 0, count * 2 + 128);
+  }
+  TileBuffer(TileBuffer&& o) noexcept : p(o.p) { o.p = nullptr; }
+  TileBuffer& operator=(TileBuffer&& o) noexcept {
+    std::swap(p, o.p);
+    return *this;
+  }
+  TileBuffer(const TileBuffer&) = delete;
+  TileBuffer& operator=(const TileBuffer&) = delete;
+  ~TileBuffer() {
+    if (p) ::operator delete(p, std::align_val_t(64));
+  }
 };
 
 /// The CPU has AVX512-BF16 (CPUID leaf 7, subleaf 1), which the kernels'

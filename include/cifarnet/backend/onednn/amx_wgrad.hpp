@@ -303,39 +303,18 @@ class WeightGrad {
   std::size_t chunk_begin(std::size_t c) const { return n_ * c / nchunks_; }
   std::size_t max_chunk_images() const { return (n_ + nchunks_ - 1) / nchunks_; }
 
-  // 64-byte aligned, zeroed storage.
-  struct Buffer {
-    std::uint16_t* p = nullptr;
-    std::size_t n = 0;
-    Buffer() = default;
-    explicit Buffer(std::size_t count) : n(count) {
-      p = static_cast<std::uint16_t*>(::operator new(count * 2 + 128, std::align_val_t(64)));
-      std::memset(p, 0, count * 2 + 128);
-    }
-    Buffer(Buffer&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
-    Buffer& operator=(Buffer&& o) noexcept {
-      std::swap(p, o.p);
-      std::swap(n, o.n);
-      return *this;
-    }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    ~Buffer() {
-      if (p) ::operator delete(p, std::align_val_t(64));
-    }
-  };
   struct Scratch {
-    std::vector<Buffer> xt;  // per phase, [ic][xrow_]: x transposed, padded layout
-    Buffer dyv[2];           // [dyrows_][oc][2]: dy, VNNI pairs over the padded layout (two pairings)
-    std::size_t images = 0;  // images the buffers hold now (the rest of the block is zero)
+    std::vector<TileBuffer> xt;  // per phase, [ic][xrow_]: x transposed, padded layout
+    TileBuffer dyv[2];           // [dyrows_][oc][2]: dy, VNNI pairs over the padded layout (two pairings)
+    std::size_t images = 0;      // images the buffers hold now (the rest of the block is zero)
   };
 
   void ensure_threads(std::size_t nt) {
     while (scratch_.size() < nt) {
       Scratch s;
       for (std::size_t b = 0; b < phases_.size(); ++b) s.xt.emplace_back(icp_ * xrow_);
-      s.dyv[0] = Buffer(dyrows_ * 2 * oc_);
-      s.dyv[1] = Buffer(dyrows_ * 2 * oc_);
+      s.dyv[0] = TileBuffer(dyrows_ * 2 * oc_);
+      s.dyv[1] = TileBuffer(dyrows_ * 2 * oc_);
       scratch_.push_back(std::move(s));
     }
   }
@@ -389,7 +368,7 @@ class WeightGrad {
   // overwrite, so that stale values meet no dy and no NaN can appear.
   void clear_tail(Scratch& s, std::size_t cnt) const {
     const std::size_t from = cnt * plane_;
-    for (const Buffer& xt : s.xt)
+    for (const TileBuffer& xt : s.xt)
       for (std::size_t ch = 0; ch < icp_; ++ch)
         std::memset(xt.p + ch * xrow_ + base_ + from, 0, (xrow_ - base_ - from) * 2);
     for (std::size_t e = 0; e < 2; ++e) {
@@ -553,7 +532,7 @@ class WeightGrad {
   // pre + (k + e)/2 holds k in lane (k + e) % 2, so that a pair row starts at
   // every position, even or odd.
   __attribute__((target("avx512f,avx512bw,avx512vl"))) void copy_dy(const std::uint16_t* dy, std::size_t cnt,
-                                                                    Buffer* dyv) const {
+                                                                    TileBuffer* dyv) const {
     const std::size_t oc = oc_, ow = ow_;
     alignas(64) std::uint16_t inter[32], inter1[32];
     for (int l = 0; l < 32; ++l) {

@@ -479,13 +479,14 @@ struct Conv2d<backend::OneDnn, T> {
     on::require(op, {{w, "w"}, {y, "y"}});
     if (!y_prev || !map.scale || !map.shift)
       throw ConfigError(detail::concat(op, ": no input bits or map for ", on::describe(g)));
-    const std::string why = mapped_why_not(dev, g);
-    if (!why.empty()) throw ConfigError(detail::concat(op, ": ", why, " (", on::describe(g), ")"));
     on::guarded(op, [&] {
       State& s = state(dev, g);
       bf16_in_ = nullptr;
-      if (!s.amx_fwd)
+      if (!s.amx_fwd) {  // the geometry checked once, when its kernel is built
+        const std::string why = mapped_why_not(dev, g);
+        if (!why.empty()) throw ConfigError(detail::concat(op, ": ", why, " (", on::describe(g), ")"));
         s.amx_fwd = std::make_unique<backend::onednn::amx::Forward3x3>(g.n, g.ih, g.iw, g.ic, g.oc);
+      }
       if (w_version_ == 0 || s.amx_fwd_w != w || s.amx_fwd_version != w_version_) {
         s.amx_fwd->set_weights(w);
         s.amx_fwd_w = w;
@@ -501,11 +502,8 @@ struct Conv2d<backend::OneDnn, T> {
         s.kept_map_ab.insert(s.kept_map_ab.end(), map.shift, map.shift + g.ic);
         s.kept_map_relu = map.relu;
       }
-      ++mapped_forwards_;
     });
   }
-  /// How many forward passes took a mapped input (tests).
-  CIFARNET_OUTLINE std::size_t mapped_forwards() const { return mapped_forwards_; }
 
   /// Whether forward_gelu_bf16_dst() can run for `g` (with a bias or
   /// not): bf16 convolutions and a oneDNN jit kernel with bf16 input,
@@ -1649,7 +1647,6 @@ struct Conv2d<backend::OneDnn, T> {
   backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
   std::size_t direct_backwards_ = 0, direct_forwards_ = 0, own_wino_calls_ = 0;
   bool keep_input_ = false;
-  std::size_t mapped_forwards_ = 0;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;
   std::uint64_t w_version_ = 0;
