@@ -57,20 +57,10 @@ struct Shape {
   }
 };
 
-// bf16 bits in steps of 1/64: non-negative ones in [0, 1], or signed in
-// [-1, 1] (exact in bf16; no denormal products).
-std::vector<std::uint16_t> random_bits(std::size_t count, bool non_negative, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(non_negative ? 0 : -64, 64);
-  std::vector<std::uint16_t> v(count);
-  for (auto& b : v) b = bf16_bits(float(d(rng)) / 64.0f);
-  return v;
-}
-
 // Float weights already on bf16 values (the kernel rounds them; these need
 // no rounding), HWIO.
 std::vector<float> random_weights(const Shape& s, bool non_negative, unsigned seed) {
-  const auto bits = random_bits(9 * s.ic * s.oc, non_negative, seed);
+  const auto bits = cifarnet::test::random_bf16(9 * s.ic * s.oc, non_negative, seed);
   std::vector<float> w(bits.size());
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(bits[i]);
   return w;
@@ -123,7 +113,7 @@ Run run_kernel(const Shape& s, const std::vector<std::uint16_t>& x, const std::v
 void check_shape(const Shape& s, bool non_negative, unsigned seed) {
   INFO(s.name() << (non_negative ? ", non-negative data" : ", signed data"));
   REQUIRE(amx::Forward3x3::why_not(s.n, s.h, s.w, s.ic, s.oc).empty());
-  const auto x = random_bits(s.n * s.h * s.w * s.ic, non_negative, seed);
+  const auto x = cifarnet::test::random_bf16(s.n * s.h * s.w * s.ic, non_negative, seed);
   const auto w = random_weights(s, non_negative, seed + 1);
   const Run r = run_kernel(s, x, w);
   std::vector<double> sum, abs;
@@ -186,7 +176,7 @@ TEST_CASE("The AMX forward convolution's input map is the map applied to its inp
   for (const Shape& s : {Shape{11, 6, 5, 16, 32}, Shape{9, 4, 4, 64, 32}}) {
     for (const bool relu : {true, false}) {
       INFO(s.name() << (relu ? ", ReLU" : ", no ReLU"));
-      const auto y = random_bits(s.n * s.h * s.w * s.ic, false, 31);
+      const auto y = cifarnet::test::random_bf16(s.n * s.h * s.w * s.ic, false, 31);
       const auto w = random_weights(s, false, 32);
       const cifarnet::test::HostMap host(s.ic);
       const auto x = host.apply(y, relu);
@@ -201,7 +191,7 @@ TEST_CASE("The AMX forward convolution's input map is the map applied to its inp
 TEST_CASE("The AMX forward convolution's bits do not depend on the thread count", "[amx_conv]") {
   if (skip_without_amx_bf16()) return;
   const Shape s{29, 8, 8, 32, 32};
-  const auto x = random_bits(s.n * s.h * s.w * s.ic, false, 41);
+  const auto x = cifarnet::test::random_bf16(s.n * s.h * s.w * s.ic, false, 41);
   const auto w = random_weights(s, false, 42);
   const int before = omp_get_max_threads();
   omp_set_num_threads(1);

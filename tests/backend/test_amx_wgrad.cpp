@@ -74,16 +74,6 @@ bool skip_without_amx() {
   return true;
 }
 
-// bf16 bits of random values: signed ones in [-1, 1], or non-negative ones
-// in [0, 1]; steps of 1/64 (exact in bf16, no denormal products).
-std::vector<std::uint16_t> random_bf16(std::size_t count, bool non_negative, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(non_negative ? 0 : -64, 64);
-  std::vector<std::uint16_t> v(count);
-  for (auto& b : v) b = bf16_bits(float(d(rng)) / 64.0f);
-  return v;
-}
-
 struct Reference {
   std::vector<double> sum, abs;  // HWIO
 };
@@ -126,8 +116,8 @@ Reference reference(const Geom& g, const std::vector<std::uint16_t>& x,
 std::vector<float> check_against_reference(const Geom& g, bool non_negative, unsigned seed) {
   INFO(g.name() << (non_negative ? ", non-negative data" : ", signed data"));
   REQUIRE(g.supported());
-  const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, non_negative, seed);
-  const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, non_negative, seed + 1);
+  const auto x = cifarnet::test::random_bf16(g.n * g.ih * g.iw * g.ic, non_negative, seed);
+  const auto dy = cifarnet::test::random_bf16(g.n * g.oh() * g.ow() * g.oc, non_negative, seed + 1);
   amx::WeightGrad wg = g.make();
   std::vector<float> dw(g.kh * g.kw * g.ic * g.oc, -7.0f);  // overwritten
   wg.run(x.data(), dy.data(), dw.data());
@@ -284,8 +274,8 @@ TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on 
   unsigned seed = 201;
   for (const Geom& g : cases) {
     INFO(g.name());
-    const auto x = random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);
-    const auto dy = random_bf16(g.n * g.oh() * g.ow() * g.oc, false, seed += 2);
+    const auto x = cifarnet::test::random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);
+    const auto dy = cifarnet::test::random_bf16(g.n * g.oh() * g.ow() * g.oc, false, seed += 2);
     const auto one = run_with_threads(g, 1, x, dy, 2);
     const auto two = run_with_threads(g, 2, x, dy, 3);
     const auto three = run_with_threads(g, 3, x, dy, 2);
@@ -315,8 +305,8 @@ TEST_CASE("amx weight gradient with 1 MiB blocks agrees with double sums on samp
   amx::WeightGrad wg = g.make();
   CHECK(wg.block_images() == 63);  // a whole chunk (500 / 8 images) within 1 MiB
   if (skip_without_amx()) return;
-  const auto x = random_bf16(g.x_size(), true, 601);
-  const auto dy = random_bf16(g.dy_size(), true, 603);
+  const auto x = cifarnet::test::random_bf16(g.x_size(), true, 601);
+  const auto dy = cifarnet::test::random_bf16(g.dy_size(), true, 603);
   std::vector<float> dw(g.kh * g.kw * g.ic * g.oc, -7.0f);
   wg.run(x.data(), dy.data(), dw.data());
   std::mt19937 rng(605);
@@ -367,8 +357,8 @@ TEST_CASE("amx weight gradient with an input map gives the bits of the map appli
   for (const Geom& g : cases)
     for (const bool relu : {true, false}) {
       INFO(g.name() << (relu ? ", ReLU" : ", no ReLU"));
-      const auto y = random_bf16(g.x_size(), false, seed += 2);
-      const auto dy = random_bf16(g.dy_size(), false, seed += 2);
+      const auto y = cifarnet::test::random_bf16(g.x_size(), false, seed += 2);
+      const auto dy = cifarnet::test::random_bf16(g.dy_size(), false, seed += 2);
       const cifarnet::test::HostMap host(g.ic);
       const auto x = host.apply(y, relu);
       const amx::InputMap map{host.scale.data(), host.shift.data(), relu};
