@@ -19,6 +19,7 @@
 #include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/host/mask_bits.hpp>
 #include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/onednn/bn_kernels.hpp>
 #include <cifarnet/backend/onednn/winograd.hpp>
 #include <cifarnet/backend/reference/conv2d.hpp>
 #include <cifarnet/backend/reference/lrn.hpp>
@@ -794,6 +795,93 @@ TEST_CASE("BatchNorm's backward in ranges of images equals its whole backward, b
                        relu);
       CHECK_THROWS_AS(images(0, 1), ConfigError);
     }
+  }
+}
+
+TEST_CASE("Batch norm's pass with a residual sum: one FMA, the sum, the ReLU, the bf16 rounding, the mask",
+          "[backend][onednn][batchnorm][eltwise]") {
+  // bn::affine_sum (forward_train_sum's pass) against its definition,
+  // element by element: y = fma(x, a, b) + r as the row loop compiles
+  // where the build has FMA (a*b + c contracted), then max(., 0) keeping
+  // NaN and -0, the bf16 copy as host::store_bf16 rounds, the mask y > 0.
+  // The rows run in AVX-512 registers where the build has AVX512-BF16
+  // (bn::affine_sum_rows_avx512), elsewhere in the row loop for C known at
+  // compile time (16, 32, 64 or 256 channels; the generic loop for other
+  // counts is left to the compiler's contraction: GCC 12 fuses there less).
+  // x and r float or bf16, y float (with or without its bf16 copy) or the
+  // bf16 copy alone.
+  namespace bn = backend::onednn::bn;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Rng rng = Rng::stream(7, 43);
+  for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64), std::size_t(256)}) {
+    const ChannelGeom g{DataFormat::NHWC, 3, c, 5, 6};
+    const std::size_t n = g.size();
+    REQUIRE(bn::bf16_only(g));
+    const auto x = random_vec(rng, n, -2.0, 2.0), a = random_vec(rng, c), b = random_vec(rng, c);
+    auto r = random_vec(rng, n);
+    r[5] = nan;
+    r[6] = inf;
+    r[7] = -inf;
+    r[8] = -0.f;
+    std::vector<std::uint16_t> x16(n), r16(n);
+    std::vector<float> xw(n), rw(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x16[i] = backend::host::bf16_bits(x[i]);
+      r16[i] = backend::host::bf16_bits(r[i]);
+      xw[i] = backend::host::bf16_to_float(x16[i]);
+      rw[i] = backend::host::bf16_to_float(r16[i]);
+    }
+    for (int xb = 0; xb < 2; ++xb)
+      for (int rb = 0; rb < 2; ++rb)
+        for (bool relu : {false, true})
+          for (int out = 0; out < 3; ++out) {  // y; y and its copy; the copy alone
+            INFO(c << " channels, x " << (xb ? "bf16" : "float") << ", r " << (rb ? "bf16" : "float")
+                   << (relu ? ", ReLU" : "") << ", output " << out);
+            const std::vector<float>& xv = xb ? xw : x;
+            const std::vector<float>& rv = rb ? rw : r;
+            std::vector<float> expect(n);
+            std::vector<std::uint16_t> expect16(n), expect_mask(n / 16, 0);
+            for (std::size_t i = 0; i < n; ++i) {
+              const std::size_t ch = i % c;
+#if defined(__FMA__)
+              float v = std::fma(xv[i], a[ch], b[ch]) + rv[i];
+#else
+              float v = xv[i] * a[ch] + b[ch] + rv[i];
+#endif
+              if (v > 0.f) expect_mask[i / 16] = std::uint16_t(expect_mask[i / 16] | 1u << (i % 16));
+              if (relu && v < 0.f) v = 0.f;
+              expect[i] = v;
+            }
+            backend::host::store_bf16(expect.data(), expect16.data(), n);
+            auto y = poisoned(n);
+            std::vector<std::uint16_t> y16(n, 0xdead), mask(n / 16, 0xdead);
+            float* yp = out < 2 ? y.data() : nullptr;
+            std::uint16_t* y16p = out > 0 ? y16.data() : nullptr;
+            std::uint16_t* maskp = relu ? mask.data() : nullptr;
+            auto run = [&](const auto* xp, const auto* rp) {
+              bn::with_channels(g, [&](auto cc) {
+                bn::affine_sum<decltype(cc)::value>(g, xp, a.data(), b.data(), rp, relu, yp, y16p, maskp);
+              });
+            };
+            if (xb && rb)
+              run(x16.data(), r16.data());
+            else if (xb)
+              run(x16.data(), r.data());
+            else if (rb)
+              run(x.data(), r16.data());
+            else
+              run(x.data(), r.data());
+            std::size_t wrong = 0, wrong16 = 0, wrong_mask = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+              if (yp) wrong += std::memcmp(&y[i], &expect[i], sizeof(float)) != 0;
+              if (y16p) wrong16 += y16[i] != expect16[i];
+            }
+            if (maskp)
+              for (std::size_t i = 0; i < n / 16; ++i) wrong_mask += mask[i] != expect_mask[i];
+            CHECK(wrong == 0);
+            CHECK(wrong16 == 0);
+            CHECK(wrong_mask == 0);
+          }
   }
 }
 

@@ -436,6 +436,58 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
   }
 }
 
+#ifdef CIFARNET_HOST_BF16_AVX512
+/// 16 values from p as floats: floats loaded, bfloat16 bits widened exactly.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const std::uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+/// affine_sum()'s NHWC rows of CC channels (a multiple of 16) in AVX-512
+/// registers, 16 channels a vector: the row is never stored as floats
+/// on the stack to be read back for its bf16 copy and its mask (the mask's
+/// 512-bit load of the row's 256-bit stores stalled: the pass ran at half
+/// the speed of this one at 16 and 64 channels,
+/// docs/BENCHMARKS.md). The same operations as affine_sum_row as the
+/// compiler builds it here (x a + b as one FMA, then + r; max(0, v) keeps
+/// NaN and -0 as its `v < 0` test does), the rounding of host::store_bf16
+/// (VCVTNEPS2BF16) and the mask of host::positive_bits (v > 0, ordered), so
+/// the same bits.
+template <std::size_t CC, class X, class R>
+void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
+                            const float* __restrict b, const R* __restrict r, bool relu, float* __restrict y,
+                            std::uint16_t* __restrict yb, std::uint16_t* __restrict mask) {
+  constexpr std::size_t K = CC / 16;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::size_t rows = g.n * g.h * g.w, r0 = share(rows, t, nt), r1 = share(rows, t + 1, nt);
+    __m512 av[K], bv[K];
+    for (std::size_t k = 0; k < K; ++k) {
+      av[k] = _mm512_loadu_ps(a + 16 * k);
+      bv[k] = _mm512_loadu_ps(b + 16 * k);
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    for (std::size_t q = r0; q < r1; ++q) {
+      const std::size_t base = q * CC;
+      ahead(x + base);
+      ahead(r + base);
+      for (std::size_t k = 0; k < K; ++k) {
+        const std::size_t at = base + 16 * k;
+        __m512 v = _mm512_add_ps(_mm512_fmadd_ps(load16(x + at), av[k], bv[k]), load16(r + at));
+        if (mask) mask[q * K + k] = std::uint16_t(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ));
+        if (relu) v = _mm512_max_ps(zero, v);  // the second operand where either is NaN or both are 0
+        if (y) _mm512_storeu_ps(y + at, v);
+        if (yb)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + at),
+                              reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+      }
+    }
+  }
+}
+#endif
+
 /// y[i] = (x[i] a[c] + b[c]) + r[i], then max(., 0) with `relu` (NaN
 /// propagates, as Eltwise::add): batch norm's output and a residual
 /// branch summed in the pass that normalises (Residual, ConvBatchNorm), the
@@ -463,6 +515,9 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
   };
   if constexpr (CC != 0) {  // NHWC with C known: constants in registers
     static_assert(CC % 16 == 0, "bn::affine_sum: the mask's words cover 16 channels each");
+#ifdef CIFARNET_HOST_BF16_AVX512
+    affine_sum_rows_avx512<CC>(g, x, a, b, r, relu, y, yb, mask);
+#else
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) {
       alignas(64) float tmp[CC];  // y == nullptr: the row only on its way to yb and the mask
       float* yr = y ? y + q * C : tmp;
@@ -470,6 +525,7 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
       if (mask)
         for (std::size_t j = 0; j < CC / 16; ++j) mask[q * (CC / 16) + j] = host::positive_bits(yr + 16 * j);
     });
+#endif
     return;
   }
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
