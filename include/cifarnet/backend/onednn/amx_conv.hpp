@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "cifarnet/backend/host/bf16.hpp"
+#include "cifarnet/backend/host/prefetch.hpp"
 #include "cifarnet/backend/onednn/amx_tiles.hpp"
 #include "cifarnet/core/error.hpp"
 
@@ -206,6 +207,9 @@ class Forward3x3 {
       for (std::size_t r = 0; r < h_; ++r) {
         std::uint16_t* dst = P + ((m * (h_ + 1) + r + 1) * pw_ + 1) * ic;
         const std::uint16_t* src = x + (m * h_ + r) * w * ic;
+        // x comes from memory: ask for the lines host::kAheadBytes past this row's.
+        for (std::size_t b = 0; b < w * ic * 2; b += 64)
+          host::prefetch_ahead(reinterpret_cast<const char*>(src) + b);
         if (!map) {
           std::memcpy(dst, src, w * ic * 2);
           continue;

@@ -74,6 +74,7 @@
 #include <utility>
 #include <vector>
 
+#include "cifarnet/backend/host/prefetch.hpp"
 #include "cifarnet/backend/host/unroll.hpp"
 #include "cifarnet/backend/onednn/amx_tiles.hpp"
 #include "cifarnet/core/error.hpp"
@@ -455,8 +456,13 @@ class WeightGrad {
         p += len;
       }
       const std::uint16_t* src = x + p0 * ic;
-      if (dense)
+      if (dense) {
         for (std::size_t t = 0; t < np; ++t) at[t] = src + t * ic;
+        // x comes from memory (the forward wrote it long before): ask for
+        // the lines host::kAheadBytes past this block's.
+        for (std::size_t b = 0; b < np * ic * 2; b += 64)
+          host::prefetch_ahead(reinterpret_cast<const char*>(src) + b);
+      }
       for (std::size_t cb = 0; cb < icp_; cb += 16) {
         // A last block of 8 channels (ic a multiple of 8, not of 16) reads
         // those 8 and zeros for the padded rows.
@@ -544,6 +550,9 @@ class WeightGrad {
       for (std::size_t y = 0; y < oh_; ++y)
         for (std::size_t e = 0; e < 2; ++e) {
           const std::uint16_t* row = dy + ((m * oh_ + y) * ow) * oc;
+          if (e == 0)  // as copy_x: the lines host::kAheadBytes past this row's
+            for (std::size_t b = 0; b < ow * oc * 2; b += 64)
+              host::prefetch_ahead(reinterpret_cast<const char*>(row) + b);
           const std::size_t q0 = m * plane_ + y * pitch_ + e;        // position of x = 0, shifted by e
           std::uint16_t* out = dyv[e].p + (pre_ + q0 / 2) * 2 * oc;  // its pair row
           std::size_t x = 0;
