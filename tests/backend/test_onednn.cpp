@@ -801,9 +801,10 @@ TEST_CASE("BatchNorm's backward in ranges of images equals its whole backward, b
 TEST_CASE("Batch norm's pass with a residual sum: one FMA, the sum, the ReLU, the bf16 rounding, the mask",
           "[backend][onednn][batchnorm][eltwise]") {
   // bn::affine_sum (forward_train_sum's pass) against its definition,
-  // element by element: y = fma(x, a, b) + r as the row loop compiles
-  // where the build has FMA (a*b + c contracted), then max(., 0) keeping
-  // NaN and -0, the bf16 copy as host::store_bf16 rounds, the mask y > 0.
+  // element by element: y = (x a + b) + r written as the row loop writes it
+  // (so contracted to an FMA, or not, as the compiler does there), then
+  // max(., 0) keeping NaN and -0, the bf16 copy as host::store_bf16
+  // rounds, the mask y > 0.
   // The rows run in AVX-512 registers where the build has AVX512-BF16
   // (bn::affine_sum_rows_avx512), elsewhere in the row loop for C known at
   // compile time (16, 32, 64 or 256 channels; the generic loop for other
@@ -843,11 +844,7 @@ TEST_CASE("Batch norm's pass with a residual sum: one FMA, the sum, the ReLU, th
             std::vector<std::uint16_t> expect16(n), expect_mask(n / 16, 0);
             for (std::size_t i = 0; i < n; ++i) {
               const std::size_t ch = i % c;
-#if defined(__FMA__)
-              float v = std::fma(xv[i], a[ch], b[ch]) + rv[i];
-#else
-              float v = xv[i] * a[ch] + b[ch] + rv[i];
-#endif
+              float v = (xv[i] * a[ch] + b[ch]) + rv[i];
               if (v > 0.f) expect_mask[i / 16] = std::uint16_t(expect_mask[i / 16] | 1u << (i % 16));
               if (relu && v < 0.f) v = 0.f;
               expect[i] = v;

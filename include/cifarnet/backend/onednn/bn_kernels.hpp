@@ -449,11 +449,15 @@ inline __m512 load16(const std::uint16_t* p) {
 /// on the stack to be read back for its bf16 copy and its mask (the mask's
 /// 512-bit load of the row's 256-bit stores stalled: the pass ran at half
 /// the speed of this one at 16 and 64 channels,
-/// docs/BENCHMARKS.md). The same operations as affine_sum_row as the
-/// compiler builds it here (x a + b as one FMA, then + r; max(0, v) keeps
-/// NaN and -0 as its `v < 0` test does), the rounding of host::store_bf16
-/// (VCVTNEPS2BF16) and the mask of host::positive_bits (v > 0, ordered), so
-/// the same bits.
+/// docs/BENCHMARKS.md). The same operations as affine_sum_row: the
+/// arithmetic is one expression on vector types, (x * a + b) + r, which the
+/// compiler contracts (or not) as it does the row loop's scalar one (GCC at
+/// -O2 and above with its default -ffp-contract=fast, clang always within
+/// an expression: an FMA there, a product and a sum at GCC's -O1), so that
+/// the pass keeps the bits of batch norm's own pass followed by the sum;
+/// max(0, v) keeps NaN and -0 as the loop's `v < 0` test does; the rounding
+/// of host::store_bf16 (VCVTNEPS2BF16) and the mask of host::positive_bits
+/// (v > 0, ordered).
 template <std::size_t CC, class X, class R>
 void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
                             const float* __restrict b, const R* __restrict r, bool relu, float* __restrict y,
@@ -475,7 +479,7 @@ void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const f
       ahead(r + base);
       for (std::size_t k = 0; k < K; ++k) {
         const std::size_t at = base + 16 * k;
-        __m512 v = _mm512_add_ps(_mm512_fmadd_ps(load16(x + at), av[k], bv[k]), load16(r + at));
+        __m512 v = (load16(x + at) * av[k] + bv[k]) + load16(r + at);  // as affine_sum_row's expression
         if (mask) mask[q * K + k] = std::uint16_t(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ));
         if (relu) v = _mm512_max_ps(zero, v);  // the second operand where either is NaN or both are 0
         if (y) _mm512_storeu_ps(y + at, v);
