@@ -805,8 +805,9 @@ TEST_CASE("Batch norm's pass with a residual sum: one FMA, the sum, the ReLU, th
   // (so contracted to an FMA, or not, as the compiler does there), then
   // max(., 0) keeping NaN and -0, the bf16 copy as host::store_bf16
   // rounds, the mask y > 0.
-  // The rows run in AVX-512 registers where the build has AVX512-BF16
-  // (bn::affine_sum_rows_avx512), elsewhere in the row loop for C known at
+  // The rows of the bf16 copy alone run in AVX-512 registers where the
+  // build has AVX512-BF16 (bn::affine_sum_rows_avx512), with a float y and
+  // elsewhere in the row loop for C known at
   // compile time (16, 32, 64 or 256 channels; the generic loop for other
   // counts is left to the compiler's contraction: GCC 12 fuses there less).
   // x and r float or bf16, y float (with or without its bf16 copy) or the

@@ -445,11 +445,14 @@ inline __m512 load16(const std::uint16_t* p) {
 }
 
 /// affine_sum()'s NHWC rows of CC channels (a multiple of 16) in AVX-512
-/// registers, 16 channels a vector: the row is never stored as floats
-/// on the stack to be read back for its bf16 copy and its mask (the mask's
-/// 512-bit load of the row's 256-bit stores stalled: the pass ran at half
-/// the speed of this one at 16 and 64 channels,
-/// docs/BENCHMARKS.md). The same operations as affine_sum_row: the
+/// registers, 16 channels a vector, where the sum goes out as its bf16 copy
+/// alone (yb, and the mask where given; no float y): the row is never
+/// stored as floats on the stack to be read back for the copy and the mask
+/// (the mask's 512-bit load of the row's 256-bit stores stalled: the pass
+/// ran at half this one's speed at 16 and 64 channels with the tensors in
+/// cache, 1.0-1.24x from memory; with a float y the row loop stays, which
+/// was faster from memory: docs/BENCHMARKS.md, 2026-12-05 04:00). The same
+/// operations as affine_sum_row: the
 /// arithmetic is one expression on vector types, (x * a + b) + r, which the
 /// compiler contracts (or not) as it does the row loop's scalar one (GCC at
 /// -O2 and above with its default -ffp-contract=fast, clang always within
@@ -460,7 +463,7 @@ inline __m512 load16(const std::uint16_t* p) {
 /// (v > 0, ordered).
 template <std::size_t CC, class X, class R>
 void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
-                            const float* __restrict b, const R* __restrict r, bool relu, float* __restrict y,
+                            const float* __restrict b, const R* __restrict r, bool relu,
                             std::uint16_t* __restrict yb, std::uint16_t* __restrict mask) {
   constexpr std::size_t K = CC / 16;
 #pragma omp parallel
@@ -482,10 +485,8 @@ void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const f
         __m512 v = (load16(x + at) * av[k] + bv[k]) + load16(r + at);  // as affine_sum_row's expression
         if (mask) mask[q * K + k] = std::uint16_t(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ));
         if (relu) v = _mm512_max_ps(zero, v);  // the second operand where either is NaN or both are 0
-        if (y) _mm512_storeu_ps(y + at, v);
-        if (yb)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + at),
-                              reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + at),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
       }
     }
   }
@@ -520,8 +521,11 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
   if constexpr (CC != 0) {  // NHWC with C known: constants in registers
     static_assert(CC % 16 == 0, "bn::affine_sum: the mask's words cover 16 channels each");
 #ifdef CIFARNET_HOST_BF16_AVX512
-    affine_sum_rows_avx512<CC>(g, x, a, b, r, relu, y, yb, mask);
-#else
+    if (!y) {
+      affine_sum_rows_avx512<CC>(g, x, a, b, r, relu, yb, mask);
+      return;
+    }
+#endif
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t q, const float* ac, const float* bc) {
       alignas(64) float tmp[CC];  // y == nullptr: the row only on its way to yb and the mask
       float* yr = y ? y + q * C : tmp;
@@ -529,7 +533,6 @@ void affine_sum(const ChannelGeom& g, const X* __restrict x, const float* __rest
       if (mask)
         for (std::size_t j = 0; j < CC / 16; ++j) mask[q * (CC / 16) + j] = host::positive_bits(yr + 16 * j);
     });
-#endif
     return;
   }
   const std::ptrdiff_t units = std::ptrdiff_t(nhwc ? g.n * hw : g.n * C);
