@@ -798,20 +798,18 @@ TEST_CASE("BatchNorm's backward in ranges of images equals its whole backward, b
   }
 }
 
-TEST_CASE("Batch norm's pass with a residual sum: one FMA, the sum, the ReLU, the bf16 rounding, the mask",
-          "[backend][onednn][batchnorm][eltwise]") {
+TEST_CASE(
+    "Batch norm's pass with a residual sum: x a + b + r as the row loop, the ReLU, the rounding, the mask",
+    "[backend][onednn][batchnorm][eltwise]") {
   // bn::affine_sum (forward_train_sum's pass) against its definition,
   // element by element: y = (x a + b) + r written as the row loop writes it
   // (so contracted to an FMA, or not, as the compiler does there), then
   // max(., 0) keeping NaN and -0, the bf16 copy as host::store_bf16
-  // rounds, the mask y > 0.
-  // The rows of the bf16 copy alone run in AVX-512 registers where the
-  // build has AVX512-BF16 (bn::affine_sum_rows_avx512), with a float y and
-  // elsewhere in the row loop for C known at
-  // compile time (16, 32, 64 or 256 channels; the generic loop for other
-  // counts is left to the compiler's contraction: GCC 12 fuses there less).
-  // x and r float or bf16, y float (with or without its bf16 copy) or the
-  // bf16 copy alone.
+  // rounds, the mask y > 0. The rows of the bf16 copy alone run in AVX-512
+  // registers where the build has AVX512-BF16 (bn::affine_sum_rows_avx512);
+  // with a float y, and elsewhere, in the row loop for C known at compile
+  // time (16, 32, 64 or 256 channels). x and r float or bf16, y float (with
+  // or without its bf16 copy) or the bf16 copy alone.
   namespace bn = backend::onednn::bn;
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   Rng rng = Rng::stream(7, 43);

@@ -451,16 +451,15 @@ inline __m512 load16(const std::uint16_t* p) {
 /// (the mask's 512-bit load of the row's 256-bit stores stalled: the pass
 /// ran at half this one's speed at 16 and 64 channels with the tensors in
 /// cache, 1.0-1.24x from memory; with a float y the row loop stays, which
-/// was faster from memory: docs/BENCHMARKS.md, 2026-12-05 04:00). The same
-/// operations as affine_sum_row: the
-/// arithmetic is one expression on vector types, (x * a + b) + r, which the
-/// compiler contracts (or not) as it does the row loop's scalar one (GCC at
-/// -O2 and above with its default -ffp-contract=fast, clang always within
-/// an expression: an FMA there, a product and a sum at GCC's -O1), so that
-/// the pass keeps the bits of batch norm's own pass followed by the sum;
-/// max(0, v) keeps NaN and -0 as the loop's `v < 0` test does; the rounding
-/// of host::store_bf16 (VCVTNEPS2BF16) and the mask of host::positive_bits
-/// (v > 0, ordered).
+/// was faster from memory: docs/BENCHMARKS.md, 2026-12-05 04:00).
+/// The same operations as affine_sum_row: the arithmetic is one expression
+/// on vector types, (x * a + b) + r, which the compiler contracts (or not)
+/// as it does the row loop's scalar one (GCC at -O2 and above with its
+/// default -ffp-contract=fast, clang always within an expression: an FMA
+/// there, a product and a sum at GCC's -O1), so that the pass keeps the
+/// bits of batch norm's own pass followed by the sum; max(0, v) keeps NaN
+/// and -0 as the loop's `v < 0` test does; the rounding of host::store_bf16
+/// (VCVTNEPS2BF16) and the mask of host::positive_bits (v > 0, ordered).
 template <std::size_t CC, class X, class R>
 void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const float* __restrict a,
                             const float* __restrict b, const R* __restrict r, bool relu,
