@@ -27,4 +27,10 @@ inline void prefetch_ahead(const void* p) {
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + kAheadBytes), 0, 3);
 }
 
+/// prefetch_ahead for every cache line of [p, p + bytes): a block about to
+/// be read (a row, a block of pixels) asks for the block kAheadBytes past it.
+inline void prefetch_lines_ahead(const void* p, std::size_t bytes) {
+  for (std::size_t b = 0; b < bytes; b += 64) prefetch_ahead(static_cast<const char*>(p) + b);
+}
+
 }  // namespace cifarnet::backend::host

@@ -207,9 +207,7 @@ class Forward3x3 {
       for (std::size_t r = 0; r < h_; ++r) {
         std::uint16_t* dst = P + ((m * (h_ + 1) + r + 1) * pw_ + 1) * ic;
         const std::uint16_t* src = x + (m * h_ + r) * w * ic;
-        // x comes from memory: ask for the lines host::kAheadBytes past this row's.
-        for (std::size_t b = 0; b < w * ic * 2; b += 64)
-          host::prefetch_ahead(reinterpret_cast<const char*>(src) + b);
+        host::prefetch_lines_ahead(src, w * ic * 2);  // x comes from memory
         if (!map) {
           std::memcpy(dst, src, w * ic * 2);
           continue;

@@ -458,10 +458,8 @@ class WeightGrad {
       const std::uint16_t* src = x + p0 * ic;
       if (dense) {
         for (std::size_t t = 0; t < np; ++t) at[t] = src + t * ic;
-        // x comes from memory (the forward wrote it long before): ask for
-        // the lines host::kAheadBytes past this block's.
-        for (std::size_t b = 0; b < np * ic * 2; b += 64)
-          host::prefetch_ahead(reinterpret_cast<const char*>(src) + b);
+        // x comes from memory (the forward wrote it long before)
+        host::prefetch_lines_ahead(src, np * ic * 2);
       }
       for (std::size_t cb = 0; cb < icp_; cb += 16) {
         // A last block of 8 channels (ic a multiple of 8, not of 16) reads
@@ -550,9 +548,7 @@ class WeightGrad {
       for (std::size_t y = 0; y < oh_; ++y)
         for (std::size_t e = 0; e < 2; ++e) {
           const std::uint16_t* row = dy + ((m * oh_ + y) * ow) * oc;
-          if (e == 0)  // as copy_x: the lines host::kAheadBytes past this row's
-            for (std::size_t b = 0; b < ow * oc * 2; b += 64)
-              host::prefetch_ahead(reinterpret_cast<const char*>(row) + b);
+          if (e == 0) host::prefetch_lines_ahead(row, ow * oc * 2);  // as copy_x
           const std::size_t q0 = m * plane_ + y * pitch_ + e;        // position of x = 0, shifted by e
           std::uint16_t* out = dyv[e].p + (pre_ + q0 / 2) * 2 * oc;  // its pair row
           std::size_t x = 0;

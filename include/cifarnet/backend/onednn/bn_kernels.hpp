@@ -437,13 +437,6 @@ inline void affine_sum_row(std::size_t C, const X* __restrict xs, const float* _
 }
 
 #ifdef CIFARNET_HOST_BF16_AVX512
-/// 16 values from p as floats: floats loaded, bfloat16 bits widened exactly.
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const std::uint16_t* p) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-
 /// affine_sum()'s NHWC rows of CC channels (a multiple of 16) in AVX-512
 /// registers, 16 channels a vector, where the sum goes out as its bf16 copy
 /// alone (yb, and the mask where given; no float y): the row is never
@@ -481,11 +474,11 @@ void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const f
       ahead(r + base);
       for (std::size_t k = 0; k < K; ++k) {
         const std::size_t at = base + 16 * k;
-        __m512 v = (load16(x + at) * av[k] + bv[k]) + load16(r + at);  // as affine_sum_row's expression
+        // as affine_sum_row's expression (x and r widened exactly: host::detail::load16)
+        __m512 v = (host::detail::load16(x + at) * av[k] + bv[k]) + host::detail::load16(r + at);
         if (mask) mask[q * K + k] = std::uint16_t(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ));
         if (relu) v = _mm512_max_ps(zero, v);  // the second operand where either is NaN or both are 0
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(yb + at),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+        host::detail::store16(v, yb + at);     // VCVTNEPS2BF16, as host::store_bf16
       }
     }
   }
