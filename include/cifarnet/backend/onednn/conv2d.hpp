@@ -86,7 +86,7 @@
 // flipped float copy is remade when the weights' buffer or
 // Parameters::version changes, then reordered like the weights.
 // Likewise a bf16 backward_data of ResNet's stride-2 3x3 convolution (NHWC,
-// padding 1 before, even image sizes, 32 or more input channels) runs as two
+// padding 1 before, even image sizes, 16 or more input channels) runs as two
 // bf16 forward convolutions of dy, one per row phase of dx, whose rows are
 // then copied into dx (State::phases_backward has the numbers).
 // Each of these bf16 backward_data passes (the forward of dy, the phases,
@@ -1398,13 +1398,17 @@ struct Conv2d<backend::OneDnn, T> {
     // ResNet-20 step, where dy comes as bf16, that convolution's whole
     // backward went from 2.54 to 1.39 ms with the weight gradient's change
     // (docs/BENCHMARKS.md, 2026-11-27 17:40). 16 -> 32 at 32x32 did not gain
-    // in the probe, so only 32 or more input channels. Only on AMX (brgconv
+    // in conv_passes_bench, which rounds a float dy first, and was left to
+    // oneDNN's backward_data until 2026-12-05: in the step, dy bf16 and dx
+    // written as bf16, that convolution's backward took 1.30-1.34 ms against
+    // 1.42-1.54 (docs/BENCHMARKS.md, 2026-12-05 06:36; oneDNN's kernel
+    // there ran 1.46x faster on two threads than on one). Only on AMX (brgconv
     // kernels), for batches with a divisor from 8 to 32 (or below 8) for the
     // chunk.
     CIFARNET_OUTLINE static bool phases_geometry(const ConvGeom& g) {
       return g.fmt == DataFormat::NHWC && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && g.pt == 1 &&
              g.pl == 1 && g.ih % 2 == 0 && g.iw % 2 == 0 && 2 * g.oh == g.ih && 2 * g.ow == g.iw &&
-             g.ic >= 32 && backend::onednn::cpu_has_amx_convolutions();
+             g.ic >= 16 && backend::onednn::cpu_has_amx_convolutions();
     }
     // Row phase p's convolution of a chunk of `chunk` images of dy (bf16)
     // writing `out` (float, or bf16 for writes_bf16_dx).
