@@ -10,6 +10,8 @@
 #include <cifarnet/cifarnet.hpp>
 #include <cifarnet/optim/momentum.hpp>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -87,6 +89,46 @@ TEST_CASE("The arena kernels' reductions, finite checks and weight decay match p
                                                             return t;
                                                           }())
                                                               .epsilon(1e-15));
+}
+
+TEST_CASE("Weight decay over many ranges, shared among threads, gives the serial loop's bits",
+          "[optim][arena]") {
+  // weight_decay_ranges hands each range to one thread and adds the
+  // ranges' sums in range order (host/arena.hpp): the gradient and the sum
+  // must be the bits of weight_decay called range by range, whatever the
+  // thread count. Checked to fail: adding the ranges' sums in reverse order
+  // changes the total's last bits here.
+  Device<backend::OneDnn> dev;
+  ops::BackendArenaKernels<backend::OneDnn, float> k(dev);
+  Rng rng(11);
+  // A ResNet-like arena: weights of 432 to 36,864 elements between short
+  // unregularized runs (batch norm's gamma and beta), 2 x kArenaParallelMin
+  // decayed elements in all.
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::size_t at = 0, decayed = 0;
+  for (std::size_t i = 0; decayed < 2 * kArenaParallelMin; ++i) {
+    const std::size_t len = i % 5 == 0 ? 36864 : 432 + 977 * (i % 7);
+    ranges.emplace_back(at, at + len);
+    at += len + 32;
+    decayed += len;
+  }
+  std::vector<float> v(at), g0(at);
+  for (auto& e : v) e = float(rng.uniform(-1.0, 1.0));
+  for (auto& e : g0) e = float(rng.uniform(-1.0, 1.0));
+  const float wd = 2e-4f;
+  std::vector<float> g_serial = g0;
+  double serial = 0;
+  for (const auto& r : ranges) serial += k.weight_decay(r.first, r.second, g_serial.data(), v.data(), wd);
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    INFO(threads << " threads");
+    omp_set_num_threads(threads);
+    std::vector<float> g = g0;
+    const double got = k.weight_decay_ranges(ranges, g.data(), v.data(), wd);
+    CHECK(got == serial);
+    CHECK(std::memcmp(g.data(), g_serial.data(), g.size() * sizeof(float)) == 0);
+  }
+  omp_set_num_threads(before);
 }
 
 TEST_CASE("A Model installs its backend's arena kernels, and an arena no Model owns uses the reference's",

@@ -168,6 +168,37 @@ struct ArenaOp {
         if (!std::isfinite(double(x[i]))) return {true, i, double(x[i])};
     return {};
   }
+  /// weight_decay over each of `ranges`, the ranges shared among the
+  /// threads (each computed whole by one thread, as weight_decay computes
+  /// it) and their sums added in range order: the same bits as the serial
+  /// loop of ArenaKernels::weight_decay_ranges. One thread runs them all
+  /// where the ranges are not ascending and disjoint, or hold too few
+  /// elements to share. It was the one serial pass of the optimizer step: momentum SGD
+  /// with weight decay took 1.20 -> 0.82 ms a ResNet-56 step, 0.38 -> 0.27
+  /// ms a ResNet-20 step, on two threads (docs/BENCHMARKS.md, 2026-12-05
+  /// 06:36).
+  template <class Dev>
+  double weight_decay_ranges(Dev& dev, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, T* g,
+                             const T* v, T wd) {
+    std::size_t total = 0;
+    bool disjoint = true;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      total += ranges[i].second > ranges[i].first ? ranges[i].second - ranges[i].first : 0;
+      if (i > 0 && ranges[i].first < ranges[i - 1].second) disjoint = false;
+    }
+    thread_local std::vector<double> part;  // the caller's; keeps its capacity
+    part.assign(ranges.size(), 0.0);
+    double* out = part.data();
+    const long n = long(ranges.size());
+#pragma omp parallel for schedule(dynamic, 1) if (disjoint && total >= kArenaParallelMin)
+    for (long i = 0; i < n; ++i) {
+      const auto& r = ranges[std::size_t(i)];
+      out[i] = weight_decay(dev, r.first, r.second, g, v, wd);
+    }
+    double s = 0;
+    for (double p : part) s += p;
+    return s;
+  }
   template <class Dev>
   CIFARNET_NO_FP_CONTRACT double weight_decay(Dev&, std::size_t begin, std::size_t end, T* g, const T* v,
                                               T wd) {
