@@ -122,9 +122,15 @@ class Forward3x3 {
   }
 
   /// w: float HWIO [3][3][ic][oc], rounded to bf16 (nearest even) and packed.
+  /// Every training step calls it (the weights move): the taps are shared
+  /// among the threads (the main thread alone kept the other waiting:
+  /// docs/BENCHMARKS.md, 2026-12-05 07:40).
   void set_weights(const float* w) {
     std::uint16_t* p = wp_.p;
-    for (std::size_t t = 0; t < taps_; ++t)
+    const long taps = long(taps_);
+#pragma omp parallel for schedule(static) if (kb_ * ocb_ >= 2)
+    for (long tl = 0; tl < taps; ++tl) {
+      const std::size_t t = std::size_t(tl);
       for (std::size_t k = 0; k < kb_; ++k)
         for (std::size_t nb = 0; nb < ocb_; ++nb)
           for (std::size_t pr = 0; pr < 16; ++pr)
@@ -139,6 +145,7 @@ class Forward3x3 {
                 }
                 p[(((t * kb_ + k) * ocb_ + nb) * 16 + pr) * 32 + o * 2 + e] = host::bf16_bits(v);
               }
+    }
     weights_ = true;
   }
 

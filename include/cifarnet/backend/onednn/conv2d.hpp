@@ -145,13 +145,19 @@ struct FlippedWeights {
     if (v != 0 && of == src && version == v) return false;
     const std::size_t KH = g.kh, KW = g.kw, I = g.ic, O = g.oc;
     w.resize(KH * KW * I * O);
-    for (std::size_t i = 0; i < KH; ++i)
-      for (std::size_t j = 0; j < KW; ++j) {
-        const float* src_ij = src + ((KH - 1 - i) * KW + (KW - 1 - j)) * I * O;  // [c][o]
-        float* dst_ij = w.data() + (i * KW + j) * O * I;                         // [o][c]
-        for (std::size_t c = 0; c < I; ++c)
-          for (std::size_t o = 0; o < O; ++o) dst_ij[o * I + c] = src_ij[c * O + o];
-      }
+    // Every training step rewrites it (the weights move): the taps shared
+    // among the threads, as the main thread alone kept the other waiting
+    // (docs/BENCHMARKS.md, 2026-12-05 07:40).
+    float* dst = w.data();
+    const long taps = long(KH * KW);
+#pragma omp parallel for schedule(static) if (I * O >= 2048)
+    for (long t = 0; t < taps; ++t) {
+      const std::size_t i = std::size_t(t) / KW, j = std::size_t(t) % KW;
+      const float* src_ij = src + ((KH - 1 - i) * KW + (KW - 1 - j)) * I * O;  // [c][o]
+      float* dst_ij = dst + (i * KW + j) * O * I;                              // [o][c]
+      for (std::size_t c = 0; c < I; ++c)
+        for (std::size_t o = 0; o < O; ++o) dst_ij[o * I + c] = src_ij[c * O + o];
+    }
     of = src;
     version = v;
     return true;
