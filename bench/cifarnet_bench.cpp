@@ -9,6 +9,7 @@
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
 //       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
 //       [--infer-batch 100] [--plan-executor 1|0] [--plan-training 0|1] [--rules-off a,b|all]
+//       [--huge-pages 1|0]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -39,7 +40,10 @@
 // 0 through the layer tree, every layer on its own (no fusion between
 // layers). --rules-off names fusion rules (nn/plan_rules.hpp) to turn off
 // (NetOptions::rules_off; all: every one): what one rule is worth is the
-// ratio of two runs.
+// ratio of two runs. --huge-pages 0 allocates host tensors without the
+// transparent huge page advice (cifarnet::set_huge_pages, core/
+// tensor_memory.hpp), so that one binary times both; the line after the
+// results says how many blocks the kernel took the advice for.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -274,6 +278,8 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   std::printf("peak resident set size: %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
+  std::printf("huge pages: %s, %zu host blocks advised\n", huge_pages() ? "on" : "off",
+              detail::huge_page_advised().load());
   if (!json.empty()) {
     std::ofstream o(json);
     o << "[\n";
@@ -348,8 +354,15 @@ int main(int argc, char** argv) {
   app.add_flag("--explain", p.explain,
                "Print each benchmark's step plan before timing it: its nodes, which fusion rules fired "
                "where and why the others did not (Model::explain_plan).");
+  int huge = huge_pages() ? 1 : 0;
+  app.add_option("--huge-pages", huge,
+                 "1: host tensors of 2 MiB or more advised as transparent huge pages (the library's default; "
+                 "cifarnet::set_huge_pages); 0: not.")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
+  set_huge_pages(huge != 0);
   p.profile = profile != 0;
   p.direct = direct != 0;
   p.executor = executor != 0;

@@ -12,7 +12,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
 #include <vector>
 
 using namespace cifarnet;
@@ -121,4 +124,72 @@ TEST_CASE(
   CHECK(mem.foreign == 0);
   CHECK(logits[0] == logits[1]);
   CHECK(grads[0] == grads[1]);
+}
+
+namespace {
+
+/// The VmFlags of the mapping of /proc/self/smaps that holds `p` ("" where
+/// none does, or off Linux).
+std::string vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line.substr(8);
+  }
+  return "";
+}
+
+bool has_flag(const std::string& flags, const char* f) {
+  std::istringstream in(flags);
+  std::string w;
+  while (in >> w)
+    if (w == f) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("Host blocks of 2 MiB or more start on a 2 MiB boundary and are advised as huge pages",
+          "[core][tensor_memory]") {
+  const std::size_t big = detail::kHugePageBytes / sizeof(float) + 100, small = 1000;
+  const bool was = huge_pages();
+  set_huge_pages(true);
+  const std::size_t advised = detail::huge_page_advised().load();
+  Tensor<float> t = make_tensor<float>({1, 1, 1, big}, DataFormat::NHWC);
+  Tensor<float> s = make_tensor<float>({1, 1, 1, small}, DataFormat::NHWC);
+  HostVector<std::uint16_t> bits(detail::kHugePageBytes / 2 + 8);
+  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % detail::kHugePageBytes == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(bits.data()) % detail::kHugePageBytes == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(s.data()) % 64 == 0);
+  // Only the whole 2 MiB extents are advised; the kernel takes the advice
+  // where it has transparent huge pages (Linux with the sysfs switch).
+  const bool thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+  INFO("transparent huge pages in this kernel: " << (thp ? "yes" : "no"));
+  if (thp) {
+    CHECK(detail::huge_page_advised().load() == advised + 2);  // t and bits, not s
+    CHECK(has_flag(vm_flags_at(t.data()), "hg"));
+    CHECK(has_flag(vm_flags_at(bits.data()), "hg"));
+  } else {
+    CHECK(detail::huge_page_advised().load() == advised);
+  }
+  // Off: no advice for new blocks (the alignment stays: it follows the size).
+  set_huge_pages(false);
+  const std::size_t off = detail::huge_page_advised().load();
+  Tensor<float> u = make_tensor<float>({1, 1, 1, big}, DataFormat::NHWC);
+  CHECK(detail::huge_page_advised().load() == off);
+  CHECK(reinterpret_cast<std::uintptr_t>(u.data()) % detail::kHugePageBytes == 0);
+  // Values are values wherever they live.
+  for (std::size_t i = 0; i < big; ++i) t.data()[i] = float(i);
+  u = t;
+  CHECK(u.data()[big - 1] == float(big - 1));
+  set_huge_pages(was);
 }

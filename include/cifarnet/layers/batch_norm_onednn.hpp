@@ -481,7 +481,7 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
 
   const std::uint16_t* x_bf16_ = nullptr;  // forward_bf16's x (then x_ is null)
   Tensor<T> none_;                         // backward_bits' result where dx went out as bits
-  std::vector<std::uint16_t> y_bits_;      // copy_target's buffer
+  HostVector<std::uint16_t> y_bits_;       // copy_target's buffer
   bool bf16_copies_ = false;               // bf16 convolutions asked for (build)
   bool skip_float_once_ = false;           // skip_float_output_once, for the next forward
   bool expect_copy_ = false;               // require_bf16_input, for the next forward

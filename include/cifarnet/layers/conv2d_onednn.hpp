@@ -461,10 +461,10 @@ class ConvNode<backend::OneDnn, T, L> : public ConvParts<backend::OneDnn, T, L> 
   }
 
   ConvAlgorithm policy_ = ConvAlgorithm::Auto;
-  std::vector<std::uint16_t> y_bf16_;  // forward_bf16's output
-  bool bf16_alone_once_ = false;       // skip_float_output_once, for the next forward
-  bool expect_copy_ = false;           // require_bf16_input, for the next forward
-  bool gelu_once_ = false;             // gelu_bits_output_once, for the next forward
+  HostVector<std::uint16_t> y_bf16_;  // forward_bf16's output
+  bool bf16_alone_once_ = false;      // skip_float_output_once, for the next forward
+  bool expect_copy_ = false;          // require_bf16_input, for the next forward
+  bool gelu_once_ = false;            // gelu_bits_output_once, for the next forward
   std::size_t gelu_outputs_ = 0;
   std::size_t bf16_outputs_alone_ = 0;
   Buffer<T> dw_part_;       // backward_images: a later range's weight (and bias) gradient

@@ -592,11 +592,11 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     return no_dx_;  // dx went to dx_bits
   }
 
-  std::vector<std::uint16_t> dy_bits_;  // bf16_dy_target
-  Tensor<T> no_dx_;                     // backward_io's return when dx went out as bits (empty)
-  bool expect_copy_ = false;            // require_bf16_input, for the next forward
-  ops::BatchNorm<B, T> sums_op_;        // an earlier batch norm's sums over ranges of dx (backward_ranges)
-  std::vector<double> stats_buf_;       // the batch norm's statistics the convolution took (forward)
+  HostVector<std::uint16_t> dy_bits_;  // bf16_dy_target
+  Tensor<T> no_dx_;                    // backward_io's return when dx went out as bits (empty)
+  bool expect_copy_ = false;           // require_bf16_input, for the next forward
+  ops::BatchNorm<B, T> sums_op_;       // an earlier batch norm's sums over ranges of dx (backward_ranges)
+  std::vector<double> stats_buf_;      // the batch norm's statistics the convolution took (forward)
   // The deferred output (defer_output, take_normalised_input).
   bool defer_once_ = false;                      // as the earlier layer: for the next forward
   DeferredOutput<T> norm_out_;                   // and its output's map after it

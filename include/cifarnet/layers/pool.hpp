@@ -274,9 +274,9 @@ struct Pool2d : LayerBase {
     ops::Pool2d<B, T> op_;
     ConvGeom geom_;
     const Tensor<T>* x_ = nullptr;
-    bool expect_copy_ = false;           // require_bf16_input, for the next forward
-    bool bits_alone_once_ = false;       // skip_float_output_once, for the next forward
-    std::vector<std::uint16_t> y_bits_;  // its output as bf16 bits alone (skip_float_output_once)
+    bool expect_copy_ = false;          // require_bf16_input, for the next forward
+    bool bits_alone_once_ = false;      // skip_float_output_once, for the next forward
+    HostVector<std::uint16_t> y_bits_;  // its output as bf16 bits alone (skip_float_output_once)
     std::size_t bf16_outputs_alone_ = 0;
     std::size_t bf16_inputs_ = 0;
   };

@@ -149,7 +149,7 @@ class InferenceExecutor {
   };
   struct BitsBuf {
     std::size_t count = 0;
-    std::vector<std::uint16_t> v;
+    HostVector<std::uint16_t> v;
   };
 
   Tensor<T>& own_float(const Step& s) {

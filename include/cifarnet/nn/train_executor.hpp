@@ -255,7 +255,7 @@ class TrainExecutor {
     // alone (skip_float; float_skipped: by the last forward), and one whose
     // identity shortcut is read as such a copy.
     bool skip_float = false, float_skipped = false, shortcut_bits = false;
-    std::vector<std::uint16_t> dx_bits, mask_bits;
+    HostVector<std::uint16_t> dx_bits, mask_bits;
     bool wants_bits = false, has_bits = false;
   };
   static constexpr int kNoBits = -1, kOwnBits = -2;

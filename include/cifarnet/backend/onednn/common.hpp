@@ -32,6 +32,7 @@
 
 #include "cifarnet/backend/tags.hpp"
 #include "cifarnet/core/error.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 /// The oneDNN ops are partial specializations ops::X<backend::OneDnn, T> (so
@@ -54,16 +55,21 @@ struct Device<backend::OneDnn> {
   Device();
 
   /// Scratch slot `slot` (0 to 3) with at least `bytes` bytes, 64-byte
-  /// aligned; grows (never shrinks) and is shared by every op of the model:
-  /// valid until the next call for the same slot. Ops use it for layout and
-  /// data-type conversions within one call (ops finish before they return):
-  /// slots 0 and 1 for blocked activations, 2 and 3 for bf16 copies.
+  /// aligned (host memory as tensors have it: huge pages from 2 MiB,
+  /// core/tensor_memory.hpp); grows (never shrinks) and is shared by every
+  /// op of the model: valid until the next call for the same slot. Ops use
+  /// it for layout and data-type conversions within one call (ops finish
+  /// before they return): slots 0 and 1 for blocked activations, 2 and 3
+  /// for bf16 copies.
   void* scratch(int slot, std::size_t bytes) {
     Buffer& b = scratch_[slot & 3];
     if (b.size < bytes) {
-      b.p.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      if (!b.p)
+      const std::size_t n = (bytes + 63) / 64 * 64;
+      try {
+        b.p = std::unique_ptr<char, Free>(static_cast<char*>(cifarnet::detail::host_allocate(n)), Free{n});
+      } catch (const std::bad_alloc&) {
         throw BackendError(detail::concat("oneDNN device: cannot allocate ", bytes, " bytes of scratch"));
+      }
       b.size = bytes;
     }
     return b.p.get();
@@ -74,7 +80,10 @@ struct Device<backend::OneDnn> {
 
  private:
   struct Free {
-    void operator()(char* p) const { std::free(p); }
+    Free() noexcept : bytes(0) {}
+    explicit Free(std::size_t n) noexcept : bytes(n) {}
+    std::size_t bytes;
+    void operator()(char* p) const { cifarnet::detail::host_deallocate(p, bytes); }
   };
   struct Buffer {
     std::unique_ptr<char, Free> p;

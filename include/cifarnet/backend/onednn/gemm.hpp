@@ -16,6 +16,7 @@
 
 #include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 #include "cifarnet/ops/ops.hpp"
 
 namespace cifarnet {
@@ -130,7 +131,7 @@ struct Gemm<backend::OneDnn, T> {
     const float* src = nullptr;
     std::size_t count = 0;
     unsigned long long call = 0;  ///< the run_bf16 call that last used it
-    std::vector<std::uint16_t> bits;
+    HostVector<std::uint16_t> bits;
     void round(const float* in, std::size_t n) {
       src = in;
       count = n;
