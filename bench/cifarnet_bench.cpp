@@ -354,20 +354,22 @@ int main(int argc, char** argv) {
   app.add_flag("--explain", p.explain,
                "Print each benchmark's step plan before timing it: its nodes, which fusion rules fired "
                "where and why the others did not (Model::explain_plan).");
-  int huge = huge_pages() ? 1 : 0;
+  int huge = -1;  // not given: the library's default (on, unless CIFARNET_HUGE_PAGES=0)
   app.add_option("--huge-pages", huge,
-                 "1: host tensors of 2 MiB or more advised as transparent huge pages (the library's default; "
-                 "cifarnet::set_huge_pages); 0: not.")
-      ->check(CLI::IsMember({0, 1}))
-      ->capture_default_str();
+                 "1: host tensors of 2 MiB or more advised as transparent huge pages "
+                 "(cifarnet::set_huge_pages); 0: not. Default: the library's (on, unless the environment "
+                 "says CIFARNET_HUGE_PAGES=0).")
+      ->check(CLI::IsMember({0, 1}));
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
-  set_huge_pages(huge != 0);
+
   p.profile = profile != 0;
   p.direct = direct != 0;
   p.executor = executor != 0;
   p.training_executor = training_executor != 0;
   try {
+    if (huge >= 0) set_huge_pages(huge != 0);
+    (void)huge_pages();  // a bad CIFARNET_HUGE_PAGES is a ConfigError here, not at the first tensor
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "cifarnet_bench: %s\n", e.what());

@@ -193,3 +193,17 @@ TEST_CASE("Host blocks of 2 MiB or more start on a 2 MiB boundary and are advise
   CHECK(u.data()[big - 1] == float(big - 1));
   set_huge_pages(was);
 }
+
+TEST_CASE("CIFARNET_HUGE_PAGES is 0 or 1, anything else an error naming it", "[core][tensor_memory]") {
+  CHECK(detail::huge_pages_from_env(nullptr));
+  CHECK(detail::huge_pages_from_env("1"));
+  CHECK(detail::huge_pages_from_env(" 1\t"));
+  CHECK_FALSE(detail::huge_pages_from_env("0"));
+  for (const char* bad : {"", "off", "2", "01x", "yes"}) {
+    INFO("CIFARNET_HUGE_PAGES=\"" << bad << "\"");
+    CHECK_THROWS_WITH(detail::huge_pages_from_env(bad),
+                      Catch::Matchers::Contains("CIFARNET_HUGE_PAGES=\"" + std::string(bad) + "\"") &&
+                          Catch::Matchers::Contains("expected 0"));
+    CHECK_THROWS_AS(detail::huge_pages_from_env(bad), ConfigError);
+  }
+}

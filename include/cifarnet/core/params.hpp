@@ -38,6 +38,7 @@
 #include "cifarnet/core/error.hpp"
 #include "cifarnet/core/init.hpp"
 #include "cifarnet/core/rng.hpp"
+#include "cifarnet/core/tensor_memory.hpp"
 
 namespace cifarnet {
 
@@ -56,7 +57,9 @@ struct ParamInfo : ParamSpec {
 };
 
 namespace detail {
-/// A 64-byte aligned, zero-initialized buffer.
+/// A 64-byte aligned, zero-initialized buffer (host memory as tensors have
+/// it: 2 MiB-aligned and advised as huge pages from 2 MiB,
+/// core/tensor_memory.hpp).
 template <class T>
 class AlignedBuffer {
  public:
@@ -69,8 +72,11 @@ class AlignedBuffer {
       return;
     }
     const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    p_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    if (!p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    try {
+      p_ = std::unique_ptr<T, Free>(static_cast<T*>(host_allocate(bytes)), Free(bytes));
+    } catch (const std::bad_alloc&) {
+      throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    }
     std::memset(static_cast<void*>(p_.get()), 0, bytes);
   }
   T* data() { return p_.get(); }
@@ -79,7 +85,10 @@ class AlignedBuffer {
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    Free() noexcept : bytes(0) {}
+    explicit Free(std::size_t b) noexcept : bytes(b) {}
+    std::size_t bytes;
+    void operator()(T* p) const { host_deallocate(p, bytes); }
   };
   std::unique_ptr<T, Free> p_;
   std::size_t n_ = 0;

@@ -23,21 +23,24 @@
 // 2-core AMX Xeon, ResNet-20/56 training 1.02-1.11x as fast with the
 // advice as without (docs/BENCHMARKS.md, 2026-12-05 09:21). set_huge_pages(false) or the
 // environment's CIFARNET_HUGE_PAGES=0 turns the advice off (the alignment
-// stays: it depends on the size alone, so a block is freed as it was made).
+// stays: it depends on the size alone, so a block is freed as it was made);
+// any other value of it is a ConfigError naming it.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+
+#include "cifarnet/core/error.hpp"
 
 namespace cifarnet {
 
@@ -94,13 +97,22 @@ inline TensorMemory*& current_tensor_memory() {
 /// blocks start on its boundary (and have their whole extents advised).
 inline constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
 
-/// Whether host blocks get the huge-page advice: on unless the environment
-/// says CIFARNET_HUGE_PAGES=0 (read once), or set_huge_pages() said.
+/// CIFARNET_HUGE_PAGES's value: unset (null) or 1: the advice, 0: none
+/// (blanks around it allowed); anything else is a ConfigError naming the
+/// variable, thrown by the first host allocation.
+inline bool huge_pages_from_env(const char* value) {
+  if (!value) return true;
+  const std::string s = value;
+  const std::size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  const std::string t = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  if (t == "0" || t == "1") return t == "1";
+  throw ConfigError(concat("CIFARNET_HUGE_PAGES=\"", s, "\": expected 0 (no huge-page advice) or 1"));
+}
+
+/// Whether host blocks get the huge-page advice: as the environment says
+/// (huge_pages_from_env, read once), until set_huge_pages() says otherwise.
 inline std::atomic<bool>& huge_pages_on() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("CIFARNET_HUGE_PAGES");
-    return !(e && std::strcmp(e, "0") == 0);
-  }()};
+  static std::atomic<bool> on{huge_pages_from_env(std::getenv("CIFARNET_HUGE_PAGES"))};
   return on;
 }
 /// How many host blocks the kernel took the advice for (tests, benchmarks).
@@ -118,11 +130,14 @@ constexpr std::align_val_t host_alignment(std::size_t bytes) {
 /// as huge pages where huge_pages_on(). The advice is a hint: where the
 /// kernel has no transparent huge pages it is refused and nothing changes.
 inline void* host_allocate(std::size_t bytes) {
+  const bool on = huge_pages_on().load(std::memory_order_relaxed);  // first: a bad variable throws here
+  const bool advise = on && bytes >= kHugePageBytes;
   void* p = ::operator new(bytes, host_alignment(bytes));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes >= kHugePageBytes && huge_pages_on().load(std::memory_order_relaxed) &&
-      ::madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE) == 0)
+  if (advise && ::madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE) == 0)
     huge_page_advised().fetch_add(1, std::memory_order_relaxed);
+#else
+  (void)advise;
 #endif
   return p;
 }
