@@ -73,7 +73,7 @@ class AlignedBuffer {
     }
     const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
     try {
-      p_ = std::unique_ptr<T, Free>(static_cast<T*>(host_allocate(bytes)), Free(bytes));
+      p_ = host_unique<T>(bytes);
     } catch (const std::bad_alloc&) {
       throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
     }
@@ -84,13 +84,7 @@ class AlignedBuffer {
   std::size_t size() const { return n_; }
 
  private:
-  struct Free {
-    Free() noexcept : bytes(0) {}
-    explicit Free(std::size_t b) noexcept : bytes(b) {}
-    std::size_t bytes;
-    void operator()(T* p) const { host_deallocate(p, bytes); }
-  };
-  std::unique_ptr<T, Free> p_;
+  std::unique_ptr<T, HostFree> p_;
   std::size_t n_ = 0;
 };
 }  // namespace detail

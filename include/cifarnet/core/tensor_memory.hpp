@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -143,6 +144,16 @@ inline void* host_allocate(std::size_t bytes) {
 }
 inline void host_deallocate(void* p, std::size_t bytes) noexcept {
   ::operator delete(p, host_alignment(bytes));
+}
+/// A unique_ptr deleter for a host_allocate block of `bytes`.
+struct HostFree {
+  std::size_t bytes = 0;
+  void operator()(void* p) const noexcept { host_deallocate(p, bytes); }
+};
+/// `bytes` of host memory (host_allocate) owned by a unique_ptr.
+template <class T>
+std::unique_ptr<T, HostFree> host_unique(std::size_t bytes) {
+  return std::unique_ptr<T, HostFree>(static_cast<T*>(host_allocate(bytes)), HostFree{bytes});
 }
 
 }  // namespace detail

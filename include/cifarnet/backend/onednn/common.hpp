@@ -66,7 +66,7 @@ struct Device<backend::OneDnn> {
     if (b.size < bytes) {
       const std::size_t n = (bytes + 63) / 64 * 64;
       try {
-        b.p = std::unique_ptr<char, Free>(static_cast<char*>(cifarnet::detail::host_allocate(n)), Free{n});
+        b.p = cifarnet::detail::host_unique<char>(n);
       } catch (const std::bad_alloc&) {
         throw BackendError(detail::concat("oneDNN device: cannot allocate ", bytes, " bytes of scratch"));
       }
@@ -79,14 +79,8 @@ struct Device<backend::OneDnn> {
   dnnl::stream stream;  ///< in-order stream on `engine`
 
  private:
-  struct Free {
-    Free() noexcept : bytes(0) {}
-    explicit Free(std::size_t n) noexcept : bytes(n) {}
-    std::size_t bytes;
-    void operator()(char* p) const { cifarnet::detail::host_deallocate(p, bytes); }
-  };
   struct Buffer {
-    std::unique_ptr<char, Free> p;
+    std::unique_ptr<char, cifarnet::detail::HostFree> p;
     std::size_t size = 0;
   };
   Buffer scratch_[4];
