@@ -282,6 +282,25 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     run_backward_bf16(dy, rc, dx_bf16);
   }
 
+  /// backward() with dy given as bfloat16 bits (backward_bf16_bits_ready)
+  /// and dx float: the batch norm of a ConvBatchNorm whose convolution's
+  /// backward stays float, given its dy as bits by a gradient sum
+  /// (bf16_dy_sum).
+  const Tensor<T>& backward_from_bits(const std::uint16_t* dy, RunContext<B, T>& rc) {
+    if (!backward_bf16_bits_ready(rc))
+      throw ConfigError("layer '" + name_ + "' (BatchNorm2d): a bf16 dy where it cannot read one");
+    ensure_shape(dx_, geom_.shape(), fmt_);
+    auto [dg, db] = grad_targets(rc);
+    const T* gamma = std::as_const(*rc.params).value(gamma_);
+    if (x_bf16_)
+      op_.backward_bits_dy(*rc.device, geom_, eps_, x_bf16_, dy, gamma, mean_.data(), var_.data(), dx_.data(),
+                           dg, db, Relu);
+    else
+      op_.backward_bits_dy(*rc.device, geom_, eps_, x_->data(), dy, gamma, mean_.data(), var_.data(),
+                           dx_.data(), dg, db, Relu);
+    return dx_;
+  }
+
   /// Whether a training backward can write dx as bf16 bits, for the bf16
   /// convolution in front of it (bn_bf16_dx_to_standalone_conv): bf16
   /// convolutions on a CPU where they run in bf16, the activation in the

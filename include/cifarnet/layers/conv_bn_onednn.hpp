@@ -209,7 +209,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     const bool dy_bits = bn_.backward_bf16_bits_ready(rc);
     bnode.facts[f::kBf16Dy] =
         fact(takes_bf16_dy(rc), !bf16     ? bf16_why
-                                : dy_bits ? "no bf16 backward kernel for its convolution"
+                                : dy_bits ? "needs conv_bn_bf16_output, which does not apply"
                                           : "its channel count or layout has no bf16 dy");
     const bool alone = bf16 && bn_.writes_bf16_alone(rc, n);
     bnode.facts[f::kBf16OutputAlone] =
@@ -320,7 +320,12 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   }
   /// Whether this layer's next backward can take its dy as bf16 bits
   /// (bf16_dy_target, backward_bits_io).
-  bool takes_bf16_dy(RunContext<B, T>& rc) { return bn_.backward_bf16_bits_ready(rc) && bf16_backward(rc); }
+  /// With a float convolution backward after a bf16 pair's forward (ResNet's
+  /// stem: no bf16 weight gradient for 3 input channels), the batch norm
+  /// reads the bits and writes a float dx (BatchNorm2d::backward_from_bits).
+  bool takes_bf16_dy(RunContext<B, T>& rc) {
+    return bn_.backward_bf16_bits_ready(rc) && (bf16_backward(rc) || (bf16_pair(rc) && !float_convs_));
+  }
   /// Where the layer after this one writes the bits of this layer's dy.
   std::uint16_t* bf16_dy_target() {
     const ConvGeom& g = conv_.geometry();
@@ -572,6 +577,15 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   // the batch norm's dx as bf16 into the convolution's dy buffer; the
   // convolution's dx float (returned) or as bits into `dx_bits`.
   const Tensor<T>& backward_io(const Tensor<T>* dy, RunContext<B, T>& rc, std::uint16_t* dx_bits) {
+    if (!bf16_backward(rc)) {  // dy as bits (takes_bf16_dy), the convolution's backward float
+      if (dy || dx_bits)
+        throw std::logic_error("layer '" + conv_name_ + "': a bf16 hand-over its float backward cannot make");
+      const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true, [&]() -> const Tensor<T>& {
+        return bn_.backward_from_bits(dy_bits_.data(), rc);
+      });
+      return profiled(rc.profiler, conv_name_, "conv", true,
+                      [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
+    }
     std::uint16_t* lp = conv_.bf16_dy(rc);
     ++bf16_handoffs_;
     bf16_dx_handoffs_ += dx_bits != nullptr;

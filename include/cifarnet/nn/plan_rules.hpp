@@ -111,6 +111,14 @@ inline const std::vector<RuleInfo>& rules() {
       {"bf16_copy_to_readers",
        "training executor, bf16 convolutions: a batch norm's bf16 copy of its output read by the "
        "convolutions after it, which then do not round the float values themselves"},
+      {"bn_bf16_stream_into_block",
+       "training executor, bf16 convolutions: a batch norm's output that only the residual block after it "
+       "reads (ResNet's stem) written only as its bf16 copy, the block's identity shortcut read from that "
+       "copy in its sum: 4 bytes an element less written, 2 less read"},
+      {"bf16_dy_sum",
+       "training executor, bf16 convolutions: the gradients of a batch norm's output from its several "
+       "readers (ResNet's stem) summed as bf16 bits straight into the batch norm's dy: 2 bytes an element "
+       "written and read twice instead of 4"},
       {"residual_sum_in_conv_epilogue",
        "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
        "saved"},
@@ -357,6 +365,56 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     }
     verdict("bf16_copy_to_readers", {b, readers.front()}, ok && conv, !ok ? why : "no convolution reads it");
   }
+  // A batch norm whose output only the residual block after it reads (the
+  // stem before ResNet's first block: that block's identity shortcut and
+  // its first convolution): written only as the bf16 copy it hands to its
+  // readers, the shortcut read from that copy in the block's sum, as
+  // bf16_residual_stream does between two blocks.
+  for (int b = 0; b < count; ++b) {
+    const Node& bn = at(p, b);
+    if (bn.kind != "bn") continue;
+    int add = -1;
+    for (int i = 0; i < count && add < 0; ++i)
+      if (at(p, i).kind == "add" && at(p, i).block_input == bn.output) add = i;
+    if (add < 0) continue;
+    const Node& sum = at(p, add);
+    const int last = p.tensors[std::size_t(sum.inputs[0])].producer;
+    auto [alone, walone] = fact(bn, facts::kBf16OutputAlone);
+    auto [stream, wstream] = fact(sum, facts::kBf16Stream);
+    std::string why = !alone ? "the batch norm: " + walone
+                      : !p.fires("bf16_copy_to_readers", bn.name)
+                          ? "its bf16 copy is not handed to its readers "
+                            "(bf16_copy_to_readers)"
+                      : !stream                                  ? "the block: " + wstream
+                      : !p.fires("residual_sum_in_bn", sum.name) ? "the block's sum is not its batch norm's"
+                      : last < 0 || !fact(at(p, last), facts::kBf16Sum).first
+                          ? "the block's last batch norm reads no bf16 shortcut"
+                          : "";
+    for (int r : p.tensors[std::size_t(bn.output)].consumers) {
+      if (!why.empty()) break;
+      const Node& n = at(p, r);
+      if (n.kind == "identity" && n.output == sum.inputs[1]) continue;  // the block's shortcut
+      if (n.kind == "conv" || n.kind == "avg_pool") {
+        auto [only, wonly] = fact(n, facts::kBf16InputOnly);
+        if (!only) why = "'" + n.name + "': " + wonly;
+      } else {
+        why = "'" + n.name + "' (" + n.kind + ") reads it as float";
+      }
+    }
+    verdict("bn_bf16_stream_into_block", {b, add}, why.empty(), why);
+  }
+  // A batch norm's output read by several layers (the stem before ResNet's
+  // first block: its identity shortcut and its first convolution): the
+  // executor sums their gradients before the batch norm's backward, and
+  // writes that sum as bf16 bits into the batch norm's dy where it reads
+  // them (its dx stays float where its convolution's backward is float).
+  for (int b = 0; b < count; ++b) {
+    const Node& bn = at(p, b);
+    if (bn.kind != "bn" || p.tensors[std::size_t(bn.output)].consumers.size() < 2) continue;
+    auto [dy, wdy] = fact(bn, facts::kBf16Dy);
+    verdict("bf16_dy_sum", {b, p.tensors[std::size_t(bn.output)].consumers.front()}, dy,
+            "the batch norm: " + wdy);
+  }
 }
 
 /// Runs every rule over the plan: its verdicts, and the rules that fired
@@ -378,6 +436,7 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     static const std::pair<const char*, const char*> needs[] = {
         {"bn_bf16_output_alone", "bf16_copy_to_readers"},
         {"bf16_residual_stream", "bf16_copy_to_readers"},
+        {"bn_bf16_stream_into_block", "bf16_copy_to_readers"},
         {"pool_bf16_output_to_bn", "conv_bf16_output_to_pool"}};
     for (const auto& [r, q] : needs)
       if (fires && std::string(rule) == r && !p.key.rule_on(q)) {
@@ -722,8 +781,13 @@ inline void apply_rules(Plan& p, const Caps& caps) {
                              : "the block's input has other readers");
       }
     }
-    // The body's input gradient as bits into the sum through the mask bits.
-    if (mask_bits && first >= 0 && conv_of_pair(p, first)) {
+    // The body's input gradient as bits into the sum through the mask bits,
+    // or into the sum the training executor forms for the layer that wrote
+    // the block's input (ResNet's stem), which reads bits parts too.
+    const int writer = p.tensors[std::size_t(add.block_input)].producer;
+    const bool by_layer = prev < 0 && writer >= 0 && at(p, writer).kind != "identity" &&
+                          at(p, writer).kind != "add" && p.key.train_executor;
+    if ((mask_bits || by_layer) && first >= 0 && conv_of_pair(p, first)) {
       auto [cap, wcap] = fact(add, facts::kBranchBits);
       auto [need, wneed] = fact(add, facts::kSumNeeded);
       auto [dx, wdx] = fact(at(p, first), facts::kBf16Dx);

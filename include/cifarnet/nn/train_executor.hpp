@@ -255,11 +255,16 @@ class TrainExecutor {
     // alone (skip_float; float_skipped: by the last forward), and one whose
     // identity shortcut is read as such a copy.
     bool skip_float = false, float_skipped = false, shortcut_bits = false;
+    // bf16_dy_sum: a layer whose dy, when it is the sum of two parts, the
+    // executor writes as bf16 bits into the layer's own dy buffer.
+    bool dy_sum_bits = false;
     HostVector<std::uint16_t> dx_bits, mask_bits;
     bool wants_bits = false, has_bits = false;
   };
   static constexpr int kNoBits = -1, kOwnBits = -2;
   static constexpr const char* kConvToPool = "conv_bf16_output_to_pool";
+  static constexpr const char* kBnStream = "bn_bf16_stream_into_block";
+  static constexpr const char* kDySum = "bf16_dy_sum";
   static constexpr const char* kConvGelu = "conv_gelu_bf16_output";
   static constexpr const char* kPoolToBn = "pool_bf16_output_to_bn";
   // A part of a gradient: a float tensor or bf16 bits (of the tensor's
@@ -473,6 +478,20 @@ class TrainExecutor {
   // (residual_sum_in_conv_backward).
   void layer_backward(Step& s, RunContext<B, T>& rc) {
     const plan::LayerRun<B, T>& l = *s.layer;
+    if (s.dy_sum_bits && grads_[std::size_t(s.out)].b) {  // bf16_dy_sum: the two parts summed as bits
+      Grad& d = grads_[std::size_t(s.out)];
+      std::uint16_t* yb = l.pair.dy_bits(rc);
+      const Tensor<T>& like = *values_[std::size_t(s.out)];
+      detail::profiled(rc.profiler, names_[std::size_t(s.out)], kinds_[std::size_t(s.out)].c_str(), true,
+                       [&] {
+                         sum_parts(rc, like, like.size(), d.a, d.b, nullptr, nullptr, yb);
+                         return 0;
+                       });
+      drop(d.a);
+      drop(d.b);
+      d = Grad{Part{nullptr, yb}, Part{}, false};
+      count(kDySum);
+    }
     const Grad& g = grads_[std::size_t(s.out)];
     const bool dy_bits = g.a.bits && !g.b;
     if (dy_bits && (!l.pair.dy_bits || g.a.bits != l.pair.dy_bits(rc)))
@@ -891,6 +910,32 @@ class TrainExecutor {
           }
           if (!hooks(k) || !hooks(k)->require_bf16_input)
             return fail("bf16_residual_stream into '" + p.nodes[std::size_t(r)].name +
+                        "', which reads float");
+          steps_[std::size_t(k)].bf16_in = true;
+        }
+      }
+      if (v.rule == kDySum && v.fires) {  // the readers' gradients summed as bits into its dy
+        const int w = step_of[std::size_t(p.nodes[std::size_t(v.nodes[0])].output)];
+        if (!hooks(w) || !hooks(w)->dy_bits || !hooks(w)->backward_bits)
+          return fail(std::string(kDySum) + " at '" + p.nodes[std::size_t(v.nodes[0])].name +
+                      "', a layer that cannot read bf16 dy bits");
+        steps_[std::size_t(w)].dy_sum_bits = true;
+      }
+      if (v.rule == kBnStream && v.fires) {  // the batch norm's copy alone, read by the block after it
+        const plan::Node& bn = p.nodes[std::size_t(v.nodes[0])];
+        const int e = step_of[std::size_t(bn.output)], ai = step_at[std::size_t(v.nodes[1])];
+        if (e < 0 || ai < 0 || !hooks(e) || !hooks(e)->skip_float_output || !steps_[std::size_t(e)].copy_out)
+          return fail(std::string(kBnStream) + " at '" + bn.name + "' without its bf16 copy");
+        steps_[std::size_t(e)].float_alone = true;
+        steps_[std::size_t(e)].alone_rule = kBnStream;
+        for (int r : p.tensors[std::size_t(bn.output)].consumers) {
+          const int k = step_at[std::size_t(r)];
+          if (p.nodes[std::size_t(r)].kind == "identity") {  // the block's shortcut, in its sum
+            steps_[std::size_t(ai)].shortcut_bits = true;
+            continue;
+          }
+          if (!hooks(k) || !hooks(k)->require_bf16_input)
+            return fail(std::string(kBnStream) + " into '" + p.nodes[std::size_t(r)].name +
                         "', which reads float");
           steps_[std::size_t(k)].bf16_in = true;
         }

@@ -235,6 +235,28 @@ struct BatchNorm<backend::OneDnn, T> {
                  relu ? BnActivation::Relu : BnActivation::None);
   }
 
+  /// backward() (no activation, or the fused ReLU; x float or bfloat16
+  /// bits, as its forward_train had it) with dy given as bfloat16 bits
+  /// (where writes_bf16_only(g)) and dx written as float: a batch norm whose
+  /// dy a bf16 gradient sum wrote as bits, in front of a float convolution
+  /// backward (ResNet's stem, whose 3 input channels keep its weight
+  /// gradient float).
+  template <class X>
+  CIFARNET_OUTLINE void backward_bits_dy(Dev& dev, const ChannelGeom& g, double eps, const X* x,
+                                         const std::uint16_t* dy, const float* gamma, const float* mean,
+                                         const float* var, float* dx, float* dgamma, float* dbeta,
+                                         bool relu) {
+    static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::uint16_t>,
+                  "BatchNorm::backward_bits_dy: x is float or bfloat16 bits (std::uint16_t)");
+    if (!writes_bf16_only(g))
+      throw ConfigError(detail::concat(
+          "BatchNorm backward (bf16 dy, float dx): NHWC with 16, 32, 64 or 256 channels only (",
+          backend::onednn::describe(g), ")"));
+    backend::onednn::require("BatchNorm backward (bf16 dy)", {{dx, "dx"}});
+    run_backward(dev, g, eps, x, dy, gamma, mean, var, dx, nullptr, dgamma, dbeta,
+                 relu ? BnActivation::Relu : BnActivation::None);
+  }
+
   /// backward() with the fused GELU (float dy; x float, or bfloat16 bits
   /// where writes_bf16_only(g), as its forward_train had it) and dx written
   /// as bfloat16 bits into dx_bf16 (host::store_bf16's rounding): the output
