@@ -587,6 +587,24 @@ TEST_CASE("ResNet's stem in bf16: its output as the bf16 copy alone, its dy summ
   REQUIRE(w);
   CHECK_FALSE(w->fires);
   CHECK(w->reason.find("bf16_copy_to_readers") != std::string::npos);
+  // NetOptions::bf16_gradients(false) keeps the stem's dy sum float, and
+  // bf16_residuals(false) its output: each verdict says so.
+  Model<Net, backend::OneDnn> float_grads({3, 16, 16}, DataFormat::NHWC,
+                                          NetOptions(base).with_bf16_gradients(false), 3, true);
+  const plan::Plan pg = float_grads.step_plan(Mode::Train, 4);
+  const plan::Verdict* g = pg.verdict("bf16_dy_sum", "stem/bn1");
+  REQUIRE(g);
+  CHECK_FALSE(g->fires);
+  CHECK(g->reason.find("bf16_gradients") != std::string::npos);
+  CHECK(pg.fires("bn_bf16_stream_into_block", "stem/bn1"));
+  Model<Net, backend::OneDnn> float_stream({3, 16, 16}, DataFormat::NHWC,
+                                           NetOptions(base).with_bf16_residuals(false), 3, true);
+  const plan::Plan ps = float_stream.step_plan(Mode::Train, 4);
+  const plan::Verdict* r = ps.verdict("bn_bf16_stream_into_block", "stem/bn1");
+  REQUIRE(r);
+  CHECK_FALSE(r->fires);
+  CHECK(r->reason.find("bf16_residuals") != std::string::npos);
+  CHECK(ps.fires("bf16_dy_sum", "stem/bn1"));
   // Two training steps with and without the two rules against the layers
   // in double (the first step's output, input gradient and parameter
   // gradients): the rules' error at most twice that without them, + 1e-3

@@ -211,6 +211,9 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
         fact(takes_bf16_dy(rc), !bf16     ? bf16_why
                                 : dy_bits ? "needs conv_bn_bf16_output, which does not apply"
                                           : "its channel count or layout has no bf16 dy");
+    bnode.facts[f::kBf16DySum] =
+        fact(takes_bf16_dy(rc) && bf16_dx_,
+             !takes_bf16_dy(rc) ? bnode.facts[f::kBf16Dy].why : "NetOptions::bf16_gradients is off");
     const bool alone = bf16 && bn_.writes_bf16_alone(rc, n);
     bnode.facts[f::kBf16OutputAlone] =
         fact(alone, bf16 ? "the batch norm's channel count or layout has no bf16-only output" : bf16_why);

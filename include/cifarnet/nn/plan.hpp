@@ -98,8 +98,10 @@ inline constexpr const char* kDxBits = "dx_bits";  ///< its backward can write d
 inline constexpr const char* kDeferOutput =
     "defer_output";  ///< can leave its output to the next layer's kernels
 inline constexpr const char* kBf16OutputAlone =
-    "bf16_output_alone";                               ///< can write its output as a bf16 copy alone
-inline constexpr const char* kBf16Dy = "bf16_dy";      ///< can take its dy as bf16 bits
+    "bf16_output_alone";                           ///< can write its output as a bf16 copy alone
+inline constexpr const char* kBf16Dy = "bf16_dy";  ///< can take its dy as bf16 bits
+inline constexpr const char* kBf16DySum =
+    "bf16_dy_sum";  ///< can take the sum of its readers' gradients as bf16 bits (bf16_dy, bf16 gradients on)
 inline constexpr const char* kTakesSum = "takes_sum";  ///< can add a residual block's sum in its pass
 inline constexpr const char* kSumMask = "sum_mask";    ///< can write that sum's ReLU mask as bits
 inline constexpr const char* kBf16Sum =

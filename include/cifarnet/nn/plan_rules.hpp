@@ -411,7 +411,7 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
   for (int b = 0; b < count; ++b) {
     const Node& bn = at(p, b);
     if (bn.kind != "bn" || p.tensors[std::size_t(bn.output)].consumers.size() < 2) continue;
-    auto [dy, wdy] = fact(bn, facts::kBf16Dy);
+    auto [dy, wdy] = fact(bn, facts::kBf16DySum);
     verdict("bf16_dy_sum", {b, p.tensors[std::size_t(bn.output)].consumers.front()}, dy,
             "the batch norm: " + wdy);
   }
