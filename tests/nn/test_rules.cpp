@@ -579,27 +579,26 @@ TEST_CASE("ResNet's stem in bf16: its output as the bf16 copy alone, its dy summ
   const plan::Verdict* v = q.verdict("bn_bf16_stream_into_block", "stem/bn1");
   REQUIRE(v);
   CHECK(v->reason.find("turned off (NetOptions::rules_off)") != std::string::npos);
+  // The stem's plan under other options (a plan, not a pointer into a temporary one).
+  auto stem_plan = [&](const NetOptions& o) {
+    Model<Net, backend::OneDnn> m({3, 16, 16}, DataFormat::NHWC, o, 3, true);
+    return m.step_plan(Mode::Train, 4);
+  };
   // Without the copy the stream has nothing to read: it says why.
-  Model<Net, backend::OneDnn> nocopy({3, 16, 16}, DataFormat::NHWC,
-                                     NetOptions(base).with_rule_off("bf16_copy_to_readers"), 3, true);
-  const plan::Plan pc = nocopy.step_plan(Mode::Train, 4);
+  const plan::Plan pc = stem_plan(NetOptions(base).with_rule_off("bf16_copy_to_readers"));
   const plan::Verdict* w = pc.verdict("bn_bf16_stream_into_block", "stem/bn1");
   REQUIRE(w);
   CHECK_FALSE(w->fires);
   CHECK(w->reason.find("bf16_copy_to_readers") != std::string::npos);
   // NetOptions::bf16_gradients(false) keeps the stem's dy sum float, and
   // bf16_residuals(false) its output: each verdict says so.
-  Model<Net, backend::OneDnn> float_grads({3, 16, 16}, DataFormat::NHWC,
-                                          NetOptions(base).with_bf16_gradients(false), 3, true);
-  const plan::Plan pg = float_grads.step_plan(Mode::Train, 4);
+  const plan::Plan pg = stem_plan(NetOptions(base).with_bf16_gradients(false));
   const plan::Verdict* g = pg.verdict("bf16_dy_sum", "stem/bn1");
   REQUIRE(g);
   CHECK_FALSE(g->fires);
   CHECK(g->reason.find("bf16_gradients") != std::string::npos);
   CHECK(pg.fires("bn_bf16_stream_into_block", "stem/bn1"));
-  Model<Net, backend::OneDnn> float_stream({3, 16, 16}, DataFormat::NHWC,
-                                           NetOptions(base).with_bf16_residuals(false), 3, true);
-  const plan::Plan ps = float_stream.step_plan(Mode::Train, 4);
+  const plan::Plan ps = stem_plan(NetOptions(base).with_bf16_residuals(false));
   const plan::Verdict* r = ps.verdict("bn_bf16_stream_into_block", "stem/bn1");
   REQUIRE(r);
   CHECK_FALSE(r->fires);

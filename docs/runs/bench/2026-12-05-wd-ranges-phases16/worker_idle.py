@@ -13,7 +13,8 @@ for line in open('/tmp/perf.txt'):
     if not line.strip():
         if cur: samples.append(cur); cur=None
         continue
-    if not line.startswith('\t') and not line.startswith(' '):
+    # a sample's header line: "TID TIME:", indented or not (perf 6 indents it)
+    if re.match(r'^\s*\d+\s+[\d.]+:\s*$',line):
         m=re.match(r'\s*(\d+)\s+([\d.]+):',line)
         if m: cur=(int(m.group(1)),float(m.group(2)),[])
         continue
