@@ -35,9 +35,12 @@
 // output positions by 16 output channels; 2x2 tiles (32 positions by 32
 // channels) share each A (input) and B (weights) tile load; a 16-channel
 // output runs 4x1 tiles. Input channels go to the K dimension 32 at a time;
-// with 16 input channels a K row holds two neighbouring pixels (rows 32 bytes
-// apart, read in place: taps (i, 0) and (i, 1) in one product, (i, 2) with
-// zero weights for the pixel after it). The weights are packed once per
+// with 16 input channels a K row holds two neighbouring pixels, read in place
+// from rows 64 bytes apart: a tile takes every other position, and the even
+// ones pair taps (i, 0) and (i, 1) in one product, (i, 2) with zero weights
+// for the pixel after it, the odd ones a zero for the pixel before and
+// (i, 0) in one, (i, 1) and (i, 2) in the other (two weight packs; the row
+// pitch is even, so every row starts at an even pixel). The weights are packed once per
 // set_weights into the tiles' pair-interleaved (VNNI) layout. Every buffer a
 // tile loads from is 64-byte aligned: a tile row that is not costs about
 // four aligned ones (the probe's micro.cpp: 41 against 10 cycles a load).
@@ -101,7 +104,9 @@ class Forward3x3 {
       : n_(n), h_(h), w_(w), ic_(ic), oc_(oc) {
     const std::string why = why_not(n, h, w, ic, oc);
     if (!why.empty()) throw BackendError("amx::Forward3x3: " + why);
-    pw_ = w + 2;
+    // 16 input channels: an even row pitch (an extra zero column where w is
+    // odd), so that every tile row of block_pairs starts 64-byte aligned.
+    pw_ = ic == 16 ? ((w + 3) & ~std::size_t(1)) : w + 2;
     taps_ = ic == 16 ? 3 : 9;
     kb_ = ic == 16 ? 2 : ic / 32;
     ocb_ = oc / 16;
@@ -109,7 +114,8 @@ class Forward3x3 {
     // Positions of a group's stacked image, and the reads past its end (the
     // last tile's rows, the taps' shifts, a 16-channel row's second pixel).
     positions_ = ((kGroup * (h + 1) + 1) + 2) * pw_ + 64;
-    wp_ = TileBuffer(std::size_t(taps_) * kb_ * ocb_ * 512);
+    pack_ = std::size_t(taps_) * kb_ * ocb_ * 512;
+    wp_ = TileBuffer(pack_ * (ic == 16 ? 2 : 1));
     partial_.assign(groups_ * 2 * oc, 0.0f);
     // Each stacked position's output pixel in its group (m * h * w + y * w
     // + x), or -1 for the zero rows and columns and past the end.
@@ -137,13 +143,21 @@ class Forward3x3 {
             for (std::size_t o = 0; o < 16; ++o)
               for (std::size_t e = 0; e < 2; ++e) {
                 const std::size_t kk = k * 32 + 2 * pr + e;  // the K index in the tap's row
+                const std::size_t at = (((t * kb_ + k) * ocb_ + nb) * 16 + pr) * 32 + o * 2 + e;
                 float v = 0.0f;
                 if (ic_ == 16) {
+                  // The even pack: pixels q .. q + 3 of tap row t for an even
+                  // position q (columns 0, 1 / 2 and a zero); the odd pack:
+                  // pixels q - 1 .. q + 2 for an odd one (a zero, column 0 /
+                  // 1, 2).
                   if (kk < 48) v = w[((t * 3 + kk / 16) * ic_ + kk % 16) * oc_ + nb * 16 + o];
+                  const float odd =
+                      kk >= 16 ? w[((t * 3 + kk / 16 - 1) * ic_ + kk % 16) * oc_ + nb * 16 + o] : 0.0f;
+                  p[pack_ + at] = host::bf16_bits(odd);
                 } else {
                   v = w[(t * ic_ + kk) * oc_ + nb * 16 + o];
                 }
-                p[(((t * kb_ + k) * ocb_ + nb) * 16 + pr) * 32 + o * 2 + e] = host::bf16_bits(v);
+                p[at] = host::bf16_bits(v);
               }
     }
     weights_ = true;
@@ -193,7 +207,10 @@ class Forward3x3 {
     std::fill(part, part + 2 * oc_, 0.0f);
     const std::size_t mtiles = (cnt * (h_ + 1) * pw_ + 15) / 16;
     std::uint16_t* yg = y + m0 * h_ * w_ * oc_;
-    if (ocb_ == 1) {
+    if (ic_ == 16 && ocb_ == 1) {
+      const std::size_t runs = (cnt * (h_ + 1) * pw_ + 63) / 64;
+      for (std::size_t r = 0; r < runs; ++r) block_pairs(P, yg, part, r, cnt);
+    } else if (ocb_ == 1) {
       for (std::size_t mt = 0; mt < mtiles; mt += 4) block<4, 1>(P, yg, part, mt, 0, mtiles, cnt);
     } else {
       for (std::size_t nb = 0; nb < ocb_; nb += 2)
@@ -282,6 +299,98 @@ class Forward3x3 {
     });
   }
 
+  // 16 input and 16 output channels: the 64 positions from 64 * r in four
+  // tiles, the even positions of each 32 (2 apart) and the odd ones, so that
+  // every A row starts at an even pixel, 64-byte aligned (the pitch is even):
+  // an even position q reads pixels q, q + 1 / q + 2, q + 3 of each tap row
+  // with the even pack, an odd one q - 1, q / q + 1, q + 2 with the odd pack
+  // (block<4, 1>'s rows, 32 bytes apart, cross a cache line every other row:
+  // its tile products took 0.21-0.23 ms against these 0.155-0.165 for
+  // ResNet's 16 -> 16 at 32x32, batch 128, 2 threads, without the copy and
+  // the epilogue; the whole kernel as the step runs it, with the batch
+  // norm's map, 0.40-0.42 -> 0.36-0.37 ms warm, 0.54-0.65 -> 0.54-0.61 with
+  // its data evicted; docs/BENCHMARKS.md, 2026-12-05 16:03). Positions past
+  // the last read the zero rows and the slack at the end of P and are not
+  // stored.
+  void block_pairs(const std::uint16_t* A, std::uint16_t* y, float* part, std::size_t r,
+                   std::size_t cnt) const {
+    using detail::static_for;
+    static_for<4>([&](auto c) { detail::tile_zero<decltype(c)::value>(); });
+    for (std::size_t t = 0; t < 3; ++t)
+      for (std::size_t k = 0; k < 2; ++k) {
+        const std::uint16_t* B = wp_.p + (t * 2 + k) * 512;
+        detail::tile_load<6>(B, 64);
+        detail::tile_load<7>(B + pack_, 64);
+        static_for<4>([&](auto u) {
+          constexpr int ua = decltype(u)::value, odd = ua % 2;
+          const std::size_t px = r * 64 + (ua / 2) * 32 + t * pw_ + 2 * k;  // even
+          detail::tile_load<4 + odd>(A + px * 16, 64);
+          detail::tile_dp<ua, 4 + odd, 6 + odd>();
+        });
+      }
+    alignas(64) float buf[4 * 16 * 16];
+    static_for<4>([&](auto u) {
+      constexpr int ua = decltype(u)::value;
+      detail::tile_store<ua>(buf + ua * 256, 64);
+    });
+    if (stats_)
+      epilogue_pairs<true>(buf, r * 64, y, part, cnt);
+    else
+      epilogue_pairs<false>(buf, r * 64, y, part, cnt);
+  }
+
+  // block_pairs' four stored tiles (even and odd positions of q0 .. q0 + 31,
+  // then of the next 32): position q and q + 1 side by side, rounded to bf16
+  // together and stored as one 64-byte row where they are neighbouring
+  // output pixels; with Stats their values added to the group's sums. (The
+  // tiles' rows stored one tile at a time write every other half line of y:
+  // with them the parity-split kernel was no faster than block<4, 1>, the
+  // same probe.)
+  template <bool Stats>
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void epilogue_pairs(
+      const float* buf, std::size_t q0, std::uint16_t* y, float* part, std::size_t cnt) const {
+    __m512 s = _mm512_setzero_ps(), ss = _mm512_setzero_ps();
+    const std::int32_t* out = out_of_.data() + q0;
+    const std::uint32_t end = std::uint32_t(cnt * h_ * w_);  // the group's pixels (-1 is past it too)
+    for (int half = 0; half < 2; ++half) {
+      const float* even = buf + half * 512;
+      const float* odd = even + 256;
+      for (int i = 0; i < 16; ++i) {
+        const std::uint32_t oe = std::uint32_t(out[half * 32 + 2 * i]),
+                            oo = std::uint32_t(out[half * 32 + 2 * i + 1]);
+        const bool ke = oe < end, ko = oo < end;
+        if (!ke && !ko) continue;
+        // [even | odd] in bf16: _mm512_cvtne2ps_pbh puts its second operand low.
+        const __m512i both = reinterpret_cast<__m512i>(
+            _mm512_cvtne2ps_pbh(_mm512_load_ps(odd + i * 16), _mm512_load_ps(even + i * 16)));
+        if (ke && ko && oo == oe + 1) {
+          _mm512_storeu_si512(y + std::size_t(oe) * 16, both);
+        } else {
+          if (ke)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + std::size_t(oe) * 16),
+                                _mm512_castsi512_si256(both));
+          if (ko)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + std::size_t(oo) * 16),
+                                _mm512_extracti64x4_epi64(both, 1));
+        }
+        if constexpr (Stats) {
+          const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(both));
+          const __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(both, 1));
+          const __m512 fe = ke ? _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)) : _mm512_setzero_ps();
+          const __m512 fo = ko ? _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)) : _mm512_setzero_ps();
+          s = _mm512_add_ps(s, _mm512_add_ps(fe, fo));
+          ss = _mm512_fmadd_ps(fe, fe, _mm512_fmadd_ps(fo, fo, ss));
+        }
+      }
+    }
+    if constexpr (Stats) {
+      _mm512_storeu_ps(part, _mm512_add_ps(_mm512_loadu_ps(part), s));
+      _mm512_storeu_ps(part + 16, _mm512_add_ps(_mm512_loadu_ps(part + 16), ss));
+    } else {
+      (void)part;
+    }
+  }
+
   // One stored tile (16 positions from q0 by 16 channels from 16 * nb): the
   // positions that are outputs rounded to bf16 into y, with Stats their
   // values added to the group's sums.
@@ -316,8 +425,9 @@ class Forward3x3 {
 #endif
 
   std::size_t n_, h_, w_, ic_, oc_;
+  std::size_t pack_ = 0;  // one weight pack's elements (16 input channels: the odd pack after it)
   std::size_t pw_ = 0, taps_ = 0, kb_ = 0, ocb_ = 0, groups_ = 0, positions_ = 0;
-  TileBuffer wp_;  // [tap][k][nb][16 pair rows][16][2]
+  TileBuffer wp_;  // [tap][k][nb][16 pair rows][16][2], with 16 input channels twice (even, odd)
   bool weights_ = false;
   std::vector<float> partial_;        // [group][2][oc]
   std::vector<std::int32_t> out_of_;  // each stacked position's output pixel in its group, or -1
