@@ -40,10 +40,11 @@
 // ones pair taps (i, 0) and (i, 1) in one product, (i, 2) with zero weights
 // for the pixel after it, the odd ones a zero for the pixel before and
 // (i, 0) in one, (i, 1) and (i, 2) in the other (two weight packs; the row
-// pitch is even, so every row starts at an even pixel). The weights are packed once per
-// set_weights into the tiles' pair-interleaved (VNNI) layout. Every buffer a
-// tile loads from is 64-byte aligned: a tile row that is not costs about
-// four aligned ones (the probe's micro.cpp: 41 against 10 cycles a load).
+// pitch is even, so every row starts at an even pixel). The weights are
+// packed once per set_weights into the tiles' pair-interleaved (VNNI)
+// layout. Every buffer a tile loads from is 64-byte aligned: a tile row
+// that is not costs about four aligned ones (the probe's micro.cpp: 41
+// against 10 cycles a load).
 //
 // Numerics: the products of bf16 values are exact in float, and each output
 // is a float sum of them rounded once to bf16 (round to nearest even,
