@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# This session's probes (docs/BENCHMARKS.md, 2026-12-05 16:03): each harness
+# This session's probes (docs/BENCHMARKS.md, 2026-12-05 15:28): each harness
 # built against a copy of the repository's include/ at commit 0683136 with
 # the matching *.probe.patch applied (the probes' environment switches), 2
 # threads, nothing else running. Usage: bash run.sh <repo root at 0683136> > probes.txt

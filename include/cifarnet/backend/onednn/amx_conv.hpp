@@ -310,7 +310,7 @@ class Forward3x3 {
   // ResNet's 16 -> 16 at 32x32, batch 128, 2 threads, without the copy and
   // the epilogue; the whole kernel as the step runs it, with the batch
   // norm's map, 0.40-0.42 -> 0.36-0.37 ms warm, 0.54-0.65 -> 0.54-0.61 with
-  // its data evicted; docs/BENCHMARKS.md, 2026-12-05 16:03). Positions past
+  // its data evicted; docs/BENCHMARKS.md, 2026-12-05 15:28). Positions past
   // the last read the zero rows and the slack at the end of P and are not
   // stored.
   void block_pairs(const std::uint16_t* A, std::uint16_t* y, float* part, std::size_t r,
