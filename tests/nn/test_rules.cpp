@@ -584,25 +584,24 @@ TEST_CASE("ResNet's stem in bf16: its output as the bf16 copy alone, its dy summ
     Model<Net, backend::OneDnn> m({3, 16, 16}, DataFormat::NHWC, o, 3, true);
     return m.step_plan(Mode::Train, 4);
   };
+  // A rule that does not fire at the stem's batch norm, its reason naming `why`.
+  auto does_not_fire = [](const plan::Plan& pl, const char* rule, const char* why) {
+    INFO(rule);
+    const plan::Verdict* x = pl.verdict(rule, "stem/bn1");
+    REQUIRE(x);
+    CHECK_FALSE(x->fires);
+    CHECK(x->reason.find(why) != std::string::npos);
+  };
   // Without the copy the stream has nothing to read: it says why.
-  const plan::Plan pc = stem_plan(NetOptions(base).with_rule_off("bf16_copy_to_readers"));
-  const plan::Verdict* w = pc.verdict("bn_bf16_stream_into_block", "stem/bn1");
-  REQUIRE(w);
-  CHECK_FALSE(w->fires);
-  CHECK(w->reason.find("bf16_copy_to_readers") != std::string::npos);
+  does_not_fire(stem_plan(NetOptions(base).with_rule_off("bf16_copy_to_readers")),
+                "bn_bf16_stream_into_block", "bf16_copy_to_readers");
   // NetOptions::bf16_gradients(false) keeps the stem's dy sum float, and
   // bf16_residuals(false) its output: each verdict says so.
   const plan::Plan pg = stem_plan(NetOptions(base).with_bf16_gradients(false));
-  const plan::Verdict* g = pg.verdict("bf16_dy_sum", "stem/bn1");
-  REQUIRE(g);
-  CHECK_FALSE(g->fires);
-  CHECK(g->reason.find("bf16_gradients") != std::string::npos);
+  does_not_fire(pg, "bf16_dy_sum", "bf16_gradients");
   CHECK(pg.fires("bn_bf16_stream_into_block", "stem/bn1"));
   const plan::Plan ps = stem_plan(NetOptions(base).with_bf16_residuals(false));
-  const plan::Verdict* r = ps.verdict("bn_bf16_stream_into_block", "stem/bn1");
-  REQUIRE(r);
-  CHECK_FALSE(r->fires);
-  CHECK(r->reason.find("bf16_residuals") != std::string::npos);
+  does_not_fire(ps, "bn_bf16_stream_into_block", "bf16_residuals");
   CHECK(ps.fires("bf16_dy_sum", "stem/bn1"));
   // Two training steps with and without the two rules against the layers
   // in double (the first step's output, input gradient and parameter
