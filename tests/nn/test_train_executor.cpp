@@ -112,7 +112,10 @@ TEST_CASE("The training executor trains bit for bit as the layers do on the refe
       Model<ResNetCifar<>, backend::Reference, double> tree(
           {3, 16, 16}, fmt, resnet_options(8).with_plan_training(false), 1, input_grad);
       same_steps(ex, tree, 3, 11);
-      const Tensor<double> x = make_tensor<double>(ex.input_shape(3), fmt);
+      // (an xtensor's elements are not initialized: the input is set)
+      Tensor<double> x = make_tensor<double>(ex.input_shape(3), fmt);
+      Rng rng(5);
+      for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = rng.uniform(-1.5, 1.5);
       const Tensor<double> g(ex.forward(x, Mode::Train));
       CHECK(ex.backward(g).size() == (input_grad ? x.size() : 0));
       // A second backward after the same forward gives the same gradients.
