@@ -72,6 +72,7 @@ void walk(N& n, Did& d) {
         {"bn_bf16_output_alone", n.float_outputs_skipped() > 0},
         {"bf16_dx_out", n.bf16_dx_handoffs() > 0},
         {"bn_sums_in_next_conv_backward", n.sums_given() > 0},
+        {"bn_dx_into_conv_weight_gradient", n.weight_gradients_in_bn() > 0},
     });
   } else if constexpr (IsBlock<N>::value) {
     walk(n.shortcut(), d);

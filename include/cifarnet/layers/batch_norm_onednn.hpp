@@ -282,6 +282,51 @@ class BnTraining<backend::OneDnn, T, Relu, Gelu> : public BnBase<backend::OneDnn
     run_backward_bf16(dy, rc, dx_bf16);
   }
 
+  /// Writes this layer's dy as bfloat16 bits into `dy` (the buffer its
+  /// next backward reads them from: backward_bf16_bits, backward_from_bits)
+  /// as a + b through the ReLU mask bits `mask` (null: none), a and b float
+  /// or bits, taking its backward's sums over them in the same pass
+  /// (ops::BatchNorm::sum_into_dy): that backward then has no pass of its
+  /// own for them (bn_sums_in_dy_sum). Needs backward_bf16_bits_ready.
+  template <class A, class Bv>
+  void sum_into_dy(RunContext<B, T>& rc, const A* a, const Bv* b, const std::uint16_t* mask,
+                   std::uint16_t* dy) {
+    if (!backward_bf16_bits_ready(rc))
+      throw ConfigError("layer '" + name_ + "' (BatchNorm2d): a bf16 dy sum where it cannot read one");
+    if (x_bf16_)
+      op_.sum_into_dy(*rc.device, geom_, a, b, mask, dy, x_bf16_, mean_.data(), Relu);
+    else
+      op_.sum_into_dy(*rc.device, geom_, a, b, mask, dy, x_->data(), mean_.data(), Relu);
+  }
+  /// Whether backward_into_weight_gradient takes a batch of `n` with a
+  /// convolution of `cin` input channels in front (the op's
+  /// weight_gradient_in_backward; not with the GELU).
+  bool weight_gradient_in_backward(std::size_t n, std::size_t cin) const {
+    const ChannelGeom g = ChannelGeom::make(fmt_, Shape{n, in_.c, in_.h, in_.w});
+    return kBits && decltype(op_)::weight_gradient_in_backward(g, cin);
+  }
+  /// The training backward with dy float or bfloat16 bits, dx not stored:
+  /// the output gradient of the 3x3 stride-1 padding-1 convolution in front
+  /// of this layer, whose weight gradient (`dw`, HWIO) it computes from that
+  /// convolution's float input `conv_x` (`cin` channels) in the same pass
+  /// (bn_dx_into_conv_weight_gradient).
+  template <class DY>
+  void backward_into_weight_gradient(const DY* dy, RunContext<B, T>& rc, const T* conv_x, std::size_t cin,
+                                     T* dw) {
+    if (!weight_gradient_in_backward(geom_.n, cin))
+      throw ConfigError("layer '" + name_ + "' (BatchNorm2d): no weight gradient in its backward here");
+    auto [dg, db] = grad_targets(rc);
+    const T* gamma = std::as_const(*rc.params).value(gamma_);
+    if (x_bf16_)
+      op_.backward_into_weight_gradient(*rc.device, geom_, eps_, x_bf16_, dy, gamma, mean_.data(),
+                                        var_.data(), dg, db, Relu, conv_x, cin, dw);
+    else
+      op_.backward_into_weight_gradient(*rc.device, geom_, eps_, x_->data(), dy, gamma, mean_.data(),
+                                        var_.data(), dg, db, Relu, conv_x, cin, dw);
+  }
+  /// Backward passes that used sum_into_dy's sums.
+  std::size_t dy_sums_used() const { return op_.dy_sums_used(); }
+
   /// backward() with dy given as bfloat16 bits (backward_bf16_bits_ready)
   /// and dx float: the batch norm of a ConvBatchNorm whose convolution's
   /// backward stays float, given its dy as bits by a gradient sum

@@ -54,6 +54,12 @@ class ConvParts : protected NodeBase<T> {
   std::size_t in_image() const { return geom_.ic * geom_.ih * geom_.iw; }
   std::size_t out_image() const { return geom_.oc * geom_.oh * geom_.ow; }
   const ConvGeom& geometry() const { return geom_; }
+  /// Where the weights' gradient goes under `rc` (HWIO), or null where
+  /// none is wanted: for a layer that computes it in its own pass
+  /// (ConvBatchNorm's bn_dx_into_conv_weight_gradient; no bias).
+  T* weight_gradient_target(RunContext<B, T>& rc) const {
+    return !Bias && rc.param_grads && rc.params->requires_grad(w_) ? rc.params->grad(w_) : nullptr;
+  }
   /// The arena id of `weights` (layers/conv_bn.hpp folds batch norm into it).
   std::size_t weights_id() const { return w_; }
 

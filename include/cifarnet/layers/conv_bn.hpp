@@ -166,6 +166,12 @@ struct ConvBatchNorm : LayerBase {
     std::size_t epilogue_bn_sums() const { return t_.epilogue_bn_sums_; }
     std::size_t range_bn_sums() const { return t_.range_bn_sums_; }
     std::size_t sums_given() const { return t_.sums_given_; }
+    /// Backward passes whose batch norm took its sums from the pass that
+    /// wrote its dy as bf16 bits (bn_sums_in_dy_sum).
+    std::size_t dy_sums_taken() const { return t_.dy_sums_taken_; }
+    /// Backward passes whose batch norm computed the convolution's weight
+    /// gradient in the pass of its dx (bn_dx_into_conv_weight_gradient).
+    std::size_t weight_gradients_in_bn() const { return t_.wgrads_in_bn_; }
     /// Training forwards that left their output unwritten, that took their
     /// input as a map, and that wrote only the bf16 copy of their output.
     std::size_t deferred_outputs() const { return t_.bn().deferred_forwards(); }

@@ -41,7 +41,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
       Base::hand_overs_;
   using Base::bf16_dx_conv_on_, Base::bf16_output_on_, Base::dx_prologue_on_, Base::ranged_on_,
       Base::stats_epilogue_on_;
-  using Base::bn_, Base::bn_name_, Base::kOut;
+  using Base::bn_, Base::bn_name_, Base::kOut, Base::wgrad_in_bn_on_;
 
  public:
   // The counters (ConvBnParts), public as there.
@@ -145,6 +145,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     // conversion pass; the same rounding).
     if (bf16_backward(rc)) return backward_io(&dy, rc, nullptr);
     const std::size_t n = conv_.geometry().n;
+    if (wgrad_in_bn(rc, n)) return backward_into_weight_gradient(dy.data(), rc);
     if (const std::size_t per = range_images(rc, n)) return backward_ranges(dy, rc, per, given, gs);
     if (direct_bn(rc))
       return backward_ranges(dy, rc, n, given, gs);  // one range: the own kernels all the same
@@ -172,6 +173,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
         fact(bf16_backward(rc), !bf16_pair(rc)      ? "needs conv_bn_bf16_output, which does not apply"
                                 : !bf16_dx_conv_on_ ? "turned off (NetOptions::rules_off)"
                                                     : "no bf16 backward kernel for this convolution");
+    cn.facts[f::kWgradInBn] = fact(wgrad_in_bn(rc, n), this->off_or(wgrad_in_bn_on_, wgrad_in_bn_why(rc, n)));
     const std::string fwd_why = conv_.direct_why_not(rc, true), bwd_why = conv_.direct_why_not(rc, false);
     cn.facts[f::kStatsEpilogue] = fact(chunk && stats_epilogue_on_ && conv_.direct_forward_next(rc),
                                        this->off_or(stats_epilogue_on_, chunk ? fwd_why : chunk_why));
@@ -211,6 +213,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
         fact(takes_bf16_dy(rc), !bf16     ? bf16_why
                                 : dy_bits ? "needs conv_bn_bf16_output, which does not apply"
                                           : "its channel count or layout has no bf16 dy");
+    bnode.facts[f::kDySums] = fact(takes_bf16_dy(rc), bnode.facts[f::kBf16Dy].why);
     bnode.facts[f::kBf16DySum] =
         fact(takes_bf16_dy(rc) && bf16_dx_,
              !takes_bf16_dy(rc) ? bnode.facts[f::kBf16Dy].why : "NetOptions::bf16_gradients is off");
@@ -224,6 +227,9 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   /// The hooks the training executor's rules call (plan::PairHooks).
   void attach(plan::LayerRun<B, T>& r) {
     r.pair.dy_bits = [this](RunContext<B, T>&) { return bf16_dy_target(); };
+    r.pair.sum_into_dy = [this](RunContext<B, T>& rc, const T* af, const std::uint16_t* ab, const T* bf,
+                                const std::uint16_t* bb,
+                                const std::uint16_t* mask) { sum_into_dy(rc, af, ab, bf, bb, mask); };
     r.pair.skip_float_output = [this] { skip_float_output_once(); };
     r.pair.require_bf16_input = [this] { require_bf16_input(); };
     r.pair.defer_output = [this]() -> const void* {
@@ -334,6 +340,27 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     const ConvGeom& g = conv_.geometry();
     dy_bits_.resize(g.n * g.oc * g.oh * g.ow);
     return dy_bits_.data();
+  }
+  /// Its dy into bf16_dy_target() as a + b through the mask bits `mask`
+  /// (null: none), each part float or bits, with the batch norm's backward
+  /// sums in that pass (plan::PairHooks::sum_into_dy, bn_sums_in_dy_sum):
+  /// its next backward must use them.
+  void sum_into_dy(RunContext<B, T>& rc, const T* af, const std::uint16_t* ab, const T* bf,
+                   const std::uint16_t* bb, const std::uint16_t* mask) {
+    if (!takes_bf16_dy(rc) || (!af && !ab) || (!bf && !bb))
+      throw std::logic_error("layer '" + bn_name_ + "': a dy sum with its sums it cannot take");
+    std::uint16_t* dy = bf16_dy_target();
+    auto with_a = [&](const auto* a) {
+      if (bb)
+        bn_.sum_into_dy(rc, a, bb, mask, dy);
+      else
+        bn_.sum_into_dy(rc, a, bf, mask, dy);
+    };
+    if (ab)
+      with_a(ab);
+    else
+      with_a(af);
+    dy_sums_expected_ = bn_.dy_sums_used() + 1;
   }
   /// backward() with dy float or from bf16_dy_target() (dy null), dx as
   /// float or as bits into `dx_bits` (then the returned tensor is empty):
@@ -583,9 +610,15 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     if (!bf16_backward(rc)) {  // dy as bits (takes_bf16_dy), the convolution's backward float
       if (dy || dx_bits)
         throw std::logic_error("layer '" + conv_name_ + "': a bf16 hand-over its float backward cannot make");
+      if (wgrad_in_bn(rc, conv_.geometry().n)) {
+        const Tensor<T>& none = backward_into_weight_gradient(dy_bits_.data(), rc);
+        check_dy_sums();
+        return none;
+      }
       const Tensor<T>& da = profiled(rc.profiler, bn_name_, "bn", true, [&]() -> const Tensor<T>& {
         return bn_.backward_from_bits(dy_bits_.data(), rc);
       });
+      check_dy_sums();
       return profiled(rc.profiler, conv_name_, "conv", true,
                       [&]() -> const Tensor<T>& { return conv_.backward(da, rc); });
     }
@@ -599,6 +632,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
         bn_.backward_bf16_bits(dy_bits_.data(), rc, lp);
       return 0;
     });
+    check_dy_sums();
     if (!dx_bits)
       return profiled(rc.profiler, conv_name_, "conv", true,
                       [&]() -> const Tensor<T>& { return conv_.backward_bf16_dy(rc); });
@@ -609,7 +643,48 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
     return no_dx_;  // dx went to dx_bits
   }
 
+  // bn_dx_into_conv_weight_gradient: a convolution that needs no dx and
+  // whose weight gradient is float (its input channels: ResNet's stem's 3)
+  // gets it from its batch norm's pass of dx, which is not stored.
+  bool wgrad_in_bn(RunContext<B, T>& rc, std::size_t n) { return wgrad_in_bn_why(rc, n).empty(); }
+  std::string wgrad_in_bn_why(RunContext<B, T>& rc, std::size_t n) {
+    const ConvGeom& g = conv_.geometry();
+    if (!wgrad_in_bn_on_) return "turned off (NetOptions::rules_off)";
+    if (!rc.training()) return "inference";
+    if (float_convs_) return "fp32 convolutions (the convolution's own weight gradient)";
+    if (!bf16_pair(rc)) return "needs conv_bn_bf16_output, which does not apply";
+    if (bf16_backward(rc)) return "the convolution's backward runs in bf16 (bn_bf16_dx_to_conv)";
+    if (conv_.needs_input_gradient(rc)) return "the convolution computes a dx";
+    if (!conv_.weight_gradient_target(rc)) return "no weight gradient wanted";
+    if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pt != 1 || g.pl != 1 || g.pb != 1 || g.pr != 1)
+      return "not a 3x3 stride-1 convolution with padding 1";
+    if (!bn_.weight_gradient_in_backward(n, g.ic))
+      return "the batch norm's kernels: NHWC, 16 channels, 1 to 4 input channels, a width up to 512, AVX-512";
+    return "";
+  }
+  // Its backward then: the batch norm's, with the convolution's weight
+  // gradient (booked with the batch norm); no dx (none is needed).
+  template <class DY>
+  const Tensor<T>& backward_into_weight_gradient(const DY* dy, RunContext<B, T>& rc) {
+    profiled(rc.profiler, bn_name_, "bn", true, [&] {
+      bn_.backward_into_weight_gradient(dy, rc, conv_.input_data(), conv_.geometry().ic,
+                                        conv_.weight_gradient_target(rc));
+      return 0;
+    });
+    ++this->wgrads_in_bn_;
+    return no_dx_;
+  }
+  // After a backward: the sums sum_into_dy took (if it did) were used.
+  void check_dy_sums() {
+    const std::size_t want = std::exchange(dy_sums_expected_, 0);
+    if (want == 0) return;
+    if (bn_.dy_sums_used() != want)
+      throw std::logic_error("layer '" + bn_name_ + "': the sums taken with its dy were not used");
+    ++this->dy_sums_taken_;
+  }
+
   HostVector<std::uint16_t> dy_bits_;  // bf16_dy_target
+  std::size_t dy_sums_expected_ = 0;   // sum_into_dy: the batch norm's count of sums used, after the backward
   Tensor<T> no_dx_;                    // backward_io's return when dx went out as bits (empty)
   bool expect_copy_ = false;           // require_bf16_input, for the next forward
   ops::BatchNorm<B, T> sums_op_;       // an earlier batch norm's sums over ranges of dx (backward_ranges)

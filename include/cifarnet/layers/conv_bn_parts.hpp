@@ -56,6 +56,7 @@ class ConvBnParts {
     stats_epilogue_on_ = ctx.rule_on("bn_stats_in_conv_epilogue");
     dx_prologue_on_ = ctx.rule_on("bn_dx_in_conv_prologue");
     ranged_on_ = ctx.rule_on("conv_bn_ranged_backward");
+    wgrad_in_bn_on_ = ctx.rule_on("bn_dx_into_conv_weight_gradient");
     return b;
   }
   node_t<ConvL, B, T>& conv() { return conv_; }
@@ -69,6 +70,7 @@ class ConvBnParts {
   std::size_t bf16_handoffs_ = 0, bf16_outputs_ = 0, bf16_dx_handoffs_ = 0, normalised_inputs_ = 0;
   std::size_t ranged_backwards_ = 0, range_sums_ = 0, direct_backwards_ = 0;
   std::size_t epilogue_residual_sums_ = 0, epilogue_bn_sums_ = 0, sums_given_ = 0, range_bn_sums_ = 0;
+  std::size_t dy_sums_taken_ = 0, wgrads_in_bn_ = 0;
 
  protected:
   // The batch norm's backward, then the convolution's, each booked under its name.
@@ -90,7 +92,7 @@ class ConvBnParts {
   // training step of a backend with kernels for the pair asks them before
   // taking the path each names.
   bool bf16_output_on_ = true, bf16_dx_conv_on_ = true, stats_epilogue_on_ = true, dx_prologue_on_ = true,
-       ranged_on_ = true;
+       ranged_on_ = true, wgrad_in_bn_on_ = true;
   /// Why a rule of the pair does not apply, when `on` says it is turned off.
   static std::string off_or(bool on, std::string why) {
     return on ? std::move(why) : std::string("turned off (NetOptions::rules_off)");
@@ -119,13 +121,15 @@ class ConvBnTraining : public ConvBnParts<B, T, ConvL, BnL> {
   void record_facts(plan::Node& cn, plan::Node& bnode, RunContext<B, T>& rc, std::size_t n) {
     namespace f = plan::facts;
     const plan::Fact none = plan::Fact::no("no conv + batch norm kernels on this backend");
-    for (const char* k : {f::kBf16Output, f::kBf16Backward, f::kStatsEpilogue, f::kDirectBackward,
-                          f::kRangedBackward, f::kNormalisedInput, f::kBf16InputOnly, f::kBf16Dx})
+    for (const char* k :
+         {f::kBf16Output, f::kBf16Backward, f::kStatsEpilogue, f::kDirectBackward, f::kRangedBackward,
+          f::kNormalisedInput, f::kBf16InputOnly, f::kBf16Dx, f::kWgradInBn})
       cn.facts[k] = none;
     cn.facts[f::kNeedsDx] = conv_.needs_input_gradient(rc)
                                 ? plan::Fact::yes()
                                 : plan::Fact::no("nothing before it needs a gradient");
-    for (const char* k : {f::kBf16Sum, f::kOffersSums, f::kDeferOutput, f::kBf16Dy, f::kBf16OutputAlone})
+    for (const char* k :
+         {f::kBf16Sum, f::kOffersSums, f::kDeferOutput, f::kBf16Dy, f::kBf16OutputAlone, f::kDySums})
       bnode.facts[k] = none;
     bnode.facts[f::kSumMask] =
         bn_.writes_sum_mask(n) ? plan::Fact::yes() : plan::Fact::no("no mask bits here");

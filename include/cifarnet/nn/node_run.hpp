@@ -138,6 +138,13 @@ struct PairHooks {
   /// `dx_bits` (the returned tensor is then empty).
   std::function<const Tensor<T>&(const Tensor<T>* dy, RunContext<B, T>&, std::uint16_t* dx_bits)>
       backward_bits;
+  /// Its dy written as bf16 bits into dy_bits() as a + b through the ReLU
+  /// mask bits `mask` (null: none), each part float (af, bf) or bits (ab,
+  /// bb; one of each pair null), with its batch norm's backward sums
+  /// taken in the same pass for its next backward (bn_sums_in_dy_sum).
+  std::function<void(RunContext<B, T>&, const T* af, const std::uint16_t* ab, const T* bf,
+                     const std::uint16_t* bb, const std::uint16_t* mask)>
+      sum_into_dy;
   /// Its next training forward writes its output only as its bf16 copy
   /// (the float values stay stale): for readers that read nothing else.
   std::function<void()> skip_float_output;

@@ -110,6 +110,10 @@ inline constexpr const char* kBf16Copy =
     "bf16_copy";  ///< its training forward writes a bf16 copy of its output (or of its sum)
 inline constexpr const char* kOffersSums =
     "offers_sums";  ///< its backward sums can be taken by the next layer
+inline constexpr const char* kWgradInBn =
+    "wgrad_in_bn";  ///< its weight gradient computed in its batch norm's pass of dx, which is not stored
+inline constexpr const char* kDySums =
+    "dy_sums";  ///< its backward sums can be taken by the pass that sums its dy as bf16 bits
 // an average pool (and kBf16InputOnly)
 inline constexpr const char* kPadsInPlace = "pads_in_place";  ///< can write into the ChannelPad after it
 // a residual block's sum ("add")

@@ -44,7 +44,8 @@ inline bool within_layer(const std::string& rule) {
                                   "bn_bf16_dx_to_conv",
                                   "bn_stats_in_conv_epilogue",
                                   "bn_dx_in_conv_prologue",
-                                  "conv_bn_ranged_backward"};
+                                  "conv_bn_ranged_backward",
+                                  "bn_dx_into_conv_weight_gradient"};
   return std::find(std::begin(r), std::end(r), rule) != std::end(r);
 }
 
@@ -64,6 +65,11 @@ inline const std::vector<RuleInfo>& rules() {
       {"conv_bn_ranged_backward",
        "the batch norm's dx handed to the convolution's backward a range of images at "
        "a time, from cache"},
+      {"bn_dx_into_conv_weight_gradient",
+       "bf16 training, a convolution that computes no dx and whose weight gradient would run in float "
+       "(ResNet's stem: 3 input channels): the batch norm's dx summed row by row into the convolution's "
+       "weight gradient in the batch norm's own pass, never stored: the float dx's write, its read by the "
+       "convolution's backward and that backward's pass saved"},
       {"bn_output_into_next_conv",
        "a batch norm's output left unwritten, computed by the next convolution's kernels from its map"},
       {"bn_bf16_output_alone",
@@ -119,6 +125,11 @@ inline const std::vector<RuleInfo>& rules() {
        "training executor, bf16 convolutions: the gradients of a batch norm's output from its several "
        "readers (ResNet's stem) summed as bf16 bits straight into the batch norm's dy: 2 bytes an element "
        "written and read twice instead of 4"},
+      {"bn_sums_in_dy_sum",
+       "training executor, bf16 convolutions: a batch norm's backward sums taken in the pass that writes its "
+       "dy as bf16 bits from two gradient parts (a residual block's backward sum through its ReLU mask bits, "
+       "or the sum of ResNet's stem readers' gradients): the batch norm's pass of its sums saved (a read of "
+       "its dy and its input)"},
       {"residual_sum_in_conv_epilogue",
        "inference: the residual sum (and its ReLU) as the folded convolution's post-ops: the sum's own pass "
        "saved"},
@@ -415,6 +426,29 @@ void train_executor_rules(Plan& p, MakeVerdict&& verdict) {
     verdict("bf16_dy_sum", {b, p.tensors[std::size_t(bn.output)].consumers.front()}, dy,
             "the batch norm: " + wdy);
   }
+  // A batch norm's backward sums taken in the pass that writes its dy as
+  // bf16 bits from two parts: a block's backward sum through its ReLU's
+  // mask bits into its body's last batch norm (bf16_residual_gradient), or
+  // the executor's sum of a batch norm's readers' gradients (bf16_dy_sum).
+  // Not where one part is a pooled shortcut gradient, formed in the sum
+  // by the pool's own kernel (pooled_gradient_in_sum).
+  const std::size_t before = p.verdicts.size();
+  for (std::size_t k = 0; k < before; ++k) {
+    const Verdict v = p.verdicts[k];  // a copy: verdict() appends
+    if (!v.fires || v.nodes.size() < 2) continue;
+    if (v.rule == "bf16_residual_gradient") {
+      const int bn = p.tensors[std::size_t(at(p, v.nodes[0]).inputs[0])].producer;  // the body's last
+      if (bn < 0) continue;
+      auto [sums, wsums] = fact(at(p, bn), facts::kDySums);
+      const bool pooled = p.fires("pooled_gradient_in_sum", at(p, v.nodes[1]).name);
+      verdict("bn_sums_in_dy_sum", {v.nodes[0], bn}, sums && !pooled,
+              !sums ? "the batch norm: " + wsums
+                    : "the next block's shortcut gradient is formed in that sum (pooled_gradient_in_sum)");
+    } else if (v.rule == "bf16_dy_sum") {
+      auto [sums, wsums] = fact(at(p, v.nodes[0]), facts::kDySums);
+      verdict("bn_sums_in_dy_sum", {v.nodes[0], v.nodes[1]}, sums, "the batch norm: " + wsums);
+    }
+  }
 }
 
 /// Runs every rule over the plan: its verdicts, and the rules that fired
@@ -467,6 +501,7 @@ inline void apply_rules(Plan& p, const Caps& caps) {
     by_fact("bn_stats_in_conv_epilogue", {c, c + 1}, conv, facts::kStatsEpilogue);
     by_fact("bn_dx_in_conv_prologue", {c, c + 1}, conv, facts::kDirectBackward);
     by_fact("conv_bn_ranged_backward", {c, c + 1}, conv, facts::kRangedBackward);
+    by_fact("bn_dx_into_conv_weight_gradient", {c, c + 1}, conv, facts::kWgradInBn);
   }
   // Standalone layers (airbench94, VGG-19, the tutorial CNN): a Conv2d
   // followed by a BatchNorm2d (through a max pool or not), or by a ReLU

@@ -258,6 +258,10 @@ class TrainExecutor {
     // bf16_dy_sum: a layer whose dy, when it is the sum of two parts, the
     // executor writes as bf16 bits into the layer's own dy buffer.
     bool dy_sum_bits = false;
+    // bn_sums_in_dy_sum: the sum that writes the dy bits of a layer (this
+    // sum's gradient into grad_bits_to, or this layer's own dy_sum_bits)
+    // takes that layer's batch norm sums in the same pass.
+    bool dy_sums = false;
     HostVector<std::uint16_t> dx_bits, mask_bits;
     bool wants_bits = false, has_bits = false;
   };
@@ -265,6 +269,7 @@ class TrainExecutor {
   static constexpr const char* kConvToPool = "conv_bf16_output_to_pool";
   static constexpr const char* kBnStream = "bn_bf16_stream_into_block";
   static constexpr const char* kDySum = "bf16_dy_sum";
+  static constexpr const char* kDySums = "bn_sums_in_dy_sum";
   static constexpr const char* kConvGelu = "conv_gelu_bf16_output";
   static constexpr const char* kPoolToBn = "pool_bf16_output_to_bn";
   // A part of a gradient: a float tensor or bf16 bits (of the tensor's
@@ -444,6 +449,17 @@ class TrainExecutor {
     }
   }
 
+  // bn_sums_in_dy_sum: the parts a + b (through `mask`) written as bits
+  // into layer l's dy by l itself, with its batch norm's backward sums in
+  // the same pass. False (nothing done) where a part is pooled.
+  bool sum_with_bn_sums(RunContext<B, T>& rc, const plan::LayerRun<B, T>& l, const Part& a, const Part& b,
+                        const std::uint16_t* mask) {
+    if (a.pooled || b.pooled || !l.pair.sum_into_dy) return false;
+    l.pair.sum_into_dy(rc, a.f ? a.f->data() : nullptr, a.bits, b.f ? b.f->data() : nullptr, b.bits, mask);
+    count(kDySums);
+    return true;
+  }
+
   // Tensor t's gradient as one float tensor: two parts are summed first,
   // in place into the first where it is a pooled buffer that nothing else
   // refers to, else into a buffer taken from the pool.
@@ -484,6 +500,7 @@ class TrainExecutor {
       const Tensor<T>& like = *values_[std::size_t(s.out)];
       detail::profiled(rc.profiler, names_[std::size_t(s.out)], kinds_[std::size_t(s.out)].c_str(), true,
                        [&] {
+                         if (s.dy_sums && sum_with_bn_sums(rc, l, d.a, d.b, nullptr)) return 0;
                          sum_parts(rc, like, like.size(), d.a, d.b, nullptr, nullptr, yb);
                          return 0;
                        });
@@ -610,7 +627,10 @@ class TrainExecutor {
           count("residual_mask_in_sum");
           if (s.has_bits) {
             if (yb) count("bf16_residual_gradient");
-            sum_parts(rc, s.value, n, d.a, d.b, s.mask_bits.data(), masked, yb);
+            if (!(yb && s.dy_sums &&
+                  sum_with_bn_sums(rc, *steps_[std::size_t(s.grad_bits_to)].layer, d.a, d.b,
+                                   s.mask_bits.data())))
+              sum_parts(rc, s.value, n, d.a, d.b, s.mask_bits.data(), masked, yb);
           } else {
             add_.add_masked(*rc.device, n, d.a.f->data(), d.b.f->data(), s.value.data(), masked);
           }
@@ -920,6 +940,14 @@ class TrainExecutor {
           return fail(std::string(kDySum) + " at '" + p.nodes[std::size_t(v.nodes[0])].name +
                       "', a layer that cannot read bf16 dy bits");
         steps_[std::size_t(w)].dy_sum_bits = true;
+      }
+      if (v.rule == kDySums && v.fires) {  // the batch norm's sums in the pass that writes its dy bits
+        const plan::Node& n = p.nodes[std::size_t(v.nodes[0])];
+        const int k = n.kind == "add" ? step_at[std::size_t(v.nodes[0])] : step_of[std::size_t(n.output)];
+        const int w = k >= 0 && n.kind == "add" ? steps_[std::size_t(k)].grad_bits_to : k;
+        if (k < 0 || w < 0 || !hooks(w) || !hooks(w)->sum_into_dy)
+          return fail(std::string(kDySums) + " at '" + n.name + "', whose dy bits no layer's sum writes");
+        steps_[std::size_t(k)].dy_sums = true;
       }
       if (v.rule == kBnStream && v.fires) {  // the batch norm's copy alone, read by the block after it
         const plan::Node& bn = p.nodes[std::size_t(v.nodes[0])];

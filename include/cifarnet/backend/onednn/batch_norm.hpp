@@ -405,6 +405,87 @@ struct BatchNorm<backend::OneDnn, T> {
     return {x, dy, relu ? relu_ab_.data() : nullptr, mean, A, A + g.c, A + 2 * g.c};
   }
 
+  /// dy = a + b (where the mask bit is set; `mask` null: everywhere) as
+  /// bfloat16 bits, a and b float or bits: two parts of this batch norm's
+  /// output gradient (a residual block's backward sum through its ReLU's
+  /// mask bits, or the gradients of the output's several readers), summed
+  /// in one pass that also takes this batch norm's backward sums over those
+  /// bits (x float or bits as its training forward had it, its fused ReLU
+  /// with `relu`, `mean` its batch mean). The next backward of this
+  /// geometry and activation with dy at that address, as bits, uses them
+  /// instead of its own pass over x and dy (the same bits,
+  /// bn::sum_into_dy_with_sums); any other backward or training forward
+  /// forgets them. NHWC at 16, 32, 64 or 256 channels (writes_bf16_only).
+  template <class A, class Bv, class X>
+  CIFARNET_OUTLINE void sum_into_dy(Dev& dev, const ChannelGeom& g, const A* a, const Bv* b,
+                                    const std::uint16_t* mask, std::uint16_t* dy, const X* x,
+                                    const float* mean, bool relu) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm sum_into_dy";
+    (void)dev;
+    on::check_geometry(g, op);
+    if (!writes_bf16_only(g))
+      throw ConfigError(
+          detail::concat(op, ": NHWC with 16, 32, 64 or 256 channels only (", on::describe(g), ")"));
+    on::require(op, {{a, "a"}, {b, "b"}, {dy, "dy"}, {x, "x"}, {mean, "mean"}});
+    const BnActivation act = relu ? BnActivation::Relu : BnActivation::None;
+    check_activation(g, act, op);
+    dy_sums_.dy = nullptr;
+    on::bn::with_channels(g, [&](auto cc) {
+      if constexpr (decltype(cc)::value != 0)
+        on::bn::sum_into_dy_with_sums<decltype(cc)::value>(
+            g, a, b, mask, dy, x, relu ? relu_ab_.data() : nullptr, mean, dy_sums_.scratch);
+    });
+    dy_sums_.dy = dy;
+    dy_sums_.x = x;
+    dy_sums_.g = g;
+    dy_sums_.act = act;
+  }
+  /// Whether backward_into_weight_gradient takes `g` with a convolution of
+  /// `cin` input channels in front (bn::wgrad_in_input_gradient: AVX-512,
+  /// NHWC, 16 channels, 1 to 4 input channels, width up to 512).
+  static bool weight_gradient_in_backward(const ChannelGeom& g, std::size_t cin) {
+    return backend::onednn::bn::wgrad_in_input_gradient(g, cin);
+  }
+  /// backward() (no activation, or the fused ReLU; x float or bits as its
+  /// training forward had it; dy float or bits) with dx not stored: it is
+  /// the output gradient of the 3x3 stride-1 padding-1 convolution in front
+  /// of this batch norm, whose weight gradient `dw` (HWIO, cin x 16, float)
+  /// this computes in the pass of dx from that convolution's float NHWC
+  /// input `conv_x` (bn::input_gradient_into_weight_gradient; where
+  /// weight_gradient_in_backward(g, cin)). sum_into_dy's sums are used as
+  /// backward's are.
+  template <class X, class DY>
+  CIFARNET_OUTLINE void backward_into_weight_gradient(Dev& dev, const ChannelGeom& g, double eps, const X* x,
+                                                      const DY* dy, const float* gamma, const float* mean,
+                                                      const float* var, float* dgamma, float* dbeta,
+                                                      bool relu, const float* conv_x, std::size_t cin,
+                                                      float* dw) {
+    namespace on = backend::onednn;
+    static constexpr const char* op = "BatchNorm backward_into_weight_gradient";
+    (void)dev;
+    const BnActivation act = relu ? BnActivation::Relu : BnActivation::None;
+    check_backward(op, g, x, dy, gamma, mean, var, dgamma, dbeta, act);
+    on::require(op, {{conv_x, "conv_x"}, {dw, "dw"}});
+    if (!weight_gradient_in_backward(g, cin))
+      throw ConfigError(detail::concat(op,
+                                       ": NHWC, 16 channels, 1 to 4 input channels, a width up to 512, on "
+                                       "a CPU build with AVX-512 (",
+                                       on::describe(g), ", ", cin, " input channels)"));
+    sums_of_.g.reset();
+    const double* given = take_dy_sums(g, x, dy, act);
+#if defined(__AVX512F__)
+    on::bn::backward_into_weight_gradient(g, eps, x, dy, gamma, mean, var, dgamma, dbeta,
+                                          relu ? relu_ab_.data() : nullptr, scratch_, conv_x, cin, dw, given);
+#else
+    (void)given;
+#endif
+  }
+
+  /// Backward passes that used the sums of sum_into_dy (tests, and the
+  /// layer's check that what it was given was used).
+  CIFARNET_OUTLINE std::size_t dy_sums_used() const { return dy_sums_used_; }
+
   /// Training forwards that used statistics given (give_statistics; tests).
   CIFARNET_OUTLINE std::size_t statistics_given() const { return statistics_given_; }
   /// Geometries whose primitives are cached now.
@@ -445,6 +526,7 @@ struct BatchNorm<backend::OneDnn, T> {
     act_geom_ = g;
     act_ = act;
     sums_of_.g.reset();  // the coefficients in scratch_ are overwritten
+    dy_sums_.dy = nullptr;
     const double* stats = take_given(g, x);
     backend::onednn::bn::forward_train(g, eps, x, gamma, beta, y, mean, var, m, scratch_, ab, sum, sum_relu,
                                        y_bf16, sum_mask, stats);
@@ -462,6 +544,7 @@ struct BatchNorm<backend::OneDnn, T> {
     act_geom_ = g;
     act_ = BnActivation::Relu;
     sums_of_.g.reset();
+    dy_sums_.dy = nullptr;
     const double* stats = take_given(g, x);
     on::bn::forward_train<X, float>(g, eps, x, gamma, beta, nullptr, mean, var, relu_ab_.data(), scratch_,
                                     nullptr, nullptr, false, nullptr, nullptr, stats, true);
@@ -485,9 +568,23 @@ struct BatchNorm<backend::OneDnn, T> {
                                        "only in NHWC at 16, 32, 64 or 256 channels (",
                                        on::describe(g), ")"));
     sums_of_.g.reset();
+    const double* given = take_dy_sums(g, x, dy, act);
     backend::onednn::bn::backward(g, eps, x, dy, gamma, mean, var, dx, dgamma, dbeta,
                                   act == BnActivation::Relu ? relu_ab_.data() : nullptr, scratch_,
-                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16);
+                                  act == BnActivation::Gelu ? gelu_ab_.data() : nullptr, dx_bf16, given);
+  }
+
+  // sum_into_dy's sums, for a backward of this dy (bits) only, once: the
+  // sums, or null (forgotten either way).
+  template <class X, class DY>
+  const double* take_dy_sums(const ChannelGeom& g, const X* x, const DY* dy, BnActivation act) {
+    const bool given = std::is_same_v<DY, std::uint16_t> && dy_sums_.dy != nullptr &&
+                       static_cast<const void*>(dy_sums_.dy) == static_cast<const void*>(dy) &&
+                       dy_sums_.x == static_cast<const void*>(x) && dy_sums_.g == g && dy_sums_.act == act &&
+                       act != BnActivation::Gelu;
+    dy_sums_.dy = nullptr;
+    dy_sums_used_ += given;
+    return given ? dy_sums_.scratch.sums.data() : nullptr;
   }
 
   // A backward's geometry, operands and activation (check_activation).
@@ -574,6 +671,14 @@ struct BatchNorm<backend::OneDnn, T> {
     const double* stats = nullptr;
   } given_;
   std::size_t statistics_given_ = 0;
+  struct DySums {  // sum_into_dy's: the dy it wrote and the sums over it
+    const std::uint16_t* dy = nullptr;
+    const void* x = nullptr;
+    ChannelGeom g;
+    BnActivation act = BnActivation::None;
+    backend::onednn::bn::Scratch scratch;
+  } dy_sums_;
+  std::size_t dy_sums_used_ = 0;
   struct SumsOf {  // what the last backward_sums summed
     const float* x = nullptr;
     const float* dy = nullptr;

@@ -28,9 +28,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>  // Eigen's vectorized erf (packet math)
@@ -57,6 +62,7 @@ struct Scratch {
   std::vector<float> block;  ///< per thread: 2C float block sums
   std::vector<double> sums;  ///< 2C totals
   std::vector<float> coef;   ///< 3C per-channel constants (shift/scale/offset, A/B/D)
+  std::vector<float> wpart;  ///< per image: input_gradient_into_weight_gradient's float partials
 };
 
 /// Rows (NHWC) or planes (NCHW) summed in float before their sums are added
@@ -177,10 +183,15 @@ enum class SumKind { Stats, Grad };
 /// instead of loading and storing them for every row (with affine() and
 /// input_gradient() below: BN's time in a ResNet-20 step -35 %,
 /// docs/BENCHMARKS.md).
-template <SumKind K, std::size_t C, class X, class DY>
-void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* __restrict dy,
+/// `block(rb, re)` runs before each block of rows [rb, re) is summed (it
+/// may write those rows of dy: sum_into_dy_with_sums).
+struct NoBlockWork {
+  void operator()(std::size_t, std::size_t) const {}
+};
+template <SumKind K, std::size_t C, class X, class DY, class Block = NoBlockWork>
+void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* dy,
                const float* __restrict relu_ab, const float* __restrict k, double* __restrict s1,
-               double* __restrict s2, const GeluGrad* gg) {
+               double* __restrict s2, const GeluGrad* gg, Block&& block = Block{}) {
   double d1[C], d2[C];
   float kc[C], ka[C], kb[C];  // the shift, the ReLU's a and b
   for (std::size_t c = 0; c < C; ++c) {
@@ -191,6 +202,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
   }
   for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
     const std::size_t re = std::min(r1, rb + kBlockRows);
+    block(rb, re);
     float b1[C], b2[C];
     for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
     for (std::size_t r = rb; r < re; ++r) {
@@ -343,6 +355,47 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const typename Sa
   sc.sums.assign(2 * C, 0.0);
   for (int t = 0; t < nt; ++t)
     for (std::size_t j = 0; j < 2 * C; ++j) sc.sums[j] += sc.part[std::size_t(t) * 2 * C + j];
+}
+
+/// dy = a + b where the ReLU mask bit is set (mask null: everywhere; a, b
+/// float or bfloat16 bits, dy bfloat16 bits: host::add_masked_word), and
+/// the backward sums of channel_sums<Grad> over those dy bits (x, the
+/// fused ReLU's a, b in `relu_ab` or null, the shift k) in the same pass,
+/// into sc.sums: a residual block's backward sum (or the sum of a batch
+/// norm's readers' gradients) that writes a batch norm's dy while taking
+/// that batch norm's sums (bn_sums_in_dy_sum). nhwc_sums writes each
+/// block of kBlockRows rows of dy just before it sums them (in L1), with
+/// channel_sums' threads, shares, blocks and order: the same bits as the
+/// sum's pass followed by channel_sums.
+/// NHWC, C = CC (16, 32, 64 or 256).
+template <std::size_t CC, class A, class Bv, class X>
+void sum_into_dy_with_sums(const ChannelGeom& g, const A* __restrict a, const Bv* __restrict b,
+                           const std::uint16_t* __restrict mask, std::uint16_t* __restrict dy,
+                           const X* __restrict x, const float* __restrict relu_ab, const float* __restrict k,
+                           Scratch& sc) {
+  static_assert(CC % 16 == 0 && CC != 0, "bn::sum_into_dy_with_sums: 16, 32, 64 or 256 channels");
+  const int nt = std::max(1, omp_get_max_threads());
+  sc.part.assign(std::size_t(nt) * 2 * CC, 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), n_threads = omp_get_num_threads();
+    double* __restrict s1 = sc.part.data() + std::size_t(t) * 2 * CC;
+    double* __restrict s2 = s1 + CC;
+    const std::size_t rows = g.n * g.h * g.w, r0 = share(rows, t, n_threads),
+                      r1 = share(rows, t + 1, n_threads);
+    nhwc_sums<SumKind::Grad, CC, X, std::uint16_t>(
+        r0, r1, x, dy, relu_ab, k, s1, s2, nullptr, [&](std::size_t rb, std::size_t re) {
+          for (std::size_t r = rb; r < re; ++r) {
+            ahead(a + r * CC);
+            ahead(b + r * CC);
+            for (std::size_t i = r * CC; i < (r + 1) * CC; i += 16)
+              host::add_masked_word(a + i, b + i, mask ? mask[i / 16] : std::uint16_t(0xFFFF), dy + i);
+          }
+        });
+  }
+  sc.sums.assign(2 * CC, 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (std::size_t j = 0; j < 2 * CC; ++j) sc.sums[j] += sc.part[std::size_t(t) * 2 * CC + j];
 }
 
 /// f(r, ac, bc) for every NHWC row r of this thread's share (rows of CC
@@ -642,6 +695,100 @@ inline constexpr std::size_t kGeluRowMax = 256;
 /// With y null (NHWC rows of at most kGeluRowMax channels, y_bf16 given),
 /// each row is formed in a buffer on the stack and written only as its
 /// bits: the same bits, 4 bytes an element less to write.
+/// Whether input_gradient_into_weight_gradient takes a convolution of
+/// `cin` input channels in front of a batch norm of `c` channels over
+/// `g`: a CPU build with AVX-512, NHWC, 16 output channels (one AVX-512
+/// register a pixel), 1 to 4 input channels (ResNet's stem: 3), and an
+/// image width up to 512.
+inline bool wgrad_in_input_gradient(const ChannelGeom& g, std::size_t cin) {
+#if defined(__AVX512F__)
+  return g.fmt == DataFormat::NHWC && g.c == 16 && cin >= 1 && cin <= 4 && g.w >= 1 && g.w <= 512 && g.h >= 1;
+#else
+  (void)g, (void)cin;
+  return false;
+#endif
+}
+
+#if defined(__AVX512F__)
+/// input_gradient's dx of a 16-channel NHWC batch norm (A, B, D from
+/// gradient_coefficients; x float or bf16 bits, dy float or bits, the
+/// fused ReLU's a, b or null), never stored: each image row of it goes
+/// through a float block on the stack into the weight gradient of the 3x3,
+/// stride-1, padding-1 convolution in front of the batch norm, whose input
+/// `cx` (NHWC float, CIN channels, the batch norm's n, h, w) is read from a
+/// zero-padded copy of each image:
+///   dw[i][j][c][o] = sum over n, y, x of dx[n][y][x][o] cx[n][y+i-1][x+j-1][c]
+/// (HWIO, float; 9 CIN sums of 16 lanes, in registers over an image). Each
+/// image's sums go to its own float partial (`part`, n * 9 * CIN * 16), which
+/// are added in image order: the same bits for any thread count. The float
+/// products of dx times x where a tap falls on the padding are 0 (as
+/// oneDNN's), unless dx is infinite or NaN there (then NaN).
+template <std::size_t CIN, class X, class DY>
+void input_gradient_into_weight_gradient(const ChannelGeom& g, const X* __restrict x, const DY* __restrict dy,
+                                         const float* __restrict relu_ab, const float* __restrict mean,
+                                         const float* __restrict A, const float* __restrict B,
+                                         const float* __restrict D, const float* __restrict cx,
+                                         std::vector<float>& part, float* __restrict dw) {
+  constexpr std::size_t C = 16, K = 9 * CIN;
+  const std::size_t H = g.h, W = g.w, PW = W + 2, hw = H * W;
+  part.assign(g.n * K * C, 0.f);
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::size_t i0 = share(g.n, t, nt), i1 = share(g.n, t + 1, nt);
+    float ac[C], bc[C], dc[C], mc[C], ra[C], rb[C];
+    for (std::size_t c = 0; c < C; ++c) {
+      ac[c] = A[c];
+      bc[c] = B[c];
+      dc[c] = D[c];
+      mc[c] = mean[c];
+      ra[c] = relu_ab ? relu_ab[c] : 0.f;
+      rb[c] = relu_ab ? relu_ab[C + c] : 0.f;
+    }
+    std::vector<float> pad((H + 2) * PW * CIN, 0.f);  // the image, zero-padded by one pixel
+    alignas(64) float row[512 * C];                   // one image row of dx
+    for (std::size_t n = i0; n < i1; ++n) {
+      for (std::size_t y = 0; y < H; ++y)
+        std::memcpy(&pad[((y + 1) * PW + 1) * CIN], cx + (n * hw + y * W) * CIN, W * CIN * sizeof(float));
+      __m512 acc[K];
+      for (std::size_t k = 0; k < K; ++k) acc[k] = _mm512_setzero_ps();
+      for (std::size_t y = 0; y < H; ++y) {
+        const std::size_t r0 = n * hw + y * W;
+        for (std::size_t xi = 0; xi < W; ++xi) {
+          ahead(x + (r0 + xi) * C);
+          ahead(dy + (r0 + xi) * C);
+          input_gradient_row<C>(C, x + (r0 + xi) * C, dy + (r0 + xi) * C, relu_ab ? ra : nullptr, rb, mc, ac,
+                                bc, dc, row + xi * C);
+        }
+        for (std::size_t xi = 0; xi < W; ++xi) {
+          const __m512 d = _mm512_load_ps(row + xi * C);
+          const float* p = &pad[(y * PW + xi) * CIN];  // tap (0, 0) of output pixel (y, xi)
+          // Opaque to the optimizer: each tap is a broadcast operand of its
+          // multiply-add. (GCC otherwise carries the taps shared with the
+          // next pixel over in registers it then spills: 2.2x slower.)
+          asm("" : "+r"(p));
+#pragma GCC unroll 3
+          for (std::size_t i = 0; i < 3; ++i)
+#pragma GCC unroll 3
+            for (std::size_t j = 0; j < 3; ++j)
+#pragma GCC unroll 4
+              for (std::size_t c = 0; c < CIN; ++c)
+                acc[(i * 3 + j) * CIN + c] =
+                    _mm512_fmadd_ps(_mm512_set1_ps(p[(i * PW + j) * CIN + c]), d, acc[(i * 3 + j) * CIN + c]);
+        }
+      }
+      for (std::size_t k = 0; k < K; ++k) _mm512_storeu_ps(&part[(n * K + k) * C], acc[k]);
+    }
+  }
+  // dw in HWIO: [i][j][c][o], the partials' order (i * 3 + j) * CIN + c.
+  for (std::size_t k = 0; k < K * C; ++k) {
+    double s = 0.0;
+    for (std::size_t n = 0; n < g.n; ++n) s += double(part[n * K * C + k]);
+    dw[k] = float(s);
+  }
+}
+#endif
+
 template <class X>
 inline void affine_gelu(const ChannelGeom& g, const X* x, const float* a, const float* b, float* y,
                         std::uint16_t* y_bf16 = nullptr) {
@@ -893,18 +1040,24 @@ void input_gradient_images(const ChannelGeom& g, const X* x, const DY* dy, const
 /// the second pass then overwrites in place. With `dx_bf16`, dx goes there
 /// as bfloat16 and dx is not touched (with the GELU it holds dyr). dy is float, or
 /// (not with the GELU) bfloat16 bits: the bf16 input gradient of the
-/// convolution after this batch norm, widened exactly (widen).
+/// convolution after this batch norm, widened exactly (widen). With
+/// `given_sums` (2C, not with the GELU: sum_into_dy_with_sums' over the
+/// same x, dy and mean), no pass of the sums.
 template <class X, class DY>
 void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const float* gamma,
               const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
               const float* relu_ab, Scratch& sc, const float* gelu_ab = nullptr,
-              std::uint16_t* dx_bf16 = nullptr) {
+              std::uint16_t* dx_bf16 = nullptr, const double* given_sums = nullptr) {
   const std::size_t C = g.c;
   const GeluGrad gg{gelu_ab, gelu_ab ? gelu_ab + C : nullptr, dx};
-  with_channels(g, [&](auto cc) {
-    channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc,
-                                                            gelu_ab ? &gg : nullptr);
-  });
+  if (given_sums && !gelu_ab) {  // taken with dy's sum (sum_into_dy_with_sums)
+    sc.sums.assign(given_sums, given_sums + 2 * C);
+  } else {
+    with_channels(g, [&](auto cc) {
+      channel_sums<SumKind::Grad, decltype(cc)::value, X, DY>(g, x, dy, relu_ab, mean, sc,
+                                                              gelu_ab ? &gg : nullptr);
+    });
+  }
   if constexpr (std::is_same_v<DY, float>) {
     if (gelu_ab) dy = dx;  // dyr, stored by the sums' pass
   }
@@ -914,6 +1067,42 @@ void backward(const ChannelGeom& g, double eps, const X* x, const DY* dy, const 
     input_gradient<decltype(cc)::value>(g, x, dy, relu_ab, mean, A, B, D, dx, dx_bf16);
   });
 }
+
+#if defined(__AVX512F__)
+/// backward() with dx not stored: it is the output gradient of the 3x3
+/// stride-1 padding-1 convolution in front of the batch norm, whose weight
+/// gradient dw (HWIO, cin x 16) is computed from that convolution's float
+/// NHWC input `cx` in the pass of dx (input_gradient_into_weight_gradient;
+/// wgrad_in_input_gradient(g, cin) must hold). `given_sums` as backward's.
+template <class X, class DY>
+void backward_into_weight_gradient(const ChannelGeom& g, double eps, const X* x, const DY* dy,
+                                   const float* gamma, const float* mean, const float* var, float* dgamma,
+                                   float* dbeta, const float* relu_ab, Scratch& sc, const float* cx,
+                                   std::size_t cin, float* dw, const double* given_sums = nullptr) {
+  if (given_sums)
+    sc.sums.assign(given_sums, given_sums + 2 * g.c);
+  else
+    channel_sums<SumKind::Grad, 16, X, DY>(g, x, dy, relu_ab, mean, sc, nullptr);
+  gradient_coefficients(g, eps, gamma, var, dgamma, dbeta, sc);
+  const float *A = sc.coef.data(), *B = A + g.c, *D = B + g.c;
+  auto run = [&](auto k) {
+    input_gradient_into_weight_gradient<decltype(k)::value>(g, x, dy, relu_ab, mean, A, B, D, cx, sc.wpart,
+                                                            dw);
+  };
+  switch (cin) {
+    case 1:
+      return run(std::integral_constant<std::size_t, 1>{});
+    case 2:
+      return run(std::integral_constant<std::size_t, 2>{});
+    case 3:
+      return run(std::integral_constant<std::size_t, 3>{});
+    case 4:
+      return run(std::integral_constant<std::size_t, 4>{});
+    default:
+      throw std::logic_error("bn::backward_into_weight_gradient: 1 to 4 input channels");
+  }
+}
+#endif
 
 }  // namespace bn
 }  // namespace onednn
