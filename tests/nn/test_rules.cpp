@@ -686,13 +686,20 @@ TEST_CASE("ResNet's stem in bf16: its weight gradient in its batch norm's pass o
   Model<Net, backend::OneDnn> on({3, 16, 16}, DataFormat::NHWC, base, 3, false);
   Model<Net, backend::OneDnn> off({3, 16, 16}, DataFormat::NHWC, NetOptions(base).with_rule_off(rule), 3,
                                   false);
+  // The layer tree runs it too (a rule within the layer), from a float dy.
+  Model<Net, backend::OneDnn> tree({3, 16, 16}, DataFormat::NHWC, NetOptions(base).with_plan_training(false),
+                                   3, false);
+  CHECK(tree.step_plan(Mode::Train, 4).fires(rule, "stem/conv1"));
   Model<Net, backend::Reference, double> ref({3, 16, 16}, DataFormat::NHWC,
                                              NetOptions(base).with_rules_off({"all"}), 3, false);
   test::same_random_parameters(on, off, 5);
+  test::same_random_parameters(on, tree, 5);
   test::same_random_parameters(on, ref, 5);
   const auto ta = trace(on, Mode::Train, 4, 9), tb = trace(off, Mode::Train, 4, 9);
+  const auto tt = trace(tree, Mode::Train, 4, 9);
   const auto tr = trace(ref, Mode::Train, 4, 9);
   REQUIRE(ta.parts.size() == tb.parts.size());
+  REQUIRE(ta.parts.size() == tt.parts.size());
   REQUIRE(ta.parts.size() == tr.parts.size());
   bool stem_seen = false;
   for (std::size_t k = 0; k < ta.parts.size() && ta.names[k].rfind("step 0: ", 0) == 0; ++k) {
@@ -702,8 +709,10 @@ TEST_CASE("ResNet's stem in bf16: its weight gradient in its batch norm's pass o
     INFO(ta.names[k]);
     stem_seen = stem_seen || ta.names[k].find("stem/conv1/weights gradient") != std::string::npos;
     const double ea = rms(ta.parts[k], tr.parts[k]), eb = rms(tb.parts[k], tr.parts[k]);
-    INFO("with the rule " << ea << ", without it " << eb);
+    const double et = rms(tt.parts[k], tr.parts[k]);
+    INFO("with the rule " << ea << " (the layer tree: " << et << "), without it " << eb);
     CHECK(ea <= 2 * eb + 1e-3);
+    CHECK(et <= 2 * eb + 1e-3);
   }
   CHECK(stem_seen);
   // Carried out by the stem's layer in each backward (the plan's own test

@@ -10,10 +10,12 @@ using namespace cifarnet;
 namespace on = cifarnet::backend::onednn;
 namespace host = cifarnet::backend::host;
 static std::vector<float> junk(48u << 20);
-template <class F> double timeit(F&& f, bool cold) {
+template <class F>
+double timeit(F&& f, bool cold) {
   std::vector<double> t;
   for (int r = 0; r < 41; ++r) {
-    if (cold) for (auto& v : junk) v += 1.f;
+    if (cold)
+      for (auto& v : junk) v += 1.f;
     auto t0 = std::chrono::steady_clock::now();
     f();
     auto t1 = std::chrono::steady_clock::now();
@@ -44,7 +46,8 @@ void add_sums(std::size_t rows, const std::uint16_t* a, const std::uint16_t* b, 
         host::prefetch_ahead(x + r * C);
         for (std::size_t j = 0; j < K; ++j) {
           const std::size_t i = r * C + 16 * j;
-          __m512 v = _mm512_maskz_add_ps(__mmask16(bits[i / 16]), host::detail::load16(a + i), host::detail::load16(b + i));
+          __m512 v = _mm512_maskz_add_ps(__mmask16(bits[i / 16]), host::detail::load16(a + i),
+                                         host::detail::load16(b + i));
           host::detail::store16(v, y + i);
           const __m512 u = host::detail::load16(y + i);  // the rounded value
           const __m512 xv = _mm512_sub_ps(host::detail::load16(x + i), kv[j]);
@@ -53,10 +56,19 @@ void add_sums(std::size_t rows, const std::uint16_t* a, const std::uint16_t* b, 
         }
       }
       alignas(64) float f1[C], f2[C];
-      for (std::size_t j = 0; j < K; ++j) { _mm512_store_ps(f1 + 16 * j, b1[j]); _mm512_store_ps(f2 + 16 * j, b2[j]); }
-      for (std::size_t c = 0; c < C; ++c) { d1[c] += f1[c]; d2[c] += f2[c]; }
+      for (std::size_t j = 0; j < K; ++j) {
+        _mm512_store_ps(f1 + 16 * j, b1[j]);
+        _mm512_store_ps(f2 + 16 * j, b2[j]);
+      }
+      for (std::size_t c = 0; c < C; ++c) {
+        d1[c] += f1[c];
+        d2[c] += f2[c];
+      }
     }
-    for (std::size_t c = 0; c < C; ++c) { part[t * 2 * C + c] = d1[c]; part[t * 2 * C + C + c] = d2[c]; }
+    for (std::size_t c = 0; c < C; ++c) {
+      part[t * 2 * C + c] = d1[c];
+      part[t * 2 * C + C + c] = d2[c];
+    }
   }
 }
 int main(int argc, char** argv) {
@@ -70,27 +82,41 @@ int main(int argc, char** argv) {
   auto run = [&](auto cc) {
     constexpr std::size_t CC = decltype(cc)::value;
     auto sep = [&] {
-      #pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static)
       for (long c = 0; c < long(el / 16384); ++c)
         for (std::size_t i0 = c * 16384; i0 < (c + 1) * 16384; i0 += 16) {
-          host::prefetch_ahead(a.data() + i0); host::prefetch_ahead(bb.data() + i0);
+          host::prefetch_ahead(a.data() + i0);
+          host::prefetch_ahead(bb.data() + i0);
           host::add_masked_word(a.data() + i0, bb.data() + i0, mask[i0 / 16], yb.data() + i0);
         }
-      on::bn::channel_sums<on::bn::SumKind::Grad, CC, std::uint16_t, std::uint16_t>(cg, x.data(), yb.data(), nullptr, k.data(), sc);
+      on::bn::channel_sums<on::bn::SumKind::Grad, CC, std::uint16_t, std::uint16_t>(cg, x.data(), yb.data(),
+                                                                                    nullptr, k.data(), sc);
     };
-    auto fused = [&] { add_sums<CC>(px, a.data(), bb.data(), mask.data(), yb.data(), x.data(), k.data(), part.data()); };
+    auto fused = [&] {
+      add_sums<CC>(px, a.data(), bb.data(), mask.data(), yb.data(), x.data(), k.data(), part.data());
+    };
     on::bn::Scratch sc2;
-    auto lib = [&] { on::bn::sum_into_dy_with_sums<CC>(cg, a.data(), bb.data(), mask.data(), yb.data(), x.data(), nullptr, k.data(), sc2); };
-    for (int cold = 0; cold < 2; ++cold) std::printf("h=%zu %s: library fused %.3f ms\n", h, cold ? "cold" : "warm", timeit(lib, cold));
+    auto lib = [&] {
+      on::bn::sum_into_dy_with_sums<CC>(cg, a.data(), bb.data(), mask.data(), yb.data(), x.data(), nullptr,
+                                        k.data(), sc2);
+    };
+    for (int cold = 0; cold < 2; ++cold)
+      std::printf("h=%zu %s: library fused %.3f ms\n", h, cold ? "cold" : "warm", timeit(lib, cold));
     for (int cold = 0; cold < 2; ++cold) {
       double s = timeit(sep, cold), f = timeit(fused, cold);
       std::printf("h=%zu %s: separate %.3f ms, fused %.3f ms\n", h, cold ? "cold" : "warm", s, f);
     }
-    fused(); sep();
-    double m = 0; for (std::size_t c = 0; c < 2 * C; ++c) m = std::max(m, std::abs(sc.sums[c] - (part[c] + part[2 * C + c])));
+    fused();
+    sep();
+    double m = 0;
+    for (std::size_t c = 0; c < 2 * C; ++c)
+      m = std::max(m, std::abs(sc.sums[c] - (part[c] + part[2 * C + c])));
     std::printf("max diff %g\n", m);
   };
-  if (C == 16) run(std::integral_constant<std::size_t, 16>{});
-  else if (C == 32) run(std::integral_constant<std::size_t, 32>{});
-  else run(std::integral_constant<std::size_t, 64>{});
+  if (C == 16)
+    run(std::integral_constant<std::size_t, 16>{});
+  else if (C == 32)
+    run(std::integral_constant<std::size_t, 32>{});
+  else
+    run(std::integral_constant<std::size_t, 64>{});
 }

@@ -11,19 +11,25 @@ namespace on = cifarnet::backend::onednn;
 namespace host = cifarnet::backend::host;
 static std::vector<float> junk(48u << 20);
 template <std::size_t C>
-void affine_rows(std::size_t rows, const std::uint16_t* x, const std::uint16_t* r, const float* a, const float* b, std::uint16_t* y, bool rev) {
+void affine_rows(std::size_t rows, const std::uint16_t* x, const std::uint16_t* r, const float* a,
+                 const float* b, std::uint16_t* y, bool rev) {
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const std::size_t r0 = on::bn::share(rows, t, nt), r1 = on::bn::share(rows, t + 1, nt);
     constexpr std::size_t K = C / 16;
     __m512 av[K], bv[K];
-    for (std::size_t k = 0; k < K; ++k) { av[k] = _mm512_loadu_ps(a + 16 * k); bv[k] = _mm512_loadu_ps(b + 16 * k); }
+    for (std::size_t k = 0; k < K; ++k) {
+      av[k] = _mm512_loadu_ps(a + 16 * k);
+      bv[k] = _mm512_loadu_ps(b + 16 * k);
+    }
     for (std::size_t i = 0; i < r1 - r0; ++i) {
       const std::size_t q = rev ? r1 - 1 - i : r0 + i;
       const std::size_t base = q * C;
-      if (rev) __builtin_prefetch(x + base - 512, 0, 3), __builtin_prefetch(r + base - 512, 0, 3);
-      else host::prefetch_ahead(x + base), host::prefetch_ahead(r + base);
+      if (rev)
+        __builtin_prefetch(x + base - 512, 0, 3), __builtin_prefetch(r + base - 512, 0, 3);
+      else
+        host::prefetch_ahead(x + base), host::prefetch_ahead(r + base);
       for (std::size_t k = 0; k < K; ++k) {
         const std::size_t at = base + 16 * k;
         __m512 v = (host::detail::load16(x + at) * av[k] + bv[k]) + host::detail::load16(r + at);
@@ -47,18 +53,24 @@ int main(int argc, char** argv) {
       for (int it = 0; it < 31; ++it) {
         for (auto& v : junk) v += 1.f;
         auto t0 = std::chrono::steady_clock::now();
-        on::bn::channel_sums<on::bn::SumKind::Stats, CC, std::uint16_t, float>(cg, x.data(), nullptr, nullptr, k.data(), sc);
+        on::bn::channel_sums<on::bn::SumKind::Stats, CC, std::uint16_t, float>(cg, x.data(), nullptr, nullptr,
+                                                                               k.data(), sc);
         auto t1 = std::chrono::steady_clock::now();
         affine_rows<CC>(px, x.data(), r.data(), a.data(), b.data(), y.data(), rev);
         auto t2 = std::chrono::steady_clock::now();
         t1v.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         t2v.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
       }
-      std::sort(t1v.begin(), t1v.end()); std::sort(t2v.begin(), t2v.end());
-      std::printf("h=%zu %s: sums %.3f ms, then affine %.3f ms\n", h, rev ? "reverse" : "forward", t1v[15], t2v[15]);
+      std::sort(t1v.begin(), t1v.end());
+      std::sort(t2v.begin(), t2v.end());
+      std::printf("h=%zu %s: sums %.3f ms, then affine %.3f ms\n", h, rev ? "reverse" : "forward", t1v[15],
+                  t2v[15]);
     }
   };
-  if (C == 16) run(std::integral_constant<std::size_t, 16>{});
-  else if (C == 32) run(std::integral_constant<std::size_t, 32>{});
-  else run(std::integral_constant<std::size_t, 64>{});
+  if (C == 16)
+    run(std::integral_constant<std::size_t, 16>{});
+  else if (C == 32)
+    run(std::integral_constant<std::size_t, 32>{});
+  else
+    run(std::integral_constant<std::size_t, 64>{});
 }
