@@ -173,7 +173,8 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
         fact(bf16_backward(rc), !bf16_pair(rc)      ? "needs conv_bn_bf16_output, which does not apply"
                                 : !bf16_dx_conv_on_ ? "turned off (NetOptions::rules_off)"
                                                     : "no bf16 backward kernel for this convolution");
-    cn.facts[f::kWgradInBn] = fact(wgrad_in_bn(rc, n), this->off_or(wgrad_in_bn_on_, wgrad_in_bn_why(rc, n)));
+    const char* wgrad_why = wgrad_in_bn_why(rc, n);
+    cn.facts[f::kWgradInBn] = fact(wgrad_why == nullptr, wgrad_why ? wgrad_why : "");
     const std::string fwd_why = conv_.direct_why_not(rc, true), bwd_why = conv_.direct_why_not(rc, false);
     cn.facts[f::kStatsEpilogue] = fact(chunk && stats_epilogue_on_ && conv_.direct_forward_next(rc),
                                        this->off_or(stats_epilogue_on_, chunk ? fwd_why : chunk_why));
@@ -646,8 +647,9 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
   // bn_dx_into_conv_weight_gradient: a convolution that needs no dx and
   // whose weight gradient is float (its input channels: ResNet's stem's 3)
   // gets it from its batch norm's pass of dx, which is not stored.
-  bool wgrad_in_bn(RunContext<B, T>& rc, std::size_t n) { return wgrad_in_bn_why(rc, n).empty(); }
-  std::string wgrad_in_bn_why(RunContext<B, T>& rc, std::size_t n) {
+  // (Asked in every backward: the reason is a literal, no string is built.)
+  bool wgrad_in_bn(RunContext<B, T>& rc, std::size_t n) { return wgrad_in_bn_why(rc, n) == nullptr; }
+  const char* wgrad_in_bn_why(RunContext<B, T>& rc, std::size_t n) {
     const ConvGeom& g = conv_.geometry();
     if (!wgrad_in_bn_on_) return "turned off (NetOptions::rules_off)";
     if (!rc.training()) return "inference";
@@ -660,7 +662,7 @@ class ConvBnTraining<backend::OneDnn, T, ConvL, BnL, Relu>
       return "not a 3x3 stride-1 convolution with padding 1";
     if (!bn_.weight_gradient_in_backward(n, g.ic))
       return "the batch norm's kernels: NHWC, 16 channels, 1 to 4 input channels, a width up to 512, AVX-512";
-    return "";
+    return nullptr;
   }
   // Its backward then: the batch norm's, with the convolution's weight
   // gradient (booked with the batch norm); no dx (none is needed).

@@ -63,6 +63,7 @@ struct Scratch {
   std::vector<double> sums;  ///< 2C totals
   std::vector<float> coef;   ///< 3C per-channel constants (shift/scale/offset, A/B/D)
   std::vector<float> wpart;  ///< per image: input_gradient_into_weight_gradient's float partials
+  std::vector<float> wpad;   ///< per thread: its zero-padded image
 };
 
 /// Rows (NHWC) or planes (NCHW) summed in float before their sums are added
@@ -728,11 +729,14 @@ void input_gradient_into_weight_gradient(const ChannelGeom& g, const X* __restri
                                          const float* __restrict relu_ab, const float* __restrict mean,
                                          const float* __restrict A, const float* __restrict B,
                                          const float* __restrict D, const float* __restrict cx,
-                                         std::vector<float>& part, float* __restrict dw) {
+                                         std::vector<float>& part, std::vector<float>& pads,
+                                         float* __restrict dw) {
   constexpr std::size_t C = 16, K = 9 * CIN;
-  const std::size_t H = g.h, W = g.w, PW = W + 2, hw = H * W;
+  const std::size_t H = g.h, W = g.w, PW = W + 2, hw = H * W, pad_size = (H + 2) * PW * CIN;
+  const int threads = std::max(1, omp_get_max_threads());
   part.assign(g.n * K * C, 0.f);
-#pragma omp parallel
+  pads.assign(std::size_t(threads) * pad_size, 0.f);  // the borders stay 0; each image fills the inside
+#pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const std::size_t i0 = share(g.n, t, nt), i1 = share(g.n, t + 1, nt);
@@ -745,8 +749,8 @@ void input_gradient_into_weight_gradient(const ChannelGeom& g, const X* __restri
       ra[c] = relu_ab ? relu_ab[c] : 0.f;
       rb[c] = relu_ab ? relu_ab[C + c] : 0.f;
     }
-    std::vector<float> pad((H + 2) * PW * CIN, 0.f);  // the image, zero-padded by one pixel
-    alignas(64) float row[512 * C];                   // one image row of dx
+    float* pad = pads.data() + std::size_t(t) * pad_size;  // the image, zero-padded by one pixel
+    alignas(64) float row[512 * C];                        // one image row of dx
     for (std::size_t n = i0; n < i1; ++n) {
       for (std::size_t y = 0; y < H; ++y)
         std::memcpy(&pad[((y + 1) * PW + 1) * CIN], cx + (n * hw + y * W) * CIN, W * CIN * sizeof(float));
@@ -1087,7 +1091,7 @@ void backward_into_weight_gradient(const ChannelGeom& g, double eps, const X* x,
   const float *A = sc.coef.data(), *B = A + g.c, *D = B + g.c;
   auto run = [&](auto k) {
     input_gradient_into_weight_gradient<decltype(k)::value>(g, x, dy, relu_ab, mean, A, B, D, cx, sc.wpart,
-                                                            dw);
+                                                            sc.wpad, dw);
   };
   switch (cin) {
     case 1:
