@@ -9,7 +9,7 @@
 //       [--reps 5] [--steps 4] [--warmup 3] [--json out.json] [--profile 0|1]
 //       [--conv-algorithm auto|direct|winograd] [--precision fp32|bf16] [--explain]
 //       [--infer-batch 100] [--plan-executor 1|0] [--plan-training 0|1] [--rules-off a,b|all]
-//       [--huge-pages 1|0]
+//       [--huge-pages 1|0] [--streaming-stores 1|0]
 //
 // --precision bf16 runs every convolution in bf16 (NetOptions::conv_precision:
 // bf16 inputs, weights and output gradients, float accumulation, output and
@@ -44,6 +44,10 @@
 // transparent huge page advice (cifarnet::set_huge_pages, core/
 // tensor_memory.hpp), so that one binary times both; the line after the
 // results says how many blocks the kernel took the advice for.
+// --streaming-stores 0 turns off the streaming stores of the host passes that
+// write a large tensor kept for later (cifarnet::set_streaming_stores,
+// backend/host/stream_store.hpp); the line after that says how many passes
+// streamed and from which size.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -280,6 +284,9 @@ int run(const Protocol& p, const std::string& only, const std::string& formats, 
   std::printf("peak resident set size: %.1f MiB\n", double(ru.ru_maxrss) / 1024.0);
   std::printf("huge pages: %s, %zu host blocks advised\n", huge_pages() ? "on" : "off",
               detail::huge_page_advised().load());
+  std::printf("streaming stores: %s, %zu passes streamed their output (from %zu KiB)\n",
+              streaming_stores() ? "on" : "off", backend::host::streamed_passes().load(),
+              backend::host::streaming_threshold(omp_get_max_threads()) >> 10);
   if (!json.empty()) {
     std::ofstream o(json);
     o << "[\n";
@@ -360,6 +367,12 @@ int main(int argc, char** argv) {
                  "(cifarnet::set_huge_pages); 0: not. Default: the library's (on, unless the environment "
                  "says CIFARNET_HUGE_PAGES=0).")
       ->check(CLI::IsMember({0, 1}));
+  int streaming = -1;  // not given: the library's default (on, unless CIFARNET_STREAMING_STORES=0)
+  app.add_option("--streaming-stores", streaming,
+                 "1: the host passes that write a large tensor kept for later may use streaming stores "
+                 "(cifarnet::set_streaming_stores); 0: plain stores only. Default: the library's (on, unless "
+                 "the environment says CIFARNET_STREAMING_STORES=0).")
+      ->check(CLI::IsMember({0, 1}));
   bench_cli::add_conv_flags(app, p.alg, p.prec);
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
 
@@ -370,6 +383,8 @@ int main(int argc, char** argv) {
   try {
     if (huge >= 0) set_huge_pages(huge != 0);
     (void)huge_pages();  // a bad CIFARNET_HUGE_PAGES is a ConfigError here, not at the first tensor
+    if (streaming >= 0) set_streaming_stores(streaming != 0);
+    (void)streaming_stores();  // likewise CIFARNET_STREAMING_STORES
     return run(p, only, formats, json);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "cifarnet_bench: %s\n", e.what());

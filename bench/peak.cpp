@@ -1,7 +1,12 @@
 // bench/peak.cpp — this machine's arithmetic limits, to read the workloads'
 // images/s against: what fraction of the CPU a training step uses.
 //
-//   OMP_NUM_THREADS=2 build/bench/peak [--seconds 2] [--size 2048]
+//   OMP_NUM_THREADS=2 build/bench/peak [--seconds 2] [--size 2048] [--repeat 1]
+//
+// --repeat N measures each matmul rate N times (alternating fp32 and bf16)
+// and prints the median with the lowest and highest: on a shared VM the
+// rate moves by a fifth within minutes (docs/BENCHMARKS.md, 2026-12-05
+// 19:38), so a fraction of it is only as steady as the median under it.
 //
 // 1. fp32 FMA peak: every thread runs 12 (AVX2) or 16 (AVX-512) independent chains of vector FMAs
 //    (the compiler's widest vector for -march=native: 8 floats with AVX2, 16
@@ -16,11 +21,14 @@
 //    batch 128) and of the airbench94 network (examples/cifar10_speedrun),
 //    from their convolution geometry (counted below), so that a measured
 //    images/s reads as a fraction of 1. and 2.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -183,6 +191,9 @@ int main(int argc, char** argv) {
   long size = 2048;
   app.add_option("--seconds", secs, "Time per measurement")->check(CLI::PositiveNumber);
   app.add_option("--size", size, "Matmul size (size^3)")->check(CLI::Range(64L, 16384L));
+  int repeat = 1;
+  app.add_option("--repeat", repeat, "Measurements of each matmul rate (their median is the figure)")
+      ->check(CLI::Range(1, 99));
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
 
   const dnnl_version_t* v = dnnl_version();
@@ -191,16 +202,34 @@ int main(int argc, char** argv) {
               isa_name(dnnl::get_effective_cpu_isa()));
   const double peak = fma_peak_gflops(secs);
   std::printf("fp32 FMA peak (registers only)       %9.1f GFLOP/s\n", peak);
-  const double f32 = matmul_gflops(dnnl::memory::data_type::f32, size, secs);
-  std::printf("oneDNN matmul fp32 %5ld^3            %9.1f GFLOP/s  (%.0f %% of the FMA peak)\n", size, f32,
-              100.0 * f32 / peak);
-  const double b16 = matmul_gflops(dnnl::memory::data_type::bf16, size, secs);
+  std::vector<double> f32s, b16s;
+  for (int r = 0; r < repeat; ++r) {
+    f32s.push_back(matmul_gflops(dnnl::memory::data_type::f32, size, secs));
+    b16s.push_back(matmul_gflops(dnnl::memory::data_type::bf16, size, secs));
+  }
+  // the median (of an even count, the mean of the middle two), and the range
+  const auto summary = [repeat](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t m = v.size() / 2;
+    const double med = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    std::string range;
+    if (repeat > 1) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ", median of %d [%.1f - %.1f]", repeat, v.front(), v.back());
+      range = buf;
+    }
+    return std::make_pair(med, range);
+  };
+  const auto [f32, f32_range] = summary(f32s);
+  std::printf("oneDNN matmul fp32 %5ld^3            %9.1f GFLOP/s  (%.0f %% of the FMA peak%s)\n", size, f32,
+              100.0 * f32 / peak, f32_range.c_str());
+  const auto [b16, b16_range] = summary(b16s);
   if (b16 < 0)
     std::printf("oneDNN matmul bf16 %5ld^3            not available on this CPU (no AVX512-BF16 / AMX)\n",
                 size);
   else
-    std::printf("oneDNN matmul bf16 %5ld^3            %9.1f GFLOP/s  (%.2fx the fp32 FMA peak)\n", size, b16,
-                b16 / peak);
+    std::printf("oneDNN matmul bf16 %5ld^3            %9.1f GFLOP/s  (%.2fx the fp32 FMA peak%s)\n", size,
+                b16, b16 / peak, b16_range.c_str());
   for (int layers : {20, 56}) {
     const int n = (layers - 2) / 6;
     const double fwd = 2.0 * resnet_forward_macs(n);

@@ -18,6 +18,7 @@
 
 #include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/host/mask_bits.hpp>
+#include <cifarnet/backend/host/stream_store.hpp>
 #include <cifarnet/backend/onednn.hpp>
 #include <cifarnet/backend/onednn/bn_kernels.hpp>
 #include <cifarnet/backend/onednn/winograd.hpp>
@@ -878,6 +879,61 @@ TEST_CASE(
             CHECK(wrong16 == 0);
             CHECK(wrong_mask == 0);
           }
+  }
+}
+
+TEST_CASE("A block's output as large as the threads' L2 caches is streamed: the same bits, counted",
+          "[backend][onednn][batchnorm][eltwise]") {
+  // bn::affine_sum's bf16 copy alone (a residual block's output) and
+  // bn::affine's (ResNet's stem, bn_bf16_stream_into_block) over 16-channel
+  // 32x32 images, as many as make the output reach the threshold
+  // (host/stream_store.hpp): written with streaming stores where the build
+  // has AVX512-BF16 and streaming stores are on, else with plain ones; the
+  // bits must be those of plain stores either way, and only a streaming
+  // pass counts.
+  namespace bn = backend::onednn::bn;
+  namespace host = backend::host;
+  const int threads = omp_get_max_threads();
+  const std::size_t image = 32 * 32 * 16 * sizeof(std::uint16_t);
+  Rng rng = Rng::stream(7, 44);
+  const std::size_t big_n = host::streaming_threshold(threads) / image + 1;
+  for (const std::size_t images : {std::size_t(2), big_n}) {
+    const ChannelGeom g{DataFormat::NHWC, images, 16, 32, 32};
+    const std::size_t n = g.size();
+    std::vector<std::uint16_t> x16(n), r16(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x16[i] = host::bf16_bits(float(rng.uniform(-2.0, 2.0)));
+      r16[i] = host::bf16_bits(float(rng.uniform(-2.0, 2.0)));
+    }
+    const auto a = random_vec(rng, 16), b = random_vec(rng, 16);
+    for (int pass = 0; pass < 2; ++pass) {  // the residual block's sum; the stem's batch norm
+      INFO(images << " images, " << (pass ? "affine" : "affine_sum"));
+      auto run = [&](bool streaming, HostVector<std::uint16_t>& y, HostVector<std::uint16_t>& mask) {
+        const bool was = streaming_stores();
+        set_streaming_stores(streaming);
+        const std::size_t before = host::streamed_passes().load();
+        if (pass == 0)
+          bn::affine_sum<16>(g, x16.data(), a.data(), b.data(), r16.data(), true, nullptr, y.data(),
+                             mask.data());
+        else
+          bn::affine<16>(g, x16.data(), a.data(), b.data(), nullptr, true, y.data());
+        set_streaming_stores(was);
+        return host::streamed_passes().load() - before;
+      };
+      HostVector<std::uint16_t> plain(n, 0xdead), plain_mask(n / 16, 0xdead), streamed(n, 0xbeef),
+          streamed_mask(n / 16, 0xbeef);
+      CHECK(run(false, plain, plain_mask) == 0);
+      const std::size_t counted = run(true, streamed, streamed_mask);
+#ifdef CIFARNET_HOST_BF16_AVX512
+      CHECK(counted == (images == big_n ? 1u : 0u));
+#else
+      CHECK(counted == 0);
+#endif
+      // (the buffers started apart: equal means every element written by
+      // both; the plain pass's bits against the definition: the test above)
+      CHECK(std::memcmp(plain.data(), streamed.data(), n * sizeof(std::uint16_t)) == 0);
+      if (pass == 0) CHECK(std::memcmp(plain_mask.data(), streamed_mask.data(), n / 16 * 2) == 0);
+    }
   }
 }
 

@@ -194,6 +194,23 @@ TEST_CASE("Host blocks of 2 MiB or more start on a 2 MiB boundary and are advise
   set_huge_pages(was);
 }
 
+TEST_CASE("CIFARNET_STREAMING_STORES is 0 or 1, anything else an error naming it", "[core][tensor_memory]") {
+  CHECK(detail::streaming_stores_from_env(nullptr));
+  CHECK(detail::streaming_stores_from_env("1"));
+  CHECK_FALSE(detail::streaming_stores_from_env(" 0 "));
+  for (const char* bad : {"", "on", "2"}) {
+    INFO("CIFARNET_STREAMING_STORES=\"" << bad << "\"");
+    CHECK_THROWS_WITH(detail::streaming_stores_from_env(bad),
+                      Catch::Matchers::Contains("CIFARNET_STREAMING_STORES=\"" + std::string(bad) + "\"") &&
+                          Catch::Matchers::Contains("expected 0 (plain stores only)"));
+    CHECK_THROWS_AS(detail::streaming_stores_from_env(bad), ConfigError);
+  }
+  const bool was = streaming_stores();
+  set_streaming_stores(!was);
+  CHECK(streaming_stores() == !was);
+  set_streaming_stores(was);
+}
+
 TEST_CASE("CIFARNET_HUGE_PAGES is 0 or 1, anything else an error naming it", "[core][tensor_memory]") {
   CHECK(detail::huge_pages_from_env(nullptr));
   CHECK(detail::huge_pages_from_env("1"));

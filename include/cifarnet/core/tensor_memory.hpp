@@ -98,16 +98,37 @@ inline TensorMemory*& current_tensor_memory() {
 /// blocks start on its boundary (and have their whole extents advised).
 inline constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
 
-/// CIFARNET_HUGE_PAGES's value: unset (null) or 1: the advice, 0: none
-/// (blanks around it allowed); anything else is a ConfigError naming the
-/// variable, thrown by the first host allocation.
-inline bool huge_pages_from_env(const char* value) {
+/// An on/off switch from the environment variable `name` whose value is
+/// `value`: unset (null) or 1: on, 0: off (blanks around it allowed);
+/// anything else is a ConfigError naming the variable and what 0 means.
+inline bool env_switch(const char* name, const char* value, const char* off_means) {
   if (!value) return true;
   const std::string s = value;
   const std::size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
   const std::string t = b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
   if (t == "0" || t == "1") return t == "1";
-  throw ConfigError(concat("CIFARNET_HUGE_PAGES=\"", s, "\": expected 0 (no huge-page advice) or 1"));
+  throw ConfigError(concat(name, "=\"", s, "\": expected 0 (", off_means, ") or 1"));
+}
+
+/// CIFARNET_HUGE_PAGES's value (env_switch): unset or 1: the advice, 0:
+/// none; anything else is a ConfigError, thrown by the first host
+/// allocation.
+inline bool huge_pages_from_env(const char* value) {
+  return env_switch("CIFARNET_HUGE_PAGES", value, "no huge-page advice");
+}
+
+/// CIFARNET_STREAMING_STORES's value (env_switch): unset or 1: the host
+/// passes that write a large tensor kept for later may use streaming
+/// stores (backend/host/stream_store.hpp), 0: plain stores only; anything
+/// else is a ConfigError, thrown by the first pass that asks.
+inline bool streaming_stores_from_env(const char* value) {
+  return env_switch("CIFARNET_STREAMING_STORES", value, "plain stores only");
+}
+/// Whether those passes may stream: as the environment says (read once),
+/// until set_streaming_stores() says otherwise.
+inline std::atomic<bool>& streaming_stores_on() {
+  static std::atomic<bool> on{streaming_stores_from_env(std::getenv("CIFARNET_STREAMING_STORES"))};
+  return on;
 }
 
 /// Whether host blocks get the huge-page advice: as the environment says
@@ -164,6 +185,18 @@ std::unique_ptr<T, HostFree> host_unique(std::size_t bytes) {
 inline void set_huge_pages(bool on) { detail::huge_pages_on().store(on, std::memory_order_relaxed); }
 /// Whether the advice is on (set_huge_pages).
 inline bool huge_pages() { return detail::huge_pages_on().load(std::memory_order_relaxed); }
+
+/// Whether the host passes that write a tensor the step keeps for later
+/// (a residual block's output) and that is at least as large as the L2
+/// caches of the threads writing it use streaming stores from now on (the
+/// default: yes, unless CIFARNET_STREAMING_STORES=0): the same values,
+/// written without first reading each line from memory
+/// (backend/host/stream_store.hpp).
+inline void set_streaming_stores(bool on) {
+  detail::streaming_stores_on().store(on, std::memory_order_relaxed);
+}
+/// Whether streaming stores are on (set_streaming_stores).
+inline bool streaming_stores() { return detail::streaming_stores_on().load(std::memory_order_relaxed); }
 
 /// Makes `m` the memory of the tensors this thread allocates until the scope
 /// ends (null: host memory), then restores the previous one. Scopes nest.

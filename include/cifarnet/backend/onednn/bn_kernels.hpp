@@ -43,6 +43,7 @@
 #include "cifarnet/backend/host/bf16.hpp"
 #include "cifarnet/backend/host/mask_bits.hpp"
 #include "cifarnet/backend/host/prefetch.hpp"
+#include "cifarnet/backend/host/stream_store.hpp"
 #include "cifarnet/ops/geometry.hpp"
 
 namespace cifarnet {
@@ -401,9 +402,11 @@ void sum_into_dy_with_sums(const ChannelGeom& g, const A* __restrict a, const Bv
 
 /// f(r, ac, bc) for every NHWC row r of this thread's share (rows of CC
 /// channels), in parallel, with a and b copied into local arrays first so
-/// the compiler keeps them in registers (affine, affine_sum).
-template <std::size_t CC, class F>
-void nhwc_rows_ab(const ChannelGeom& g, const float* __restrict a, const float* __restrict b, F&& f) {
+/// the compiler keeps them in registers (affine, affine_sum); `after()`
+/// runs on each thread when its share is done.
+template <std::size_t CC, class F, class After = void (*)()>
+void nhwc_rows_ab(
+    const ChannelGeom& g, const float* __restrict a, const float* __restrict b, F&& f, After after = [] {}) {
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -414,6 +417,7 @@ void nhwc_rows_ab(const ChannelGeom& g, const float* __restrict a, const float* 
       bc[c] = b[c];
     }
     for (std::size_t r = r0; r < r1; ++r) f(r, ac, bc);
+    after();
   }
 }
 
@@ -443,6 +447,23 @@ void affine(const ChannelGeom& g, const X* __restrict x, const float* __restrict
   const std::size_t C = CC ? CC : g.c, hw = g.h * g.w;
   const bool nhwc = g.fmt == DataFormat::NHWC;
   if constexpr (CC != 0) {  // NHWC with C known: the row loop without branches, constants in registers
+#ifdef CIFARNET_HOST_BF16_AVX512
+    // the bf16 copy alone (ResNet's stem: bn_bf16_stream_into_block), kept
+    // for later: streamed where large (host/stream_store.hpp)
+    if (!y && yb &&
+        host::stream_output(g.n * g.h * g.w * CC * sizeof(std::uint16_t), yb, omp_get_max_threads())) {
+      nhwc_rows_ab<CC>(
+          g, a, b,
+          [&](std::size_t r, const float* ac, const float* bc) {
+            alignas(64) float row[CC];
+            ahead(x + r * C);
+            affine_row<CC>(C, x + r * C, ac, bc, row, relu);
+            host::stream_bf16(row, yb + r * C, CC);
+          },
+          [] { host::stream_fence(); });
+      return;
+    }
+#endif
     nhwc_rows_ab<CC>(g, a, b, [&](std::size_t r, const float* ac, const float* bc) {
       float row[CC];  // y == nullptr: the row only on its way to yb (bf16_only)
       float* yr = y ? y + r * C : row;
@@ -512,6 +533,9 @@ void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const f
                             const float* __restrict b, const R* __restrict r, bool relu,
                             std::uint16_t* __restrict yb, std::uint16_t* __restrict mask) {
   constexpr std::size_t K = CC / 16;
+  // the block's output kept for later: streamed where large (host/stream_store.hpp)
+  const bool stream =
+      host::stream_output(g.n * g.h * g.w * CC * sizeof(std::uint16_t), yb, omp_get_max_threads());
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -532,9 +556,13 @@ void affine_sum_rows_avx512(const ChannelGeom& g, const X* __restrict x, const f
         __m512 v = (host::detail::load16(x + at) * av[k] + bv[k]) + host::detail::load16(r + at);
         if (mask) mask[q * K + k] = std::uint16_t(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ));
         if (relu) v = _mm512_max_ps(zero, v);  // the second operand where either is NaN or both are 0
-        host::detail::store16(v, yb + at);     // VCVTNEPS2BF16, as host::store_bf16
+        if (stream)
+          host::stream16_bf16(v, yb + at);  // the same rounding
+        else
+          host::detail::store16(v, yb + at);  // VCVTNEPS2BF16, as host::store_bf16
       }
     }
+    if (stream) host::stream_fence();
   }
 }
 #endif
