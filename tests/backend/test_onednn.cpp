@@ -884,13 +884,15 @@ TEST_CASE(
 
 TEST_CASE("A block's output as large as the threads' L2 caches is streamed: the same bits, counted",
           "[backend][onednn][batchnorm][eltwise]") {
-  // bn::affine_sum's bf16 copy alone (a residual block's output) and
-  // bn::affine's (ResNet's stem, bn_bf16_stream_into_block) over 16-channel
-  // 32x32 images, as many as make the output reach the threshold
-  // (host/stream_store.hpp): written with streaming stores where the build
-  // has AVX512-BF16 and streaming stores are on, else with plain ones; the
-  // bits must be those of plain stores either way, and only a streaming
-  // pass counts.
+  // bn::affine_sum's bf16 copy alone (a residual block's output),
+  // bn::affine's (ResNet's stem, bn_bf16_stream_into_block) and
+  // bn::sum_into_dy_with_sums (a block's backward sum writing its batch
+  // norm's dy while summing it, without and with the stem's ReLU) over
+  // 16-channel 32x32 images, as many as make the output reach the
+  // threshold (host/stream_store.hpp): written with streaming stores where
+  // the build has AVX512-BF16 and streaming stores are on, else with plain
+  // ones; the bits (and the sums) must be those of plain stores either
+  // way, and only a streaming pass counts.
   namespace bn = backend::onednn::bn;
   namespace host = backend::host;
   const int threads = omp_get_max_threads();
@@ -900,29 +902,40 @@ TEST_CASE("A block's output as large as the threads' L2 caches is streamed: the 
   for (const std::size_t images : {std::size_t(2), big_n}) {
     const ChannelGeom g{DataFormat::NHWC, images, 16, 32, 32};
     const std::size_t n = g.size();
-    std::vector<std::uint16_t> x16(n), r16(n);
+    std::vector<std::uint16_t> x16(n), r16(n), d16(n), bits(n / 16);
     for (std::size_t i = 0; i < n; ++i) {
       x16[i] = host::bf16_bits(float(rng.uniform(-2.0, 2.0)));
       r16[i] = host::bf16_bits(float(rng.uniform(-2.0, 2.0)));
+      d16[i] = host::bf16_bits(float(rng.uniform(-1.0, 1.0)));
     }
-    const auto a = random_vec(rng, 16), b = random_vec(rng, 16);
-    for (int pass = 0; pass < 2; ++pass) {  // the residual block's sum; the stem's batch norm
-      INFO(images << " images, " << (pass ? "affine" : "affine_sum"));
+    for (auto& w : bits) w = std::uint16_t(rng.uniform() * 65536.0);
+    const auto a = random_vec(rng, 16), b = random_vec(rng, 16), k = random_vec(rng, 16),
+               relu_ab = random_vec(rng, 32);
+    for (int pass = 0; pass < 4; ++pass) {
+      const char* names[] = {"affine_sum", "affine", "sum_into_dy_with_sums", "sum_into_dy_with_sums, ReLU"};
+      INFO(images << " images, " << names[pass]);
+      std::vector<double> sums;
       auto run = [&](bool streaming, HostVector<std::uint16_t>& y, HostVector<std::uint16_t>& mask) {
         const bool was = streaming_stores();
         set_streaming_stores(streaming);
         const std::size_t before = host::streamed_passes().load();
+        bn::Scratch sc;
         if (pass == 0)
           bn::affine_sum<16>(g, x16.data(), a.data(), b.data(), r16.data(), true, nullptr, y.data(),
                              mask.data());
-        else
+        else if (pass == 1)
           bn::affine<16>(g, x16.data(), a.data(), b.data(), nullptr, true, y.data());
+        else
+          bn::sum_into_dy_with_sums<16>(g, r16.data(), d16.data(), bits.data(), y.data(), x16.data(),
+                                        pass == 3 ? relu_ab.data() : nullptr, k.data(), sc);
+        sums = sc.sums;
         set_streaming_stores(was);
         return host::streamed_passes().load() - before;
       };
       HostVector<std::uint16_t> plain(n, 0xdead), plain_mask(n / 16, 0xdead), streamed(n, 0xbeef),
           streamed_mask(n / 16, 0xbeef);
       CHECK(run(false, plain, plain_mask) == 0);
+      const std::vector<double> plain_sums = sums;
       const std::size_t counted = run(true, streamed, streamed_mask);
 #ifdef CIFARNET_HOST_BF16_AVX512
       CHECK(counted == (images == big_n ? 1u : 0u));
@@ -930,9 +943,13 @@ TEST_CASE("A block's output as large as the threads' L2 caches is streamed: the 
       CHECK(counted == 0);
 #endif
       // (the buffers started apart: equal means every element written by
-      // both; the plain pass's bits against the definition: the test above)
+      // both; the plain passes' bits against their definitions: the tests
+      // above and test_rules' bit-for-bit cases)
       CHECK(std::memcmp(plain.data(), streamed.data(), n * sizeof(std::uint16_t)) == 0);
       if (pass == 0) CHECK(std::memcmp(plain_mask.data(), streamed_mask.data(), n / 16 * 2) == 0);
+      REQUIRE(sums.size() == plain_sums.size());
+      if (pass >= 2) CHECK(sums.size() == 32);
+      CHECK(std::memcmp(sums.data(), plain_sums.data(), sums.size() * sizeof(double)) == 0);
     }
   }
 }

@@ -20,8 +20,12 @@
 //
 // Not for buffers that every layer reuses (the convolutions' bf16 dy
 // scratch): they are in cache, and streaming their stores made the batch
-// norm's backward about 1.6x slower in a probe. Not where the pass reads
-// back what it wrote.
+// norm's backward about 1.6x slower in a probe. A pass that reads back
+// what it writes (bn::sum_into_dy_with_sums sums each block of the batch
+// norm's dy it writes, and that dy buffer is the layer's own, cold) forms
+// each block in a buffer on the stack, reads it there and streams a copy
+// to the tensor: a load from a line still in the write-combining buffers
+// would wait for them to drain.
 //
 // The same values, bit for bit: only where the stores go differs. Each
 // thread ends its share with a store fence (SFENCE), so that its streaming
@@ -97,9 +101,20 @@ inline void stream_bf16(const float* in, std::uint16_t* out, std::size_t n) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(out + i),
                      reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(_mm256_loadu_ps(in + i))));
 }
+/// n bf16 values (a multiple of 16) copied from `from` (32-byte aligned,
+/// in cache) to `to` (32-byte aligned) with streaming stores.
+inline void stream_copy(const std::uint16_t* from, std::uint16_t* to, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(to + i),
+                        _mm256_load_si256(reinterpret_cast<const __m256i*>(from + i)));
+}
 /// Makes this thread's streaming stores visible to the other threads once
 /// they pass a barrier after it.
 inline void stream_fence() { _mm_sfence(); }
+#else
+// Never called: stream_output is false without AVX512-BF16.
+inline void stream_copy(const std::uint16_t*, std::uint16_t*, std::size_t) {}
+inline void stream_fence() {}
 #endif
 
 }  // namespace cifarnet::backend::host

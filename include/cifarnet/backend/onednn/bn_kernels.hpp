@@ -186,7 +186,9 @@ enum class SumKind { Stats, Grad };
 /// input_gradient() below: BN's time in a ResNet-20 step -35 %,
 /// docs/BENCHMARKS.md).
 /// `block(rb, re)` runs before each block of rows [rb, re) is summed (it
-/// may write those rows of dy: sum_into_dy_with_sums).
+/// may write those rows of dy: sum_into_dy_with_sums); where it returns a
+/// pointer that is not null, the block's dy rows are read from there
+/// (row r at (r - rb) * C: a copy in L1 of rows it streamed to dy).
 struct NoBlockWork {
   void operator()(std::size_t, std::size_t) const {}
 };
@@ -204,13 +206,17 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
   }
   for (std::size_t rb = r0; rb < r1; rb += kBlockRows) {
     const std::size_t re = std::min(r1, rb + kBlockRows);
-    block(rb, re);
+    const DY* from = nullptr;  // the block's dy rows elsewhere, or null: in dy
+    if constexpr (std::is_void_v<decltype(block(rb, re))>)
+      block(rb, re);
+    else
+      from = block(rb, re);
     float b1[C], b2[C];
     for (std::size_t c = 0; c < C; ++c) b1[c] = b2[c] = 0.f;
     for (std::size_t r = rb; r < re; ++r) {
       const X* __restrict xr = x + r * C;
       ahead(xr);
-      if (dy) ahead(dy + r * C);
+      if (dy && !from) ahead(dy + r * C);
       if constexpr (K == SumKind::Stats) {
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
@@ -239,7 +245,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
           }
         }
       } else if (relu_ab) {
-        const DY* __restrict dr = dy + r * C;
+        const DY* __restrict dr = from ? from + (r - rb) * C : dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
           const float xv = widen(xr[c]);
@@ -248,7 +254,7 @@ void nhwc_sums(std::size_t r0, std::size_t r1, const X* __restrict x, const DY* 
           b2[c] += u * (xv - kc[c]);
         }
       } else {
-        const DY* __restrict dr = dy + r * C;
+        const DY* __restrict dr = from ? from + (r - rb) * C : dy + r * C;
 #pragma omp simd
         for (std::size_t c = 0; c < C; ++c) {
           const float u = widen(dr[c]);
@@ -368,7 +374,10 @@ void channel_sums(const ChannelGeom& g, const X* __restrict x, const typename Sa
 /// that batch norm's sums (bn_sums_in_dy_sum). nhwc_sums writes each
 /// block of kBlockRows rows of dy just before it sums them (in L1), with
 /// channel_sums' threads, shares, blocks and order: the same bits as the
-/// sum's pass followed by channel_sums.
+/// sum's pass followed by channel_sums. Where dy is at least the threads'
+/// L2 (host::stream_output: the batch norm's dy buffer was last touched a
+/// step ago), each block is formed in a buffer on the stack, summed from
+/// there and streamed to dy: the same bits.
 /// NHWC, C = CC (16, 32, 64 or 256).
 template <std::size_t CC, class A, class Bv, class X>
 void sum_into_dy_with_sums(const ChannelGeom& g, const A* __restrict a, const Bv* __restrict b,
@@ -377,23 +386,31 @@ void sum_into_dy_with_sums(const ChannelGeom& g, const A* __restrict a, const Bv
                            Scratch& sc) {
   static_assert(CC % 16 == 0 && CC != 0, "bn::sum_into_dy_with_sums: 16, 32, 64 or 256 channels");
   const int nt = std::max(1, omp_get_max_threads());
+  const std::size_t rows = g.n * g.h * g.w;
+  const bool stream = host::stream_output(rows * CC * sizeof(std::uint16_t), dy, nt);
   sc.part.assign(std::size_t(nt) * 2 * CC, 0.0);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), n_threads = omp_get_num_threads();
     double* __restrict s1 = sc.part.data() + std::size_t(t) * 2 * CC;
     double* __restrict s2 = s1 + CC;
-    const std::size_t rows = g.n * g.h * g.w, r0 = share(rows, t, n_threads),
-                      r1 = share(rows, t + 1, n_threads);
+    const std::size_t r0 = share(rows, t, n_threads), r1 = share(rows, t + 1, n_threads);
+    alignas(64) std::uint16_t buf[kBlockRows * CC];  // a block's rows, where streamed
     nhwc_sums<SumKind::Grad, CC, X, std::uint16_t>(
-        r0, r1, x, dy, relu_ab, k, s1, s2, nullptr, [&](std::size_t rb, std::size_t re) {
+        r0, r1, x, dy, relu_ab, k, s1, s2, nullptr,
+        [&](std::size_t rb, std::size_t re) -> const std::uint16_t* {
           for (std::size_t r = rb; r < re; ++r) {
             ahead(a + r * CC);
             ahead(b + r * CC);
-            for (std::size_t i = r * CC; i < (r + 1) * CC; i += 16)
-              host::add_masked_word(a + i, b + i, mask ? mask[i / 16] : std::uint16_t(0xFFFF), dy + i);
+            std::uint16_t* to = stream ? buf + (r - rb) * CC : dy + r * CC;
+            for (std::size_t j = 0, i = r * CC; j < CC; j += 16, i += 16)
+              host::add_masked_word(a + i, b + i, mask ? mask[i / 16] : std::uint16_t(0xFFFF), to + j);
           }
+          if (!stream) return nullptr;
+          host::stream_copy(buf, dy + rb * CC, (re - rb) * CC);
+          return buf;
         });
+    if (stream) host::stream_fence();
   }
   sc.sums.assign(2 * CC, 0.0);
   for (int t = 0; t < nt; ++t)
