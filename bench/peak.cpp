@@ -220,9 +220,17 @@ int main(int argc, char** argv) {
     }
     return std::make_pair(med, range);
   };
+  // each reading in the order taken, under the line with their median
+  const auto readings = [repeat](const std::vector<double>& v) {
+    if (repeat < 2 || v.front() < 0) return;
+    std::printf("  readings:");
+    for (const double x : v) std::printf(" %.1f", x);
+    std::printf("\n");
+  };
   const auto [f32, f32_range] = summary(f32s);
   std::printf("oneDNN matmul fp32 %5ld^3            %9.1f GFLOP/s  (%.0f %% of the FMA peak%s)\n", size, f32,
               100.0 * f32 / peak, f32_range.c_str());
+  readings(f32s);
   const auto [b16, b16_range] = summary(b16s);
   if (b16 < 0)
     std::printf("oneDNN matmul bf16 %5ld^3            not available on this CPU (no AVX512-BF16 / AMX)\n",
@@ -230,6 +238,7 @@ int main(int argc, char** argv) {
   else
     std::printf("oneDNN matmul bf16 %5ld^3            %9.1f GFLOP/s  (%.2fx the fp32 FMA peak%s)\n", size,
                 b16, b16 / peak, b16_range.c_str());
+  readings(b16s);
   for (int layers : {20, 56}) {
     const int n = (layers - 2) / 6;
     const double fwd = 2.0 * resnet_forward_macs(n);
