@@ -947,9 +947,11 @@ TEST_CASE("A block's output as large as the threads' L2 caches is streamed: the 
       // above and test_rules' bit-for-bit cases)
       CHECK(std::memcmp(plain.data(), streamed.data(), n * sizeof(std::uint16_t)) == 0);
       if (pass == 0) CHECK(std::memcmp(plain_mask.data(), streamed_mask.data(), n / 16 * 2) == 0);
-      REQUIRE(sums.size() == plain_sums.size());
-      if (pass >= 2) CHECK(sums.size() == 32);
-      CHECK(std::memcmp(sums.data(), plain_sums.data(), sums.size() * sizeof(double)) == 0);
+      if (pass >= 2) {  // the backward sums (2 x 16 doubles): the same bits
+        REQUIRE(sums.size() == 32);
+        REQUIRE(plain_sums.size() == 32);
+        CHECK(std::memcmp(sums.data(), plain_sums.data(), sums.size() * sizeof(double)) == 0);
+      }
     }
   }
 }
