@@ -779,8 +779,8 @@ void input_gradient_into_weight_gradient(const ChannelGeom& g, const X* __restri
   constexpr std::size_t C = 16, K = 9 * CIN;
   const std::size_t H = g.h, W = g.w, PW = W + 2, hw = H * W, pad_size = (H + 2) * PW * CIN;
   const int threads = std::max(1, omp_get_max_threads());
-  part.assign(g.n * K * C, 0.f);
-  pads.assign(std::size_t(threads) * pad_size, 0.f);  // the borders stay 0; each image fills the inside
+  part.resize(g.n * K * C);  // each image stores its whole partial below: no zeroing pass
+  pads.resize(std::size_t(threads) * pad_size);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -795,7 +795,15 @@ void input_gradient_into_weight_gradient(const ChannelGeom& g, const X* __restri
       rb[c] = relu_ab ? relu_ab[C + c] : 0.f;
     }
     float* pad = pads.data() + std::size_t(t) * pad_size;  // the image, zero-padded by one pixel
-    alignas(64) float row[512 * C];                        // one image row of dx
+    // its border zeroed (each image below fills the inside): the top and
+    // bottom rows, the left and right columns
+    std::fill(pad, pad + PW * CIN, 0.f);
+    std::fill(pad + (H + 1) * PW * CIN, pad + pad_size, 0.f);
+    for (std::size_t y = 1; y <= H; ++y) {
+      std::fill(pad + y * PW * CIN, pad + (y * PW + 1) * CIN, 0.f);
+      std::fill(pad + (y * PW + W + 1) * CIN, pad + (y + 1) * PW * CIN, 0.f);
+    }
+    alignas(64) float row[512 * C];  // one image row of dx
     for (std::size_t n = i0; n < i1; ++n) {
       for (std::size_t y = 0; y < H; ++y)
         std::memcpy(&pad[((y + 1) * PW + 1) * CIN], cx + (n * hw + y * W) * CIN, W * CIN * sizeof(float));
