@@ -198,6 +198,11 @@ TEST_CASE("amx weight gradient agrees with double sums at toy geometries", "[amx
       {20, 4, 4, 24, 16, 3, 3, 1, 1, 1, 1},
       {2, 5, 5, 40, 48, 3, 3, 0, 1, 1, 0},
       {1, 3, 3, 8, 16, 1, 1, 0, 0, 0, 0},
+      // More than six offsets of one dy parity: several groups of each.
+      {2, 6, 7, 32, 16, 5, 5, 2, 2, 2, 2},
+      {1, 7, 7, 16, 16, 5, 5, 2, 2, 2, 2},
+      {2, 9, 4, 16, 32, 7, 1, 3, 0, 3, 0},
+      {2, 4, 9, 24, 48, 1, 7, 0, 3, 0, 3},
   };
   unsigned seed = 11;
   for (const Geom& g : toys) {

@@ -43,11 +43,14 @@
 // and the padded input channels cost their share of the products.
 // The copies are AVX-512 (a 32-pixel by 16-channel transpose in unpack
 // steps, an interleave for dy). The products accumulate in float in AMX
-// tiles. 16 -> 16 keeps the tiles of five or four offsets in tile registers
-// over a whole block of images, all sharing each x tile; wider convolutions
-// run 2x2 tiles (32 input by 32 output channels) of one offset over 512
-// positions and store and reload them around that (a tile group switch
-// costs about 10 tile products, so the stretch is long).
+// tiles. A stride-1 convolution keeps the tiles of up to six offsets in tile
+// registers over a whole block of images, for each 16 x 16 block of input
+// by output channels, all sharing each x tile; its offsets are grouped by
+// the parity of their dy shift, so that a group's dy tiles come from one
+// copy of dy, a few lines apart (from L1 after the first). Strided
+// convolutions run 2x2 tiles (32 input by 32 output channels) of one offset
+// over 512 positions and store and reload them around that (a tile group
+// switch costs about 10 tile products, so the stretch is long).
 //
 // Determinism: the pixels are cut into a fixed number of chunks of whole
 // images (a function of the geometry only); each chunk is summed in a fixed
@@ -160,17 +163,35 @@ class WeightGrad {
     if ((xrow_ / 32) % 2 == 0) xrow_ += 32;  // an odd number of cache lines between channel rows
     pre_ = reach_ / 2 + 1;
     dyrows_ = pre_ + kx_ / 2 + 16;
-    small_ = ic == 16 && oc == 16;
-    // Tile groups (measured on a 2-core Sapphire Rapids): 16 -> 16 keeps six
-    // offsets' tiles over the whole block; wider ones run 2x2 tiles of one
-    // offset over the whole block too (at most 1 MiB of copies, in L2), or
-    // over 512 positions for strided convolutions: 256 -> 256 at 7x7, batch
+    // Stride 1: the offsets in groups that share each x tile (see products()).
+    grouped_ = phases_.size() == 1;
+    if (grouped_) {
+      // Offsets whose dy shifts have the same parity read the same copy of
+      // dy, rows a few cache lines apart: grouped, their dy tiles come from
+      // L1 after the first.
+      std::stable_sort(offs_.begin(), offs_.end(),
+                       [](const Offset& a, const Offset& b) { return a.off % 2 < b.off % 2; });
+      for (std::size_t s0 = 0; s0 < offs_.size();) {
+        std::size_t end = s0;
+        while (end < offs_.size() && offs_[end].off % 2 == offs_[s0].off % 2) ++end;
+        const std::size_t ng = (end - s0 + 5) / 6;  // at most six offsets a group
+        for (std::size_t g = 0; g < ng; ++g)
+          groups_.push_back({s0 + (end - s0) * g / ng, (end - s0) * (g + 1) / ng - (end - s0) * g / ng});
+        s0 = end;
+      }
+    }
+    // Tile groups (measured on a 2-core Sapphire Rapids): stride 1 keeps the
+    // tiles of a group of offsets over the whole block (at most 1 MiB of
+    // copies, in L2); until 2026-12-06, 16 -> 16 grouped its offsets in
+    // their order (five and four) and wider ones ran 2x2 tiles of one offset
+    // there (see docs/runs/bench/2026-12-06-wgrad-offset-groups/);
+    // strided ones run 2x2 tiles over 512 positions: 256 -> 256 at 7x7, batch
     // 500, 640 KiB blocks, took 20.8 ms so against 25.7 ms with 512 positions
     // per run (the C tiles stored and reloaded between runs), while
     // ResNet-20's stride-2 16 -> 32 took 0.398-0.404 ms so against
     // 0.387-0.392 (its 32 -> 64 went the other way, 0.276-0.286 against
     // 0.295-0.307; the same probe, wg_probe.txt): strided ones as before.
-    ksub_ = small_ || phases_.size() == 1 ? kx_ : 512;
+    ksub_ = grouped_ ? kx_ : 512;
     partial_.assign(nchunks_ * per_partial, 0.0f);
     ensure_threads(std::size_t(omp_get_max_threads()));
   }
@@ -597,23 +618,18 @@ class WeightGrad {
     for (std::size_t k0 = 0; k0 < kx; k0 += ksub_) {
       const std::size_t k1 = std::min(kx, k0 + ksub_);
       const bool zero = first && k0 == 0;
-      if (small_) {
-        // Groups of offsets of one phase (they share the x tiles).
+      if (grouped_) {
+        // Each x tile shared by the offsets of a group: six C tiles, one x
+        // and one dy tile.
+        using Group = void (WeightGrad::*)(const Scratch&, std::size_t, std::size_t, std::size_t, std::size_t,
+                                           std::size_t, float*, bool) const;
+        static constexpr Group by_offsets[6] = {&WeightGrad::group<1, 1, 1>, &WeightGrad::group<1, 1, 2>,
+                                                &WeightGrad::group<1, 1, 3>, &WeightGrad::group<1, 1, 4>,
+                                                &WeightGrad::group<1, 1, 5>, &WeightGrad::group<1, 1, 6>};
         for (std::size_t a = 0; a < ma; ++a)
           for (std::size_t b = 0; b < mb; ++b)
-            for (std::size_t s0 = 0; s0 < nshift;) {
-              std::size_t end = s0;
-              while (end < nshift && offs_[end].buf == offs_[s0].buf) ++end;
-              const std::size_t ngroups = (end - s0 + 5) / 6;
-              const std::size_t ns = (end - s0 + ngroups - 1) / ngroups;
-              using Group = void (WeightGrad::*)(const Scratch&, std::size_t, std::size_t, std::size_t,
-                                                 std::size_t, std::size_t, float*, bool) const;
-              static constexpr Group by_offsets[6] = {
-                  &WeightGrad::group<1, 1, 1>, &WeightGrad::group<1, 1, 2>, &WeightGrad::group<1, 1, 3>,
-                  &WeightGrad::group<1, 1, 4>, &WeightGrad::group<1, 1, 5>, &WeightGrad::group<1, 1, 6>};
-              (this->*by_offsets[std::min<std::size_t>(ns, 6) - 1])(s, k0, k1, s0, a, b, part, zero);
-              s0 += ns;
-            }
+            for (const OffsetGroup& g : groups_)
+              (this->*by_offsets[g.count - 1])(s, k0, k1, g.first, a, b, part, zero);
       } else {
         for (std::size_t b = 0; b < mb; b += 2)
           for (std::size_t a = 0; a < ma; a += 2) {
@@ -701,9 +717,13 @@ class WeightGrad {
   std::size_t n_, ih_, iw_, ic_, icp_, oc_, kh_, kw_, sh_, sw_;  // icp_: ic rounded up to 16
   std::vector<Phase> phases_;                                    // the phases in use, one copy of x each
   std::vector<Offset> offs_;
+  struct OffsetGroup {
+    std::size_t first, count;
+  };
+  std::vector<OffsetGroup> groups_;
   std::size_t oh_ = 0, ow_ = 0, pitch_ = 0, rows_ = 0, plane_ = 0, base_ = 0;
   std::size_t nchunks_ = 1, block_ = 1, reach_ = 0, kx_ = 32, xrow_ = 0, pre_ = 1, dyrows_ = 0;
-  bool small_ = false;
+  bool grouped_ = false;    // stride 1: offsets in groups_
   std::size_t ksub_ = 128;  // input positions per pass of a 2x2 group
   std::vector<float> partial_;
   std::vector<Scratch> scratch_;
