@@ -67,8 +67,8 @@ struct Conv {  // oneDNN bf16 forward, NHWC, 3x3, stride 1, padding 1, bf16 out
 };
 
 // out[i] = bf16(a[i] + b[i]) for i in [0, count), count a multiple of 16.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void produce(const u16* a, const u16* b, u16* out,
-                                                                             std::size_t count) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void produce(const u16* a, const u16* b,
+                                                                           u16* out, std::size_t count) {
 #pragma omp parallel for schedule(static)
   for (std::size_t i = 0; i < count; i += 16) {
     const __m512 fa = _mm512_castsi512_ps(_mm512_slli_epi32(
@@ -138,8 +138,10 @@ int main() {
       conv.run(dy.data(), dx.data());
       pass_ms[2] = since(t);
     });
-    std::printf("%d -> %d at %dx%d, batch %d, %d threads: whole %.3f ms (last call: dy %.3f, weights %.3f, data %.3f)\n",
-                g.c, g.c, g.h, g.w, g.n, omp_get_max_threads(), whole, pass_ms[0], pass_ms[1], pass_ms[2]);
+    std::printf(
+        "%d -> %d at %dx%d, batch %d, %d threads: whole %.3f ms (last call: dy %.3f, weights %.3f, data "
+        "%.3f)\n",
+        g.c, g.c, g.h, g.w, g.n, omp_get_max_threads(), whole, pass_ms[0], pass_ms[1], pass_ms[2]);
     for (int R : {16, 32}) {
       amx::WeightGrad wr(std::size_t(R), std::size_t(g.h), std::size_t(g.w), std::size_t(g.c),
                          std::size_t(g.c), 3, 3, 1, 1, 1, 1);
@@ -160,8 +162,9 @@ int main() {
           pass_ms[2] += since(t);
         }
       });
-      std::printf("  ranged %d: %.3f ms (whole / ranged %.2fx; last call: dy %.3f, weights %.3f, data %.3f)\n", R,
-                  ranged, whole / ranged, pass_ms[0], pass_ms[1], pass_ms[2]);
+      std::printf(
+          "  ranged %d: %.3f ms (whole / ranged %.2fx; last call: dy %.3f, weights %.3f, data %.3f)\n", R,
+          ranged, whole / ranged, pass_ms[0], pass_ms[1], pass_ms[2]);
     }
   }
 }
