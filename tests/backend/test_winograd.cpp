@@ -182,20 +182,25 @@ TEST_CASE("The own Winograd convolution at style-transfer sizes, in blocks, any 
   struct Case {
     std::size_t h, w, ci, co;
   };
-  // 84 x 84 with 64 channels: 441 tiles in two blocks; 32 x 42 with 256 ->
-  // 128: VGG-19's conv4 size (one block); 63 x 84 with 64 -> 128.
+  // 84 x 84 with 64 channels: 441 tiles, each thread its own blocks
+  // (per_thread); 32 x 42 with 256 -> 128: VGG-19's conv4 size (one shared
+  // block); 63 x 84 with 64 -> 128 (two shared blocks).
   const Case cases[] = {{84, 84, 64, 64}, {32, 42, 256, 128}, {63, 84, 64, 128}};
   unsigned seed = 100;
   for (const Case& c : cases) {
     const ConvGeom g = same3x3(1, c.h, c.w, c.ci, c.co);
-    INFO(c.h << "x" << c.w << ", " << c.ci << " -> " << c.co << ": "
-             << (g.n * ((c.h + 3) / 4) * ((c.w + 3) / 4)) << " tiles, blocks of "
-             << wg::Conv3x3::block_tiles(c.ci, c.co, g.n * ((c.h + 3) / 4) * ((c.w + 3) / 4)));
+    const std::size_t tiles = g.n * ((c.h + 3) / 4) * ((c.w + 3) / 4);
+    INFO(c.h << "x" << c.w << ", " << c.ci << " -> " << c.co << ": " << tiles << " tiles, "
+             << (wg::Conv3x3::per_thread(c.ci, c.co)
+                     ? "blocks of " + std::to_string(wg::Conv3x3::thread_tiles(c.ci, c.co, tiles, 2)) +
+                           " a thread (2 threads)"
+                     : "shared blocks of " + std::to_string(wg::Conv3x3::block_tiles(c.ci, c.co, tiles))));
     const auto x = uniform(g.n * g.ih * g.iw * g.ic, -1.f, 1.f, seed++);
     const auto w = uniform(9 * g.ic * g.oc, -0.1f, 0.1f, seed++);
     const auto b = uniform(g.oc, -0.5f, 0.5f, seed++);
     const auto dy = uniform(g.n * g.oh * g.ow * g.oc, -1.f, 1.f, seed++);
-    std::vector<float> y1(g.n * g.oh * g.ow * g.oc), y2(y1.size()), dx1(x.size()), dx2(x.size());
+    std::vector<float> y1(g.n * g.oh * g.ow * g.oc), y2(y1.size()), y3(y1.size()), dx1(x.size()),
+        dx2(x.size()), dx3(x.size());
     const int threads = omp_get_max_threads();
     wg::Layer layer;
     omp_set_num_threads(1);
@@ -204,9 +209,14 @@ TEST_CASE("The own Winograd convolution at style-transfer sizes, in blocks, any 
     omp_set_num_threads(2);
     layer.forward(g, x.data(), w.data(), 0, b.data(), true, y2.data());
     layer.backward_data(g, dy.data(), w.data(), 0, dx2.data());
+    omp_set_num_threads(3);  // shares that end off the blocks' sizes
+    layer.forward(g, x.data(), w.data(), 0, b.data(), true, y3.data());
+    layer.backward_data(g, dy.data(), w.data(), 0, dx3.data());
     omp_set_num_threads(threads);
     CHECK(y1 == y2);
     CHECK(dx1 == dx2);
+    CHECK(y1 == y3);
+    CHECK(dx1 == dx3);
     const double ef = check_close(y1, conv_double(g, x.data(), w.data(), b.data()), true, "forward");
     const double eb = check_close(dx1, backward_data_double(g, dy.data(), w.data()), false, "dx");
     WARN(c.h << "x" << c.w << ", " << c.ci << " -> " << c.co << ": worst relative errors: forward " << ef
@@ -241,8 +251,18 @@ TEST_CASE("The own Winograd weights are transformed once per weights version", "
 }
 
 TEST_CASE("The own Winograd kernels say which geometries they take", "[winograd]") {
-  CHECK(wg::Conv3x3::block_tiles(64, 64, 0) == 1);      // an empty call sizes no block of 0
-  CHECK(wg::Conv3x3::block_tiles(64, 64, 441) == 221);  // two even blocks (the style-transfer case above)
+  CHECK(wg::Conv3x3::block_tiles(64, 64, 0) == 1);  // an empty call sizes no block of 0
+  CHECK(wg::Conv3x3::block_tiles(64, 128, 441) ==
+        221);  // two even shared blocks (a style-transfer case above)
+  // Weights of at most 1 MiB transformed: each thread its own tiles, in
+  // blocks of a multiple of 6 tiles in about 256 KiB, at most its share.
+  CHECK(wg::Conv3x3::per_thread(64, 64));
+  CHECK_FALSE(wg::Conv3x3::per_thread(64, 128));
+  CHECK(wg::Conv3x3::thread_tiles(64, 64, 441, 2) == 12);
+  CHECK(wg::Conv3x3::thread_tiles(16, 16, 12800, 2) == 54);
+  CHECK(wg::Conv3x3::thread_tiles(64, 64, 4, 2) == 2);    // ResNet's last stage, one image: 2 tiles a thread
+  CHECK(wg::Conv3x3::thread_tiles(64, 64, 0, 2) == 1);    // an empty call sizes no block of 0
+  CHECK(wg::Conv3x3::thread_tiles(512, 512, 9, 2) == 5);  // a tile over 256 KiB: 6, cut to the share
   CHECK(wg::why_not(same3x3(1, 8, 8, 16, 16)).empty() == backend::onednn::direct::cpu_supported());
   if (skip_without_avx2()) return;
   CHECK(wg::why_not(same3x3(1, 8, 8, 3, 64)) ==

@@ -47,12 +47,11 @@ bool machine_has(Needs n) {
   switch (n) {
     case Needs::OwnKernels:
       return backend::onednn::direct::cpu_supported();
-    case Needs::OwnInference:  // AVX2 (ConvEpilogue::own_kernel_why_not), a batch of 4 gives each thread
-                               // images
-      return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2 &&
-             omp_get_max_threads() <= 4;
-    case Needs::OwnWinograd:  // AVX2 as the best kernels (ConvEpilogue::winograd_why_not)
-      return backend::onednn::direct::cpu_isa() == backend::onednn::direct::Isa::Avx2;
+    case Needs::OwnInference:  // AVX2 or Zen 4's AVX-512 (ConvEpilogue::own_kernel_why_not), a batch of 4
+                               // gives each thread images
+      return backend::onednn::direct::own_inference_measured() && omp_get_max_threads() <= 4;
+    case Needs::OwnWinograd:  // AVX2 or Zen 4's AVX-512 (ConvEpilogue::winograd_why_not)
+      return backend::onednn::direct::own_inference_measured();
     case Needs::Bf16Cpu:
       return backend::onednn::cpu_has_bf16_convolutions();
     case Needs::Amx:  // the own AMX kernels (amx_conv.hpp, amx_wgrad.hpp)

@@ -59,7 +59,8 @@ struct ConvEpilogue<backend::OneDnn, T> {
   static bool bf16_storage() { return backend::onednn::cpu_has_bf16_convolutions(); }
 
   /// Why forward's `own` cannot run `g` here (empty: it can): the own
-  /// kernels' geometry, float products, the AVX2 kernels, at least as many
+  /// kernels' geometry, float products, a CPU where they were measured
+  /// ahead of oneDNN's (direct::own_inference_measured), at least as many
   /// images as threads (direct::inference_why_not).
   static std::string own_kernel_why_not(const ConvGeom& g, bool bf16) {
     return backend::onednn::direct::inference_why_not(g, bf16 && bf16_storage(), omp_get_max_threads());
@@ -67,17 +68,25 @@ struct ConvEpilogue<backend::OneDnn, T> {
 
   /// Why forward's `winograd` cannot run `g` here (empty: it can): the own
   /// Winograd kernels' geometry (winograd::why_not), float products, 32 or
-  /// more channels each way (at 16 the own direct kernel is faster), on a
-  /// CPU whose best kernels are AVX2 (on AVX-512 not measured against
-  /// oneDNN's).
+  /// more channels each way on AVX2 (at 16 the own direct kernel is faster
+  /// there; on Zen 4's AVX-512 16 channels too), on a CPU where they were
+  /// measured ahead of oneDNN's kernel: AVX2, or AVX-512 in 256-bit halves
+  /// (direct::own_inference_measured; on Intel's AVX-512 not compared).
   static std::string winograd_why_not(const ConvGeom& g, bool bf16) {
     namespace on = backend::onednn;
     if (bf16) return "bf16 products (the own Winograd kernels are float)";
     std::string why = on::winograd::why_not(g);
     if (!why.empty()) return why;
-    if (on::direct::cpu_isa() == on::direct::Isa::Avx512)
-      return "AVX-512: oneDNN's kernel (the own Winograd not measured against it in inference there)";
-    if (g.ic < 32 || g.oc < 32)
+    if (!on::direct::own_inference_measured())
+      return "AVX-512 on full-width units: oneDNN's kernel (the own Winograd measured ahead of it in "
+             "inference on AVX2 and on Zen 4's AVX-512 in halves only)";
+    // 16 channels: on Zen 4, with each thread on its own tiles, ResNet-20
+    // and -56 inference ran 1.22x and 1.31x as fast with their 16-channel
+    // stage in the own Winograd kernels as in the own direct one (medians
+    // of 5 rounds: docs/runs/bench/2026-12-06-zen4-own-inference/
+    // wino16_ab.txt); on AVX2 the direct kernel was the faster one
+    // (measured before those per-thread blocks).
+    if ((g.ic < 32 || g.oc < 32) && !on::direct::avx512_in_halves())
       return std::to_string(g.ic) + " -> " + std::to_string(g.oc) +
              " channels (fewer than 32: the own direct kernel is faster there)";
     return {};

@@ -56,6 +56,7 @@
 #include <omp.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CIFARNET_DIRECT_X86 1
 #else
@@ -112,6 +113,36 @@ inline const char* isa_name(Isa i) { return i == Isa::Avx512 ? "AVX-512" : i == 
 
 /// Whether the CPU runs the kernels (x86-64 with AVX-512 or AVX2).
 inline bool cpu_supported() { return cpu_isa() != Isa::None; }
+
+/// Whether the kernels run AVX-512 here on a CPU that executes it in two
+/// 256-bit halves: AMD's family 25, whose only cores with AVX-512 are Zen
+/// 4's. There a 512-bit kernel does no more multiply-adds a cycle than an
+/// AVX2 one, so oneDNN's AVX-512 convolutions have no width over the own
+/// AVX2 Winograd kernels (winograd.hpp).
+inline bool avx512_in_halves() {
+#if CIFARNET_DIRECT_X86
+  static const bool zen4 = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
+      return false;  // not "AuthenticAMD"
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned family = (a >> 8) & 0xFu;
+    if (family == 0xFu) family += (a >> 20) & 0xFFu;
+    return family == 0x19u;
+  }();
+  return zen4 && cpu_isa() == Isa::Avx512;
+#else
+  return false;
+#endif
+}
+
+/// Whether the own inference kernels (forward_inference and the own
+/// Winograd kernels) were measured ahead of oneDNN's inference convolution
+/// on a CPU like this one: AVX2 (Zen 2 and Zen 3 EPYCs), and AVX-512 in
+/// 256-bit halves (a Zen 4 EPYC: docs/BENCHMARKS.md, 2026-12-06). On
+/// AVX-512 with full-width units (Intel's Xeons, Zen 5) they were not
+/// compared in inference: oneDNN's kernel runs there.
+inline bool own_inference_measured() { return cpu_isa() == Isa::Avx2 || avx512_in_halves(); }
 
 /// Pixels per register tile of the AVX-512 forward (and backward-data)
 /// kernel for C channels: its row width must be a multiple of it. The AVX2
@@ -433,14 +464,19 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
 /// way to run a batch of one). On a 2-core Zen 2 EPYC the AVX2 forward ran
 /// 1.4-1.6x oneDNN 2.6's AVX2 inference convolution at 16 channels, 1.0-1.7x
 /// at 32, 0.9-1.6x at 64 (a noisy VM; one thread: 1.5x, 1.0-1.2x, 1.0x;
-/// docs/runs/bench/2026-12-03-avx2-inference-kernel/probes/). On AVX-512
-/// the two were not compared in inference: oneDNN's kernel runs there.
+/// docs/runs/bench/2026-12-03-avx2-inference-kernel/probes/). On a 2-core
+/// Zen 4 EPYC, whose AVX-512 runs in 256-bit halves, the AVX-512 forward ran
+/// ResNet's 16-channel stage 1.1x oneDNN's AVX-512 kernel
+/// (docs/runs/bench/2026-12-06-zen4-own-inference/); on AVX-512 with
+/// full-width units the two were not compared in inference: oneDNN's kernel
+/// runs there (own_inference_measured).
 inline std::string inference_why_not(const ConvGeom& g, bool bf16, int threads) {
   if (bf16) return "bf16 products (the own kernels are float)";
   std::string why = why_not(g);
   if (!why.empty()) return why;
-  if (cpu_isa() == Isa::Avx512)
-    return "AVX-512: oneDNN's kernel (the own forward not measured against it in inference there)";
+  if (!own_inference_measured())
+    return "AVX-512 on full-width units: oneDNN's kernel (the own forward measured ahead of it in inference "
+           "on AVX2 and on Zen 4's AVX-512 in halves only)";
   if (g.n < std::size_t(threads))
     return "a batch of " + std::to_string(g.n) + " on " + std::to_string(threads) +
            " threads (the own kernels give each thread whole images)";

@@ -19,15 +19,31 @@
 // outputs and input-output channel pair where the direct algorithm needs
 // 144: 4x fewer, the transforms' work aside.
 //
-// Work: the tiles are taken in blocks sized so that a block's transformed
-// inputs and products fit in a few MiB (one block's products per position
-// read the position's ci x co transformed weights once: a block of at least
-// 128 tiles where the weights outgrow the caches); per block three parallel
-// loops, input transform over tiles, products over (position, 16 output
-// channels), output transform over tiles. Kernels in AVX2 + FMA (6 tiles x
-// 16 output channels of sums in registers), compiled with a target
-// attribute so the library builds for any x86-64, run where the CPU has
-// AVX2 (direct::cpu_isa()).
+// Work: where the transformed weights take at most 1 MiB (ResNet's 16 to
+// 64 channels, VGG-19's first stage), each thread takes its share of the
+// tiles in blocks whose transformed inputs and products fit in about 256
+// KiB and runs the three passes on each block itself (input transform,
+// products over (position, 16 output channels), output transform): its
+// data stays in its own L2, with no barrier between the passes. On a Zen 4
+// EPYC that ran ResNet's stages 1.1-1.9x as fast as the shared blocks
+// below, the same bits (docs/runs/bench/2026-12-06-zen4-own-inference/
+// probes/wino_blocks.txt), whose passes hand about 6 MiB a block between
+// the cores through the shared L3 (and ran 2-3 times slower in that VM's
+// slow spells, oneDNN's direct kernel 1.0-1.3 times: stage_shapes.txt).
+// Larger weights take blocks shared by the threads, sized so that a
+// block's transformed inputs and products fit in a few MiB (one block's
+// products per position read the position's ci x co transformed weights
+// once: a block of at least 128 tiles where the weights outgrow the
+// caches); per block three parallel loops, input transform over tiles,
+// products over (position, 16 output channels), output transform over
+// tiles. Kernels in AVX2 + FMA (6 tiles x 16 output channels of sums in
+// registers), compiled with a target attribute so the library builds for
+// any x86-64, run where the CPU has AVX2 (direct::cpu_isa()). In
+// inference the plan's rule
+// conv_winograd_epilogue runs them in place of oneDNN's direct kernel on
+// AVX2 CPUs and on AVX-512 in 256-bit halves (Zen 4, where they ran
+// ResNet's 32- and 64-channel stages about twice as fast as oneDNN's
+// AVX-512 kernel: docs/runs/bench/2026-12-06-zen4-own-inference/).
 //
 // Numerics: Winograd sums differently transformed terms, so its results
 // differ from the direct algorithm's by more than rounding order: relative
@@ -164,9 +180,37 @@ class Conv3x3 {
   /// How many times the weights were transformed (tests).
   std::size_t weight_transforms() const { return transforms_; }
 
+  /// Whether a call keeps each thread on tiles of its own (transformed
+  /// weights of at most 1 MiB: ResNet's 16 to 64 channels, VGG's first
+  /// stage): each thread transforms, multiplies and transforms back a
+  /// block of its own tiles, in its own work space sized for its L2
+  /// (thread_tiles), with the weights' transform read once per block from
+  /// the shared caches; no barrier between the three passes. Larger weights
+  /// take the shared blocks of block_tiles, whose products read the
+  /// weights once per block of at least 128 tiles.
+  static bool per_thread(std::size_t ci, std::size_t co) {
+    return 36 * ci * co * sizeof(float) <= (std::size_t(1) << 20);
+  }
+  /// Tiles per block of one thread (per_thread): its transformed inputs
+  /// and products in about 256 KiB, a multiple of the products' 6 rows, at
+  /// most the thread's share of `tiles` among `threads`.
+  static std::size_t thread_tiles(std::size_t ci, std::size_t co, std::size_t tiles, int threads) {
+    const std::size_t per_tile = 36 * (ci + co) * sizeof(float);
+    const std::size_t s = std::max<std::size_t>((std::size_t(256) << 10) / per_tile / 6 * 6, 6);
+    const std::size_t share =
+        (tiles + std::size_t(std::max(threads, 1)) - 1) / std::size_t(std::max(threads, 1));
+    return std::max<std::size_t>(std::min(s, share), 1);
+  }
+
   /// Floats of work space a call needs (a block's transformed inputs, then
-  /// its products) for ci -> co channels and `tiles` tiles.
+  /// its products; per_thread: one block for each of the
+  /// omp_get_max_threads() threads) for ci -> co channels and `tiles`
+  /// tiles.
   static std::size_t work_floats(std::size_t ci, std::size_t co, std::size_t tiles) {
+    if (per_thread(ci, co)) {
+      const int nt = omp_get_max_threads();
+      return std::size_t(nt) * 36 * thread_tiles(ci, co, tiles, nt) * (ci + co);
+    }
     return 36 * block_tiles(ci, co, tiles) * (ci + co);
   }
 
@@ -174,8 +218,8 @@ class Conv3x3 {
   /// NHWC images of h x w pixels, x with the ci channels and y with the co
   /// channels of the last set_weights; y overwritten; sum (may be null, may
   /// be y) laid out as y. `work`: work_floats() floats the caller lends (a
-  /// device's scratch, shared by every layer), or null: the object's own,
-  /// kept.
+  /// device's scratch, shared by every layer; sized with the thread count
+  /// this call runs with), or null: the object's own, kept.
   void run(int n, int h, int w, const float* x, const float* bias, bool relu, float* y, float* work = nullptr,
            const float* sum = nullptr) {
     Plan p;
@@ -186,16 +230,39 @@ class Conv3x3 {
     p.co = co_;
     p.th = (h + 3) / 4;
     p.tw = (w + 3) / 4;
-    const std::size_t T = p.tiles(), S = block_tiles(ci_, co_, T), panels = co_ / 16;
+    const std::size_t T = p.tiles(), panels = co_ / 16;
     if (!work) {
-      if (work_.size() < 36 * S * (ci_ + co_)) work_.resize(36 * S * (ci_ + co_));
+      const std::size_t need = work_floats(ci_, co_, T);
+      if (work_.size() < need) work_.resize(need);
       work = work_.data();
     }
-    float* V = work;
-    float* M = work + 36 * S * ci_;
     const float* U = U_.data();
 #if CIFARNET_DIRECT_X86
     namespace k = kernels::avx2;
+    if (per_thread(ci_, co_)) {
+      const int nt = omp_get_max_threads();
+      const std::size_t S = thread_tiles(ci_, co_, T, nt);
+#pragma omp parallel num_threads(nt)
+      {
+        const std::size_t t = std::size_t(omp_get_thread_num()), m = std::size_t(omp_get_num_threads());
+        const std::size_t lo = T * t / m, hi = T * (t + 1) / m;
+        float* V = work + t * 36 * S * (ci_ + co_);
+        float* M = V + 36 * S * ci_;
+        for (std::size_t base = lo; base < hi; base += S) {
+          const std::size_t s = std::min(S, hi - base);
+          k::input_tiles(p, x, base, base, base + s, S, V);
+          for (std::size_t pos = 0; pos < 36; ++pos)
+            for (std::size_t cb = 0; cb < panels; ++cb)
+              k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16,
+                            M + pos * S * co_, cb);
+          k::output_tiles(p, M, base, base, base + s, S, bias, sum, relu, y);
+        }
+      }
+      return;
+    }
+    const std::size_t S = block_tiles(ci_, co_, T);
+    float* V = work;
+    float* M = work + 36 * S * ci_;
 #pragma omp parallel
     {
       for (std::size_t base = 0; base < T; base += S) {
@@ -216,7 +283,7 @@ class Conv3x3 {
       }
     }
 #else
-    (void)V, (void)M, (void)U, (void)x, (void)bias, (void)relu, (void)y, (void)panels, (void)sum;
+    (void)U, (void)x, (void)bias, (void)relu, (void)y, (void)panels, (void)sum;
     throw ConfigError("winograd::Conv3x3: the own Winograd kernels need an x86-64 CPU with AVX2");
 #endif
   }
