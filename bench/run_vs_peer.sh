@@ -27,6 +27,9 @@
 #   FORMATS   cifarnet's formats (default nhwc); REPS (5); WARMUP (10)
 #   INFER_BATCH  images per inference step of infer20/infer56 on both sides
 #             (default 100; 1: latency)
+#   CONV_ALGORITHM  cifarnet's --conv-algorithm (default auto; winograd:
+#             fp32 training's 3x3 stride-1 convolutions in Winograd where the
+#             backend has it, docs/NUMERICS.md). The peer's stays its own.
 #   OUT       results folder (default: a temp dir); WRAP: a command prefix
 #             for each benchmark pair (e.g. one that pauses other jobs).
 set -euo pipefail
@@ -46,7 +49,12 @@ PRECISION=${PRECISION:-both}
 REPS=${REPS:-5}
 WARMUP=${WARMUP:-10}
 INFER_BATCH=${INFER_BATCH:-100}
+CONV_ALGORITHM=${CONV_ALGORITHM:-auto}
 WRAP=${WRAP:-}
+case "$CONV_ALGORITHM" in
+  auto | direct | winograd) ;;
+  *) echo "run_vs_peer: CONV_ALGORITHM must be auto, direct or winograd, not '$CONV_ALGORITHM'" >&2; exit 2 ;;
+esac
 case "$PRECISION" in
   fp32 | bf16 | both) ;;
   *) echo "run_vs_peer: PRECISION must be both, fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;;
@@ -62,7 +70,7 @@ if [ "$PRECISION" = bf16 ] && [ $has_bf16 = 0 ]; then
   echo "run_vs_peer: this CPU has neither AVX512-BF16 nor AMX: bf16 could not be measured here" >&2
   exit 3
 fi
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, precision $PRECISION, inference batch $INFER_BATCH"
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), loadavg $(cut -d' ' -f1-3 /proc/loadavg), results in $out, precision $PRECISION, inference batch $INFER_BATCH, conv algorithm $CONV_ALGORITHM"
 echo "== peer: $("$PEER_PY" -c 'import torch; print("torch", torch.__version__, "isa", torch.backends.cpu.get_cpu_capability())')"
 
 # Every benchmark at precision $1, results into folder $2.
@@ -73,7 +81,7 @@ run_precision() {
     bf16) modes=bf16,bf16compile ;;
   esac
   mkdir -p "$dir"
-  local ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $prec --reps $REPS --warmup $WARMUP --profile 0 --infer-batch $INFER_BATCH"
+  local ours="OMP_NUM_THREADS=2 '$BUILD/bench/cifarnet_bench' --formats $FORMATS --precision $prec --reps $REPS --warmup $WARMUP --profile 0 --infer-batch $INFER_BATCH --conv-algorithm $CONV_ALGORITHM"
   local peer="'$PEER_PY' '$PEER' --threads 2 --reps $REPS --warmup $WARMUP --infer-batch $INFER_BATCH"
   for b in ${ONLY//,/ }; do
     case "$b" in

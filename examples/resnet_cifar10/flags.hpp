@@ -33,7 +33,8 @@ inline constexpr std::int64_t kSeedExamplesPerEpoch = 45000;
 
 struct Flags {
   std::string data_dir, job_dir, variable_strategy = "CPU", data_format, schedule = "seed",
-                                 train_split = "train", precision = "fp32", input_format = "auto";
+                                 train_split = "train", precision = "fp32", input_format = "auto",
+                                 conv_algorithm = "auto";
   examples::DownloadFlags download;
   int num_gpus = 1, num_layers = 44, num_intra_threads = 0, num_inter_threads = 0;
   std::int64_t train_steps = 80000, eval_every = 0, save_checkpoints_steps = 0;
@@ -75,6 +76,12 @@ inline void validate(const Flags& f, const recipes::Strategy& st) {
                       std::to_string(f.allreduce_bucket_kb) + ".");
   if (f.precision != "fp32" && f.precision != "bf16")
     throw ConfigError("--precision '" + f.precision + "': expected fp32 or bf16.");
+  if (f.conv_algorithm != "auto" && f.conv_algorithm != "winograd")
+    throw ConfigError("--conv-algorithm '" + f.conv_algorithm + "': expected auto or winograd.");
+  if (f.conv_algorithm == "winograd" && f.precision == "bf16")
+    throw ConfigError(
+        "--conv-algorithm winograd with --precision bf16: bf16 convolutions are direct; use --precision fp32 "
+        "for Winograd.");
   if (f.train_batch_size <= 0) throw ConfigError("--train-batch-size must be positive.");
   if (f.eval_batch_size <= 0) throw ConfigError("--eval-batch-size must be positive.");
   if (f.train_steps < 0) throw ConfigError("--train-steps must be >= 0.");
@@ -121,6 +128,11 @@ inline train::GpuPlacement place_devices(Flags& f, const recipes::Strategy& st) 
     throw ConfigError(
         "--precision bf16: bf16 convolutions are a CPU (oneDNN) option; use --num-gpus 0, or "
         "--precision fp32 on the GPU.");
+  if (f.conv_algorithm == "winograd" && f.num_gpus > 0)
+    throw ConfigError(
+        "--conv-algorithm winograd: a CPU (oneDNN) option (cuDNN picks its own algorithms); use --num-gpus "
+        "0, "
+        "or --conv-algorithm auto on the GPU.");
   return p;
 }
 
@@ -150,6 +162,7 @@ inline NetworkSpec network_spec(const Flags& f, DataFormat fmt) {
   n.bn_decay = f.batch_norm_decay;
   n.bn_epsilon = f.batch_norm_epsilon;
   n.bf16 = f.precision == "bf16";
+  n.winograd = f.conv_algorithm == "winograd";
   n.format = fmt;
   n.seed = f.seed;
   n.num_gpus = f.num_gpus;

@@ -164,6 +164,15 @@ int main(int argc, char** argv) {
          "the other layers' arithmetic stay fp32; needs AVX-512).")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  app.add_option(
+         "--conv-algorithm", f.conv_algorithm,
+         "Convolution algorithm on the CPU in fp32: auto (direct while training, so results do not depend "
+         "on the CPU's instruction set), or winograd (Winograd F(4x4, 3x3) for the 3x3 stride-1 "
+         "convolutions: on AVX2 and Zen 4 CPUs inside the own conv + batch norm kernels from 32 channels, "
+         "about a quarter of their multiplies, errors around 1e-5 relative instead of 1e-6; "
+         "docs/NUMERICS.md).")
+      ->check(CLI::IsMember({"auto", "winograd"}))
+      ->capture_default_str();
   app.add_option("--synthetic-examples", f.synthetic_examples, "Size of the built-in synthetic training set.")
       ->capture_default_str();
   app.add_flag("--explain-plan", f.explain_plan,

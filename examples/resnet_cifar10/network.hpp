@@ -28,7 +28,8 @@ inline constexpr InputShape kInput{3, 32, 32};
 struct NetworkSpec {
   int num_layers = 44;
   double bn_decay = 0.997, bn_epsilon = 1e-5;
-  bool bf16 = false;  // bf16 convolutions (oneDNN)
+  bool bf16 = false;      // bf16 convolutions (oneDNN)
+  bool winograd = false;  // Winograd convolutions where the backend has them (oneDNN, fp32)
   DataFormat format = DataFormat::NHWC;
   std::uint64_t seed = 0;
   int num_gpus = 0;

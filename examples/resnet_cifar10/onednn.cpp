@@ -14,6 +14,7 @@ namespace resnet_cifar10 {
 NetOptions network_options(const NetworkSpec& n) {
   NetOptions opts = resnet_options(n.num_layers, n.bn_decay, n.bn_epsilon);
   if (n.bf16) opts.with_conv_precision(ConvPrecision::BF16);
+  if (n.winograd) opts.with_conv_algorithm(ConvAlgorithm::Winograd);
   return opts;
 }
 

@@ -180,9 +180,9 @@ enum class Mask { None, Bits, Relu };
 // and equal to the batch norm's own pass of the sums over that dx to 1e-12
 // of sum|terms| (double additions in another order), as must the
 // gradients it makes of them. Run as two ranges, the sums added.
-void run_epilogue(const Case& k, Mask mask) {
+void run_epilogue(const Case& k, Mask mask, ConvAlgorithm alg = ConvAlgorithm::Direct) {
   INFO("n" << k.n << " " << k.h << "x" << k.w << "x" << k.c << (k.relu ? ", the earlier ReLU" : "")
-           << ", mask " << int(mask));
+           << ", mask " << int(mask) << (alg == ConvAlgorithm::Winograd ? ", Winograd" : ""));
   Device<B> dev;
   Rng rng = Rng::stream(23, unsigned(k.c * 131 + k.h * 7 + k.w + k.n + int(mask)));
   const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{k.n, k.c, k.h, k.w}, k.c, 3, 1, Padding::Same);
@@ -190,6 +190,8 @@ void run_epilogue(const Case& k, Mask mask) {
   const std::size_t size = cg.size(), half = k.n / 2, image = k.h * k.w * k.c;
   ops::BatchNorm<B, float> bn, earlier;
   ops::Conv2d<B, float> conv;
+  conv.set_algorithm(alg);
+  REQUIRE(conv.direct_bn(g));
   const auto bx = random_vec(rng, size), gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c),
              dy = random_cotangent(rng, size), x = random_vec(rng, size, 0.0, 1.0),
              wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.2), other = random_cotangent(rng, size),
@@ -267,6 +269,59 @@ void run_epilogue(const Case& k, Mask mask) {
   }
 }
 
+// The convolution's y in double, with the sums of |terms| (NHWC, 3x3,
+// stride 1, padding 1, k.c channels in and out).
+Exact exact_forward(const Case& k, const std::vector<float>& x, const std::vector<float>& wt) {
+  const std::size_t size = x.size();
+  Exact ey{std::vector<double>(size), std::vector<double>(size)};
+  for (std::size_t i = 0; i < k.n; ++i)
+    for (std::size_t r = 0; r < k.h; ++r)
+      for (std::size_t q = 0; q < k.w; ++q)
+        for (std::size_t kh = 0; kh < 3; ++kh)
+          for (std::size_t kw = 0; kw < 3; ++kw) {
+            const long yi = long(r + kh) - 1, xi = long(q + kw) - 1;
+            if (yi < 0 || yi >= long(k.h) || xi < 0 || xi >= long(k.w)) continue;
+            const float* xs = &x[((i * k.h + std::size_t(yi)) * k.w + std::size_t(xi)) * k.c];
+            const std::size_t o = ((i * k.h + r) * k.w + q) * k.c;
+            for (std::size_t ci = 0; ci < k.c; ++ci)
+              for (std::size_t co = 0; co < k.c; ++co) {
+                const double t = double(xs[ci]) * double(wt[((kh * 3 + kw) * k.c + ci) * k.c + co]);
+                ey.sum[o + co] += t;
+                ey.abs[o + co] += std::fabs(t);
+              }
+          }
+  return ey;
+}
+
+// The statistics the forward took (means, then biased variances) against
+// those of the returned y in double: float sums of 16 rows of |y - k| <=
+// 2a and (y - k)^2 <= 4a^2 each (a = max |y|), so errors within 17 2^-24
+// of 2a and 4a^2 (worst over the channels; and relative to the variance
+// itself, for the record).
+void check_statistics(const Case& k, const std::vector<float>& y, const std::vector<double>& stats) {
+  const std::size_t size = y.size();
+  double worst_mean = 0, worst_var = 0, worst_var_rel = 0;
+  for (std::size_t c = 0; c < k.c; ++c) {
+    double s = 0, s2 = 0, a = 0;
+    const double m = double(size / k.c);
+    for (std::size_t i = c; i < size; i += k.c) s += double(y[i]);
+    const double mean = s / m;
+    for (std::size_t i = c; i < size; i += k.c) {
+      s2 += (double(y[i]) - mean) * (double(y[i]) - mean);
+      a = std::max(a, std::fabs(double(y[i])));
+    }
+    worst_mean = std::max(worst_mean, std::fabs(stats[c] - mean) / a);
+    worst_var = std::max(worst_var, std::fabs(stats[k.c + c] - s2 / m) / (a * a));
+    worst_var_rel = std::max(worst_var_rel, std::fabs(stats[k.c + c] - s2 / m) / (s2 / m));
+  }
+  const double u = 17 * std::ldexp(1.0, -24);
+  INFO("worst |mean err| / max|y| " << worst_mean << " (bound " << 2 * u << ")");
+  INFO("worst |var err| / max|y|^2 " << worst_var << " (bound " << 4 * u << ")");
+  INFO("worst |var err| / var " << worst_var_rel);
+  CHECK(worst_mean <= u * 2);
+  CHECK(worst_var <= u * 4);
+}
+
 // The forward kernel with the batch norm statistics in its epilogue
 // (direct::forward_images via ops::Conv2d::forward_stats): y within the
 // first-order bound 9 C 2^-24 sum|terms| of the double sums, and equal to
@@ -292,24 +347,7 @@ void run_forward(const Case& k) {
   conv.forward_stats(dev, g, x.data(), wt.data(), y.data(), stats.data());
   CHECK(conv.direct_forwards() == 1);
   conv.forward(dev, g, x.data(), wt.data(), nullptr, yd.data());
-  // y in double, with the sums of |terms|.
-  Exact ey{std::vector<double>(size), std::vector<double>(size)};
-  for (std::size_t i = 0; i < k.n; ++i)
-    for (std::size_t r = 0; r < k.h; ++r)
-      for (std::size_t q = 0; q < k.w; ++q)
-        for (std::size_t kh = 0; kh < 3; ++kh)
-          for (std::size_t kw = 0; kw < 3; ++kw) {
-            const long yi = long(r + kh) - 1, xi = long(q + kw) - 1;
-            if (yi < 0 || yi >= long(k.h) || xi < 0 || xi >= long(k.w)) continue;
-            const float* xs = &x[((i * k.h + std::size_t(yi)) * k.w + std::size_t(xi)) * k.c];
-            const std::size_t o = ((i * k.h + r) * k.w + q) * k.c;
-            for (std::size_t ci = 0; ci < k.c; ++ci)
-              for (std::size_t co = 0; co < k.c; ++co) {
-                const double t = double(xs[ci]) * double(wt[((kh * 3 + kw) * k.c + ci) * k.c + co]);
-                ey.sum[o + co] += t;
-                ey.abs[o + co] += std::fabs(t);
-              }
-          }
+  const Exact ey = exact_forward(k, x, wt);
   check("y", y, ey, 9.0 * double(k.c));
   // oneDNN's forward on the same data: each within the float bound of the
   // exact sums, so the two within twice it of each other, element by
@@ -319,29 +357,7 @@ void run_forward(const Case& k) {
   for (std::size_t i = 0; i < size; ++i)
     apart += std::fabs(double(y[i]) - double(yd[i])) > 2.0 * 9.0 * double(k.c) * 0x1p-24 * ey.abs[i];
   CHECK(apart == 0);
-  // Float sums of 16 rows of |y - k| <= 2a and (y - k)^2 <= 4a^2 each:
-  // errors relative to a and a^2 (worst over the channels; and relative
-  // to the variance itself, for the record).
-  double worst_mean = 0, worst_var = 0, worst_var_rel = 0;
-  for (std::size_t c = 0; c < k.c; ++c) {
-    double s = 0, s2 = 0, a = 0;
-    const double m = double(size / k.c);
-    for (std::size_t i = c; i < size; i += k.c) s += double(y[i]);
-    const double mean = s / m;
-    for (std::size_t i = c; i < size; i += k.c) {
-      s2 += (double(y[i]) - mean) * (double(y[i]) - mean);
-      a = std::max(a, std::fabs(double(y[i])));
-    }
-    worst_mean = std::max(worst_mean, std::fabs(stats[c] - mean) / a);
-    worst_var = std::max(worst_var, std::fabs(stats[k.c + c] - s2 / m) / (a * a));
-    worst_var_rel = std::max(worst_var_rel, std::fabs(stats[k.c + c] - s2 / m) / (s2 / m));
-  }
-  const double u = 17 * std::ldexp(1.0, -24);
-  INFO("worst |mean err| / max|y| " << worst_mean << " (bound " << 2 * u << ")");
-  INFO("worst |var err| / max|y|^2 " << worst_var << " (bound " << 4 * u << ")");
-  INFO("worst |var err| / var " << worst_var_rel);
-  CHECK(worst_mean <= u * 2);
-  CHECK(worst_var <= u * 4);
+  check_statistics(k, y, stats);
   ops::BatchNorm<B, float> given, own;
   const auto gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c);
   auto y1 = poisoned(size), y2 = poisoned(size), y3 = poisoned(size), m1 = poisoned(k.c), v1 = poisoned(k.c),
@@ -398,6 +414,102 @@ void run_forward(const Case& k) {
   CHECK(std::memcmp(dx2.data(), dx1.data(), size * sizeof(float)) == 0);
 }
 
+// Winograd asked for (ops::Conv2d::winograd_bn): the own conv + batch norm
+// kernels with the own Winograd kernels in place of their direct forward
+// kernel. y must be the own Winograd forward's (winograd::Layer, the
+// kernels ops::Conv2d runs for a plain Winograd forward) bit for bit, within
+// the Winograd bound of test_winograd.cpp (1e-5 of sum|terms|) of the
+// double sums, its statistics those of y; the same from a batch norm's
+// map; dx the own Winograd data gradient of the batch norm's own input
+// gradient bit for bit, within 4e-5 of sum|terms| of the double sums
+// (measured when written: up to 6.7e-6 at toy sizes, 1.5e-5 and 1.9e-5
+// at batch 128 with 32 and 64 channels: a batch norm's input gradient
+// sums to zero over each channel, so its terms cancel more than
+// test_winograd.cpp's uniform dy's); dw (the direct weight gradient)
+// within the float bound of the double sums, the same bits without dx. Chunks of several images where they
+// are small (8x8 at 64 channels: 3 an image chunk), a batch they do not divide.
+void run_winograd(const Case& k) {
+  namespace wg = backend::onednn::winograd;
+  INFO("Winograd, n" << k.n << " " << k.h << "x" << k.w << "x" << k.c);
+  Device<B> dev;
+  Rng rng = Rng::stream(31, unsigned(k.c * 131 + k.h * 7 + k.w + k.n));
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{k.n, k.c, k.h, k.w}, k.c, 3, 1, Padding::Same);
+  const ChannelGeom cg{DataFormat::NHWC, k.n, k.c, k.h, k.w};
+  const std::size_t size = cg.size();
+  ops::Conv2d<B, float> conv;
+  conv.set_algorithm(ConvAlgorithm::Winograd);
+  REQUIRE(conv.direct_forward(g, ConvAlgorithm::Winograd));
+  REQUIRE(conv.winograd_bn(g));
+  const auto x = random_vec(rng, size, -1.0, 1.5), wt = random_vec(rng, 9 * k.c * k.c, -0.2, 0.3);
+  auto y = poisoned(size), yw = poisoned(size);
+  std::vector<double> stats(2 * k.c, -1.0);
+  conv.forward_stats(dev, g, x.data(), wt.data(), y.data(), stats.data());
+  CHECK(conv.winograd_bn_calls() == 1);
+  wg::Layer plain;
+  plain.forward(g, x.data(), wt.data(), 0, nullptr, false, yw.data());
+  CHECK(std::memcmp(y.data(), yw.data(), size * sizeof(float)) == 0);
+  const Exact ey = exact_forward(k, x, wt);
+  double worst = 0;
+  for (std::size_t i = 0; i < size; ++i)
+    worst = std::max(worst, std::fabs(double(y[i]) - ey.sum[i]) / std::max(ey.abs[i], 1e-30));
+  INFO("y: worst |err| / sum|terms| " << worst);
+  CHECK(worst <= 1e-5);
+  check_statistics(k, y, stats);  // those of the returned y
+
+  // The input as a batch norm's map (never stored): as from the stored
+  // output, bit for bit.
+  const auto gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c);
+  ops::BatchNorm<B, float> deferred, given;
+  auto y3 = poisoned(size), m1 = poisoned(k.c), v1 = poisoned(k.c), m2 = poisoned(k.c), v2 = poisoned(k.c);
+  deferred.give_statistics(y.data(), k.c, stats.data());
+  deferred.forward_train_deferred(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), m2.data(), v2.data());
+  const ops::BnNormMap<float> in = deferred.norm_map(cg, y.data());
+  given.give_statistics(y.data(), k.c, stats.data());
+  given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y3.data(), m1.data(), v1.data(),
+                      true);
+  auto z1 = poisoned(size), z2 = poisoned(size);
+  std::vector<double> s1(2 * k.c), s2(2 * k.c);
+  conv.forward_stats(dev, g, y3.data(), wt.data(), z1.data(), s1.data());
+  conv.forward_stats(dev, g, y.data(), wt.data(), z2.data(), s2.data(), &in);
+  CHECK(std::memcmp(z2.data(), z1.data(), size * sizeof(float)) == 0);
+  CHECK(std::memcmp(s2.data(), s1.data(), s1.size() * sizeof(double)) == 0);
+
+  // The backward: dy from the map of a batch norm after the convolution.
+  ops::BatchNorm<B, float> after;
+  auto za = poisoned(size), ma = poisoned(k.c), va = poisoned(k.c), dga = poisoned(k.c), dba = poisoned(k.c);
+  const auto dz = random_cotangent(rng, size);
+  after.forward_train(dev, cg, 1e-3, z1.data(), gamma.data(), beta.data(), za.data(), ma.data(), va.data(),
+                      true);
+  after.backward_sums(dev, cg, 1e-3, z1.data(), dz.data(), gamma.data(), ma.data(), va.data(), dga.data(),
+                      dba.data(), true);
+  const auto map = after.grad_map(dev, cg, z1.data(), dz.data(), ma.data(), true);
+  auto dyc = poisoned(size);
+  after.backward_images(dev, cg, z1.data(), dz.data(), ma.data(), 0, k.n, dyc.data(), true);
+  auto dx = poisoned(size), dw = poisoned(wt.size()), dxw = poisoned(size);
+  conv.backward_images_bn(dev, g, y3.data(), map, wt.data(), dx.data(), dw.data());
+  CHECK(conv.winograd_bn_calls() == 4);
+  plain.backward_data(g, dyc.data(), wt.data(), 0, dxw.data());
+  CHECK(std::memcmp(dx.data(), dxw.data(), size * sizeof(float)) == 0);
+  Exact ex, ew;
+  exact(k.n, k.h, k.w, k.c, y3, dyc, wt, ex, ew);
+  double worst_dx = 0;
+  for (std::size_t i = 0; i < size; ++i)
+    worst_dx = std::max(worst_dx, std::fabs(double(dx[i]) - ex.sum[i]) / std::max(ex.abs[i], 1e-30));
+  INFO("dx: worst |err| / sum|terms| " << worst_dx);
+  CHECK(worst_dx <= 4e-5);
+  check("dw", dw, ew, double(k.n * k.h * k.w));
+  // The weight gradient's input from the map: the same bits.
+  auto dx2 = poisoned(size), dw2 = poisoned(wt.size());
+  conv.backward_images_bn(dev, g, y.data(), map, wt.data(), dx2.data(), dw2.data(), nullptr, &in);
+  CHECK(std::memcmp(dw2.data(), dw.data(), wt.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(dx2.data(), dx.data(), size * sizeof(float)) == 0);
+  // dw alone (no dx): the same weight gradient, no Winograd call.
+  auto dw3 = poisoned(wt.size());
+  conv.backward_images_bn(dev, g, y3.data(), map, wt.data(), nullptr, dw3.data());
+  CHECK(conv.winograd_bn_calls() == 5);
+  CHECK(std::memcmp(dw3.data(), dw.data(), wt.size() * sizeof(float)) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("The own forward kernel takes batch norm's statistics in its epilogue",
@@ -450,6 +562,52 @@ TEST_CASE("The own convolution backward at ResNet-20's sizes is as accurate as o
   if (skip_without_kernels()) return;
   for (const Case& k : {Case{128, 32, 32, 16, true}, Case{128, 16, 16, 32, true}, Case{128, 8, 8, 64, true}})
     run_case(k, true, true, true);
+}
+
+TEST_CASE("Winograd asked for: the own conv + batch norm kernels run the own Winograd kernels inside them",
+          "[backend][onednn][direct][winograd]") {
+  if (skip_without_kernels()) return;
+  namespace wg = backend::onednn::winograd;
+  const ConvGeom g = ConvGeom::make(DataFormat::NHWC, Shape{2, 32, 4, 16}, 32, 3, 1, Padding::Same);
+  ops::Conv2d<B, float> conv;
+  conv.set_algorithm(ConvAlgorithm::Winograd);
+  if (!backend::onednn::direct::own_inference_measured()) {
+    // AVX-512 on full-width units: oneDNN's Winograd, without the fusions.
+    CHECK_FALSE(conv.direct_forward(g, ConvAlgorithm::Winograd));
+    CHECK_FALSE(conv.direct_bn(g));
+    CHECK_FALSE(conv.winograd_bn(g));
+    CHECK(conv.direct_why_not(g, ConvAlgorithm::Winograd, true).find("full-width") != std::string::npos);
+    WARN("SKIPPED: AVX-512 on full-width units: the own kernels do not run Winograd here");
+    return;
+  }
+  CHECK(conv.direct_why_not(g, ConvAlgorithm::Winograd, true).empty());
+  CHECK(conv.direct_why_not(g, ConvAlgorithm::Auto, true) ==
+        "Winograd convolutions (the own kernels are direct)");
+  CHECK(wg::bn_why_not(g).empty());
+  for (const Case& k : {Case{2, 4, 8, 32, true}, Case{3, 2, 8, 64, true}, Case{7, 8, 8, 64, true},
+                        Case{128, 16, 16, 32, true}, Case{128, 8, 8, 64, true}})
+    run_winograd(k);
+  for (Mask mask : {Mask::None, Mask::Bits, Mask::Relu})
+    run_epilogue(Case{7, 8, 8, 64, true}, mask, ConvAlgorithm::Winograd);
+  run_epilogue(Case{4, 3, 16, 32, true}, Mask::Bits, ConvAlgorithm::Winograd);
+
+  // 16 channels: the direct kernels run (the same bits as with Direct
+  // asked), and the Winograd rule says why.
+  const ConvGeom g16 = ConvGeom::make(DataFormat::NHWC, Shape{3, 16, 3, 16}, 16, 3, 1, Padding::Same);
+  CHECK(conv.direct_forward(g16, ConvAlgorithm::Winograd));
+  CHECK_FALSE(conv.winograd_bn(g16));
+  CHECK(wg::bn_why_not(g16).find("16 channels: the direct kernels") == 0);
+  Device<B> dev;
+  Rng rng = Rng::stream(37, 1);
+  const auto x = random_vec(rng, g16.n * 3 * 16 * 16, -1.0, 1.0),
+             wt = random_vec(rng, 9 * 16 * 16, -0.2, 0.2);
+  ops::Conv2d<B, float> direct;
+  auto y1 = poisoned(x.size()), y2 = poisoned(x.size());
+  std::vector<double> s1(32), s2(32);
+  conv.forward_stats(dev, g16, x.data(), wt.data(), y1.data(), s1.data());
+  direct.forward_stats(dev, g16, x.data(), wt.data(), y2.data(), s2.data());
+  CHECK(conv.winograd_bn_calls() == 0);
+  CHECK(std::memcmp(y1.data(), y2.data(), x.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("The own convolution kernels refuse the geometries they do not run", "[backend][onednn][direct]") {

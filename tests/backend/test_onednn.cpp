@@ -702,7 +702,10 @@ TEST_CASE("Under ConvAlgorithm::Auto weights train with the direct algorithm at 
   const auto opts = [](ConvAlgorithm a) { return resnet_options(8).with_conv_algorithm(a); };
   Net autom({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Auto), 5);
   Net direct({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Direct), 5);
-  Net wino({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Winograd), 5);
+  // Winograd asked for runs inside ConvBatchNorm's own kernels on AVX2 and
+  // Zen 4 CPUs (from 32 channels; direct below), Auto's Winograd in the
+  // layers' own passes: the model that shows Auto's choice has them off.
+  Net wino({3, 16, 16}, DataFormat::NHWC, opts(ConvAlgorithm::Winograd).with_direct_conv_bn(false), 5);
   Rng rng = Rng::stream(7, 23);
   auto x = make_tensor<float>({2, 3, 16, 16}, DataFormat::NHWC);
   for (auto& v : x) v = float(rng.uniform(-1, 1));

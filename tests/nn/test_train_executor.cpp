@@ -186,6 +186,35 @@ TEST_CASE("The training executor on oneDNN against the reference backend in doub
   CHECK(p.find("stage2/repeat (0 blocks)", "identity") >= 0);
 }
 
+TEST_CASE("Winograd asked for in fp32 training: inside the conv + batch norm kernels, against the reference",
+          "[nn][train_executor][winograd]") {
+  // ResNet-8 at 32x32 (stage shapes 32x32x16, 16x16x32, 8x8x64, which the
+  // own kernels take in AVX-512 and AVX2 alike), NHWC: where the own
+  // Winograd kernels stand in for oneDNN's (AVX2, Zen 4's AVX-512 in
+  // halves) they run inside ConvBatchNorm's own training passes, so the
+  // batch norm's statistics are taken in the convolution's epilogue
+  // there; elsewhere oneDNN's Winograd runs and the rule says why not.
+  // Either way the step agrees with the reference backend in double.
+  namespace on = backend::onednn;
+  const NetOptions opts =
+      NetOptions().with_plan_training(true).with_repeat(1).with_conv_algorithm(ConvAlgorithm::Winograd);
+  test::compare<ResNetCifar<10>, test::UnfusedResNet<10>, backend::OneDnn, float>(
+      {3, 32, 32}, 4, DataFormat::NHWC, 1e-4, opts);
+  Model<ResNetCifar<10>, backend::OneDnn> m({3, 32, 32}, DataFormat::NHWC, opts);
+  const plan::Plan p = m.step_plan(Mode::Train, 4);
+  const std::string text = plan::describe(p);
+  INFO(text);
+  if (on::direct::cpu_supported() && on::direct::own_inference_measured()) {
+    // Every stride-1 stage convolution: 2 + 1 + 1 (the stride-2 ones not).
+    CHECK(p.fired("bn_stats_in_conv_epilogue") == 4);
+    CHECK(p.fired("bn_dx_in_conv_prologue") == 4);
+  } else {
+    CHECK(p.fired("bn_stats_in_conv_epilogue") == 0);
+    if (on::direct::cpu_supported())
+      CHECK(text.find("Winograd convolutions, AVX-512 on full-width units") != std::string::npos);
+  }
+}
+
 TEST_CASE("The training executor runs airbench94 as the layers do", "[nn][train_executor]") {
   // No hand-over of the layer tree applies to airbench94's layers in fp32:
   // the executor's step is the layers' bit for bit, on oneDNN too.

@@ -273,28 +273,47 @@ struct Conv2d<backend::OneDnn, T> {
   /// (direct_conv.hpp; default true). False: never (benchmarks and tests
   /// compare the two paths).
   CIFARNET_OUTLINE void set_direct_kernels(bool on) { direct_ = on; }
-  /// Whether backward_images_bn runs `g`: float convolutions, not Winograd,
-  /// and a geometry of the own kernels (direct::supports) on a CPU with them.
+  /// Whether backward_images_bn runs `g`: float convolutions and a
+  /// geometry of the own kernels (direct::supports) on a CPU with them;
+  /// where Winograd is asked for (the algorithm set), a CPU where the own
+  /// kernels stand in for oneDNN's Winograd (direct::own_inference_measured:
+  /// winograd_bn says which of its geometries then run Winograd inside them).
   CIFARNET_OUTLINE bool direct_bn(const ConvGeom& g) const {
-    return direct_ && prec_ == ConvPrecision::F32 && alg_ != ConvAlgorithm::Winograd &&
-           backend::onednn::direct::supports(g);
+    namespace on = backend::onednn;
+    return direct_ && prec_ == ConvPrecision::F32 && on::direct::supports(g) &&
+           (alg_ != ConvAlgorithm::Winograd || on::direct::own_inference_measured());
   }
   /// Whether forward_stats runs `g` under algorithm `a` (the one set, or
-  /// about to be): direct_bn's geometry with the direct algorithm asked for
-  /// (Auto may pick Winograd, whose outputs differ; the forward then stays
-  /// oneDNN's).
+  /// about to be): direct_bn's geometry with the direct algorithm asked
+  /// for, or Winograd asked for where the own kernels stand in for oneDNN's
+  /// (Auto may pick oneDNN's Winograd, whose outputs differ; the forward
+  /// then stays oneDNN's).
   CIFARNET_OUTLINE bool direct_forward(const ConvGeom& g, ConvAlgorithm a) const {
-    return direct_ && prec_ == ConvPrecision::F32 && a == ConvAlgorithm::Direct &&
-           backend::onednn::direct::supports(g);
+    namespace on = backend::onednn;
+    return direct_ && prec_ == ConvPrecision::F32 && on::direct::supports(g) &&
+           (a == ConvAlgorithm::Direct ||
+            (a == ConvAlgorithm::Winograd && on::direct::own_inference_measured()));
   }
-  /// Why direct_bn(g) (forward: direct_forward(g, a)) is false, in words;
-  /// empty where it is true.
+  /// Why direct_bn(g) (forward: direct_forward(g, a)) is false under
+  /// algorithm `a` (the one a forward sets), in words; empty where it is
+  /// true.
   CIFARNET_OUTLINE std::string direct_why_not(const ConvGeom& g, ConvAlgorithm a, bool forward) const {
+    namespace on = backend::onednn;
     if (!direct_) return "NetOptions::direct_conv_bn is off";
     if (prec_ != ConvPrecision::F32) return "bf16 convolutions (the own kernels are float)";
-    if (forward ? a != ConvAlgorithm::Direct : alg_ == ConvAlgorithm::Winograd)
-      return "Winograd convolutions (the own kernels are direct)";
-    return backend::onednn::direct::why_not(g);
+    if (forward && a == ConvAlgorithm::Auto) return "Winograd convolutions (the own kernels are direct)";
+    std::string why = on::direct::why_not(g);
+    if (why.empty() && a == ConvAlgorithm::Winograd && !on::direct::own_inference_measured())
+      why = "Winograd convolutions, " + on::winograd::bn_why_not(g);
+    return why;
+  }
+  /// Whether forward_stats and backward_images_bn run `g` with the own
+  /// Winograd kernels in place of the direct forward kernel (the forward,
+  /// and the data gradient; the weight gradient stays direct): Winograd
+  /// asked for, direct_bn(g) and winograd::bn_supports(g) (from 32
+  /// channels; at 16 the direct kernels run).
+  CIFARNET_OUTLINE bool winograd_bn(const ConvGeom& g) const {
+    return alg_ == ConvAlgorithm::Winograd && direct_bn(g) && backend::onednn::winograd::bn_supports(g);
   }
   /// The backward of g.n images whose output gradient is the batch norm's
   /// input gradient given by its map `m` (BatchNorm::grad_map, at those
@@ -320,9 +339,25 @@ struct Conv2d<backend::OneDnn, T> {
     if (!direct_bn(g))
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
-    if (dx) direct_flip_.update(g, w, w_version_);  // once per weights version
-    on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_, e,
-                                in);
+    if (winograd_bn(g)) {
+      // The data gradient in the own Winograd kernels: dy's forward with
+      // the flipped weights, transformed once per weights version. Without
+      // dx, the same chunks of images (the weight gradient's bits do not
+      // depend on whether dx is asked for).
+      on::direct::ImageConv c;
+      if (dx) {
+        direct_wino_.set_backward_weights(g, w, w_version_);
+        c = direct_wino_.bwd.image_conv(int(g.oh), int(g.ow));
+        ++winograd_bn_calls_;
+      } else {
+        c.images = on::winograd::Conv3x3::images_per_call(g.oc, g.ic, int(g.oh), int(g.ow));
+      }
+      on::direct::backward_images(g, x, m, nullptr, dx, dw, direct_scratch_, e, in, &c);
+    } else {
+      if (dx) direct_flip_.update(g, w, w_version_);  // once per weights version
+      on::direct::backward_images(g, x, m, dx ? direct_flip_.w.data() : nullptr, dx, dw, direct_scratch_, e,
+                                  in);
+    }
     ++direct_backwards_;
   }
   /// How many backward_images_bn calls ran (tests).
@@ -345,11 +380,21 @@ struct Conv2d<backend::OneDnn, T> {
     if (!direct_forward(g, alg_))
       throw ConfigError(
           detail::concat(op, ": not a geometry of the own kernels here (", on::describe(g), ")"));
-    on::direct::forward_images(g, x, w, y, direct_scratch_, stats, in);
+    if (winograd_bn(g)) {
+      direct_wino_.fwd.set_weights(w, w_version_, g.ic, g.oc);  // once per weights version
+      const on::direct::ImageConv c = direct_wino_.fwd.image_conv(int(g.ih), int(g.iw));
+      on::direct::forward_images(g, x, w, y, direct_scratch_, stats, in, &c);
+      ++winograd_bn_calls_;
+    } else {
+      on::direct::forward_images(g, x, w, y, direct_scratch_, stats, in);
+    }
     ++direct_forwards_;
   }
   /// How many forward_stats calls ran (tests).
   CIFARNET_OUTLINE std::size_t direct_forwards() const { return direct_forwards_; }
+  /// How many forward_stats and backward_images_bn calls with dx ran the
+  /// own Winograd kernels (winograd_bn; tests).
+  CIFARNET_OUTLINE std::size_t winograd_bn_calls() const { return winograd_bn_calls_; }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, input
   /// channels a multiple of 8, output channels of 16) runs in the project's
@@ -1655,7 +1700,8 @@ struct Conv2d<backend::OneDnn, T> {
   bool direct_ = true;                               // set_direct_kernels
   backend::onednn::direct::Scratch direct_scratch_;  // backward_images_bn's buffers
   backend::onednn::FlippedWeights direct_flip_;      // and its flipped weights
-  std::size_t direct_backwards_ = 0, direct_forwards_ = 0, own_wino_calls_ = 0;
+  backend::onednn::winograd::Layer direct_wino_;     // their Winograd (winograd_bn)
+  std::size_t direct_backwards_ = 0, direct_forwards_ = 0, own_wino_calls_ = 0, winograd_bn_calls_ = 0;
   bool keep_input_ = false;
   const std::uint16_t* bf16_in_ = nullptr;  // set_bf16_input, for the next forward
   std::size_t bf16_inputs_ = 0;

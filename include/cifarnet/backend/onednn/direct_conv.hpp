@@ -12,6 +12,9 @@
 // norm statistics of the output (forward_images); in either's prologue an
 // input given as an earlier batch norm's map instead of stored
 // (ops::BnNormMap). docs/ARCHITECTURE.md's hand-over list says who asks.
+// Where Winograd is asked for, the own Winograd kernels stand in for the
+// forward kernel (forward and data gradient) through an ImageConv, each
+// thread on chunks of whole images (winograd.hpp, bn_supports).
 //
 // Why own kernels: batch norm's input gradient was a pass of its own over
 // every range of images (read dy and x, write a buffer) before oneDNN's
@@ -63,6 +66,7 @@
 #define CIFARNET_DIRECT_X86 0
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -190,6 +194,21 @@ struct StoreEpilogue {
   const float* bias = nullptr;
   const float* sum = nullptr;
   bool relu = false;
+};
+
+/// A convolution of whole images that forward_images and backward_images
+/// run in place of their direct forward kernel (the forward, and on dy the
+/// data gradient), each thread on a chunk of at most `images` images at a
+/// time with `work_floats` floats of work space of its own: the own
+/// Winograd kernels where Winograd is asked for
+/// (winograd::Conv3x3::image_conv; this file does not include them).
+/// run(self, n, h, w, x, y, work): y = the convolution of n images of h x w
+/// pixels, NHWC, on the calling thread.
+struct ImageConv {
+  const void* self = nullptr;
+  void (*run)(const void* self, int n, int h, int w, const float* x, float* y, float* work) = nullptr;
+  std::size_t images = 1;
+  std::size_t work_floats = 0;
 };
 
 #if CIFARNET_DIRECT_X86
@@ -328,14 +347,10 @@ void forward_one(int H, int W, const float* x, const NormMap* in, std::size_t of
                                                       nullptr);
 }
 
-// One image's backward for C channels: dy from the map into `dyc`, then dx
-// (if any; then the epilogue `e` on it, if any) and this thread's weight
-// gradient (if any; its input x, or with `in` that image normalised into
-// xn first).
-template <class K, int C>
-void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
-           float* dw, float* dyc, const BnEpilogue* e, double* esums, const NormMap* in, float* xn) {
-  const std::size_t rows = std::size_t(H) * W;
+// One image of dy (`rows` pixels at `off`) from the batch norm's map into
+// dyc.
+template <int C>
+void gradient_rows(std::size_t rows, const BnGradMap& m, std::size_t off, float* dyc) {
   float ac[C], bc[C], dc[C], mc[C], ra[C], rb[C];
   for (int c = 0; c < C; ++c) {
     ac[c] = m.A[c];
@@ -352,6 +367,17 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
     bn::input_gradient_row<C>(C, m.x + at, m.dy + at, m.relu_ab ? ra : nullptr, rb, mc, ac, bc, dc,
                               dyc + r * C);
   }
+}
+
+// One image's backward for C channels: dy from the map into `dyc`, then dx
+// (if any; then the epilogue `e` on it, if any) and this thread's weight
+// gradient (if any; its input x, or with `in` that image normalised into
+// xn first).
+template <class K, int C>
+void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, const float* wf, float* dx,
+           float* dw, float* dyc, const BnEpilogue* e, double* esums, const NormMap* in, float* xn) {
+  const std::size_t rows = std::size_t(H) * W;
+  gradient_rows<C>(rows, m, off, dyc);
   if (dx) K::template forward<C>(H, W, dyc, wf, dx);
   if (dx && e) epilogue<C>(rows, *e, off, dx, esums);
   if (dw && in) {
@@ -359,6 +385,55 @@ void image(int H, int W, const BnGradMap& m, std::size_t off, const float* x, co
     x = xn;
   }
   if (dw) K::template wgrad<C>(H, W, x, dyc, dw);
+}
+
+// forward_one for `count` images at `off` with the forward of `conv` (the
+// own Winograd) in place of the forward kernel: the images normalised into
+// xn first where given as a map, then y of them all in one call, then each
+// image's batch norm sums into s (2C an image) while they are in cache.
+template <int C>
+void forward_chunk(const ImageConv& conv, int H, int W, std::size_t count, const float* x, const NormMap* in,
+                   std::size_t off, float* y, float* xn, float* work, double* s) {
+  const std::size_t rows = std::size_t(H) * W, image = rows * C;
+  const float* xi = x + off;
+  if (in) {
+    for (std::size_t i = 0; i < count; ++i) normalise<C>(rows, *in, off + i * image, xn + i * image);
+    xi = xn;
+  }
+  conv.run(conv.self, int(count), H, W, xi, y + off, work);
+  const float* none = nullptr;
+  if (s)
+    for (std::size_t i = 0; i < count; ++i) {
+      const float* yi = y + off + i * image;
+      double* si = s + i * 2 * C;
+      bn::nhwc_sums<bn::SumKind::Stats, std::size_t(C)>(0, rows, yi, none, nullptr, yi, si, si + C, nullptr);
+    }
+}
+
+// image() for `count` images at `off` with the data gradient as `conv`'s
+// forward of dy (the own Winograd on flipped weights): each image's dy into
+// dyc (count images), dx of them all in one call, then per image the
+// epilogue and this thread's weight gradient in the direct kernel K.
+template <class K, int C>
+void images_chunk(const ImageConv& conv, int H, int W, std::size_t count, const BnGradMap& m, std::size_t off,
+                  const float* x, float* dx, float* dw, float* dyc, const BnEpilogue* e, double* esums,
+                  const NormMap* in, float* xn, float* work) {
+  const std::size_t rows = std::size_t(H) * W, image = rows * C;
+  for (std::size_t i = 0; i < count; ++i) gradient_rows<C>(rows, m, off + i * image, dyc + i * image);
+  if (dx) {
+    conv.run(conv.self, int(count), H, W, dyc, dx, work);
+    if (e)
+      for (std::size_t i = 0; i < count; ++i) epilogue<C>(rows, *e, off + i * image, dx + i * image, esums);
+  }
+  if (!dw) return;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float* xi = x ? x + i * image : nullptr;
+    if (in) {
+      normalise<C>(rows, *in, off + i * image, xn);
+      xi = xn;
+    }
+    K::template wgrad<C>(H, W, xi, dyc + i * image, dw);
+  }
 }
 
 // f(K{}, std::integral_constant<int, C>{}) for the instruction set's
@@ -385,11 +460,12 @@ void dispatch(bool avx512, int c, F&& f) {
 /// The buffers of backward_images, kept between calls (a step allocates
 /// nothing here once the sizes are known).
 struct Scratch {
-  std::vector<float> dyc;      ///< per thread: one image of dy
+  std::vector<float> dyc;      ///< per thread: one image of dy (an ImageConv's chunk of them)
   std::vector<float> partial;  ///< per thread: its weight gradient (9 C C)
   std::vector<double> sums;    ///< per thread: the epilogue's batch norm sums (2 C)
   std::vector<double> stats;   ///< per image: forward_images' sums (2 C)
-  std::vector<float> xn;       ///< per thread: one image of a normalised input (NormMap)
+  std::vector<float> xn;       ///< per thread: one image of a normalised input (NormMap; a chunk)
+  std::vector<float> work;     ///< per thread: an ImageConv's work space
 };
 
 /// The forward of g.n images (supports(g)): y = conv(x, w), w HWIO, in the
@@ -405,30 +481,55 @@ struct Scratch {
 /// pass of the statistics (bn::forward_train's `given`). With `in`, x is
 /// not read: each image of the input is computed from that map into a
 /// buffer of the thread first (an earlier batch norm's output never
-/// stored).
+/// stored). With `conv`, y comes from it instead of the forward kernel,
+/// each thread taking chunks of conv->images whole images (their inputs
+/// normalised first where `in`, their statistics taken after): the
+/// statistics as above, of its y.
 inline void forward_images(const ConvGeom& g, const float* x, const float* w, float* y, Scratch& sc,
-                           double* stats, const NormMap* in = nullptr) {
+                           double* stats, const NormMap* in = nullptr, const ImageConv* conv = nullptr) {
   if (!supports(g)) throw std::logic_error("direct::forward_images: a geometry the kernels do not run");
   if (in && (!in->x || !in->a || !in->b))
     throw std::logic_error("direct::forward_images: a normalised input without its map");
+  if (conv && !conv->run)
+    throw std::logic_error("direct::forward_images: an image convolution without its run");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, rows = std::size_t(H) * W;
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
   const int nt = omp_get_max_threads();
   const bool avx512 = cpu_isa() == Isa::Avx512;
+  const std::size_t per = conv ? std::max<std::size_t>(conv->images, 1) : 1;  // images a chunk
   if (stats) sc.stats.assign(g.n * 2 * std::size_t(C), 0.0);
-  if (in) sc.xn.resize(std::size_t(nt) * image);
+  if (in) sc.xn.resize(std::size_t(nt) * image * per);
+  if (conv) {
+    sc.work.resize(std::size_t(nt) * conv->work_floats);
+    const std::ptrdiff_t chunks = std::ptrdiff_t((g.n + per - 1) / per);
 #pragma omp parallel num_threads(nt)
-  {
-    float* xn = in ? sc.xn.data() + std::size_t(omp_get_thread_num()) * image : nullptr;
+    {
+      const std::size_t t = std::size_t(omp_get_thread_num());
+      float* xn = in ? sc.xn.data() + t * image * per : nullptr;
+      float* work = sc.work.data() + t * conv->work_floats;
 #pragma omp for schedule(static)
-    for (std::ptrdiff_t i = 0; i < n; ++i) {
-      const std::size_t off = std::size_t(i) * image;
-      double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
-      kernels::dispatch(avx512, C, [&](auto k, auto c) {
-        kernels::forward_one<decltype(k), decltype(c)::value>(H, W, x, in, off, w, y, xn, s);
-      });
+      for (std::ptrdiff_t j = 0; j < chunks; ++j) {
+        const std::size_t i0 = std::size_t(j) * per, count = std::min(per, g.n - i0);
+        double* s = stats ? sc.stats.data() + i0 * 2 * C : nullptr;
+        kernels::dispatch(avx512, C, [&](auto, auto c) {
+          kernels::forward_chunk<decltype(c)::value>(*conv, H, W, count, x, in, i0 * image, y, xn, work, s);
+        });
+      }
+    }
+  } else {
+#pragma omp parallel num_threads(nt)
+    {
+      float* xn = in ? sc.xn.data() + std::size_t(omp_get_thread_num()) * image : nullptr;
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t i = 0; i < n; ++i) {
+        const std::size_t off = std::size_t(i) * image;
+        double* s = stats ? sc.stats.data() + std::size_t(i) * 2 * C : nullptr;
+        kernels::dispatch(avx512, C, [&](auto k, auto c) {
+          kernels::forward_one<decltype(k), decltype(c)::value>(H, W, x, in, off, w, y, xn, s);
+        });
+      }
     }
   }
   if (!stats) return;
@@ -453,7 +554,7 @@ inline void forward_images(const ConvGeom& g, const float* x, const float* w, fl
     stats[C + c] = m2 / count;
   }
 #else
-  (void)x, (void)w, (void)y, (void)sc, (void)stats, (void)in;  // supports() is false off x86-64
+  (void)x, (void)w, (void)y, (void)sc, (void)stats, (void)in, (void)conv;  // supports() is false off x86-64
 #endif
 }
 
@@ -505,7 +606,7 @@ inline void forward_inference(const ConvGeom& g, const float* x, const float* w,
     });
   }
 #else
-  (void)x, (void)w, (void)b, (void)s, (void)y, (void)relu;     // supports() is false off x86-64
+  (void)x, (void)w, (void)b, (void)s, (void)y, (void)relu;                 // supports() is false off x86-64
 #endif
 }
 
@@ -517,43 +618,77 @@ inline void forward_inference(const ConvGeom& g, const float* x, const float* w,
 /// With `e` (and dx), each image of dx then goes through the epilogue while
 /// it is in cache (bn::GradEpilogue: pointers at the range's first image).
 /// With `in`, x is not read: the weight gradient's input is each image
-/// computed from that map into a buffer of the thread first.
+/// computed from that map into a buffer of the thread first. With `conv`,
+/// each thread takes chunks of conv->images images: their dy first, then
+/// dx of them all from conv (dy's forward with the flipped weights: `wf`
+/// unused), then per image the epilogue and the weight gradient; without
+/// dx, conv->run may be null (the chunks alone: the weight gradient's
+/// bits do not depend on whether dx was asked for).
 inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& m, const float* wf, float* dx,
                             float* dw, Scratch& sc, const BnEpilogue* e = nullptr,
-                            const NormMap* in = nullptr) {
+                            const NormMap* in = nullptr, const ImageConv* conv = nullptr) {
   if (!supports(g)) throw std::logic_error("direct::backward_images: a geometry the kernels do not run");
   if (e && (!dx || (e->sums && (!e->x || !e->mean)) || ((e->mask_relu || e->mask_bits) && !e->other) ||
             (e->mask_relu && e->mask_bits)))
     throw std::logic_error("direct::backward_images: an epilogue without dx, or with its inputs missing");
   if (in && (!in->x || !in->a || !in->b))
     throw std::logic_error("direct::backward_images: a normalised input without its map");
+  if (dx && conv && !conv->run)
+    throw std::logic_error("direct::backward_images: an image convolution without its run");
+  if (dx && !conv && !wf) throw std::logic_error("direct::backward_images: dx without the flipped weights");
 #if CIFARNET_DIRECT_X86
   const int C = int(g.ic), H = int(g.ih), W = int(g.iw);
   const std::size_t image = std::size_t(H) * W * C, wsize = std::size_t(9) * C * C;
   const int nt = omp_get_max_threads();
   const bool avx512 = cpu_isa() == Isa::Avx512;
-  sc.dyc.resize(std::size_t(nt) * image);
+  const std::size_t per = conv ? std::max<std::size_t>(conv->images, 1) : 1;  // images a chunk
+  sc.dyc.resize(std::size_t(nt) * image * per);
   if (dw) sc.partial.assign(std::size_t(nt) * wsize, 0.f);
   const bool sums = e && e->sums;
   if (sums) sc.sums.assign(std::size_t(nt) * 2 * C, 0.0);
   const NormMap* xin = dw ? in : nullptr;
   if (xin) sc.xn.resize(std::size_t(nt) * image);
   const std::ptrdiff_t n = std::ptrdiff_t(g.n);
+  if (conv) {
+    sc.work.resize(std::size_t(nt) * conv->work_floats);
+    const std::ptrdiff_t chunks = std::ptrdiff_t((g.n + per - 1) / per);
 #pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num();
-    float* dyc = sc.dyc.data() + std::size_t(t) * image;
-    float* xn = xin ? sc.xn.data() + std::size_t(t) * image : nullptr;
-    float* part = dw ? sc.partial.data() + std::size_t(t) * wsize : nullptr;
-    double* es = sums ? sc.sums.data() + std::size_t(t) * 2 * C : nullptr;
+    {
+      const std::size_t t = std::size_t(omp_get_thread_num());
+      float* dyc = sc.dyc.data() + t * image * per;
+      float* xn = xin ? sc.xn.data() + t * image : nullptr;
+      float* part = dw ? sc.partial.data() + t * wsize : nullptr;
+      double* es = sums ? sc.sums.data() + t * 2 * C : nullptr;
+      float* work = sc.work.data() + t * conv->work_floats;
 #pragma omp for schedule(static)
-    for (std::ptrdiff_t i = 0; i < n; ++i) {
-      const std::size_t off = std::size_t(i) * image;
-      float* di = dx ? dx + off : nullptr;
-      const float* xi = xin ? nullptr : x + off;
-      kernels::dispatch(avx512, C, [&](auto k, auto c) {
-        kernels::image<decltype(k), decltype(c)::value>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin, xn);
-      });
+      for (std::ptrdiff_t j = 0; j < chunks; ++j) {
+        const std::size_t i0 = std::size_t(j) * per, count = std::min(per, g.n - i0), off = i0 * image;
+        float* di = dx ? dx + off : nullptr;
+        const float* xi = xin ? nullptr : x + off;
+        kernels::dispatch(avx512, C, [&](auto k, auto c) {
+          kernels::images_chunk<decltype(k), decltype(c)::value>(*conv, H, W, count, m, off, xi, di, part,
+                                                                 dyc, e, es, xin, xn, work);
+        });
+      }
+    }
+  } else {
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num();
+      float* dyc = sc.dyc.data() + std::size_t(t) * image;
+      float* xn = xin ? sc.xn.data() + std::size_t(t) * image : nullptr;
+      float* part = dw ? sc.partial.data() + std::size_t(t) * wsize : nullptr;
+      double* es = sums ? sc.sums.data() + std::size_t(t) * 2 * C : nullptr;
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t i = 0; i < n; ++i) {
+        const std::size_t off = std::size_t(i) * image;
+        float* di = dx ? dx + off : nullptr;
+        const float* xi = xin ? nullptr : x + off;
+        kernels::dispatch(avx512, C, [&](auto k, auto c) {
+          kernels::image<decltype(k), decltype(c)::value>(H, W, m, off, xi, wf, di, part, dyc, e, es, xin,
+                                                          xn);
+        });
+      }
     }
   }
   if (sums) {
@@ -571,7 +706,7 @@ inline void backward_images(const ConvGeom& g, const float* x, const BnGradMap& 
     }
   }
 #else
-  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc, (void)e, (void)in;  // not off x86-64
+  (void)x, (void)m, (void)wf, (void)dx, (void)dw, (void)sc, (void)e, (void)in, (void)conv;  // not off x86-64
 #endif
 }
 

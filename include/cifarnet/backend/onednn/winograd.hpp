@@ -45,6 +45,19 @@
 // ResNet's 32- and 64-channel stages about twice as fast as oneDNN's
 // AVX-512 kernel: docs/runs/bench/2026-12-06-zen4-own-inference/).
 //
+// In fp32 training with Winograd asked for (ConvAlgorithm::Winograd),
+// ConvBatchNorm's own kernels (direct_conv.hpp: the batch norm's
+// statistics in the forward's epilogue, its input gradient in the
+// backward's prologue) run these kernels in place of their direct forward
+// kernel, forward and data gradient, from 32 channels on the CPUs above
+// (bn_supports): each thread a chunk of whole images at a time through
+// run_images, its blocks of tiles its own; the weight gradient stays
+// direct. ResNet-20 and -56 trained 1.13x and 1.15x as fast on a Zen 4 EPYC
+// (docs/runs/bench/2026-12-06-zen4-winograd-training/). Training results
+// then differ between CPUs where these kernels run and those where
+// oneDNN's Winograd does (the direct kernels give the same bits on any):
+// one reason Auto never trains with Winograd.
+//
 // Numerics: Winograd sums differently transformed terms, so its results
 // differ from the direct algorithm's by more than rounding order: relative
 // errors around 1e-6 to 1e-5 of the largest term in float (docs/NUMERICS.md,
@@ -92,6 +105,39 @@ inline std::string why_not(const ConvGeom& g) {
 /// Whether the own Winograd kernels take `g` (why_not(g) empty).
 inline bool supports(const ConvGeom& g) { return why_not(g).empty(); }
 
+/// Whether the own conv + batch norm kernels (direct::forward_images and
+/// direct::backward_images: ConvBatchNorm's training passes) run `g` with
+/// these Winograd kernels in place of their direct forward kernel where
+/// Winograd is asked for (ConvAlgorithm::Winograd): a geometry of both, on
+/// a CPU where the own kernels stand in for oneDNN's
+/// (direct::own_inference_measured: AVX2, which oneDNN 2.6 gives no
+/// Winograd, and AVX-512 in 256-bit halves), with at least 32 channels. At
+/// 16 channels (ResNet's first stage) the transforms cost what the quarter
+/// of the multiplies saves: on a Zen 4 EPYC the Winograd passes ran as fast
+/// as the direct kernels there (forward 0.96-1.02x, backward 0.99-1.06x),
+/// against 1.45-2.23x and 1.17-1.50x at 32 and 64 channels, batch 128
+/// (docs/runs/bench/2026-12-06-zen4-winograd-training/probes/), so the
+/// direct kernels, whose sums keep the float bound, run there. On AVX-512
+/// with full-width units oneDNN's own Winograd runs instead, without the
+/// fusions (ops::Conv2d::direct_bn).
+inline bool bn_supports(const ConvGeom& g) {
+  return g.ic >= 32 && supports(g) && direct::supports(g) && direct::own_inference_measured();
+}
+/// Why bn_supports(g) is false, in words; empty where it is true.
+inline std::string bn_why_not(const ConvGeom& g) {
+  std::string why = why_not(g);
+  if (why.empty()) why = direct::why_not(g);
+  if (why.empty() && !direct::own_inference_measured())
+    why =
+        "AVX-512 on full-width units: oneDNN's Winograd (the own Winograd kernels stand in for it on AVX2 "
+        "and on Zen 4's AVX-512 in halves only)";
+  if (why.empty() && g.ic < 32)
+    why = std::to_string(g.ic) +
+          " channels: the direct kernels (the own Winograd measured no faster in "
+          "training below 32)";
+  return why;
+}
+
 /// One call's shape: n images of h x w pixels, ci -> co channels, and its
 /// tiles (th x tw of 4 x 4 outputs per image).
 struct Plan {
@@ -123,22 +169,30 @@ inline void transform_weights(const float* w, std::size_t ci, std::size_t co, fl
                                      {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                      {0, 0, 1}};
   const std::size_t panels = co / 16;
+  // A panel of 16 output channels at a time, the 16 lanes innermost (the
+  // weights' rows and U's panels are contiguous in them): the compiler
+  // vectorises it, which matters where the weights change every step
+  // (training: transformed once per step and convolution).
 #pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t cs = 0; cs < std::ptrdiff_t(ci); ++cs) {
-    const std::size_t c = std::size_t(cs);
-    for (std::size_t o = 0; o < co; ++o) {
-      double g[3][3], t[6][3];
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) g[a][b] = w[((std::size_t(a) * 3 + std::size_t(b)) * ci + c) * co + o];
-      for (int i = 0; i < 6; ++i)
-        for (int b = 0; b < 3; ++b) t[i][b] = G[i][0] * g[0][b] + G[i][1] * g[1][b] + G[i][2] * g[2][b];
-      for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 6; ++j) {
-          const double u = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
-          const std::size_t k = std::size_t(i) * 6 + std::size_t(j);
-          U[((k * panels + o / 16) * ci + c) * 16 + o % 16] = float(u);
-        }
-    }
+  for (std::ptrdiff_t item = 0; item < std::ptrdiff_t(ci * panels); ++item) {
+    const std::size_t c = std::size_t(item) / panels, ob = std::size_t(item) % panels;
+    double g[3][3][16], t[6][3][16];
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) {
+        const float* src = w + ((std::size_t(a) * 3 + std::size_t(b)) * ci + c) * co + ob * 16;
+        for (int l = 0; l < 16; ++l) g[a][b][l] = double(src[l]);
+      }
+    for (int i = 0; i < 6; ++i)
+      for (int b = 0; b < 3; ++b)
+        for (int l = 0; l < 16; ++l)
+          t[i][b][l] = G[i][0] * g[0][b][l] + G[i][1] * g[1][b][l] + G[i][2] * g[2][b][l];
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {
+        const std::size_t k = std::size_t(i) * 6 + std::size_t(j);
+        float* dst = U + ((k * panels + ob) * ci + c) * 16;
+        for (int l = 0; l < 16; ++l)
+          dst[l] = float(t[i][0][l] * G[j][0] + t[i][1][l] * G[j][1] + t[i][2][l] * G[j][2]);
+      }
   }
 }
 
@@ -195,11 +249,26 @@ class Conv3x3 {
   /// and products in about 256 KiB, a multiple of the products' 6 rows, at
   /// most the thread's share of `tiles` among `threads`.
   static std::size_t thread_tiles(std::size_t ci, std::size_t co, std::size_t tiles, int threads) {
+    const std::size_t m = std::size_t(std::max(threads, 1)), share = (tiles + m - 1) / m;
+    return std::max<std::size_t>(std::min(block_cap(ci, co), share), 1);
+  }
+  /// Tiles per block of one thread at most: its transformed inputs and
+  /// products in about 256 KiB, a multiple of the products' 6 rows.
+  static std::size_t block_cap(std::size_t ci, std::size_t co) {
     const std::size_t per_tile = 36 * (ci + co) * sizeof(float);
-    const std::size_t s = std::max<std::size_t>((std::size_t(256) << 10) / per_tile / 6 * 6, 6);
-    const std::size_t share =
-        (tiles + std::size_t(std::max(threads, 1)) - 1) / std::size_t(std::max(threads, 1));
-    return std::max<std::size_t>(std::min(s, share), 1);
+    return std::max<std::size_t>((std::size_t(256) << 10) / per_tile / 6 * 6, 6);
+  }
+  /// Images of h x w pixels a run_images call takes at a time (as many as
+  /// fill one block of block_cap tiles, at least one).
+  static std::size_t images_per_call(std::size_t ci, std::size_t co, int h, int w) {
+    const std::size_t per_image = std::size_t((h + 3) / 4) * std::size_t((w + 3) / 4);
+    return std::max<std::size_t>(block_cap(ci, co) / std::max<std::size_t>(per_image, 1), 1);
+  }
+  /// Floats of work space a run_images call on at most `images` images of
+  /// h x w pixels needs (one block's transformed inputs and products).
+  static std::size_t images_work_floats(std::size_t ci, std::size_t co, std::size_t images, int h, int w) {
+    const std::size_t tiles = images * std::size_t((h + 3) / 4) * std::size_t((w + 3) / 4);
+    return 36 * std::min(block_cap(ci, co), std::max<std::size_t>(tiles, 1)) * (ci + co);
   }
 
   /// Floats of work space a call needs (a block's transformed inputs, then
@@ -222,14 +291,7 @@ class Conv3x3 {
   /// this call runs with), or null: the object's own, kept.
   void run(int n, int h, int w, const float* x, const float* bias, bool relu, float* y, float* work = nullptr,
            const float* sum = nullptr) {
-    Plan p;
-    p.n = n;
-    p.h = h;
-    p.w = w;
-    p.ci = ci_;
-    p.co = co_;
-    p.th = (h + 3) / 4;
-    p.tw = (w + 3) / 4;
+    const Plan p = plan(n, h, w);
     const std::size_t T = p.tiles(), panels = co_ / 16;
     if (!work) {
       const std::size_t need = work_floats(ci_, co_, T);
@@ -288,7 +350,66 @@ class Conv3x3 {
 #endif
   }
 
+  /// y = conv(x, w) for n NHWC images of h x w pixels (the channels of the
+  /// last set_weights), on the calling thread alone: for a thread of a
+  /// parallel loop over images (the own conv + batch norm kernels,
+  /// direct::forward_images and direct::backward_images, which take each
+  /// chunk of images_per_call images through it). The tiles in evened-out
+  /// blocks of at most block_cap; `work`: images_work_floats(ci, co, n, h,
+  /// w) floats of this thread's own. Each output is the same as run()'s
+  /// (a tile's sums do not depend on its block).
+  void run_images(int n, int h, int w, const float* x, float* y, float* work) const {
+    const Plan p = plan(n, h, w);
+    const std::size_t T = p.tiles(), panels = co_ / 16;
+    if (T == 0) return;
+    const std::size_t cap = block_cap(ci_, co_), blocks = (T + cap - 1) / cap, S = (T + blocks - 1) / blocks;
+#if CIFARNET_DIRECT_X86
+    namespace k = kernels::avx2;
+    const float* U = U_.data();
+    float* V = work;
+    float* M = V + 36 * S * ci_;
+    for (std::size_t base = 0; base < T; base += S) {
+      const std::size_t s = std::min(S, T - base);
+      k::input_tiles(p, x, base, base, base + s, S, V);
+      for (std::size_t pos = 0; pos < 36; ++pos)
+        for (std::size_t cb = 0; cb < panels; ++cb)
+          k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16, M + pos * S * co_,
+                        cb);
+      k::output_tiles(p, M, base, base, base + s, S, nullptr, nullptr, false, y);
+    }
+#else
+    (void)x, (void)y, (void)work, (void)panels, (void)S;  // supports() is false off x86-64: never called
+#endif
+  }
+
+  /// run_images as the direct kernels' stand-in for their forward kernel
+  /// on images of h x w pixels (this object must outlive the call it is
+  /// handed to, its weights set).
+  direct::ImageConv image_conv(int h, int w) const {
+    direct::ImageConv c;
+    c.self = this;
+    c.run = [](const void* self, int n, int ih, int iw, const float* x, float* y, float* work) {
+      static_cast<const Conv3x3*>(self)->run_images(n, ih, iw, x, y, work);
+    };
+    c.images = images_per_call(ci_, co_, h, w);
+    c.work_floats = images_work_floats(ci_, co_, c.images, h, w);
+    return c;
+  }
+
  private:
+  // A call's shape: n images of h x w pixels, the channels of the weights.
+  Plan plan(int n, int h, int w) const {
+    Plan p;
+    p.n = n;
+    p.h = h;
+    p.w = w;
+    p.ci = ci_;
+    p.co = co_;
+    p.th = (h + 3) / 4;
+    p.tw = (w + 3) / 4;
+    return p;
+  }
+
   cifarnet::detail::AlignedBuffer<float> U_, work_;
   const float* of_ = nullptr;
   std::uint64_t version_ = 0;
@@ -323,6 +444,14 @@ struct Layer {
   /// when the weights were flipped and transformed (not reused).
   bool backward_data(const ConvGeom& g, const float* dy, const float* w, std::uint64_t version, float* dx,
                      float* work = nullptr) {
+    const bool fresh = set_backward_weights(g, w, version);
+    bwd.run(int(g.n), int(g.oh), int(g.ow), dy, nullptr, false, dx, work);
+    return fresh;
+  }
+  /// Makes bwd's transformed weights current for backward_data with
+  /// weights w (HWIO) at `version` (flipped and transposed first where
+  /// they changed); true when they were transformed.
+  bool set_backward_weights(const ConvGeom& g, const float* w, std::uint64_t version) {
     if (version == 0 || w != flipped_of || version != flipped_version || flipped.size() != 9 * g.ic * g.oc) {
       flipped.resize(9 * g.ic * g.oc);
       for (std::size_t i = 0; i < 3; ++i)
@@ -336,9 +465,7 @@ struct Layer {
       flipped_version = version;
       bwd.invalidate();
     }
-    const bool fresh = bwd.set_weights(flipped.data(), version == 0 ? 0 : 1, g.oc, g.ic);
-    bwd.run(int(g.n), int(g.oh), int(g.ow), dy, nullptr, false, dx, work);
-    return fresh;
+    return bwd.set_weights(flipped.data(), version == 0 ? 0 : 1, g.oc, g.ic);
   }
 };
 
