@@ -147,7 +147,9 @@ inline std::string describe_run(const Flags& f, const recipes::Strategy& st, rec
      << " (" << data.train->size() << " training examples, " << data.eval->size() << " eval), batch "
      << f.train_batch_size << ", " << train_steps << " steps (" << double(train_steps) / steps_per_epoch
      << " epochs), lr " << f.learning_rate << " " << schedule << ", format " << layout_name(fmt) << ", "
-     << precision << st.describe(f.train_batch_size);
+     << precision
+     << (f.conv_algorithm == "winograd" ? ", Winograd convolutions (--conv-algorithm winograd)" : "")
+     << st.describe(f.train_batch_size);
   if (net.towers() > 0)
     os << ", " << net.towers() << " towers (one per GPU) of batch " << f.train_batch_size / f.num_gpus
        << ", gradients summed by " << net.tower_reducer();
