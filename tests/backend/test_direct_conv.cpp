@@ -322,6 +322,50 @@ void check_statistics(const Case& k, const std::vector<float>& y, const std::vec
   CHECK(worst_var <= u * 4);
 }
 
+// An earlier batch norm of y (its statistics `stats` given, as ConvBatchNorm
+// hands them over; its ReLU fused) whose output is both stored (y3) and
+// left unwritten, given to the kernels as its map (`in`, which points into
+// `deferred`): the two ways the kernels get a normalised input. Made in
+// place (the map borrows the batch norm).
+struct NormalisedInput {
+  ops::BatchNorm<B, float> deferred, given;
+  std::vector<float> y3, m1, v1, m2, v2;
+  ops::BnNormMap<float> in;
+  NormalisedInput(Device<B>& dev, const ChannelGeom& cg, const std::vector<float>& y,
+                  const std::vector<double>& stats, const std::vector<float>& gamma,
+                  const std::vector<float>& beta)
+      : y3(poisoned(y.size())),
+        m1(poisoned(cg.c)),
+        v1(poisoned(cg.c)),
+        m2(poisoned(cg.c)),
+        v2(poisoned(cg.c)) {
+    deferred.give_statistics(y.data(), cg.c, stats.data());
+    deferred.forward_train_deferred(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), m2.data(), v2.data());
+    in = deferred.norm_map(cg, y.data());
+    given.give_statistics(y.data(), cg.c, stats.data());
+    given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y3.data(), m1.data(), v1.data(),
+                        true);
+  }
+  NormalisedInput(const NormalisedInput&) = delete;
+  NormalisedInput& operator=(const NormalisedInput&) = delete;
+};
+
+// conv's training forward with statistics from the stored output y3 and
+// from the map (given y, the batch norm's input): the same bits, y and
+// statistics; returns the first y.
+std::vector<float> forward_both_ways(Device<B>& dev, ops::Conv2d<B, float>& conv, const ConvGeom& g,
+                                     const NormalisedInput& ni, const std::vector<float>& y,
+                                     const std::vector<float>& wt) {
+  const std::size_t size = y.size();
+  auto z1 = poisoned(size), z2 = poisoned(size);
+  std::vector<double> s1(2 * g.oc), s2(2 * g.oc);
+  conv.forward_stats(dev, g, ni.y3.data(), wt.data(), z1.data(), s1.data());
+  conv.forward_stats(dev, g, y.data(), wt.data(), z2.data(), s2.data(), &ni.in);
+  CHECK(std::memcmp(z2.data(), z1.data(), size * sizeof(float)) == 0);
+  CHECK(std::memcmp(s2.data(), s1.data(), s1.size() * sizeof(double)) == 0);
+  return z1;
+}
+
 // The forward kernel with the batch norm statistics in its epilogue
 // (direct::forward_images via ops::Conv2d::forward_stats): y within the
 // first-order bound 9 C 2^-24 sum|terms| of the double sums, and equal to
@@ -384,21 +428,11 @@ void run_forward(const Case& k) {
   // to the kernels as its map (ops::BnNormMap): the forward with its
   // statistics and the backward's weight gradient as from the stored
   // output y3 (the same affine_row operations: the same bits).
-  ops::BatchNorm<B, float> deferred;
-  deferred.give_statistics(y.data(), k.c, stats.data());
-  deferred.forward_train_deferred(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), m2.data(), v2.data());
-  const ops::BnNormMap<float> in = deferred.norm_map(cg, y.data());
-  CHECK(deferred.statistics_given() == 1);
-  given.give_statistics(y.data(), k.c, stats.data());
-  given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y3.data(), m1.data(), v1.data(),
-                      true);
-  CHECK(std::memcmp(m2.data(), m1.data(), k.c * sizeof(float)) == 0);
-  auto z1 = poisoned(size), z2 = poisoned(size);
-  std::vector<double> s1(2 * k.c), s2(2 * k.c);
-  conv.forward_stats(dev, g, y3.data(), wt.data(), z1.data(), s1.data());
-  conv.forward_stats(dev, g, y.data(), wt.data(), z2.data(), s2.data(), &in);
-  CHECK(std::memcmp(z2.data(), z1.data(), size * sizeof(float)) == 0);
-  CHECK(std::memcmp(s2.data(), s1.data(), s1.size() * sizeof(double)) == 0);
+  const NormalisedInput ni(dev, cg, y, stats, gamma, beta);
+  CHECK(ni.deferred.statistics_given() == 1);
+  CHECK(std::memcmp(ni.m2.data(), ni.m1.data(), k.c * sizeof(float)) == 0);
+  const std::vector<float> z1 = forward_both_ways(dev, conv, g, ni, y, wt);
+  const ops::BnNormMap<float>& in = ni.in;
   ops::BatchNorm<B, float> after;
   auto za = poisoned(size), ma = poisoned(k.c), va = poisoned(k.c), dga = poisoned(k.c), dba = poisoned(k.c);
   const auto dz = random_cotangent(rng, size);
@@ -408,7 +442,7 @@ void run_forward(const Case& k) {
                       dba.data(), false);
   const auto map = after.grad_map(dev, cg, z1.data(), dz.data(), ma.data(), false);
   auto dw1 = poisoned(wt.size()), dw2 = poisoned(wt.size()), dx1 = poisoned(size), dx2 = poisoned(size);
-  conv.backward_images_bn(dev, g, y3.data(), map, wt.data(), dx1.data(), dw1.data());
+  conv.backward_images_bn(dev, g, ni.y3.data(), map, wt.data(), dx1.data(), dw1.data());
   conv.backward_images_bn(dev, g, y.data(), map, wt.data(), dx2.data(), dw2.data(), nullptr, &in);
   CHECK(std::memcmp(dw2.data(), dw1.data(), wt.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(dx2.data(), dx1.data(), size * sizeof(float)) == 0);
@@ -459,20 +493,10 @@ void run_winograd(const Case& k) {
   // The input as a batch norm's map (never stored): as from the stored
   // output, bit for bit.
   const auto gamma = random_vec(rng, k.c, 0.5, 1.5), beta = random_vec(rng, k.c);
-  ops::BatchNorm<B, float> deferred, given;
-  auto y3 = poisoned(size), m1 = poisoned(k.c), v1 = poisoned(k.c), m2 = poisoned(k.c), v2 = poisoned(k.c);
-  deferred.give_statistics(y.data(), k.c, stats.data());
-  deferred.forward_train_deferred(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), m2.data(), v2.data());
-  const ops::BnNormMap<float> in = deferred.norm_map(cg, y.data());
-  given.give_statistics(y.data(), k.c, stats.data());
-  given.forward_train(dev, cg, 1e-3, y.data(), gamma.data(), beta.data(), y3.data(), m1.data(), v1.data(),
-                      true);
-  auto z1 = poisoned(size), z2 = poisoned(size);
-  std::vector<double> s1(2 * k.c), s2(2 * k.c);
-  conv.forward_stats(dev, g, y3.data(), wt.data(), z1.data(), s1.data());
-  conv.forward_stats(dev, g, y.data(), wt.data(), z2.data(), s2.data(), &in);
-  CHECK(std::memcmp(z2.data(), z1.data(), size * sizeof(float)) == 0);
-  CHECK(std::memcmp(s2.data(), s1.data(), s1.size() * sizeof(double)) == 0);
+  const NormalisedInput ni(dev, cg, y, stats, gamma, beta);
+  const std::vector<float>& y3 = ni.y3;
+  const ops::BnNormMap<float>& in = ni.in;
+  const std::vector<float> z1 = forward_both_ways(dev, conv, g, ni, y, wt);
 
   // The backward: dy from the map of a batch norm after the convolution.
   ops::BatchNorm<B, float> after;

@@ -307,18 +307,7 @@ class Conv3x3 {
 #pragma omp parallel num_threads(nt)
       {
         const std::size_t t = std::size_t(omp_get_thread_num()), m = std::size_t(omp_get_num_threads());
-        const std::size_t lo = T * t / m, hi = T * (t + 1) / m;
-        float* V = work + t * 36 * S * (ci_ + co_);
-        float* M = V + 36 * S * ci_;
-        for (std::size_t base = lo; base < hi; base += S) {
-          const std::size_t s = std::min(S, hi - base);
-          k::input_tiles(p, x, base, base, base + s, S, V);
-          for (std::size_t pos = 0; pos < 36; ++pos)
-            for (std::size_t cb = 0; cb < panels; ++cb)
-              k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16,
-                            M + pos * S * co_, cb);
-          k::output_tiles(p, M, base, base, base + s, S, bias, sum, relu, y);
-        }
+        own_blocks(p, x, T * t / m, T * (t + 1) / m, S, work + t * 36 * S * (ci_ + co_), bias, sum, relu, y);
       }
       return;
     }
@@ -360,26 +349,10 @@ class Conv3x3 {
   /// (a tile's sums do not depend on its block).
   void run_images(int n, int h, int w, const float* x, float* y, float* work) const {
     const Plan p = plan(n, h, w);
-    const std::size_t T = p.tiles(), panels = co_ / 16;
+    const std::size_t T = p.tiles();
     if (T == 0) return;
     const std::size_t cap = block_cap(ci_, co_), blocks = (T + cap - 1) / cap, S = (T + blocks - 1) / blocks;
-#if CIFARNET_DIRECT_X86
-    namespace k = kernels::avx2;
-    const float* U = U_.data();
-    float* V = work;
-    float* M = V + 36 * S * ci_;
-    for (std::size_t base = 0; base < T; base += S) {
-      const std::size_t s = std::min(S, T - base);
-      k::input_tiles(p, x, base, base, base + s, S, V);
-      for (std::size_t pos = 0; pos < 36; ++pos)
-        for (std::size_t cb = 0; cb < panels; ++cb)
-          k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16, M + pos * S * co_,
-                        cb);
-      k::output_tiles(p, M, base, base, base + s, S, nullptr, nullptr, false, y);
-    }
-#else
-    (void)x, (void)y, (void)work, (void)panels, (void)S;  // supports() is false off x86-64: never called
-#endif
+    own_blocks(p, x, 0, T, S, work, nullptr, nullptr, false, y);
   }
 
   /// run_images as the direct kernels' stand-in for their forward kernel
@@ -397,6 +370,33 @@ class Conv3x3 {
   }
 
  private:
+  // Tiles [lo, hi) of the plan `p` on the calling thread, in blocks of at
+  // most S tiles through its own work space `work` (36 S (ci + co)
+  // floats): per block the input transform, the products over (position,
+  // 16 output channels) and the output transform with bias, sum and ReLU
+  // (run's per-thread path, run_images).
+  void own_blocks(const Plan& p, const float* x, std::size_t lo, std::size_t hi, std::size_t S, float* work,
+                  const float* bias, const float* sum, bool relu, float* y) const {
+#if CIFARNET_DIRECT_X86
+    namespace k = kernels::avx2;
+    const std::size_t panels = co_ / 16;
+    const float* U = U_.data();
+    float* V = work;
+    float* M = V + 36 * S * ci_;
+    for (std::size_t base = lo; base < hi; base += S) {
+      const std::size_t s = std::min(S, hi - base);
+      k::input_tiles(p, x, base, base, base + s, S, V);
+      for (std::size_t pos = 0; pos < 36; ++pos)
+        for (std::size_t cb = 0; cb < panels; ++cb)
+          k::gemm_panel(s, ci_, co_, V + pos * S * ci_, U + (pos * panels + cb) * ci_ * 16, M + pos * S * co_,
+                        cb);
+      k::output_tiles(p, M, base, base, base + s, S, bias, sum, relu, y);
+    }
+#else
+    (void)p, (void)x, (void)lo, (void)hi, (void)S, (void)work, (void)bias, (void)sum, (void)relu, (void)y;
+#endif
+  }
+
   // A call's shape: n images of h x w pixels, the channels of the weights.
   Plan plan(int n, int h, int w) const {
     Plan p;
