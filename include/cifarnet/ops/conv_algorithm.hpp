@@ -9,9 +9,10 @@
 //   Direct    the direct algorithm everywhere
 //   Winograd  Winograd F(4x4, 3x3) wherever the backend offers it (oneDNN:
 //             3x3, stride 1, channel counts it supports, AVX-512 only; where
-//             it has none, the project's own AVX2 kernels for NHWC 3x3
-//             SAME convolutions with channel counts multiples of 16,
-//             backend/onednn/winograd.hpp), else direct. In fp32 training
+//             it has none, and on Zen 4 (AVX-512 in 256-bit halves, where
+//             they were measured faster), the project's own AVX2 kernels
+//             for NHWC 3x3 SAME convolutions with channel counts multiples
+//             of 16, backend/onednn/winograd.hpp), else direct. In fp32 training
 //             on AVX2 and Zen 4 CPUs, ConvBatchNorm's own conv + batch norm
 //             kernels run the own Winograd inside them from 32 channels (at
 //             16 they stay direct: no faster there) and keep their fusions

@@ -24,9 +24,10 @@
 // and the blocked result back into the caller's plain buffer (two device
 // scratch slots shared by every op, so no per-layer copies are kept).
 // Where oneDNN offers no Winograd kernel for a geometry (oneDNN 2.6 has
-// them on AVX-512 only) and the project's own do (winograd.hpp: NHWC,
-// SAME-padded, channel counts multiples of 16, AVX2), forward and
-// backward_data run those (their transformed weights kept per layer, their
+// them on AVX-512 only), or the CPU runs AVX-512 in 256-bit halves (Zen 4,
+// where the own kernels were measured faster), and the project's own do
+// (winograd.hpp: NHWC, SAME-padded, channel counts multiples of 16, AVX2),
+// forward and backward_data run those (their transformed weights kept per layer, their
 // work space in device scratch slot 0, shared by every layer); elsewhere
 // the op falls back to direct.
 // backward_weights is always direct.
@@ -1162,18 +1163,23 @@ struct Conv2d<backend::OneDnn, T> {
     }
 
     // Whether forward and backward_data run the own Winograd kernels:
-    // Winograd chosen (float), a geometry of the own kernels, and no oneDNN
-    // Winograd kernel for it. Decided at the first call, before anything is
-    // built with Winograd.
+    // Winograd chosen (float), a geometry of the own kernels, and either no
+    // oneDNN Winograd kernel for it or a CPU that runs AVX-512 in 256-bit
+    // halves (Zen 4), where the own kernels ran VGG-19's convolutions
+    // 1.2-1.9x as fast as oneDNN's AVX-512 Winograd, forward and data
+    // gradient (docs/BENCHMARKS.md, 2026-12-06 09:48). Decided at the first
+    // call, before anything is built with Winograd.
     CIFARNET_OUTLINE bool own_winograd(const dnnl::engine& eng, const ConvGeom& g) {
       if (!own_wino_tried) {
         own_wino_tried = true;
         if (wino && backend::onednn::winograd::supports(g)) {
           bool onednn_has = false;
-          try {
-            (void)forward_pd(eng, false, true);
-            onednn_has = true;
-          } catch (const dnnl::error&) {  // none: the own kernels
+          if (!backend::onednn::direct::avx512_in_halves()) {
+            try {
+              (void)forward_pd(eng, false, true);
+              onednn_has = true;
+            } catch (const dnnl::error&) {  // none: the own kernels
+            }
           }
           if (!onednn_has) own_wino = std::make_unique<backend::onednn::winograd::Layer>();
         }
