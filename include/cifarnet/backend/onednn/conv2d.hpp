@@ -1167,7 +1167,7 @@ struct Conv2d<backend::OneDnn, T> {
     // oneDNN Winograd kernel for it or a CPU that runs AVX-512 in 256-bit
     // halves (Zen 4), where the own kernels ran VGG-19's convolutions
     // 1.2-1.9x as fast as oneDNN's AVX-512 Winograd, forward and data
-    // gradient (docs/BENCHMARKS.md, 2026-12-06 09:48). Decided at the first
+    // gradient (docs/BENCHMARKS.md, 2026-12-06 09:45). Decided at the first
     // call, before anything is built with Winograd.
     CIFARNET_OUTLINE bool own_winograd(const dnnl::engine& eng, const ConvGeom& g) {
       if (!own_wino_tried) {
