@@ -12,7 +12,8 @@
 // own bf16 paths run where it takes them (a mark after the bf16 figure):
 // backward_data as a forward convolution of the flipped weights (f; on
 // stride 2, two of them, one per row phase of dx), the weight gradient in
-// the own AMX kernel (a) or as im2col + matmul (g);
+// the own AMX kernel (a), in the own AVX512-BF16 kernel (d) or as im2col +
+// matmul (g);
 // --onednn-backward-data and --onednn-weights turn the first two off, so
 // that two runs compare them with oneDNN's kernels.
 #include <algorithm>
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
                "bf16 backward_data in oneDNN's backward_data kernel (the op's "
                "set_backward_data_via_forward(false))");
   app.add_flag("--onednn-weights", onednn_weights,
-               "bf16 weight gradients without the own AMX kernel (the op's set_amx_weights(false))");
+               "bf16 weight gradients without the own AMX or AVX512-BF16 kernel (the op's "
+               "set_own_weights(false))");
   if (const auto rc = bench_cli::parse_flags(app, argc, argv)) return *rc;
   fmt = format == "nhwc" ? DataFormat::NHWC : DataFormat::NCHW;
   struct Shape {
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
         op.set_keep_input(true);  // as in training
         if (!gemm_limits.empty()) op.set_gemm_weights_limits(gemm_limits[0], gemm_limits[1]);
         op.set_backward_data_via_forward(!onednn_bwd_data);
-        op.set_amx_weights(!onednn_weights);
+        op.set_own_weights(!onednn_weights);
         auto median_ms = [&](auto&& f) {
           for (int i = 0; i < 3; ++i) f();
           std::vector<double> v;
@@ -114,10 +116,11 @@ int main(int argc, char** argv) {
         t[p][2] = median_ms(
             [&] { op.backward(dev, g, x.data(), dy.data(), w.data(), nullptr, dw.data(), nullptr); });
         if (p == 1) {
-          const char fd = op.uses_backward_data_via_forward(g) ? 'f' : ' ', fw = op.uses_amx_weights(g) ? 'a'
-                                                                                 : op.uses_gemm_weights(g)
-                                                                                     ? 'g'
-                                                                                     : ' ';
+          const char fd = op.uses_backward_data_via_forward(g) ? 'f' : ' ';
+          const char fw = op.uses_amx_weights(g)    ? 'a'
+                          : op.uses_own_weights(g)  ? 'd'
+                          : op.uses_gemm_weights(g) ? 'g'
+                                                    : ' ';
           std::printf("%-20s %8.3f -> %8.3f   %8.3f -> %8.3f%c  %8.3f -> %8.3f%c\n", s.name, t[0][0], t[1][0],
                       t[0][1], t[1][1], fd, t[0][2], t[1][2], fw);
         }
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "bf16 backward_weights stays fp32 for inputs of < 8 channels, and for strided convolutions unless "
-      "oneDNN runs bf16 on AMX (here: %s; the op's rule);\n"
+      "oneDNN runs bf16 on AMX (here: %s) or the own AVX512-BF16 kernel takes them (d; the op's rule);\n"
       "its bf16 column there is fp32 plus the rounding of dy for backward_data.\n",
       backend::onednn::cpu_has_amx_convolutions() ? "yes" : "no");
   return 0;

@@ -187,7 +187,7 @@ TEST_CASE("The bf16 weight gradient of 7x7 and 3x3 images as im2col + matmul agr
     INFO(str(g));
     OpPair<ops::Conv2d, B> t;
     t.op.set_precision(ConvPrecision::BF16);
-    t.op.set_amx_weights(false);  // the own AMX kernel would take these (test_amx_wgrad.cpp)
+    t.op.set_own_weights(false);  // an own kernel would take these (test_amx_wgrad.cpp, test_bf16_wgrad.cpp)
     t.op.set_im2col_chunk_bytes(3 * hw * hw * 9 * 128 * 2);
     const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = 9 * g.ic * g.oc;
     const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
@@ -276,17 +276,21 @@ TEST_CASE("bf16 backward_data as a forward convolution of the flipped weights ag
     CHECK(via == 0);
 }
 
-TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's and with the reference",
+TEST_CASE("The bf16 weight gradient in the own kernels agrees with oneDNN's and with the reference",
           "[backend][onednn][conv][bf16]") {
   // Where the CPU has AMX the op runs NHWC weight gradients of stride 1 or 2
-  // with input channels a multiple of 8 (24 and 8 here: the kernel pads
-  // them to 16s) and output channels of 16 in amx_wgrad.hpp's kernel (its
-  // own tests: test_amx_wgrad.cpp); here through the op, from the bf16 x a
-  // training forward keeps and the dy the op rounds, against the op with the
-  // kernel off (oneDNN's kernel on the same bf16 values: float order only).
-  // The strided ones: ResNet's 3x3 stride 2 (padding 1), on odd sizes too,
-  // and without padding.
-  const bool amx = backend::onednn::amx::amx_available();
+  // with input channels a multiple of 8 (24 and 8 here: the AMX kernel pads
+  // them to 16s) and output channels of 16 in amx_wgrad.hpp's kernel, where
+  // it has AVX512-BF16 but no AMX in bf16_wgrad.hpp's (their own tests:
+  // test_amx_wgrad.cpp, test_bf16_wgrad.cpp); here through the op, from the
+  // bf16 x a training forward keeps and the dy the op rounds, against the op
+  // with the kernel off (oneDNN's kernel on the same bf16 values: float
+  // order only; for the strided ones without AMX, oneDNN's float kernel:
+  // only the reference applies). The strided ones: ResNet's 3x3 stride 2
+  // (padding 1), on odd sizes too, and without padding.
+  namespace on = backend::onednn;
+  const bool amx = on::amx::amx_available();
+  const bool dot = on::cpu_has_own_bf16_weights();
   Rng rng = Rng::stream(2025, 17);
   const ConvGeom geoms[] = {ConvGeom::make(DataFormat::NHWC, {4, 16, 8, 8}, 32, 3, 1, Padding::Same),
                             ConvGeom::make(DataFormat::NHWC, {3, 32, 7, 5}, 16, 3, 1, Padding::Valid),
@@ -300,7 +304,8 @@ TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's a
                             ConvGeom::make(DataFormat::NHWC, {2, 8, 6, 7}, 16, 3, 1, Padding::Same)};
   for (const ConvGeom& g : geoms) {
     INFO(str(g));
-    const bool eligible = amx && g.fmt == DataFormat::NHWC;
+    const bool eligible = (amx || dot) && g.fmt == DataFormat::NHWC;
+    const bool off_in_float = dot && g.sh > 1;
     const std::size_t nx = g.in_shape().size(), ny = g.out_shape().size(), nw = g.kh * g.kw * g.ic * g.oc;
     const Both x = Both::input(random_vec(rng, nx)), w = Both::input(random_vec(rng, nw)),
                dy = Both::input(random_cotangent(rng, ny));
@@ -309,18 +314,21 @@ TEST_CASE("The bf16 weight gradient in the own AMX kernel agrees with oneDNN's a
       OpPair<ops::Conv2d, B> t;
       t.op.set_precision(ConvPrecision::BF16);
       t.op.set_keep_input(true);
-      t.op.set_amx_weights(on);
+      t.op.set_own_weights(on);
       Both y = Both::output(ny), dw = Both::output(nw);
       t.both([&](auto& dev, auto& op, auto side) {
         op.forward(dev, g, side(x), side(w), nullptr, side(y));
         op.backward_weights(dev, g, side(x), side(dy), side(dw), nullptr);
       });
-      CHECK(t.op.uses_amx_weights(g) == (on && eligible));
+      CHECK(t.op.uses_own_weights(g) == (on && eligible));
+      CHECK(t.op.uses_amx_weights(g) == (on && eligible && amx));
       CHECK(dw.err() < kBf16Tolerance);
       if (!on)
         dw_off = dw.f;
-      else if (eligible)
+      else if (eligible && !off_in_float)
         CHECK(rel_diff(dw.f, dw_off) < 1e-5);
+      else if (eligible)
+        CHECK(rel_diff(dw.f, dw_off) > 0);  // bf16 now, float before
       else
         CHECK(same_bits(dw.f, dw_off));
     }
@@ -830,11 +838,13 @@ TEST_CASE("ConvBatchNorm's bf16 hand-overs are about as accurate as the separate
     }
     auto& c = fused.root().children();
     // Every convolution writes bf16 where the CPU has bf16 kernels. The
-    // 8 -> 16 one takes dx as bf16, the strided one too where oneDNN runs
-    // bf16 on AMX; the 3-channel input convolution (and the strided one
-    // elsewhere) compute their weight gradients in float.
+    // 8 -> 16 one takes dx as bf16, the strided one too where its weight
+    // gradient is bf16: where oneDNN runs bf16 on AMX, or in NHWC the own
+    // AVX512-BF16 kernel; the 3-channel input convolution (and the strided
+    // one elsewhere) compute their weight gradients in float.
     const std::size_t steps = cpu_has_bf16_kernels() ? 2 : 0;
-    const bool amx = backend::onednn::cpu_has_amx_convolutions();
+    const bool amx = backend::onednn::cpu_has_amx_convolutions() ||
+                     (fmt == DataFormat::NHWC && backend::onednn::cpu_has_own_bf16_weights());
     CHECK(std::get<0>(c).bf16_outputs() == steps);
     CHECK(std::get<1>(c).bf16_outputs() == steps);
     CHECK(std::get<2>(c).bf16_outputs() == steps);
@@ -1121,9 +1131,11 @@ TEST_CASE("The residual stream kept in bf16 between blocks is as close to fp32 a
     // The downsampling block's pool (and first convolution) read the first
     // block's output as bf16; its own sum adds the pool's float output. Its
     // strided convolution reads x only as bf16 where its weight gradient is
-    // bf16 too, which a strided convolution has with AMX only (Conv2d's
-    // State::bf16_dw): elsewhere the first block writes its float output.
-    const bool ds = bf16 && backend::onednn::cpu_has_amx_convolutions();
+    // bf16 too, which a strided convolution has with AMX or the own
+    // AVX512-BF16 weight gradient only (Conv2d's State::bf16_dw): elsewhere
+    // the first block writes its float output.
+    const bool ds =
+        bf16 && (backend::onednn::cpu_has_amx_convolutions() || backend::onednn::cpu_has_own_bf16_weights());
     CHECK(pa.fires("bf16_residual_stream", "block0/add") == ds);
     CHECK(std::get<0>(std::get<1>(ca).shortcut().children()).bf16_inputs() == (ds ? steps : 0));  // the pool
     if (ds) CHECK(std::get<0>(std::get<1>(ca).body().children()).conv().bf16_inputs() == steps);

@@ -362,9 +362,12 @@ TEST_CASE("The training executor with bf16 convolutions: the copies its rule han
   }
   // The bf16 residual stream: its one match here that can fire feeds the
   // stride-2 block, whose weight gradient is bf16 only where oneDNN runs
-  // bf16 on AMX (ops::Conv2d::bf16_weights_gradient); elsewhere it reads
-  // the float input, and the verdict says so (seen on a Zen 4 EPYC).
-  const bool amx_convs = backend::onednn::cpu_has_amx_convolutions();
+  // bf16 on AMX or the own AVX512-BF16 kernel takes it (NHWC, here; Zen 4,
+  // since 2026-12-06; ops::Conv2d::bf16_weights_gradient); elsewhere it
+  // reads the float input, and the verdict says so (seen on a Zen 4 EPYC
+  // before that kernel).
+  const bool amx_convs =
+      backend::onednn::cpu_has_amx_convolutions() || backend::onednn::cpu_has_own_bf16_weights();
   CHECK((p.fired("bf16_residual_stream") > 0) == (bf16_cpu && amx_convs));
   if (bf16_cpu && !amx_convs) {
     const plan::Verdict* v = p.verdict("bf16_residual_stream", "block2/add");

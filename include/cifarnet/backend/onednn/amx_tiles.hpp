@@ -4,6 +4,7 @@
 // the tile number a template argument.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -127,6 +128,38 @@ struct TileBuffer {
     if (p) ::operator delete(p, std::align_val_t(64));
   }
 };
+
+/// What both own bf16 weight gradients (amx_wgrad.hpp, bf16_wgrad.hpp)
+/// take before their own limits: no empty dimension, ic a multiple of 8
+/// and oc of 16, kernel sizes, paddings and strides up to 4096, and a
+/// non-empty output.
+inline bool wgrad_geometry(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc,
+                           std::size_t kh, std::size_t kw, std::size_t pt, std::size_t pl, std::size_t pb,
+                           std::size_t pr, std::size_t sh, std::size_t sw) {
+  if (n == 0 || ih == 0 || iw == 0 || kh == 0 || kw == 0 || ic == 0 || oc == 0 || sh == 0 || sw == 0)
+    return false;
+  if (ic % 8 != 0 || oc % 16 != 0) return false;
+  if (kh > 4096 || kw > 4096 || pt + pb > 4096 || pl + pr > 4096 || sh > 4096 || sw > 4096) return false;
+  return ih + pt + pb >= kh && iw + pl + pr >= kw;
+}
+
+/// out[i] = the sum of chunk partials p[ch * stride + i] over ch = 0 ..
+/// chunks - 1, added in chunk order (the weight gradients' determinism),
+/// i < count.
+inline void add_partials(const float* p, std::size_t chunks, std::size_t stride, std::size_t count,
+                         float* out) {
+  for (std::size_t e = 0; e < count; e += 256) {
+    const std::size_t m = std::min<std::size_t>(256, count - e);
+    float acc[256];
+    std::memcpy(acc, p + e, m * sizeof(float));
+    for (std::size_t ch = 1; ch < chunks; ++ch) {
+      const float* q = p + ch * stride + e;
+#pragma omp simd
+      for (std::size_t i = 0; i < m; ++i) acc[i] += q[i];
+    }
+    std::memcpy(out + e, acc, m * sizeof(float));
+  }
+}
 
 /// The CPU has AVX512-BF16 (CPUID leaf 7, subleaf 1), which the kernels'
 /// rounding to bf16 uses (amx_conv.hpp, and amx_wgrad.hpp's input map).

@@ -98,11 +98,7 @@ class WeightGrad {
   static bool supported(std::size_t n, std::size_t ih, std::size_t iw, std::size_t ic, std::size_t oc,
                         std::size_t kh, std::size_t kw, std::size_t pt, std::size_t pl, std::size_t pb,
                         std::size_t pr, std::size_t sh = 1, std::size_t sw = 1) {
-    if (n == 0 || ih == 0 || iw == 0 || kh == 0 || kw == 0 || ic == 0 || oc == 0 || sh == 0 || sw == 0)
-      return false;
-    if (ic % 8 != 0 || oc % 16 != 0) return false;
-    if (ih + pt + pb < kh || iw + pl + pr < kw) return false;
-    if (kh > 4096 || kw > 4096 || pt + pb > 4096 || pl + pr > 4096 || sh > 4096 || sw > 4096) return false;
+    if (!wgrad_geometry(n, ih, iw, ic, oc, kh, kw, pt, pl, pb, pr, sh, sw)) return false;
     // Indices into the per-channel rows stay well inside int range.
     const Layout l = layout(ih, iw, kh, kw, pt, pl, pb, pr, sh, sw);
     return l.pitch * l.rows < (std::size_t(1) << 24) && ic * oc * kh * kw < (std::size_t(1) << 28);
@@ -349,18 +345,7 @@ class WeightGrad {
     for (std::size_t r = lo; r < hi; ++r) {
       const std::size_t c = r % icp_;
       if (c >= ic_) continue;
-      float* out = dw + ((r / icp_) * ic_ + c) * oc_;
-      for (std::size_t e = r * oc_; e < (r + 1) * oc_; e += 256) {
-        const std::size_t m = std::min<std::size_t>(256, (r + 1) * oc_ - e);
-        float acc[256];
-        std::memcpy(acc, partial + e, m * sizeof(float));
-        for (std::size_t ch = 1; ch < nchunks_; ++ch) {
-          const float* p = partial + ch * per_partial + e;
-#pragma omp simd
-          for (std::size_t i = 0; i < m; ++i) acc[i] += p[i];
-        }
-        std::memcpy(out + (e - r * oc_), acc, m * sizeof(float));
-      }
+      add_partials(partial + r * oc_, nchunks_, per_partial, oc_, dw + ((r / icp_) * ic_ + c) * oc_);
     }
   }
 

@@ -41,9 +41,10 @@
 // its own where oneDNN has no bf16 kernel (every pass on CPUs without
 // AVX-512). backward_weights stays float for inputs of fewer than 8
 // channels, and for strided convolutions except where oneDNN runs bf16 on
-// AMX: its bf16 kernels are slower than float there (measured on Zen 4,
-// batch 128: 3.3-4.5x on ResNet's two stride-2 3x3 convolutions, 1.3x on
-// the 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
+// AMX or the own AVX512-BF16 kernel takes them (below): oneDNN's bf16
+// kernels are slower than float there (measured on Zen 4, batch 128:
+// 3.3-4.5x on ResNet's two stride-2 3x3 convolutions, 1.3x on the
+// 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
 // stride-2 ones took 0.64 and 0.87 ms in bf16 (with the rounding of dy)
 // against 0.89 and 0.91 in float (docs/BENCHMARKS.md, 2026-11-27 11:28).
 // On images of at most 7x7 pixels with 128 or more output channels (NHWC,
@@ -67,6 +68,13 @@
 // dy; docs/BENCHMARKS.md, 2026-11-27 11:28); its two stride-2 ones (16 -> 32
 // and 32 -> 64, padding 1) 0.63 / 0.64 and 0.41 / 0.50 ms against 0.85 /
 // 0.75 and 1.15 / 1.04 ms (docs/BENCHMARKS.md, 2026-11-27 17:40).
+// Where the CPU has AVX512-BF16 but no AMX (AMD's Zen 4), the same
+// geometries' bf16 weight gradient runs in the project's own AVX512-BF16
+// kernel (bf16_wgrad.hpp) instead, strided ones too (which thus run in bf16
+// rather than float): on a 2-core Zen 4 EPYC, batch 500, airbench94's 64 ->
+// 256 at 15x15 took 78 ms against oneDNN's 113 ms, ResNet-20's stride-2 32
+// -> 64 at batch 128 0.70 ms against 2.6 ms in float (docs/BENCHMARKS.md,
+// 2026-12-06, the entry on that kernel).
 // A bf16 training forward whose input is a batch norm's output that was
 // never written (forward_bf16_mapped: the batch norm's input bits and its
 // map, ConvBatchNorm's bn_output_into_next_conv) runs in the project's own
@@ -122,6 +130,7 @@
 
 #include "cifarnet/backend/onednn/amx_conv.hpp"
 #include "cifarnet/backend/onednn/amx_wgrad.hpp"
+#include "cifarnet/backend/onednn/bf16_wgrad.hpp"
 #include "cifarnet/backend/onednn/common.hpp"
 #include "cifarnet/backend/onednn/direct_conv.hpp"
 #include "cifarnet/backend/onednn/winograd.hpp"
@@ -131,6 +140,14 @@
 namespace cifarnet {
 namespace backend {
 namespace onednn {
+
+/// Whether the own AVX512-BF16 weight gradient (bf16_wgrad.hpp) runs here:
+/// no AMX (the AMX kernel runs there), AVX512-BF16, and oneDNN at AVX-512
+/// (its ONEDNN_MAX_CPU_ISA caps this kernel too). Where it does, a bf16
+/// weight gradient of a strided NHWC convolution it takes runs in bf16.
+inline bool cpu_has_own_bf16_weights() {
+  return !amx::amx_available() && direct::cpu_isa() == direct::Isa::Avx512 && bf16dot::available();
+}
 /// A convolution's weights flipped in (kh, kw) and transposed in (ci, co):
 /// HWIO with I = oc and O = ic, the weights of dx as a forward convolution
 /// of dy (stride 1). Remade only when the caller's weights change (another
@@ -398,11 +415,17 @@ struct Conv2d<backend::OneDnn, T> {
   CIFARNET_OUTLINE std::size_t winograd_bn_calls() const { return winograd_bn_calls_; }
 
   /// Whether a bf16 weight gradient (no bias, NHWC, stride 1 or 2, input
-  /// channels a multiple of 8, output channels of 16) runs in the project's
-  /// own AMX kernel (amx_wgrad.hpp) where the CPU has AMX (default true; see
-  /// the file comment). Takes effect for geometries not seen yet.
-  CIFARNET_OUTLINE void set_amx_weights(bool on) { amx_weights_ = on; }
-  /// Whether geometry `g`'s weight gradient runs in that kernel.
+  /// channels a multiple of 8, output channels of 16) runs in one of the
+  /// project's own kernels: AMX (amx_wgrad.hpp) where the CPU has AMX,
+  /// else AVX512-BF16 (bf16_wgrad.hpp) where it has that (default true;
+  /// see the file comment). Takes effect for geometries not seen yet.
+  CIFARNET_OUTLINE void set_own_weights(bool on) { own_weights_ = on; }
+  /// Whether geometry `g`'s weight gradient runs in one of those kernels.
+  CIFARNET_OUTLINE bool uses_own_weights(const ConvGeom& g) const {
+    const State* s = cache_.find(key(g));
+    return s && (s->amx_dw != nullptr || s->dot_dw != nullptr);
+  }
+  /// Whether it runs in the AMX one.
   CIFARNET_OUTLINE bool uses_amx_weights(const ConvGeom& g) const {
     const State* s = cache_.find(key(g));
     return s && s->amx_dw != nullptr;
@@ -508,7 +531,7 @@ struct Conv2d<backend::OneDnn, T> {
     if (!why.empty()) return "the own AMX forward kernel: " + why;
     on::guarded(op, [&] {
       State& s = state(dev, g);
-      if (!s.bf16_dw || !s.amx_weights(g, amx_weights_))
+      if (!s.bf16_dw || !s.own_weights(g, own_weights_) || !s.amx_dw)
         why = "its weight gradient does not run in the own AMX kernel";
     });
     return why;
@@ -769,7 +792,7 @@ struct Conv2d<backend::OneDnn, T> {
         dy_lp = s.lower_dy(cache_, dev, dy);
       // The mapped input of forward_bf16_mapped: x was never written.
       const bool mapped = fw && s.kept_map_x != nullptr && s.kept_map_x == x;
-      if (mapped && (!fw->lp || db || !s.amx_weights(g, amx_weights_)))
+      if (mapped && (!fw->lp || db || !s.own_weights(g, own_weights_) || !s.amx_dw))
         throw std::logic_error(detail::concat(op, ": a mapped input without the own AMX weight gradient (",
                                               on::describe(g), ")"));
       if (mapped) {
@@ -781,9 +804,13 @@ struct Conv2d<backend::OneDnn, T> {
         dnnl::memory src =
             fw->lp ? (s.kept_x == x ? (s.kept_ext ? s.x_ext : s.x_keep) : s.lower_x(cache_, dev, x, false))
                    : on::bind(s.x, x);
-        if (fw->lp && !db && s.amx_weights(g, amx_weights_)) {
-          s.amx_dw->run(static_cast<const std::uint16_t*>(src.get_data_handle()),
-                        static_cast<const std::uint16_t*>(dy_lp->get_data_handle()), dw);
+        if (fw->lp && !db && s.own_weights(g, own_weights_)) {
+          const auto* xb = static_cast<const std::uint16_t*>(src.get_data_handle());
+          const auto* dyb = static_cast<const std::uint16_t*>(dy_lp->get_data_handle());
+          if (s.amx_dw)
+            s.amx_dw->run(xb, dyb, dw);
+          else
+            s.dot_dw->run(xb, dyb, dw);
         } else if (fw->lp && !db &&
                    s.gemm_weights(cache_, dev.engine, g, chunk_bytes_, gemm_max_pixels_, gemm_min_oc_)) {
           s.gemm_backward_weights(dev, g, src, *dy_lp, dw);
@@ -979,9 +1006,10 @@ struct Conv2d<backend::OneDnn, T> {
     dnnl::memory mm_col, mm_dy, mm_dw;
     std::size_t dw_chunk = 0;  // images per chunk (divides the batch)
     bool dw_gemm_tried = false;
-    // The own AMX weight gradient (amx_weights), decided once.
+    // The own AMX or AVX512-BF16 weight gradient (own_weights), decided once.
     std::unique_ptr<backend::onednn::amx::WeightGrad> amx_dw;
-    bool amx_dw_tried = false;
+    std::unique_ptr<backend::onednn::bf16dot::WeightGrad> dot_dw;
+    bool own_dw_tried = false;
     // The own AMX forward of forward_bf16_mapped, its packed weights' source
     // (buffer and Parameters::version), and the mapped input a training
     // forward keeps for the weight gradient: the batch norm's input bits and
@@ -1004,11 +1032,12 @@ struct Conv2d<backend::OneDnn, T> {
     const float* ph_of = nullptr;
     std::uint64_t ph_version = 0;
 
-    CIFARNET_OUTLINE State(const ConvGeom& g, bool winograd, bool lowp, const dnnl::engine& eng)
+    CIFARNET_OUTLINE State(const ConvGeom& g, bool winograd, bool lowp, bool own_dw, const dnnl::engine& eng)
         : wino(winograd && !lowp),
           bf16(lowp),
           bf16_dw(lowp && g.ic >= 8 &&
-                  ((g.sh == 1 && g.sw == 1) || backend::onednn::cpu_has_amx_convolutions())) {
+                  ((g.sh == 1 && g.sw == 1) || backend::onednn::cpu_has_amx_convolutions() ||
+                   (own_dw && dot_weights(g)))) {
       namespace on = backend::onednn;
       src = on::act_desc(g.fmt, g.n, g.ic, g.ih, g.iw);
       dst = on::act_desc(g.fmt, g.n, g.oc, g.oh, g.ow);
@@ -1537,21 +1566,34 @@ struct Conv2d<backend::OneDnn, T> {
       return true;
     }
 
-    // Whether this geometry's bf16 weight gradient (no bias) runs in the own
-    // AMX kernel: asked for, NHWC, stride 1 or 2 (the strides measured), a
-    // CPU with AMX, and a geometry the kernel takes (input channels a
-    // multiple of 8, output channels of 16). Decided once.
-    CIFARNET_OUTLINE bool amx_weights(const ConvGeom& g, bool wanted) {
+    // Whether this geometry's bf16 weight gradient (no bias) runs in an own
+    // kernel: asked for, NHWC, stride 1 or 2 (the strides measured), and a
+    // geometry the kernel takes (input channels a multiple of 8, output
+    // channels of 16); the AMX one on a CPU with AMX, else the AVX512-BF16
+    // one where oneDNN runs AVX-512 (dot_weights). Decided once.
+    CIFARNET_OUTLINE bool own_weights(const ConvGeom& g, bool wanted) {
       namespace amx = backend::onednn::amx;
-      if (!amx_dw_tried) {
-        amx_dw_tried = true;
+      if (!own_dw_tried) {
+        own_dw_tried = true;
         if (wanted && g.fmt == DataFormat::NHWC && g.sh <= 2 && g.sw <= 2 && amx::amx_available() &&
             amx::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr, g.sh,
                                        g.sw))
           amx_dw = std::make_unique<amx::WeightGrad>(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl,
                                                      g.pb, g.pr, g.sh, g.sw);
+        else if (wanted && dot_weights(g))
+          dot_dw = std::make_unique<backend::onednn::bf16dot::WeightGrad>(
+              g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb, g.pr, g.sh, g.sw);
       }
-      return amx_dw != nullptr;
+      return amx_dw != nullptr || dot_dw != nullptr;
+    }
+    // Whether the AVX512-BF16 weight gradient takes `g`: NHWC, stride 1 or
+    // 2, a CPU where it runs (cpu_has_own_bf16_weights), and a geometry the
+    // kernel takes.
+    CIFARNET_OUTLINE static bool dot_weights(const ConvGeom& g) {
+      namespace on = backend::onednn;
+      return g.fmt == DataFormat::NHWC && g.sh <= 2 && g.sw <= 2 && on::cpu_has_own_bf16_weights() &&
+             on::bf16dot::WeightGrad::supported(g.n, g.ih, g.iw, g.ic, g.oc, g.kh, g.kw, g.pt, g.pl, g.pb,
+                                                g.pr, g.sh, g.sw);
     }
 
     // Whether this geometry's bf16 weight gradient (no bias) is the im2col +
@@ -1669,7 +1711,7 @@ struct Conv2d<backend::OneDnn, T> {
 
   CIFARNET_OUTLINE State& state(Dev& dev, const ConvGeom& g) {
     return cache_.get(dev.engine, key(g), [&] {
-      return State(g, want_winograd(alg_, g), prec_ == ConvPrecision::BF16, dev.engine);
+      return State(g, want_winograd(alg_, g), prec_ == ConvPrecision::BF16, own_weights_, dev.engine);
     });
   }
 
@@ -1716,7 +1758,7 @@ struct Conv2d<backend::OneDnn, T> {
   std::size_t chunk_bytes_ = std::size_t(16) << 20;
   std::size_t gemm_max_pixels_ = 49, gemm_min_oc_ = 128;  // set_gemm_weights_limits
   bool bwd_via_fwd_ = true;                               // set_backward_data_via_forward
-  bool amx_weights_ = true;                               // set_amx_weights
+  bool own_weights_ = true;                               // set_own_weights
 };
 
 }  // namespace ops
