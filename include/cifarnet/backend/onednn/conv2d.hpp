@@ -72,9 +72,9 @@
 // geometries' bf16 weight gradient runs in the project's own AVX512-BF16
 // kernel (bf16_wgrad.hpp) instead, strided ones too (which thus run in bf16
 // rather than float): on a 2-core Zen 4 EPYC, batch 500, airbench94's 64 ->
-// 256 at 15x15 took 78 ms against oneDNN's 113 ms, ResNet-20's stride-2 32
-// -> 64 at batch 128 0.70 ms against 2.6 ms in float (docs/BENCHMARKS.md,
-// 2026-12-06, the entry on that kernel).
+// 256 at 15x15 took 82.6 ms against oneDNN's 113.7 ms, ResNet-20's stride-2
+// 32 -> 64 at batch 128 0.78 ms against 1.49 ms in float, both with the
+// op's rounding of dy (docs/BENCHMARKS.md, 2026-12-06 13:37).
 // A bf16 training forward whose input is a batch norm's output that was
 // never written (forward_bf16_mapped: the batch norm's input bits and its
 // map, ConvBatchNorm's bn_output_into_next_conv) runs in the project's own
