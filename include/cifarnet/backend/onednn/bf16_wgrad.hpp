@@ -17,10 +17,11 @@
 // pl zero columns before each row and pr after it, written once), so that
 // one 32-bit element of the copy of x is a channel at one pixel in both
 // images and one 64-byte vector of the copy of dy is 16 output channels at
-// one pixel in both. Every kernel offset then reads the same layout, with
-// no shifts and no padded products: the output pixel (y, x) meets the
-// input pixel (sh*y + i - pt, sw*x + j) of the padded row, rows outside the
-// image are skipped. The products keep 24 sums in registers: eight input
+// one pixel in both. Every kernel offset and stride then reads the same
+// layout, with no shifts: the output pixel (y, x) meets the input pixel
+// (sh*y + i - pt, sw*x + j) of the padded row; rows outside the image are
+// skipped, and only the padding columns (zeros) add products that do not
+// count. The products keep 24 sums in registers: eight input
 // channels by three kernel columns (one output-channel vector), or for
 // narrower kernels up to three output-channel vectors; per output pixel one
 // vector load of dy and 24 broadcasts of x, each used once. An odd batch
@@ -275,15 +276,17 @@ class WeightGrad {
                                                                             std::size_t cb, std::size_t ob,
                                                                             std::size_t i, std::size_t j0,
                                                                             float* part, bool zero) const {
-    __m512 acc[NJ][8][NO];
+    // acc[(j * 8 + c) * NO + v]: kernel column j0 + j, input channel cb + c,
+    // output channels ob + 16 * v to ob + 16 * v + 15.
+    constexpr int kSums = NJ * 8 * NO;
+    __m512 acc[kSums];
     float* const base = part + ((i * kw_ + j0) * ic_ + cb) * oc_ + ob;
-    CIFARNET_UNROLL(3)
-    for (int j = 0; j < NJ; ++j) CIFARNET_UNROLL(8)
-    for (int c = 0; c < 8; ++c) CIFARNET_UNROLL(3)
-    for (int v = 0; v < NO; ++v)
-      acc[j][c][v] =
-          zero ? _mm512_setzero_ps()
-               : _mm512_loadu_ps(base + (std::size_t(j) * ic_ + std::size_t(c)) * oc_ + std::size_t(v) * 16);
+    const auto at = [&](int t) {
+      const std::size_t j = std::size_t(t / (8 * NO)), c = std::size_t(t / NO % 8), v = std::size_t(t % NO);
+      return base + (j * ic_ + c) * oc_ + v * 16;
+    };
+    CIFARNET_UNROLL(24)
+    for (int t = 0; t < kSums; ++t) acc[t] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(at(t));
     // Output rows y whose input row sh*y + i - pt lies in [0, ih).
     const std::size_t y0 = i >= pt_ ? 0 : (pt_ - i + sh_ - 1) / sh_;
     const std::size_t y1 = std::min(oh_, ih_ + pt_ > i ? (ih_ + pt_ - i - 1) / sh_ + 1 : 0);
@@ -296,23 +299,19 @@ class WeightGrad {
           __m512bh d[NO];
           CIFARNET_UNROLL(3)
           for (int v = 0; v < NO; ++v) d[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(ds + v * 32));
-          CIFARNET_UNROLL(3)
-          for (int j = 0; j < NJ; ++j) CIFARNET_UNROLL(8)
-          for (int c = 0; c < 8; ++c) {
+          // Each (column, channel) pair of the two images, broadcast.
+          CIFARNET_UNROLL(24)
+          for (int jc = 0; jc < NJ * 8; ++jc) {
             std::int32_t bits;
-            std::memcpy(&bits, xs + std::size_t(j) * xpix + std::size_t(c) * 2, 4);
+            std::memcpy(&bits, xs + std::size_t(jc / 8) * xpix + std::size_t(jc % 8) * 2, 4);
             const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
             CIFARNET_UNROLL(3)
-            for (int v = 0; v < NO; ++v) acc[j][c][v] = _mm512_dpbf16_ps(acc[j][c][v], d[v], b);
+            for (int v = 0; v < NO; ++v) acc[jc * NO + v] = _mm512_dpbf16_ps(acc[jc * NO + v], d[v], b);
           }
         }
       }
-    CIFARNET_UNROLL(3)
-    for (int j = 0; j < NJ; ++j) CIFARNET_UNROLL(8)
-    for (int c = 0; c < 8; ++c) CIFARNET_UNROLL(3)
-    for (int v = 0; v < NO; ++v)
-      _mm512_storeu_ps(base + (std::size_t(j) * ic_ + std::size_t(c)) * oc_ + std::size_t(v) * 16,
-                       acc[j][c][v]);
+    CIFARNET_UNROLL(24)
+    for (int t = 0; t < kSums; ++t) _mm512_storeu_ps(at(t), acc[t]);
   }
 #endif
 
