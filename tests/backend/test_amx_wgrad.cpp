@@ -63,10 +63,7 @@ TEST_CASE(
 TEST_CASE("amx weight gradient agrees with double sums at toy geometries", "[amx]") {
   if (skip_without_amx()) return;
   unsigned seed = 11;
-  for (const Geom& g : kToys) {
-    check_against_reference<K>(g, false, seed += 2);
-    check_against_reference<K>(g, true, seed += 2);
-  }
+  check_all<K>(kToys, seed);
 }
 
 TEST_CASE("amx weight gradient agrees with double sums at the ResNet-20 geometries at batch 128", "[amx]") {
@@ -95,10 +92,7 @@ TEST_CASE("amx weight gradient supports strided geometries", "[amx]") {
 TEST_CASE("amx weight gradient of strided convolutions agrees with double sums at toy geometries", "[amx]") {
   if (skip_without_amx()) return;
   unsigned seed = 301;
-  for (const Geom& g : kStridedToys) {
-    check_against_reference<K>(g, false, seed += 2);
-    check_against_reference<K>(g, true, seed += 2);
-  }
+  check_all<K>(kStridedToys, seed);
 }
 
 TEST_CASE(
@@ -124,17 +118,7 @@ TEST_CASE("amx weight gradient gives the same bits for 1 2 and 3 threads and on 
                         kResnetStrided[1],
                         {20, 9, 7, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},
                         {20, 9, 9, 24, 64, 3, 3, 1, 1, 1, 1}};
-  unsigned seed = 201;
-  for (const Geom& g : cases) {
-    INFO(g.name());
-    const auto x = cifarnet::test::random_bf16(g.n * g.ih * g.iw * g.ic, false, seed += 2);
-    const auto dy = cifarnet::test::random_bf16(g.n * g.oh() * g.ow() * g.oc, false, seed += 2);
-    const auto one = run_with_threads<K>(g, 1, x, dy, 2);
-    const auto two = run_with_threads<K>(g, 2, x, dy, 3);
-    const auto three = run_with_threads<K>(g, 3, x, dy, 2);
-    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
-  }
+  check_thread_bits<K>(cases, 201);
 }
 
 TEST_CASE("amx weight gradient agrees with double sums at airbench94's 24 -> 64 (input channels padded)",

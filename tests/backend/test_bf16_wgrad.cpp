@@ -70,14 +70,8 @@ TEST_CASE("bf16dot weight gradient agrees with double sums at toy geometries", "
                        {3, 3, 3, 16, 32, 1, 1, 0, 0, 0, 0},
                        {3, 5, 5, 16, 16, 3, 3, 4, 4, 4, 4}};
   unsigned seed = 11;
-  const auto check = [&](const auto& list) {
-    for (const Geom& g : list) {
-      check_against_reference<K>(g, false, seed += 2);
-      check_against_reference<K>(g, true, seed += 2);
-    }
-  };
-  check(kToys);
-  check(more);
+  check_all<K>(kToys, seed);
+  check_all<K>(more, seed);
 }
 
 TEST_CASE("bf16dot weight gradient of strided convolutions agrees with double sums at toy geometries",
@@ -85,14 +79,8 @@ TEST_CASE("bf16dot weight gradient of strided convolutions agrees with double su
   if (skip_without_bf16()) return;
   const Geom odd[] = {{21, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2}};
   unsigned seed = 301;
-  const auto check = [&](const auto& list) {
-    for (const Geom& g : list) {
-      check_against_reference<K>(g, false, seed += 2);
-      check_against_reference<K>(g, true, seed += 2);
-    }
-  };
-  check(kStridedToys);
-  check(odd);
+  check_all<K>(kStridedToys, seed);
+  check_all<K>(odd, seed);
 }
 
 TEST_CASE("bf16dot weight gradient agrees with double sums at the ResNet-20 geometries at batch 128",
@@ -122,17 +110,7 @@ TEST_CASE("bf16dot weight gradient gives the same bits for 1 2 and 3 threads and
       {21, 6, 5, 16, 16, 3, 3, 1, 1, 1, 1},          {3, 7, 5, 48, 32, 3, 3, 1, 1, 1, 1},
       {128, 16, 16, 32, 64, 3, 3, 1, 1, 1, 1, 2, 2}, {20, 9, 7, 16, 16, 3, 3, 1, 1, 1, 1, 2, 2},
       {19, 9, 9, 24, 64, 3, 3, 1, 1, 1, 1}};
-  unsigned seed = 201;
-  for (const Geom& g : cases) {
-    INFO(g.name());
-    const auto x = cifarnet::test::random_bf16(g.x_size(), false, seed += 2);
-    const auto dy = cifarnet::test::random_bf16(g.dy_size(), false, seed += 2);
-    const auto one = run_with_threads<K>(g, 1, x, dy, 2);
-    const auto two = run_with_threads<K>(g, 2, x, dy, 3);
-    const auto three = run_with_threads<K>(g, 3, x, dy, 2);
-    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
-  }
+  check_thread_bits<K>(cases, 201);
 }
 
 // airbench94's 256 -> 256 at 3x3, batch 500 (four chunks of up to 63

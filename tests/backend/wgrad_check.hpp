@@ -190,6 +190,32 @@ std::vector<float> run_with_threads(const Geom& g, int threads, const std::vecto
   return dw;
 }
 
+// check_against_reference on each geometry of `list`, with signed and then
+// non-negative data, the seed advanced by 2 before each.
+template <class K, class List>
+void check_all(const List& list, unsigned& seed) {
+  for (const Geom& g : list) {
+    check_against_reference<K>(g, false, seed += 2);
+    check_against_reference<K>(g, true, seed += 2);
+  }
+}
+
+// The same bits for 1, 2 and 3 threads and on repeated runs, on random
+// signed data, for each geometry of `list`.
+template <class K, class List>
+void check_thread_bits(const List& list, unsigned seed) {
+  for (const Geom& g : list) {
+    INFO(g.name());
+    const auto x = random_bf16(g.x_size(), false, seed += 2);
+    const auto dy = random_bf16(g.dy_size(), false, seed += 2);
+    const auto one = run_with_threads<K>(g, 1, x, dy, 2);
+    const auto two = run_with_threads<K>(g, 2, x, dy, 3);
+    const auto three = run_with_threads<K>(g, 3, x, dy, 2);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)) == 0);
+  }
+}
+
 // dw at sampled outputs (corners, the centre tap, 300 random ones) against
 // each sample's double sum over every pixel, with the bound above.
 template <class K>

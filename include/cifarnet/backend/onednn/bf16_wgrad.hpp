@@ -196,9 +196,11 @@ class WeightGrad {
                                                                               const std::uint16_t* b,
                                                                               std::size_t len,
                                                                               std::uint16_t* dst) {
-    alignas(64) std::uint16_t order[32];
-    for (int l = 0; l < 32; ++l) order[l] = std::uint16_t((l & 1) ? 32 + l / 2 : l / 2);
-    const __m512i idx = _mm512_load_si512(order);
+    // a[0], b[0], a[1], b[1], ... (b's elements are indexes 32 and up).
+    alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                             37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                             11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i idx = _mm512_load_si512(kOrder);
     std::size_t e = 0;
     for (; e + 16 <= len; e += 16) {
       const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + e));
