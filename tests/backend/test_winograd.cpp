@@ -331,3 +331,54 @@ TEST_CASE("ops::Conv2d runs the own Winograd kernels where Winograd is chosen an
   CHECK(y == y_own);
   CHECK(dx == dx_own);
 }
+
+// Also run by ctest with oneDNN capped at AVX2 (tests/backend/CMakeLists.txt),
+// where float_winograd_in_bf16 holds on any AVX2 CPU.
+TEST_CASE("A bf16 ops::Conv2d with Winograd chosen runs the own float Winograd where the op says so",
+          "[winograd][winograd_bf16]") {
+  if (skip_without_avx2()) return;
+  Device<B> dev;
+  const ConvGeom g = same3x3(2, 13, 11, 16, 32);
+  auto x = uniform(g.n * g.ih * g.iw * g.ic, -1.f, 1.f, 41);
+  const auto w = uniform(9 * g.ic * g.oc, -0.5f, 0.5f, 42);
+  const auto b = uniform(g.oc, -0.5f, 0.5f, 43);
+  const auto dy = uniform(g.n * g.oh * g.ow * g.oc, -1.f, 1.f, 44);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), y_own(y.size()), dx_own(x.size()),
+      dw_direct(w.size()), y_direct(y.size());
+  ops::Conv2d<B, float> conv, direct;  // bf16, Winograd chosen / Direct
+  for (auto* c : {&conv, &direct}) {
+    c->set_precision(ConvPrecision::BF16);
+    c->set_weights_version(3);
+    c->set_keep_input(true);
+  }
+  conv.set_algorithm(ConvAlgorithm::Winograd);
+  direct.set_algorithm(ConvAlgorithm::Direct);
+  wg::Layer layer;
+  // Twice, x changed in place between: a weight gradient after the second
+  // forward must read the second x (no bf16 copy of the first kept).
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    if (round == 1)
+      for (auto& v : x) v = 0.5f - v;
+    conv.forward(dev, g, x.data(), w.data(), b.data(), y.data(), true);
+    conv.backward(dev, g, x.data(), dy.data(), w.data(), dx.data(), dw.data(), nullptr);
+    direct.forward(dev, g, x.data(), w.data(), b.data(), y_direct.data(), true);
+    direct.backward(dev, g, x.data(), dy.data(), w.data(), nullptr, dw_direct.data(), nullptr);
+    CHECK_FALSE(direct.uses_own_winograd(g));
+    // The weight gradient stays the bf16 direct one: the same bits as the
+    // Direct op's, which keeps its own bf16 copy of x.
+    CHECK(dw == dw_direct);
+    if (!ops::Conv2d<B, float>::float_winograd_in_bf16()) {
+      CHECK_FALSE(conv.uses_own_winograd(g));
+      CHECK(conv.own_winograd_calls() == 0);
+      CHECK(y == y_direct);
+      continue;
+    }
+    REQUIRE(conv.uses_own_winograd(g));
+    CHECK(conv.own_winograd_calls() == std::size_t(2 * (round + 1)));
+    layer.forward(g, x.data(), w.data(), 0, b.data(), true, y_own.data());
+    layer.backward_data(g, dy.data(), w.data(), 0, dx_own.data());
+    CHECK(y == y_own);
+    CHECK(dx == dx_own);
+  }
+}

@@ -39,12 +39,14 @@
 // bf16 layout (cached like the float copy), and the primitive accumulates
 // in float and writes float y, dx and dw. Each pass falls back to float on
 // its own where oneDNN has no bf16 kernel (every pass on CPUs without
-// AVX-512). backward_weights stays float for inputs of fewer than 8
-// channels, and for strided convolutions except where oneDNN runs bf16 on
-// AMX or the own AVX512-BF16 kernel takes them (below): oneDNN's bf16
-// kernels are slower than float there (measured on Zen 4, batch 128:
-// 3.3-4.5x on ResNet's two stride-2 3x3 convolutions, 1.3x on the
-// 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
+// AVX-512). Where Winograd is chosen on AVX2 and Zen 4 CPUs, forward and
+// backward_data of the own Winograd kernels' geometries run those float
+// kernels instead (float_winograd_in_bf16). backward_weights stays float
+// for inputs of fewer than 8 channels, and for strided convolutions except
+// where oneDNN runs bf16 on AMX or the own AVX512-BF16 kernel takes them
+// (below): oneDNN's bf16 kernels are slower than float there (measured on
+// Zen 4, batch 128: 3.3-4.5x on ResNet's two stride-2 3x3 convolutions,
+// 1.3x on the 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
 // stride-2 ones took 0.64 and 0.87 ms in bf16 (with the rounding of dy)
 // against 0.89 and 0.91 in float (docs/BENCHMARKS.md, 2026-11-27 11:28).
 // On images of at most 7x7 pixels with 128 or more output channels (NHWC,
@@ -213,10 +215,26 @@ struct Conv2d<backend::OneDnn, T> {
 
   /// Winograd for this geometry under the policy `a` (oneDNN may still
   /// refuse): 3x3 stride 1, asked, or Auto at a batch of 4 or fewer. Float
-  /// calls only (bf16 ones are direct).
+  /// calls only (bf16 ones are direct, except float_winograd_in_bf16).
   CIFARNET_OUTLINE static bool want_winograd(ConvAlgorithm a, const ConvGeom& g) {
     const bool shape_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1;
     return shape_ok && (a == ConvAlgorithm::Winograd || (a == ConvAlgorithm::Auto && g.n <= 4));
+  }
+
+  /// Whether a bf16 convolution for which Winograd is chosen
+  /// (want_winograd) runs its forward and data gradient with float x, y, dy
+  /// and dx in the own float Winograd kernels (winograd.hpp, where they take
+  /// the geometry) instead of a direct bf16 kernel: on AVX2, where oneDNN
+  /// has no bf16 kernel and its float fallback is direct, and on AVX-512 in
+  /// 256-bit halves (Zen 4), where a quarter of the multiplies in float beat
+  /// oneDNN's bf16 direct kernel on most of VGG-19's convolutions (the style
+  /// transfer's step 1.16-1.32x as fast: docs/BENCHMARKS.md, 2026-12-06 16:27).
+  /// Float products are at least as exact as bf16 ones. The weight gradient
+  /// and the bf16 hand-overs (bf16 output, dy as bits, mapped input) stay
+  /// bf16 direct; ConvAlgorithm::Direct keeps every pass bf16.
+  CIFARNET_OUTLINE static bool float_winograd_in_bf16() {
+    namespace d = backend::onednn::direct;
+    return d::cpu_isa() == d::Isa::Avx2 || d::avx512_in_halves();
   }
 
   /// The arithmetic of the calls that follow (default F32).
@@ -447,6 +465,7 @@ struct Conv2d<backend::OneDnn, T> {
       s.kept_map_x = nullptr;
       if (s.own_winograd(dev.engine, g)) {
         bf16_in_ = nullptr;  // float convolutions: no bf16 copy is read
+        s.kept_x = nullptr;  // nor kept (a bf16 backward_weights rounds x itself)
         float* work = static_cast<float*>(dev.scratch(0, on::winograd::Layer::work_bytes(g)));
         if (s.own_wino->forward(g, x, w, w_version_, b, relu, y, work)) ++weight_reorders_;
         ++own_wino_calls_;
@@ -980,8 +999,9 @@ struct Conv2d<backend::OneDnn, T> {
     // ... in the own kernels (winograd.hpp), where oneDNN has none (own_winograd)
     std::unique_ptr<backend::onednn::winograd::Layer> own_wino;
     bool own_wino_tried = false;
-    bool bf16;     // try bf16 kernels (ConvPrecision::BF16)
-    bool bf16_dw;  // ... in backward_weights too (see the header comment)
+    bool wino_bf16;  // Winograd chosen in bf16, run float (float_winograd_in_bf16)
+    bool bf16;       // try bf16 kernels (ConvPrecision::BF16)
+    bool bf16_dw;    // ... in backward_weights too (see the header comment)
     std::optional<dnnl::convolution_forward::primitive_desc> direct_hint_pd;
     std::optional<Fwd> fwd[4];      // [with bias + 2 * with ReLU post-op]
     std::optional<Fwd> fwd_lp_dst;  // bf16 output (forward_bf16_dst), when oneDNN has the kernel
@@ -1034,6 +1054,7 @@ struct Conv2d<backend::OneDnn, T> {
 
     CIFARNET_OUTLINE State(const ConvGeom& g, bool winograd, bool lowp, bool own_dw, const dnnl::engine& eng)
         : wino(winograd && !lowp),
+          wino_bf16(winograd && lowp && float_winograd_in_bf16()),
           bf16(lowp),
           bf16_dw(lowp && g.ic >= 8 &&
                   ((g.sh == 1 && g.sw == 1) || backend::onednn::cpu_has_amx_convolutions() ||
@@ -1192,18 +1213,18 @@ struct Conv2d<backend::OneDnn, T> {
     }
 
     // Whether forward and backward_data run the own Winograd kernels:
-    // Winograd chosen (float), a geometry of the own kernels, and either no
-    // oneDNN Winograd kernel for it or a CPU that runs AVX-512 in 256-bit
-    // halves (Zen 4), where the own kernels ran VGG-19's convolutions
-    // 1.2-1.9x as fast as oneDNN's AVX-512 Winograd, forward and data
-    // gradient (docs/BENCHMARKS.md, 2026-12-06 09:45). Decided at the first
-    // call, before anything is built with Winograd.
+    // Winograd chosen (float, or bf16 where float_winograd_in_bf16), a
+    // geometry of the own kernels, and either no oneDNN Winograd kernel for
+    // it or a CPU that runs AVX-512 in 256-bit halves (Zen 4), where the own kernels ran VGG-19's
+    // convolutions 1.2-1.9x as fast as oneDNN's AVX-512 Winograd, forward and data gradient
+    // (docs/BENCHMARKS.md, 2026-12-06 09:45). Decided at the first call, before anything is built with
+    // Winograd.
     CIFARNET_OUTLINE bool own_winograd(const dnnl::engine& eng, const ConvGeom& g) {
       if (!own_wino_tried) {
         own_wino_tried = true;
-        if (wino && backend::onednn::winograd::supports(g)) {
+        if ((wino || wino_bf16) && backend::onednn::winograd::supports(g)) {
           bool onednn_has = false;
-          if (!backend::onednn::direct::avx512_in_halves()) {
+          if (!wino_bf16 && !backend::onednn::direct::avx512_in_halves()) {
             try {
               (void)forward_pd(eng, false, true);
               onednn_has = true;
