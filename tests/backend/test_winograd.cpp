@@ -25,11 +25,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <cifarnet/backend/onednn.hpp>
+#include <cifarnet/backend/host/bf16.hpp>
 #include <cifarnet/backend/onednn/winograd.hpp>
 #include <cifarnet/cifarnet.hpp>
 
@@ -381,4 +383,22 @@ TEST_CASE("A bf16 ops::Conv2d with Winograd chosen runs the own float Winograd w
     CHECK(y == y_own);
     CHECK(dx == dx_own);
   }
+  // Given a bf16 copy of x (set_bf16_input), the forward goes where the
+  // Direct op goes: where oneDNN has a bf16 kernel it reads that copy and
+  // never the float x (here NaN: a producer may write the copy alone);
+  // where it has none (oneDNN capped at AVX2) both read the float x.
+  std::vector<std::uint16_t> bits(x.size());
+  backend::host::store_bf16(x.data(), bits.data(), x.size());
+  const std::size_t read_before = direct.bf16_inputs();
+  direct.set_bf16_input(bits.data());
+  direct.forward(dev, g, x.data(), w.data(), b.data(), y_direct.data(), true);
+  const bool reads_copy = direct.bf16_inputs() > read_before;
+  INFO("a bf16 kernel reads the copy: " << reads_copy);
+  std::vector<float> nan_x(x.size(), std::numeric_limits<float>::quiet_NaN());
+  const std::size_t calls = conv.own_winograd_calls(), conv_read_before = conv.bf16_inputs();
+  conv.set_bf16_input(bits.data());
+  conv.forward(dev, g, reads_copy ? nan_x.data() : x.data(), w.data(), b.data(), y.data(), true);
+  CHECK(conv.own_winograd_calls() == calls);
+  CHECK(conv.bf16_inputs() - conv_read_before == (reads_copy ? 1u : 0u));
+  CHECK(y == y_direct);
 }

@@ -46,9 +46,10 @@
 // where oneDNN runs bf16 on AMX or the own AVX512-BF16 kernel takes them
 // (below): oneDNN's bf16 kernels are slower than float there (measured on
 // Zen 4, batch 128: 3.3-4.5x on ResNet's two stride-2 3x3 convolutions,
-// 1.3x on the 3-channel stem; faster elsewhere), while on a 2-core AMX Xeon the two
-// stride-2 ones took 0.64 and 0.87 ms in bf16 (with the rounding of dy)
-// against 0.89 and 0.91 in float (docs/BENCHMARKS.md, 2026-11-27 11:28).
+// 1.3x on the 3-channel stem; faster elsewhere), while on a 2-core AMX
+// Xeon the two stride-2 ones took 0.64 and 0.87 ms in bf16 (with the
+// rounding of dy) against 0.89 and 0.91 in float (docs/BENCHMARKS.md,
+// 2026-11-27 11:28).
 // On images of at most 7x7 pixels with 128 or more output channels (NHWC,
 // stride 1, no bias), the bf16 weight gradient is a oneDNN bf16 matmul
 // over an im2col copy instead: dw[(kh, kw, ic), oc] = col(x)ᵀ · dy, the
@@ -224,14 +225,16 @@ struct Conv2d<backend::OneDnn, T> {
   /// Whether a bf16 convolution for which Winograd is chosen
   /// (want_winograd) runs its forward and data gradient with float x, y, dy
   /// and dx in the own float Winograd kernels (winograd.hpp, where they take
-  /// the geometry) instead of a direct bf16 kernel: on AVX2, where oneDNN
-  /// has no bf16 kernel and its float fallback is direct, and on AVX-512 in
-  /// 256-bit halves (Zen 4), where a quarter of the multiplies in float beat
-  /// oneDNN's bf16 direct kernel on most of VGG-19's convolutions (the style
-  /// transfer's step 1.16-1.32x as fast: docs/BENCHMARKS.md, 2026-12-06 16:27).
-  /// Float products are at least as exact as bf16 ones. The weight gradient
-  /// and the bf16 hand-overs (bf16 output, dy as bits, mapped input) stay
-  /// bf16 direct; ConvAlgorithm::Direct keeps every pass bf16.
+  /// the geometry; not a forward given a bf16 copy of x, set_bf16_input)
+  /// instead of a direct bf16 kernel: on AVX2, where oneDNN has no bf16
+  /// kernel and its float fallback is direct, and on AVX-512 in 256-bit
+  /// halves (Zen 4), where a quarter of the multiplies in float beat
+  /// oneDNN's bf16 direct kernel on most of VGG-19's convolutions (the
+  /// style transfer's step 1.16-1.32x as fast: docs/BENCHMARKS.md,
+  /// 2026-12-06 16:27). Float products are at least as exact as bf16 ones.
+  /// The weight gradient and the bf16 hand-overs (bf16 output, dy as bits,
+  /// mapped input) stay bf16 direct; ConvAlgorithm::Direct keeps every pass
+  /// bf16.
   CIFARNET_OUTLINE static bool float_winograd_in_bf16() {
     namespace d = backend::onednn::direct;
     return d::cpu_isa() == d::Isa::Avx2 || d::avx512_in_halves();
@@ -463,7 +466,10 @@ struct Conv2d<backend::OneDnn, T> {
     on::guarded(op, [&] {
       State& s = state(dev, g);
       s.kept_map_x = nullptr;
-      if (s.own_winograd(dev.engine, g)) {
+      // A caller's bf16 copy of x in bf16 (set_bf16_input) goes to the bf16
+      // kernel, never the float Winograd: the float x may not be written
+      // (a producer that writes only that copy, kBf16InputOnly).
+      if (!(s.bf16 && bf16_in_) && s.own_winograd(dev.engine, g)) {
         bf16_in_ = nullptr;  // float convolutions: no bf16 copy is read
         s.kept_x = nullptr;  // nor kept (a bf16 backward_weights rounds x itself)
         float* work = static_cast<float*>(dev.scratch(0, on::winograd::Layer::work_bytes(g)));
@@ -1215,10 +1221,11 @@ struct Conv2d<backend::OneDnn, T> {
     // Whether forward and backward_data run the own Winograd kernels:
     // Winograd chosen (float, or bf16 where float_winograd_in_bf16), a
     // geometry of the own kernels, and either no oneDNN Winograd kernel for
-    // it or a CPU that runs AVX-512 in 256-bit halves (Zen 4), where the own kernels ran VGG-19's
-    // convolutions 1.2-1.9x as fast as oneDNN's AVX-512 Winograd, forward and data gradient
-    // (docs/BENCHMARKS.md, 2026-12-06 09:45). Decided at the first call, before anything is built with
-    // Winograd.
+    // it or a CPU that runs AVX-512 in 256-bit halves (Zen 4), where the
+    // own kernels ran VGG-19's convolutions 1.2-1.9x as fast as oneDNN's
+    // AVX-512 Winograd, forward and data gradient (docs/BENCHMARKS.md,
+    // 2026-12-06 09:45). Decided at the first call, before anything is
+    // built with Winograd.
     CIFARNET_OUTLINE bool own_winograd(const dnnl::engine& eng, const ConvGeom& g) {
       if (!own_wino_tried) {
         own_wino_tried = true;
