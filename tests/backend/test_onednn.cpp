@@ -1194,13 +1194,15 @@ TEST_CASE("The fused ReLU's mask recomputed in BatchNorm's backward is the forwa
       }
 }
 
-TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic loops' bits",
+TEST_CASE("BatchNorm's NHWC loops for 16, 32, 64 and 256 channels give the generic loops' bits",
           "[backend][onednn][batchnorm]") {
-  // bn_kernels.hpp runs ResNet's channel counts through loops specialised on
-  // the count (with_channels); they must be the generic loops, only faster.
+  // bn_kernels.hpp runs ResNet's and airbench's channel counts through loops
+  // specialised on the count (with_channels); they must be the generic
+  // loops, only faster: for float and bf16 x and dy, float and bf16 dx, and
+  // dx written over dy.
   namespace bn = backend::onednn::bn;
   Rng rng = Rng::stream(7, 11);
-  for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64)}) {
+  for (std::size_t c : {std::size_t(16), std::size_t(32), std::size_t(64), std::size_t(256)}) {
     INFO("channels " << c);
     // 4 * 5 * 7 = 140 rows: several 16-row blocks and a partial one per thread.
     const ChannelGeom g{DataFormat::NHWC, 4, c, 5, 7};
@@ -1232,6 +1234,37 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32 and 64 channels give the generic lo
         bn::input_gradient<C>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx.data());
         bn::input_gradient<0>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx0.data());
         CHECK(same_bits(dx, dx0));
+        // in place (dy == dx), as the float backward without a bf16 dx runs it
+        std::vector<float> io(dy), io0(dy);
+        bn::input_gradient<C>(g, x.data(), io.data(), m, k.data(), A.data(), Bc.data(), D.data(), io.data());
+        bn::input_gradient<0>(g, x.data(), io0.data(), m, k.data(), A.data(), Bc.data(), D.data(),
+                              io0.data());
+        CHECK(same_bits(io, dx0));
+        CHECK(same_bits(io0, dx0));
+        // x and dy as bf16 bits (the bf16 step's), dx as float and as bf16 bits
+        std::vector<std::uint16_t> xb(g.size()), dyb(g.size()), dxb(g.size()), dxb0(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          xb[i] = backend::host::bf16_bits(x[i]);
+          dyb[i] = backend::host::bf16_bits(dy[i]);
+        }
+        bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
+                              dx.data());
+        bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
+                              dx0.data());
+        CHECK(same_bits(dx, dx0));
+        bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                              dxb.data());
+        bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                              dxb0.data());
+        CHECK(dxb == dxb0);
+        std::size_t differ = 0;  // bf16 x and dy changed dx: not the float case again
+        for (std::size_t i = 0; i < g.size(); ++i) differ += dx0[i] != io0[i];
+        CHECK(differ > g.size() / 2);
+        bn::input_gradient<C>(g, x.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                              dxb.data());
+        bn::input_gradient<0>(g, x.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                              dxb0.data());
+        CHECK(dxb == dxb0);
       }
     });
   }
