@@ -1241,30 +1241,41 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32, 64 and 256 channels give the gener
                               io0.data());
         CHECK(same_bits(io, dx0));
         CHECK(same_bits(io0, dx0));
-        // x and dy as bf16 bits (the bf16 step's), dx as float and as bf16 bits
+        // x and dy as bf16 bits (the bf16 step's), dx as float and as bf16
+        // bits; each output filled with a different value first, so that an
+        // element left unwritten differs
         std::vector<std::uint16_t> xb(g.size()), dyb(g.size()), dxb(g.size()), dxb0(g.size());
         for (std::size_t i = 0; i < g.size(); ++i) {
           xb[i] = backend::host::bf16_bits(x[i]);
           dyb[i] = backend::host::bf16_bits(dy[i]);
         }
+        std::fill(dx.begin(), dx.end(), 1.f);
+        std::fill(dx0.begin(), dx0.end(), 2.f);
         bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
                               dx.data());
         bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
                               dx0.data());
         CHECK(same_bits(dx, dx0));
-        bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                              dxb.data());
-        bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                              dxb0.data());
-        CHECK(dxb == dxb0);
         std::size_t differ = 0;  // bf16 x and dy changed dx: not the float case again
         for (std::size_t i = 0; i < g.size(); ++i) differ += dx0[i] != io0[i];
         CHECK(differ > g.size() / 2);
-        bn::input_gradient<C>(g, x.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                              dxb.data());
-        bn::input_gradient<0>(g, x.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                              dxb0.data());
-        CHECK(dxb == dxb0);
+        for (const float* xf : {static_cast<const float*>(nullptr),
+                                static_cast<const float*>(x.data())}) {  // x bf16, then float
+          std::fill(dxb.begin(), dxb.end(), std::uint16_t(1));
+          std::fill(dxb0.begin(), dxb0.end(), std::uint16_t(2));
+          if (xf) {
+            bn::input_gradient<C>(g, xf, dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                                  dxb.data());
+            bn::input_gradient<0>(g, xf, dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
+                                  dxb0.data());
+          } else {
+            bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
+                                  nullptr, dxb.data());
+            bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
+                                  nullptr, dxb0.data());
+          }
+          CHECK(dxb == dxb0);
+        }
       }
     });
   }
