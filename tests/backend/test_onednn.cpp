@@ -1231,8 +1231,14 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32, 64 and 256 channels give the gener
         bn::channel_sums<bn::SumKind::Grad, C>(g, x.data(), dy.data(), m, k.data(), sc);
         bn::channel_sums<bn::SumKind::Grad, 0>(g, x.data(), dy.data(), m, k.data(), sc0);
         CHECK(sc.sums == sc0.sums);
-        bn::input_gradient<C>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx.data());
-        bn::input_gradient<0>(g, x.data(), dy.data(), m, k.data(), A.data(), Bc.data(), D.data(), dx0.data());
+        // input_gradient<C> and <0> on the same x and dy (float or bf16
+        // bits), into float dx (o, o0) or its bf16 bits (ob, ob0)
+        auto both = [&](const auto* xp, const auto* dyp, float* o, float* o0, std::uint16_t* ob = nullptr,
+                        std::uint16_t* ob0 = nullptr) {
+          bn::input_gradient<C>(g, xp, dyp, m, k.data(), A.data(), Bc.data(), D.data(), o, ob);
+          bn::input_gradient<0>(g, xp, dyp, m, k.data(), A.data(), Bc.data(), D.data(), o0, ob0);
+        };
+        both(x.data(), dy.data(), dx.data(), dx0.data());
         CHECK(same_bits(dx, dx0));
         // in place (dy == dx), as the float backward without a bf16 dx runs it
         std::vector<float> io(dy), io0(dy);
@@ -1251,31 +1257,19 @@ TEST_CASE("BatchNorm's NHWC loops for 16, 32, 64 and 256 channels give the gener
         }
         std::fill(dx.begin(), dx.end(), 1.f);
         std::fill(dx0.begin(), dx0.end(), 2.f);
-        bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
-                              dx.data());
-        bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
-                              dx0.data());
+        both(xb.data(), dyb.data(), dx.data(), dx0.data());
         CHECK(same_bits(dx, dx0));
         std::size_t differ = 0;  // bf16 x and dy changed dx: not the float case again
         for (std::size_t i = 0; i < g.size(); ++i) differ += dx0[i] != io0[i];
         CHECK(differ > g.size() / 2);
-        for (const float* xf : {static_cast<const float*>(nullptr),
-                                static_cast<const float*>(x.data())}) {  // x bf16, then float
+        auto bf16_dx = [&](const auto* xp) {  // from dy's bits, x bf16 or float
           std::fill(dxb.begin(), dxb.end(), std::uint16_t(1));
           std::fill(dxb0.begin(), dxb0.end(), std::uint16_t(2));
-          if (xf) {
-            bn::input_gradient<C>(g, xf, dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                                  dxb.data());
-            bn::input_gradient<0>(g, xf, dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(), nullptr,
-                                  dxb0.data());
-          } else {
-            bn::input_gradient<C>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
-                                  nullptr, dxb.data());
-            bn::input_gradient<0>(g, xb.data(), dyb.data(), m, k.data(), A.data(), Bc.data(), D.data(),
-                                  nullptr, dxb0.data());
-          }
+          both(xp, dyb.data(), nullptr, nullptr, dxb.data(), dxb0.data());
           CHECK(dxb == dxb0);
-        }
+        };
+        bf16_dx(xb.data());
+        bf16_dx(x.data());
       }
     });
   }
